@@ -1,0 +1,120 @@
+//! Everything `analyze` reports for one device of one snapshot.
+
+use super::layout::{layout_totals, Fragmentation, SegmentUse};
+use super::peak::find_peak;
+use super::sites::{top_sites, Site};
+use crate::model::{Action, Snapshot};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The trace part of a device report (`design/CLI.md`).
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceSummary {
+    pub entries: usize,
+    /// Highest total of live requested bytes over the trace.
+    pub peak_active_bytes: u64,
+    pub peak_entry_index: Option<usize>,
+    pub peak_time_us: Option<i64>,
+    /// Live requested bytes before the first entry (allocations older than the trace).
+    pub before_trace_bytes: u64,
+    /// Entries per action.
+    pub actions: BTreeMap<&'static str, usize>,
+    /// Entries that contradict the state they apply to (free of an unknown address, ...).
+    pub inconsistencies: usize,
+    pub first_inconsistency: Option<String>,
+}
+
+/// The last `oom` entry of a trace, as recorded.
+#[derive(Clone, Debug, Serialize)]
+pub struct OomEntry {
+    pub entry_index: usize,
+    /// The rounded request that failed.
+    pub request_bytes: u64,
+    /// What the driver reported free at that moment.
+    pub device_free_bytes: Option<u64>,
+    pub time_us: Option<i64>,
+    pub site: String,
+}
+
+/// One device of one snapshot.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceAnalysis {
+    pub device: u32,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub active_bytes: u64,
+    pub requested_bytes: u64,
+    pub segments: usize,
+    pub blocks: usize,
+    pub fragmentation: Fragmentation,
+    pub trace: TraceSummary,
+    pub top_sites: Vec<Site>,
+    pub oom: Option<OomEntry>,
+    /// Segments with at least half their bytes free, most free bytes first (at most 16).
+    pub mostly_free_segments: Vec<SegmentUse>,
+    pub mostly_free_segment_count: usize,
+}
+
+const MOSTLY_FREE_SHOWN: usize = 16;
+
+/// Analyzes one device; `top` limits the number of sites.
+pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAnalysis {
+    let segments: Vec<_> = snapshot.device_segments(device).collect();
+    let mut totals = layout_totals(segments.iter().copied());
+    let entries = snapshot.timeline.device(device as usize);
+    let peak = find_peak(entries, &segments);
+    let mut actions = BTreeMap::new();
+    for e in entries {
+        *actions.entry(e.action.torch_name()).or_insert(0) += 1;
+    }
+    let oom = entries
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, e)| e.action == Action::Oom)
+        .map(|(i, e)| OomEntry {
+            entry_index: i,
+            request_bytes: e.size,
+            device_free_bytes: e.device_free(),
+            time_us: e.time_us(),
+            site: super::sites::site_of(&snapshot.stacks, e.stack),
+        });
+    let mostly_free_segment_count = totals.mostly_free.len();
+    totals.mostly_free.truncate(MOSTLY_FREE_SHOWN);
+    DeviceAnalysis {
+        device,
+        reserved_bytes: totals.reserved_bytes,
+        allocated_bytes: totals.allocated_bytes,
+        active_bytes: totals.active_bytes,
+        requested_bytes: totals.requested_bytes,
+        segments: totals.segments,
+        blocks: totals.blocks,
+        fragmentation: totals.fragmentation,
+        trace: TraceSummary {
+            entries: entries.len(),
+            peak_active_bytes: peak.bytes,
+            peak_entry_index: peak.entry_index,
+            peak_time_us: peak.entry_index.and_then(|i| entries[i].time_us()),
+            before_trace_bytes: peak.before_trace_bytes,
+            actions,
+            inconsistencies: peak.issue_count,
+            first_inconsistency: peak
+                .first_issue
+                .map(|i| format!("entry {}: {}", i.entry_index, i.message)),
+        },
+        top_sites: top_sites(&snapshot.stacks, &peak.live, top),
+        oom,
+        mostly_free_segments: totals.mostly_free,
+        mostly_free_segment_count,
+    }
+}
+
+/// Analyzes every device that has a segment or a non-empty trace, or only `only` when given.
+pub fn analyze_snapshot(snapshot: &Snapshot, top: usize, only: Option<u32>) -> Vec<DeviceAnalysis> {
+    snapshot
+        .devices()
+        .into_iter()
+        .filter(|d| only.is_none_or(|o| o == *d))
+        .map(|d| analyze_device(snapshot, d, top))
+        .collect()
+}

@@ -1,0 +1,61 @@
+//! Opening input files: the one place `cli` turns a path into a snapshot, with a progress bar
+//! on a terminal for big files.
+
+use crate::source::torch_snapshot::{self, Parsed};
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs::File;
+use std::io::{IsTerminal, Read};
+use std::path::Path;
+
+/// Files at least this large get a progress bar (on a terminal, without --json).
+const PROGRESS_FROM_BYTES: u64 = 32 << 20;
+
+/// Magic at the start of a memprof recording (`memprof-wire`).
+const RECORDING_MAGIC: &[u8] = memprof_wire::MAGIC;
+
+/// A snapshot read from a file, with the file's size.
+pub struct Loaded {
+    pub parsed: Parsed,
+    pub bytes: u64,
+}
+
+/// Reads a snapshot file. Errors name what went wrong; the caller adds the path.
+pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
+    let meta = std::fs::metadata(path).context("cannot open")?;
+    if meta.is_dir() {
+        bail!("is a directory, expected a snapshot file");
+    }
+    let mut file = File::open(path).context("cannot open")?;
+    let mut head = [0u8; 8];
+    let n = file.read(&mut head).context("cannot read")?;
+    if head[..n].starts_with(RECORDING_MAGIC) {
+        bail!("memprof recordings are not supported by analyze yet; only PyTorch snapshots are");
+    }
+    let file = File::open(path).context("cannot open")?;
+    let bytes = meta.len();
+    let bar =
+        (progress && bytes >= PROGRESS_FROM_BYTES && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new(bytes);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_message(path.display().to_string());
+            bar
+        });
+    let parsed = match &bar {
+        Some(bar) => torch_snapshot::read(bar.wrap_read(file)),
+        None => torch_snapshot::read(file),
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(Loaded {
+        parsed: parsed?,
+        bytes,
+    })
+}

@@ -1,0 +1,93 @@
+//! The command line: clap definitions for every subcommand of `design/CLI.md`, and dispatch.
+//! One file per built subcommand; `main.rs` maps the outcome to an exit code.
+
+mod analyze;
+mod input;
+mod unbuilt;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// What a command concluded, when it did not fail.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0.
+    Ok,
+    /// Exit 1: a finding that fails the command (gate regression, OOM with --fail-on-oom).
+    Finding,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "memprof",
+    version,
+    about = "GPU memory profiler and OOM diagnosis for PyTorch / CUDA programs",
+    long_about = "GPU memory profiler and OOM diagnosis for PyTorch / CUDA programs.\n\n\
+                  Exit codes: 0 ok, 1 a finding that fails the command, 2 error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Post-mortem of PyTorch memory snapshots: usage, peak, fragmentation, top sites.
+    Analyze(AnalyzeArgs),
+    /// Replay an allocation trace through the caching-allocator model under other settings.
+    Simulate(unbuilt::SimulateArgs),
+    /// Root cause of an out-of-memory error from a snapshot, recording or log.
+    Diagnose(unbuilt::DiagnoseArgs),
+    /// Run a program under the recording shim.
+    Run(unbuilt::RunArgs),
+    /// Live view of a running process.
+    Attach(unbuilt::AttachArgs),
+    /// Dashboard of all GPUs and their processes.
+    Top,
+    /// Browse a snapshot or recording interactively.
+    View(unbuilt::ViewArgs),
+    /// Memory planners: training, checkpointing, sequence packing, KV cache.
+    Plan(unbuilt::PlanArgs),
+    /// Fail a CI job when peak memory regresses against a baseline.
+    Gate(unbuilt::GateArgs),
+    /// Convert a snapshot or recording for other tools.
+    Export(unbuilt::ExportArgs),
+    /// Serve Prometheus metrics for every GPU and process.
+    Agent(unbuilt::AgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// PyTorch memory snapshot pickles (one per rank, for example).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print one JSON document (schema_version 1) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// How many allocation sites to list per device.
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    pub top: usize,
+    /// Only this device.
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Write a plot of the timeline (not built yet).
+    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+/// Runs a parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    match cli.command {
+        Command::Analyze(args) => analyze::run(&args),
+        Command::Simulate(_) => unbuilt::refuse("simulate"),
+        Command::Diagnose(_) => unbuilt::refuse("diagnose"),
+        Command::Run(_) => unbuilt::refuse("run"),
+        Command::Attach(_) => unbuilt::refuse("attach"),
+        Command::Top => unbuilt::refuse("top"),
+        Command::View(_) => unbuilt::refuse("view"),
+        Command::Plan(_) => unbuilt::refuse("plan"),
+        Command::Gate(_) => unbuilt::refuse("gate"),
+        Command::Export(_) => unbuilt::refuse("export"),
+        Command::Agent(_) => unbuilt::refuse("agent"),
+    }
+}

@@ -1,0 +1,137 @@
+//! Subcommands of `design/CLI.md` that are not built yet. Their flags are parsed so `--help`
+//! documents the contract, and running one says plainly that it does not work yet (exit 2).
+
+use super::Outcome;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+/// Says the subcommand is not built and fails with exit code 2.
+pub fn refuse(name: &str) -> anyhow::Result<Outcome> {
+    anyhow::bail!("`memprof {name}` is not built yet in this version; `memprof analyze` is")
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    pub file: PathBuf,
+    /// Settings in PYTORCH_CUDA_ALLOC_CONF syntax.
+    #[arg(long, value_name = "CONF")]
+    pub alloc_conf: Option<String>,
+    /// Device memory the model may reserve (bytes or units: 80GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
+    #[arg(long)]
+    pub validate: bool,
+    #[arg(long)]
+    pub sweep: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    pub file: Option<PathBuf>,
+    /// A log holding a PyTorch OOM error message.
+    #[arg(long, value_name = "LOGFILE")]
+    pub log: Option<PathBuf>,
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[arg(short = 'o', value_name = "OUT.memprof")]
+    pub output: Option<PathBuf>,
+    #[arg(long)]
+    pub torch: bool,
+    #[arg(long)]
+    pub live: bool,
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    pub pid: u32,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(subcommand)]
+    pub planner: Planner,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Planner {
+    /// Training memory per GPU for a model and parallelism.
+    Train {
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        gpus: Option<u32>,
+        #[arg(long, value_name = "SIZE")]
+        gpu_memory: Option<String>,
+        #[arg(long)]
+        seq_len: Option<u64>,
+        #[arg(long)]
+        micro_batch: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which layers to recompute under a memory budget.
+    Checkpoint,
+    /// Sequence packing against padding.
+    Pack {
+        #[arg(long)]
+        lengths: PathBuf,
+        #[arg(long)]
+        max_len: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// KV-cache pool sizing for serving.
+    Kv {
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    pub current: PathBuf,
+    #[arg(long, value_name = "BASE.json")]
+    pub baseline: Option<PathBuf>,
+    #[arg(long, value_name = "BASE.json")]
+    pub write_baseline: Option<PathBuf>,
+    #[arg(long, value_name = "PERCENT")]
+    pub max_increase: Option<String>,
+    #[arg(long, value_name = "SIZE")]
+    pub limit: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    pub file: PathBuf,
+    #[arg(long, value_name = "torch-snapshot|perfetto|json")]
+    pub to: String,
+    #[arg(short = 'o', value_name = "OUT")]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub listen: String,
+}

@@ -1,0 +1,19 @@
+//! The vocabulary every part of memprof shares: sizes, trace actions and entries, stacks,
+//! segment layouts, the timeline, and the one place that replays entries into a memory state.
+//! No I/O; depends on serde at most.
+
+mod event;
+mod layout;
+mod snapshot;
+mod stack;
+mod state;
+mod timeline;
+mod units;
+
+pub use event::{Action, ExtraId, StackId, StreamIndex, TraceEntry};
+pub use layout::{Block, BlockState, PoolKind, Segment};
+pub use snapshot::{AllocatorSettings, Annotation, Snapshot, SnapshotFormat};
+pub use stack::{Frame, StackTable};
+pub use state::{Live, LiveSet, Replay, ReplayIssue};
+pub use timeline::{EntryExtra, Timeline};
+pub use units::{Bytes, ParseBytesError};

@@ -1,0 +1,85 @@
+//! The timeline: every device's trace entries in order, with the tables they point into.
+
+use super::event::{ExtraId, StreamIndex, TraceEntry};
+use std::num::NonZeroU32;
+use std::ops::Range;
+
+/// Rare per-entry metadata of newer PyTorch versions; absent on almost every entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EntryExtra {
+    /// `compile_context` (2.8+), when it is not PyTorch's "N/A" placeholder.
+    pub compile_context: Option<String>,
+    /// `user_metadata` (2.10+), when not empty.
+    pub user_metadata: Option<String>,
+    /// `forward_frames` (2.11): where the tensor was created in the forward pass.
+    pub forward_frames: Vec<String>,
+}
+
+/// All trace entries of all devices. Entries of one device are contiguous and chronological.
+#[derive(Clone, Debug, Default)]
+pub struct Timeline {
+    entries: Vec<TraceEntry>,
+    devices: Vec<Range<usize>>,
+    streams: Vec<u64>,
+    extras: Vec<EntryExtra>,
+}
+
+impl Timeline {
+    /// Builds a timeline from entries and each device's range in them (index = device).
+    pub fn new(entries: Vec<TraceEntry>, devices: Vec<Range<usize>>) -> Timeline {
+        debug_assert!(devices.iter().all(|r| r.end <= entries.len()));
+        Timeline {
+            entries,
+            devices,
+            streams: vec![0],
+            extras: Vec::new(),
+        }
+    }
+
+    /// The number of devices with a trace list (possibly empty).
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// One device's entries, oldest first; empty for a device without a trace.
+    pub fn device(&self, device: usize) -> &[TraceEntry] {
+        self.devices
+            .get(device)
+            .map_or(&[], |r| &self.entries[r.clone()])
+    }
+
+    /// Interns a stream handle (`cudaStream_t` as an integer). Stream 0 is index 0.
+    pub fn intern_stream(&mut self, stream: u64) -> StreamIndex {
+        if let Some(i) = self.streams.iter().position(|&s| s == stream) {
+            return StreamIndex(i as u16);
+        }
+        self.streams.push(stream);
+        StreamIndex((self.streams.len() - 1) as u16)
+    }
+
+    /// The stream handle of an index.
+    pub fn stream(&self, index: StreamIndex) -> u64 {
+        self.streams[index.0 as usize]
+    }
+
+    /// The number of distinct streams interned so far.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Stores rare metadata and returns its id.
+    pub fn add_extra(&mut self, extra: EntryExtra) -> ExtraId {
+        self.extras.push(extra);
+        ExtraId(NonZeroU32::MIN.saturating_add(self.extras.len() as u32 - 1))
+    }
+
+    pub fn extra(&self, id: ExtraId) -> &EntryExtra {
+        &self.extras[id.0.get() as usize - 1]
+    }
+
+    /// Replaces the stream and extra tables (when entries were built elsewhere).
+    pub fn set_tables(&mut self, streams: Vec<u64>, extras: Vec<EntryExtra>) {
+        self.streams = streams;
+        self.extras = extras;
+    }
+}

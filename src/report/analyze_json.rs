@@ -1,0 +1,62 @@
+//! The `analyze --json` document (`design/CLI.md`, `schema_version` 1).
+
+use crate::analysis::DeviceAnalysis;
+use serde::Serialize;
+
+/// Version of the JSON layout; bumped when a field changes meaning.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct Tool {
+    pub name: &'static str,
+    pub version: &'static str,
+}
+
+impl Tool {
+    pub fn this() -> Tool {
+        Tool {
+            name: "memprof",
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+}
+
+/// Which kind of file an input was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    TorchSnapshot,
+    MemprofRecording,
+}
+
+/// One analyzed file.
+#[derive(Debug, Serialize)]
+pub struct InputReport {
+    pub path: String,
+    pub kind: InputKind,
+    pub bytes: u64,
+    /// `history` (PyTorch 2.0), `modern` (2.1+) or `segments_only`.
+    pub format: &'static str,
+    /// The allocator settings string recorded in the file, when present.
+    pub alloc_conf: Option<String>,
+    pub devices: Vec<DeviceAnalysis>,
+    pub warnings: Vec<String>,
+}
+
+/// The whole document.
+#[derive(Debug, Serialize)]
+pub struct AnalyzeReport {
+    pub schema_version: u32,
+    pub tool: Tool,
+    pub inputs: Vec<InputReport>,
+}
+
+impl AnalyzeReport {
+    pub fn new(inputs: Vec<InputReport>) -> AnalyzeReport {
+        AnalyzeReport {
+            schema_version: SCHEMA_VERSION,
+            tool: Tool::this(),
+            inputs,
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Sources: the only code that turns outside bytes into model values. Parsers take a reader;
+//! nothing here opens a path it was not handed.
+
+pub mod pickle;
+pub mod torch_snapshot;

@@ -1,0 +1,154 @@
+//! A chunked byte reader for the pickle decoder: reads the file in large pieces so the whole
+//! file never sits in memory, and knows the byte offset of everything it hands out.
+//!
+//! Hand-written rather than `BufReader` because the decoder needs contiguous slices of any
+//! length (a string may be larger than one buffer) plus the absolute offset, without copying.
+
+use std::io::{self, Read};
+
+const CHUNK: usize = 1 << 20;
+
+/// Why the input ended early or failed.
+#[derive(Debug)]
+pub enum InputError {
+    /// The input ended before `needed` more bytes could be read.
+    Truncated,
+    Io(io::Error),
+}
+
+/// Buffered input with absolute offsets.
+pub struct Input<R> {
+    reader: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// Absolute offset of `buf[0]`.
+    base: u64,
+}
+
+impl<R: Read> Input<R> {
+    pub fn new(reader: R) -> Input<R> {
+        Input {
+            reader,
+            buf: vec![0; CHUNK],
+            pos: 0,
+            end: 0,
+            base: 0,
+        }
+    }
+
+    /// Absolute offset of the next byte.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Makes at least `n` bytes available after `pos`, or fails with `Truncated`.
+    #[cold]
+    fn fill(&mut self, n: usize) -> Result<(), InputError> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if n > self.buf.len() {
+            self.buf.resize(n.next_power_of_two(), 0);
+        }
+        while self.end < n {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err(InputError::Truncated),
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(InputError::Io(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next byte.
+    #[inline]
+    pub fn byte(&mut self) -> Result<u8, InputError> {
+        if self.pos == self.end {
+            self.fill(1)?;
+        }
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// Whether the input has no more bytes.
+    pub fn at_end(&mut self) -> Result<bool, InputError> {
+        if self.pos < self.end {
+            return Ok(false);
+        }
+        match self.fill(1) {
+            Ok(()) => Ok(false),
+            Err(InputError::Truncated) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The next `n` bytes, valid until the next call.
+    #[inline]
+    pub fn take(&mut self, n: usize) -> Result<&[u8], InputError> {
+        if self.end - self.pos < n {
+            self.fill(n)?;
+        }
+        let start = self.pos;
+        self.pos += n;
+        Ok(&self.buf[start..start + n])
+    }
+
+    /// The next `N` bytes as an array.
+    #[inline]
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], InputError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    /// Bytes up to (not including) the next `\n`, which is consumed.
+    pub fn line(&mut self) -> Result<&[u8], InputError> {
+        let mut scanned = 0;
+        loop {
+            if let Some(i) = self.buf[self.pos + scanned..self.end]
+                .iter()
+                .position(|&b| b == b'\n')
+            {
+                let start = self.pos;
+                let len = scanned + i;
+                self.pos += len + 1;
+                return Ok(&self.buf[start..start + len]);
+            }
+            scanned = self.end - self.pos;
+            self.fill(scanned + 1)?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_across_chunk_boundaries() {
+        let data: Vec<u8> = (0..(3 * CHUNK + 17)).map(|i| (i % 251) as u8).collect();
+        let mut input = Input::new(&data[..]);
+        assert_eq!(input.take(CHUNK - 3).map(|s| s.len()).ok(), Some(CHUNK - 3));
+        let big = input.take(2 * CHUNK).map(|s| s.to_vec()).ok();
+        assert_eq!(big.as_deref(), Some(&data[CHUNK - 3..3 * CHUNK - 3]));
+        assert_eq!(input.offset(), (3 * CHUNK - 3) as u64);
+        assert_eq!(input.byte().ok(), Some(data[3 * CHUNK - 3]));
+        assert!(matches!(input.take(100), Err(InputError::Truncated)));
+    }
+
+    #[test]
+    fn reads_lines() {
+        let mut input = Input::new(&b"I42\nrest"[..]);
+        assert_eq!(input.byte().ok(), Some(b'I'));
+        assert_eq!(input.line().ok(), Some(&b"42"[..]));
+        assert_eq!(input.offset(), 4);
+        assert!(matches!(input.line(), Err(InputError::Truncated)));
+    }
+}

@@ -1,0 +1,16 @@
+//! A streaming decoder for data-only Python pickles (protocols 0 to 5).
+//!
+//! Purpose-built rather than `serde-pickle` because real snapshots share frame objects through
+//! the memo thousands of times (a generic decoder copies them per reference) and hold millions
+//! of small trace dicts that must become compact rows while decoding to keep memory near the
+//! file's size; `benches/snapshot_parse.rs` measures both.
+
+mod decode;
+mod input;
+mod value;
+
+pub use decode::{decode, DecodeError, DecodeErrorKind, Fold, KeepAll};
+pub use value::{Document, Node, NodeId, StrId, Value};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,34 @@
+//! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()`) into the model.
+
+mod fold;
+mod schema;
+
+use crate::model::Snapshot;
+use crate::source::pickle::{self, DecodeError};
+use std::io::Read;
+
+pub use schema::ShapeError;
+
+/// Why a snapshot could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+}
+
+/// A snapshot and what was odd about it but not fatal.
+#[derive(Debug)]
+pub struct Parsed {
+    pub snapshot: Snapshot,
+    pub warnings: Vec<String>,
+}
+
+/// Reads a snapshot pickle from `reader`, streaming: the file is never held in memory whole.
+pub fn read<R: Read>(reader: R) -> Result<Parsed, SnapshotError> {
+    let mut folder = fold::TraceFolder::new();
+    let (doc, root) = pickle::decode(reader, &mut folder)?;
+    let (snapshot, warnings) = schema::build(&doc, root, folder)?;
+    Ok(Parsed { snapshot, warnings })
+}

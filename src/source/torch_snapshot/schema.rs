@@ -1,0 +1,428 @@
+//! The typed view of a decoded snapshot: segments, blocks, traces, settings and annotations,
+//! for every layout from PyTorch 2.0 (block `history`) to 2.11. Unknown keys are ignored.
+
+use super::fold::{Interner, TraceFolder};
+use crate::model::{
+    AllocatorSettings, Annotation, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat,
+    Timeline, TraceEntry,
+};
+use crate::source::pickle::{Document, Value};
+use std::ops::Range;
+
+/// A snapshot whose shape is not what PyTorch writes; the message says where.
+#[derive(Debug, thiserror::Error)]
+#[error("not a PyTorch memory snapshot: {0}")]
+pub struct ShapeError(pub String);
+
+fn shape<T>(message: impl Into<String>) -> Result<T, ShapeError> {
+    Err(ShapeError(message.into()))
+}
+
+/// Reads the root value of a decoded snapshot. Returns the snapshot and warnings.
+pub fn build(
+    doc: &Document,
+    root: Value,
+    folder: TraceFolder,
+) -> Result<(Snapshot, Vec<String>), ShapeError> {
+    let mut warnings = Vec::new();
+    let TraceFolder {
+        mut interner,
+        entries,
+        runs,
+        unknown_actions,
+        first_problem,
+        problems,
+        ..
+    } = folder;
+    let (segments_value, traces_value, settings_value, annotations_value) =
+        if doc.as_seq(root).is_some() {
+            (root, None, None, None)
+        } else if let Some(top) = doc.as_dict(root) {
+            let Some(segments) = doc.get(top, "segments") else {
+                let keys: Vec<String> = top.iter().map(|(k, _)| doc.render(*k)).collect();
+                return shape(format!(
+                    "the top-level dict has no 'segments' key (keys: {})",
+                    keys.join(", ")
+                ));
+            };
+            (
+                segments,
+                doc.get(top, "device_traces"),
+                doc.get(top, "allocator_settings"),
+                doc.get(top, "external_annotations"),
+            )
+        } else {
+            return shape(format!(
+            "the pickle holds {}, expected a dict with 'segments' and 'device_traces' or a list \
+             of segments",
+            describe(doc, root)
+        ));
+        };
+
+    let segment_items = doc.as_seq(segments_value).ok_or_else(|| {
+        ShapeError(format!(
+            "'segments' is {}, expected a list",
+            describe(doc, segments_value)
+        ))
+    })?;
+    let mut segments = Vec::with_capacity(segment_items.len());
+    let mut history_format = false;
+    for (i, &item) in segment_items.iter().enumerate() {
+        let (segment, history) = segment(doc, item, &mut interner)
+            .map_err(|why| ShapeError(format!("segments[{i}]: {why}")))?;
+        history_format |= history;
+        segments.push(segment);
+    }
+    segments.sort_by_key(|s| (s.device, s.address));
+
+    if let Some(problem) = &first_problem {
+        let device = traces_value
+            .and_then(|t| doc.as_seq(t))
+            .and_then(|lists| lists.iter().position(|&l| l == Value::Node(problem.list)));
+        let place = match device {
+            Some(d) => format!("device_traces[{d}][{}]", problem.position),
+            None => format!("trace entry {}", problem.position),
+        };
+        return shape(format!(
+            "{place}: {}{}",
+            problem.message,
+            if problems > 1 {
+                format!(" (and {} more bad entries)", problems - 1)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    for (action, count) in unknown_actions {
+        warnings.push(format!(
+            "skipped {count} trace entries with unknown action '{action}'"
+        ));
+    }
+
+    let timeline = match traces_value {
+        None | Some(Value::None) => Timeline::new(Vec::new(), Vec::new()),
+        Some(traces) => {
+            let lists = doc.as_seq(traces).ok_or_else(|| {
+                ShapeError(format!(
+                    "'device_traces' is {}, expected a list",
+                    describe(doc, traces)
+                ))
+            })?;
+            let mut per_device = Vec::with_capacity(lists.len());
+            for (d, &list) in lists.iter().enumerate() {
+                let Value::Node(id) = list else {
+                    return shape(format!(
+                        "device_traces[{d}] is {}, expected a list",
+                        describe(doc, list)
+                    ));
+                };
+                match doc.as_seq(list) {
+                    Some([]) => {}
+                    Some([first, ..]) => return shape(format!(
+                        "device_traces[{d}] holds {}, expected trace-entry dicts with an 'action'",
+                        describe(doc, *first)
+                    )),
+                    None => return shape(format!("device_traces[{d}] is not a list")),
+                }
+                per_device.push(
+                    runs.iter()
+                        .filter(|r| r.list == id)
+                        .map(|r| r.start..r.end)
+                        .collect(),
+                );
+            }
+            let (entries, ranges) = arrange(entries, per_device);
+            let mut timeline = Timeline::new(entries, ranges);
+            timeline.set_tables(
+                std::mem::take(&mut interner.streams),
+                std::mem::take(&mut interner.extras),
+            );
+            timeline
+        }
+    };
+
+    let settings = match settings_value {
+        Some(v) if v != Value::None => Some(allocator_settings(doc, v).map_err(ShapeError)?),
+        _ => None,
+    };
+    let annotations = annotations_value.map_or_else(Vec::new, |v| annotations(doc, v));
+    let format = if traces_value.is_none() && doc.as_seq(root).is_some() {
+        SnapshotFormat::SegmentsOnly
+    } else if history_format {
+        SnapshotFormat::History
+    } else {
+        SnapshotFormat::Modern
+    };
+    let snapshot = Snapshot {
+        format,
+        segments,
+        timeline,
+        stacks: interner.stacks,
+        settings,
+        annotations,
+    };
+    Ok((snapshot, warnings))
+}
+
+/// Puts each device's runs in device order; no copy when they already are (the usual case).
+fn arrange(
+    entries: Vec<TraceEntry>,
+    per_device: Vec<Vec<Range<usize>>>,
+) -> (Vec<TraceEntry>, Vec<Range<usize>>) {
+    let mut expected_start = 0;
+    let in_order = per_device.iter().flatten().all(|r| {
+        let ok = r.start == expected_start;
+        expected_start = r.end;
+        ok
+    });
+    let single = per_device.iter().all(|runs| runs.len() <= 1);
+    if in_order && single {
+        let mut next = 0;
+        let ranges = per_device
+            .iter()
+            .map(|runs| {
+                let r = runs.first().cloned().unwrap_or(next..next);
+                next = r.end;
+                r
+            })
+            .collect();
+        return (entries, ranges);
+    }
+    let mut arranged = Vec::with_capacity(entries.len());
+    let mut ranges = Vec::with_capacity(per_device.len());
+    for runs in per_device {
+        let start = arranged.len();
+        for r in runs {
+            arranged.extend_from_slice(&entries[r]);
+        }
+        ranges.push(start..arranged.len());
+    }
+    (arranged, ranges)
+}
+
+fn describe(doc: &Document, value: Value) -> String {
+    let kind = match value {
+        Value::None => "None",
+        Value::Bool(_) => "a bool",
+        Value::Int(_) | Value::BigInt(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Str(_) => "a string",
+        Value::Bytes(_) => "bytes",
+        Value::Folded(_) => "a trace entry",
+        Value::Node(_) if doc.as_dict(value).is_some() => "a dict",
+        Value::Node(_) => "a list",
+    };
+    let mut text = doc.render(value);
+    if text.len() > 60 {
+        let cut = (0..=60)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    format!("{kind} ({text})")
+}
+
+fn uint(doc: &Document, pairs: &[(Value, Value)], key: &str) -> Result<Option<u64>, String> {
+    match doc.get(pairs, key) {
+        None => Ok(None),
+        Some(v) => doc.as_u64(v).map(Some).ok_or_else(|| {
+            format!(
+                "'{key}' is not a non-negative integer: {}",
+                describe(doc, v)
+            )
+        }),
+    }
+}
+
+fn required(doc: &Document, pairs: &[(Value, Value)], key: &str) -> Result<u64, String> {
+    uint(doc, pairs, key)?.ok_or_else(|| format!("'{key}' is missing"))
+}
+
+/// One segment dict; the bool says whether its blocks used the 2.0 `history` layout.
+fn segment(
+    doc: &Document,
+    value: Value,
+    interner: &mut Interner,
+) -> Result<(Segment, bool), String> {
+    let pairs = doc
+        .as_dict(value)
+        .ok_or_else(|| format!("is {}, expected a dict", describe(doc, value)))?;
+    let address = required(doc, pairs, "address")?;
+    let total_size = required(doc, pairs, "total_size")?;
+    let device = required(doc, pairs, "device")?;
+    let device = u32::try_from(device).map_err(|_| "'device' is too large".to_string())?;
+    let stream = doc
+        .get(pairs, "stream")
+        .map(|v| doc.as_i64(v).map(|s| s as u64).or_else(|| doc.as_u64(v)))
+        .unwrap_or(Some(0))
+        .ok_or("'stream' is not an integer")?;
+    let pool = match doc.get(pairs, "segment_type").and_then(|v| doc.as_str(v)) {
+        Some("small") => PoolKind::Small,
+        Some("large") | None => PoolKind::Large,
+        Some(other) => return Err(format!("unknown segment_type '{other}'")),
+    };
+    let pool_id = match doc.get(pairs, "segment_pool_id") {
+        None | Some(Value::None) => (0, 0),
+        Some(v) => match doc.as_seq(v) {
+            Some(&[a, b]) => (doc.as_i64(a).unwrap_or(0), doc.as_i64(b).unwrap_or(0)),
+            _ => {
+                return Err(format!(
+                    "'segment_pool_id' is {}, expected a pair",
+                    describe(doc, v)
+                ))
+            }
+        },
+    };
+    let is_expandable = matches!(doc.get(pairs, "is_expandable"), Some(Value::Bool(true)));
+    let stack = match doc.get(pairs, "frames") {
+        Some(frames) => interner.stack(doc, frames)?,
+        None => None,
+    };
+    let block_values = match doc.get(pairs, "blocks") {
+        Some(v) => doc
+            .as_seq(v)
+            .ok_or_else(|| format!("'blocks' is {}, expected a list", describe(doc, v)))?,
+        None => &[],
+    };
+    let mut blocks = Vec::with_capacity(block_values.len());
+    let mut next_address = address;
+    let mut history_format = false;
+    for (j, &b) in block_values.iter().enumerate() {
+        let (block, history) =
+            block(doc, b, next_address, interner).map_err(|why| format!("blocks[{j}]: {why}"))?;
+        history_format |= history;
+        next_address = block.address.saturating_add(block.size);
+        blocks.push(block);
+    }
+    let segment = Segment {
+        device,
+        address,
+        total_size,
+        stream,
+        pool,
+        pool_id,
+        is_expandable,
+        stack,
+        blocks,
+    };
+    Ok((segment, history_format))
+}
+
+/// One block dict. 2.0 blocks have no address (they tile the segment in order) and keep the
+/// request and stack in `history[0]`.
+fn block(
+    doc: &Document,
+    value: Value,
+    next_address: u64,
+    interner: &mut Interner,
+) -> Result<(Block, bool), String> {
+    let pairs = doc
+        .as_dict(value)
+        .ok_or_else(|| format!("is {}, expected a dict", describe(doc, value)))?;
+    let size = required(doc, pairs, "size")?;
+    let state_value = doc.get(pairs, "state").ok_or("'state' is missing")?;
+    let state_name = doc.as_str(state_value).ok_or("'state' is not a string")?;
+    let state = BlockState::from_torch_name(state_name)
+        .ok_or_else(|| format!("unknown block state '{state_name}'"))?;
+    let address = uint(doc, pairs, "address")?.unwrap_or(next_address);
+    let history = doc
+        .get(pairs, "history")
+        .and_then(|h| doc.as_seq(h))
+        .and_then(|h| h.first().copied());
+    let mut requested_size = uint(doc, pairs, "requested_size")?;
+    let mut frames = doc.get(pairs, "frames");
+    if let Some(first) = history {
+        let entry = doc.as_dict(first).ok_or("'history' entry is not a dict")?;
+        if let Some(real) = uint(doc, entry, "real_size")? {
+            requested_size = Some(real);
+        }
+        frames = frames.or_else(|| doc.get(entry, "frames"));
+    }
+    let stack = match frames {
+        Some(frames) => interner.stack(doc, frames)?,
+        None => None,
+    };
+    let block = Block {
+        address,
+        size,
+        requested_size: requested_size.unwrap_or(size),
+        state,
+        stack,
+    };
+    Ok((block, doc.get(pairs, "history").is_some()))
+}
+
+fn allocator_settings(doc: &Document, value: Value) -> Result<AllocatorSettings, String> {
+    let pairs = doc.as_dict(value).ok_or_else(|| {
+        format!(
+            "'allocator_settings' is {}, expected a dict",
+            describe(doc, value)
+        )
+    })?;
+    let mut settings = AllocatorSettings {
+        alloc_conf: doc
+            .get(pairs, "PYTORCH_CUDA_ALLOC_CONF")
+            .and_then(|v| doc.as_str(v))
+            .map(str::to_string),
+        expandable_segments: match doc.get(pairs, "expandable_segments") {
+            Some(Value::Bool(b)) => Some(b),
+            _ => None,
+        },
+        max_split_size: doc
+            .get(pairs, "max_split_size")
+            .and_then(|v| doc.as_i64(v))
+            .and_then(|v| u64::try_from(v).ok()),
+        garbage_collection_threshold: match doc.get(pairs, "garbage_collection_threshold") {
+            Some(Value::Float(f)) => Some(f),
+            Some(Value::Int(i)) => Some(i as f64),
+            _ => None,
+        },
+        roundup_power2_divisions: Vec::new(),
+    };
+    if let Some(divisions) = doc
+        .get(pairs, "roundup_power2_divisions")
+        .and_then(|v| doc.as_dict(v))
+    {
+        for &(k, v) in divisions {
+            let interval = doc
+                .as_str(k)
+                .and_then(|s| s.parse::<u64>().ok())
+                .or_else(|| doc.as_u64(k));
+            if let (Some(interval), Some(div)) = (interval, doc.as_u64(v)) {
+                if div > 0 {
+                    settings.roundup_power2_divisions.push((interval, div));
+                }
+            }
+        }
+        settings.roundup_power2_divisions.sort_unstable();
+    }
+    Ok(settings)
+}
+
+/// `external_annotations`; entries that are not dicts are skipped.
+fn annotations(doc: &Document, value: Value) -> Vec<Annotation> {
+    let Some(items) = doc.as_seq(value) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|&item| doc.as_dict(item))
+        .map(|pairs| {
+            let text = |key| {
+                doc.get(pairs, key)
+                    .map(|v| doc.as_str(v).map_or_else(|| doc.render(v), str::to_string))
+            };
+            Annotation {
+                device: doc
+                    .get(pairs, "device")
+                    .and_then(|v| doc.as_u64(v))
+                    .and_then(|d| u32::try_from(d).ok()),
+                time_us: doc.get(pairs, "time_us").and_then(|v| doc.as_i64(v)),
+                stage: text("stage"),
+                name: text("name"),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,53 @@
+//! Bad input: exit code 2 and one line naming the file and what is wrong, never a panic.
+
+use crate::util::{fixture, memprof, stderr};
+
+fn assert_one_line_error(path: &str, want: &str) {
+    let out = memprof(&["analyze", path]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{path}: {err}");
+    assert!(out.stdout.is_empty(), "{path}: nothing on stdout");
+    assert_eq!(err.lines().count(), 1, "{path}: one line: {err}");
+    assert!(err.contains(path), "{path}: names the file: {err}");
+    assert!(err.contains(want), "{path}: says {want:?}: {err}");
+    assert!(!err.contains("panicked"), "{path}: {err}");
+}
+
+#[test]
+fn invalid_fixtures() {
+    let cases = [
+        ("empty.pickle", "the file is empty"),
+        ("truncated.pickle", "truncated pickle: the data ends inside the opcode at byte"),
+        ("random.bin", "byte 0"),
+        ("snapshot.json", "looks like JSON"),
+        ("wrong_shape.pickle", "'segments' is an integer"),
+        ("list_of_ints.pickle", "segments[0]: is an integer"),
+        ("code_exec.pickle", "refused opcode STACK_GLOBAL"),
+        ("code_exec_protocol2.pickle", "refused opcode GLOBAL"),
+    ];
+    for (name, want) in cases {
+        assert_one_line_error(&fixture(&format!("invalid/{name}")).display().to_string(), want);
+    }
+}
+
+#[test]
+fn missing_path_and_directory() {
+    assert_one_line_error("/nonexistent/snapshot.pickle", "cannot open");
+    assert_one_line_error(&fixture("snapshots").display().to_string(), "is a directory");
+}
+
+#[test]
+fn every_cut_of_a_real_pickle_fails_cleanly() {
+    let bytes = std::fs::read(fixture("snapshots/v2_1_basic.pickle")).expect("fixture");
+    let dir = std::env::temp_dir().join(format!("memprof-cuts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let step = (bytes.len() / 40).max(1);
+    for cut in (0..bytes.len()).step_by(step) {
+        let path = dir.join(format!("cut{cut}.pickle"));
+        std::fs::write(&path, &bytes[..cut]).expect("write");
+        let out = memprof(&["analyze", "--json", &path.display().to_string()]);
+        assert_eq!(out.status.code(), Some(2), "cut at {cut}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "cut at {cut}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

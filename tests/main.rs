@@ -1,0 +1,8 @@
+//! The one integration-test binary: runs the real `memprof` binary on committed fixtures and on
+//! the real snapshots in `../shared/fixtures/real/`.
+
+mod analyze_fixtures;
+mod bad_input;
+mod commands;
+mod real_snapshots;
+mod util;
