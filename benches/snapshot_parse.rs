@@ -1,1 +1,114 @@
-fn main() {}
+//! Parse and analyze throughput on real snapshots and on generated ones, and the purpose-built
+//! decoder against `serde-pickle` on the same bytes (the measurement behind the choice of
+//! decoder; see `src/source/pickle/mod.rs`).
+//!
+//! Generated inputs come from `../shared/tools/gen_snapshot.py` (needs python3); real ones from
+//! `../shared/fixtures/real/`. Missing inputs are skipped with a note.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use memprof::analysis::analyze_snapshot;
+use memprof::source::pickle::{decode, KeepAll};
+use memprof::source::torch_snapshot;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
+}
+
+/// A generated snapshot of `steps` steps, made once and kept under target/.
+fn generated(steps: u32) -> Option<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&dir).ok()?;
+    let path = dir.join(format!("gen_steps{steps}.pickle"));
+    if !path.exists() {
+        let status = Command::new("python3")
+            .arg(shared().join("tools/gen_snapshot.py"))
+            .arg(&path)
+            .args(["--steps", &steps.to_string()])
+            .status()
+            .ok()?;
+        if !status.success() {
+            return None;
+        }
+    }
+    Some((format!("gen_steps{steps}"), std::fs::read(&path).ok()?))
+}
+
+fn inputs() -> Vec<(String, Vec<u8>)> {
+    let mut inputs = Vec::new();
+    if let Ok(dir) = std::fs::read_dir(shared().join("fixtures/real")) {
+        let mut paths: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let name = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let short = name.split("__").next().unwrap_or(&name).to_string();
+            if let Ok(bytes) = std::fs::read(&p) {
+                inputs.push((format!("real_{short}"), bytes));
+            }
+        }
+    } else {
+        eprintln!("../shared/fixtures/real is absent: real snapshots skipped");
+    }
+    match generated(100) {
+        Some(g) => inputs.push(g),
+        None => eprintln!("python3 or gen_snapshot.py unavailable: generated snapshot skipped"),
+    }
+    inputs
+}
+
+fn parse(c: &mut Criterion) {
+    let inputs = inputs();
+    let mut group = c.benchmark_group("parse");
+    group.sample_size(10);
+    for (name, bytes) in &inputs {
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::new("memprof_decode", name),
+            bytes,
+            |b, bytes| b.iter(|| decode(&bytes[..], &mut KeepAll).map(|(doc, _)| doc).is_ok()),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("serde_pickle_value", name),
+            bytes,
+            |b, bytes| {
+                b.iter(|| {
+                    serde_pickle::value_from_slice(bytes, serde_pickle::DeOptions::new()).is_ok()
+                })
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("snapshot_read", name),
+            bytes,
+            |b, bytes| b.iter(|| torch_snapshot::read(&bytes[..]).is_ok()),
+        );
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("analyze");
+    group.sample_size(10);
+    for (name, bytes) in &inputs {
+        let Ok(parsed) = torch_snapshot::read(&bytes[..]) else {
+            continue;
+        };
+        let entries: usize = (0..parsed.snapshot.timeline.device_count())
+            .map(|d| parsed.snapshot.timeline.device(d).len())
+            .sum();
+        group.throughput(Throughput::Elements(entries.max(1) as u64));
+        group.bench_with_input(
+            BenchmarkId::new("all_devices", name),
+            &parsed,
+            |b, parsed| b.iter(|| analyze_snapshot(&parsed.snapshot, 10, None).len()),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, parse);
+criterion_main!(benches);

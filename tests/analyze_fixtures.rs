@@ -2,7 +2,7 @@
 //! `fixtures/gen/expected_stats.py` computed in Python from the same file (an independent
 //! implementation of the definitions in `design/CLI.md`).
 
-use crate::util::{analyze_json, devices, fixture};
+use crate::util::{analyze_json, assert_devices_match, devices, fixture};
 use serde_json::Value;
 
 const FIXTURES: [&str; 12] = [
@@ -27,32 +27,8 @@ fn check(name: &str) {
     )
     .expect("expected JSON");
     let doc = analyze_json(&[pickle]);
-    let got = devices(&doc);
     let want = expected["devices"].as_array().expect("expected devices");
-    assert_eq!(got.len(), want.len(), "{name}: device count");
-    for (g, w) in got.iter().zip(want) {
-        let dev = &w["device"];
-        let pairs = [
-            ("device", &g["device"]),
-            ("reserved_bytes", &g["reserved_bytes"]),
-            ("allocated_bytes", &g["allocated_bytes"]),
-            ("active_bytes", &g["active_bytes"]),
-            ("requested_bytes", &g["requested_bytes"]),
-            ("segments", &g["segments"]),
-            ("blocks", &g["blocks"]),
-            ("internal_bytes", &g["fragmentation"]["internal_bytes"]),
-            ("external_bytes", &g["fragmentation"]["external_bytes"]),
-            ("largest_free_block_bytes", &g["fragmentation"]["largest_free_block_bytes"]),
-            ("trace_entries", &g["trace"]["entries"]),
-            ("peak_active_bytes", &g["trace"]["peak_active_bytes"]),
-            ("peak_entry_index", &g["trace"]["peak_entry_index"]),
-            ("peak_time_us", &g["trace"]["peak_time_us"]),
-        ];
-        for (key, value) in pairs {
-            assert_eq!(value, &w[key], "{name} device {dev}: {key}");
-        }
-        assert_eq!(g["trace"]["inconsistencies"], 0, "{name} device {dev}: trace replays cleanly");
-    }
+    assert_devices_match(name, devices(&doc), want);
 }
 
 macro_rules! fixture_tests {
@@ -84,7 +60,12 @@ fn every_fixture_has_a_test() {
     let mut on_disk: Vec<String> = std::fs::read_dir(fixture("snapshots"))
         .expect("fixtures dir")
         .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".pickle").map(str::to_string))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".pickle")
+                .map(str::to_string)
+        })
         .collect();
     on_disk.sort();
     let mut listed: Vec<String> = FIXTURES.iter().map(|s| s.to_string()).collect();
@@ -116,14 +97,22 @@ fn oom_entry_is_reported_with_device_free() {
 
 #[test]
 fn device_filter_and_top_limit() {
-    let path = fixture("snapshots/multi_device.pickle").display().to_string();
+    let path = fixture("snapshots/multi_device.pickle")
+        .display()
+        .to_string();
     let out = crate::util::memprof(&["analyze", "--json", "--device", "2", "--top", "1", &path]);
     assert_eq!(out.status.code(), Some(0));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
     let devs = devices(&doc);
     assert_eq!(devs.len(), 1);
     assert_eq!(devs[0]["device"], 2);
-    assert!(devs[0]["top_sites"].as_array().is_some_and(|s| s.len() <= 1));
+    assert!(devs[0]["top_sites"]
+        .as_array()
+        .is_some_and(|s| s.len() <= 1));
     let missing = crate::util::memprof(&["analyze", "--device", "1", &path]);
-    assert_eq!(missing.status.code(), Some(2), "device 1 has no segments and no trace");
+    assert_eq!(
+        missing.status.code(),
+        Some(2),
+        "device 1 has no segments and no trace"
+    );
 }

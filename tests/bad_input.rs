@@ -17,7 +17,10 @@ fn assert_one_line_error(path: &str, want: &str) {
 fn invalid_fixtures() {
     let cases = [
         ("empty.pickle", "the file is empty"),
-        ("truncated.pickle", "truncated pickle: the data ends inside the opcode at byte"),
+        (
+            "truncated.pickle",
+            "truncated pickle: the data ends inside the opcode at byte",
+        ),
         ("random.bin", "byte 0"),
         ("snapshot.json", "looks like JSON"),
         ("wrong_shape.pickle", "'segments' is an integer"),
@@ -26,14 +29,20 @@ fn invalid_fixtures() {
         ("code_exec_protocol2.pickle", "refused opcode GLOBAL"),
     ];
     for (name, want) in cases {
-        assert_one_line_error(&fixture(&format!("invalid/{name}")).display().to_string(), want);
+        assert_one_line_error(
+            &fixture(&format!("invalid/{name}")).display().to_string(),
+            want,
+        );
     }
 }
 
 #[test]
 fn missing_path_and_directory() {
     assert_one_line_error("/nonexistent/snapshot.pickle", "cannot open");
-    assert_one_line_error(&fixture("snapshots").display().to_string(), "is a directory");
+    assert_one_line_error(
+        &fixture("snapshots").display().to_string(),
+        "is a directory",
+    );
 }
 
 #[test]

@@ -15,7 +15,11 @@ fn unbuilt_subcommands_refuse_with_exit_2() {
     for args in cases {
         let out = memprof(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(stderr(&out).contains("is not built yet"), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is not built yet"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
     }
 }
 
@@ -23,7 +27,10 @@ fn unbuilt_subcommands_refuse_with_exit_2() {
 fn usage_errors_exit_2() {
     assert_eq!(memprof(&["analyze"]).status.code(), Some(2));
     assert_eq!(memprof(&["no-such-command"]).status.code(), Some(2));
-    assert_eq!(memprof(&["analyze", "--top", "many", "x"]).status.code(), Some(2));
+    assert_eq!(
+        memprof(&["analyze", "--top", "many", "x"]).status.code(),
+        Some(2)
+    );
 }
 
 #[test]
@@ -31,7 +38,10 @@ fn help_lists_every_subcommand() {
     let out = memprof(&["--help"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    for sub in ["analyze", "simulate", "diagnose", "run", "attach", "top", "view", "plan", "gate", "export", "agent"] {
+    for sub in [
+        "analyze", "simulate", "diagnose", "run", "attach", "top", "view", "plan", "gate",
+        "export", "agent",
+    ] {
         assert!(text.contains(sub), "{sub} in --help");
     }
 }

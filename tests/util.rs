@@ -45,5 +45,42 @@ pub fn analyze_json(files: &[PathBuf]) -> Value {
 
 /// The device entries of the first input of an analyze document.
 pub fn devices(doc: &Value) -> &Vec<Value> {
-    doc["inputs"][0]["devices"].as_array().expect("devices is a list")
+    doc["inputs"][0]["devices"]
+        .as_array()
+        .expect("devices is a list")
+}
+
+/// Asserts that analyze's device entries equal the flat expected values written by
+/// `fixtures/gen/expected_stats.py`, field by field.
+pub fn assert_devices_match(name: &str, got: &[Value], want: &[Value]) {
+    assert_eq!(got.len(), want.len(), "{name}: device count");
+    for (g, w) in got.iter().zip(want) {
+        let dev = &w["device"];
+        let pairs = [
+            ("device", &g["device"]),
+            ("reserved_bytes", &g["reserved_bytes"]),
+            ("allocated_bytes", &g["allocated_bytes"]),
+            ("active_bytes", &g["active_bytes"]),
+            ("requested_bytes", &g["requested_bytes"]),
+            ("segments", &g["segments"]),
+            ("blocks", &g["blocks"]),
+            ("internal_bytes", &g["fragmentation"]["internal_bytes"]),
+            ("external_bytes", &g["fragmentation"]["external_bytes"]),
+            (
+                "largest_free_block_bytes",
+                &g["fragmentation"]["largest_free_block_bytes"],
+            ),
+            ("trace_entries", &g["trace"]["entries"]),
+            ("peak_active_bytes", &g["trace"]["peak_active_bytes"]),
+            ("peak_entry_index", &g["trace"]["peak_entry_index"]),
+            ("peak_time_us", &g["trace"]["peak_time_us"]),
+        ];
+        for (key, value) in pairs {
+            assert_eq!(value, &w[key], "{name} device {dev}: {key}");
+        }
+        assert_eq!(
+            g["trace"]["inconsistencies"], 0,
+            "{name} device {dev}: trace replays cleanly"
+        );
+    }
 }

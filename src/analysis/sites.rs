@@ -60,8 +60,17 @@ pub fn site_of(stacks: &StackTable, stack: Option<StackId>) -> String {
     frames
         .iter()
         .find(|f| f.name.contains("autograd::generated::"))
-        .or_else(|| frames.iter().rev().find(|f| f.name.starts_with("at::_ops::")))
-        .or_else(|| frames.iter().find(|f| !PLUMBING.iter().any(|p| f.name.contains(p))))
+        .or_else(|| {
+            frames
+                .iter()
+                .rev()
+                .find(|f| f.name.starts_with("at::_ops::"))
+        })
+        .or_else(|| {
+            frames
+                .iter()
+                .find(|f| !PLUMBING.iter().any(|p| f.name.contains(p)))
+        })
         .or(frames.first())
         .map_or_else(|| NO_STACK.to_string(), |f| native(&f))
 }
@@ -146,15 +155,33 @@ mod tests {
     fn native_only_stacks_name_the_backward_node_or_operator() {
         let mut t = StackTable::default();
         let unwind = t.add_frame(frame("??", 0, "torch::unwind::unwind()"));
-        let malloc = t.add_frame(frame("CUDACachingAllocator.cpp", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char)"));
-        let op = t.add_frame(frame("??", 0, "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)"));
-        let node = t.add_frame(frame("??", 0, "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor>&&)"));
+        let malloc = t.add_frame(frame(
+            "CUDACachingAllocator.cpp",
+            0,
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char)",
+        ));
+        let op = t.add_frame(frame(
+            "??",
+            0,
+            "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)",
+        ));
+        let node = t.add_frame(frame(
+            "??",
+            0,
+            "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor>&&)",
+        ));
         let engine = t.add_frame(frame("??", 0, "torch::autograd::Engine::thread_main()"));
         let backward = t.add_stack([unwind, malloc, op, node, engine].into());
-        assert_eq!(site_of(&t, backward), "??:0:torch::autograd::generated::BmmBackward0::apply");
+        assert_eq!(
+            site_of(&t, backward),
+            "??:0:torch::autograd::generated::BmmBackward0::apply"
+        );
         let forward = t.add_stack([unwind, malloc, op].into());
         assert_eq!(site_of(&t, forward), "??:0:at::_ops::bmm::call");
         let bare = t.add_stack([unwind, malloc, engine].into());
-        assert_eq!(site_of(&t, bare), "??:0:torch::autograd::Engine::thread_main");
+        assert_eq!(
+            site_of(&t, bare),
+            "??:0:torch::autograd::Engine::thread_main"
+        );
     }
 }

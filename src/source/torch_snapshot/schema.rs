@@ -118,10 +118,12 @@ pub fn build(
                 };
                 match doc.as_seq(list) {
                     Some([]) => {}
-                    Some([first, ..]) => return shape(format!(
+                    Some([first, ..]) => {
+                        return shape(format!(
                         "device_traces[{d}] holds {}, expected trace-entry dicts with an 'action'",
                         describe(doc, *first)
-                    )),
+                    ))
+                    }
                     None => return shape(format!("device_traces[{d}] is not a list")),
                 }
                 per_device.push(
