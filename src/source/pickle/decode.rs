@@ -153,6 +153,7 @@ struct Machine<'f, R, F> {
 impl<R: Read, F: Fold> Machine<'_, R, F> {
     fn run(&mut self) -> Result<Value, DecodeError> {
         loop {
+            self.run_fast();
             let at = self.input.offset();
             let step = match self.input.byte() {
                 Ok(op) => self.step(op, at),
@@ -169,6 +170,93 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
                 Err(kind) => return Err(DecodeError { offset: at, kind }),
             }
         }
+    }
+
+    /// Executes the opcodes that make up almost all of a snapshot (memo gets, small ints,
+    /// marks, memoize, setitems) straight from the input buffer, until one needs more bytes
+    /// than are buffered, is another opcode, or would fail; the general `step` then takes over
+    /// (and reports any error with its offset), since the fast path never half-applies one.
+    fn run_fast(&mut self) {
+        // The buffer is moved out for the loop so the machine's other fields stay borrowable.
+        let (buf, mut i, end) = self.input.take_window();
+        while end - i >= 16 {
+            let op = buf[i];
+            let len = match op {
+                b'h' => {
+                    if self.memo_get(buf[i + 1] as usize).is_err() {
+                        break;
+                    }
+                    2
+                }
+                b'j' => {
+                    let index =
+                        u32::from_le_bytes([buf[i + 1], buf[i + 2], buf[i + 3], buf[i + 4]]);
+                    if self.memo_get(index as usize).is_err() {
+                        break;
+                    }
+                    5
+                }
+                b'K' => {
+                    self.stack.push(Value::Int(buf[i + 1] as i64));
+                    2
+                }
+                b'M' => {
+                    self.stack.push(Value::Int(
+                        u16::from_le_bytes([buf[i + 1], buf[i + 2]]) as i64
+                    ));
+                    3
+                }
+                b'J' => {
+                    let v = i32::from_le_bytes([buf[i + 1], buf[i + 2], buf[i + 3], buf[i + 4]]);
+                    self.stack.push(Value::Int(v as i64));
+                    5
+                }
+                0x8a if buf[i + 1] as usize <= 8 && buf[i + 1] > 0 => {
+                    let n = buf[i + 1] as usize;
+                    let negative = buf[i + 1 + n] & 0x80 != 0;
+                    let mut le = [if negative { 0xff } else { 0 }; 8];
+                    le[..n].copy_from_slice(&buf[i + 2..i + 2 + n]);
+                    self.stack.push(Value::Int(i64::from_le_bytes(le)));
+                    2 + n
+                }
+                b'(' => {
+                    self.marks.push(self.stack.len());
+                    1
+                }
+                0x94 => {
+                    if self.memo_put(self.memo_count).is_err() {
+                        break;
+                    }
+                    1
+                }
+                b'u' => {
+                    let Some(&mark) = self.marks.last() else {
+                        break;
+                    };
+                    if self.set_items_from(mark).is_err() {
+                        break;
+                    }
+                    self.marks.pop();
+                    1
+                }
+                b'}' => {
+                    let id = self.new_dict();
+                    self.stack.push(Value::Node(id));
+                    1
+                }
+                b'N' => {
+                    self.stack.push(Value::None);
+                    1
+                }
+                0x88 | 0x89 => {
+                    self.stack.push(Value::Bool(op == 0x88));
+                    1
+                }
+                _ => break,
+            };
+            i += len;
+        }
+        self.input.put_window(buf, i);
     }
 
     /// Executes one opcode.

@@ -66,6 +66,21 @@ impl<R: Read> Input<R> {
         Ok(())
     }
 
+    /// Lends out the buffer with the read position and the end of valid data, for a caller
+    /// that decodes straight from it; `put_window` must give it back.
+    #[inline]
+    pub fn take_window(&mut self) -> (Vec<u8>, usize, usize) {
+        (std::mem::take(&mut self.buf), self.pos, self.end)
+    }
+
+    /// Takes the buffer back with the new read position.
+    #[inline]
+    pub fn put_window(&mut self, buf: Vec<u8>, pos: usize) {
+        debug_assert!(pos <= self.end);
+        self.buf = buf;
+        self.pos = pos;
+    }
+
     /// The next byte.
     #[inline]
     pub fn byte(&mut self) -> Result<u8, InputError> {
