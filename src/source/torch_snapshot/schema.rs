@@ -328,12 +328,17 @@ fn block(
     let state_name = doc.as_str(state_value).ok_or("'state' is not a string")?;
     let state = BlockState::from_torch_name(state_name)
         .ok_or_else(|| format!("unknown block state '{state_name}'"))?;
-    let address = uint(doc, pairs, "address")?.unwrap_or(next_address);
+    let recorded_address = uint(doc, pairs, "address")?;
+    let address = recorded_address.unwrap_or(next_address);
     let history = doc
         .get(pairs, "history")
         .and_then(|h| doc.as_seq(h))
         .and_then(|h| h.first().copied());
-    let mut requested_size = uint(doc, pairs, "requested_size")?;
+    // A 2.0 block (no address) without history counts its size (design/CLI.md).
+    let mut requested_size = match recorded_address {
+        Some(_) => uint(doc, pairs, "requested_size")?,
+        None => None,
+    };
     let mut frames = doc.get(pairs, "frames");
     if let Some(first) = history {
         let entry = doc.as_dict(first).ok_or("'history' entry is not a dict")?;
