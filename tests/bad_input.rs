@@ -27,6 +27,9 @@ fn invalid_fixtures() {
         ("list_of_ints.pickle", "segments[0]: is an integer"),
         ("code_exec.pickle", "refused opcode STACK_GLOBAL"),
         ("code_exec_protocol2.pickle", "refused opcode GLOBAL"),
+        // Found by the fuzzer: lengths near usize::MAX once made the reader allocate them.
+        ("fuzz_huge_string_length.pickle", "truncated pickle"),
+        ("fuzz_huge_bytearray_length.pickle", "truncated pickle"),
     ];
     for (name, want) in cases {
         assert_one_line_error(

@@ -39,31 +39,34 @@ pub struct LayoutTotals {
     pub mostly_free: Vec<SegmentUse>,
 }
 
-/// Sums a device's segments.
+/// Sums a device's segments. Sums saturate: sizes come from files, and a damaged file must
+/// give a wrong number, never a crash.
 pub fn layout_totals<'a>(segments: impl IntoIterator<Item = &'a Segment>) -> LayoutTotals {
     let mut t = LayoutTotals::default();
     for s in segments {
-        t.reserved_bytes += s.total_size;
+        t.reserved_bytes = t.reserved_bytes.saturating_add(s.total_size);
         t.segments += 1;
-        let mut free = 0;
+        let mut free = 0u64;
         for b in &s.blocks {
             t.blocks += 1;
             match b.state {
                 BlockState::ActiveAllocated => {
-                    t.allocated_bytes += b.size;
-                    t.active_bytes += b.size;
-                    t.requested_bytes += b.requested_size;
+                    t.allocated_bytes = t.allocated_bytes.saturating_add(b.size);
+                    t.active_bytes = t.active_bytes.saturating_add(b.size);
+                    t.requested_bytes = t.requested_bytes.saturating_add(b.requested_size);
                 }
-                BlockState::ActivePendingFree => t.active_bytes += b.size,
+                BlockState::ActivePendingFree => {
+                    t.active_bytes = t.active_bytes.saturating_add(b.size)
+                }
                 BlockState::Inactive => {
-                    free += b.size;
+                    free = free.saturating_add(b.size);
                     let f = &mut t.fragmentation;
-                    f.external_bytes += b.size;
+                    f.external_bytes = f.external_bytes.saturating_add(b.size);
                     f.largest_free_block_bytes = f.largest_free_block_bytes.max(b.size);
                 }
             }
         }
-        if free * 2 >= s.total_size && s.total_size > 0 {
+        if free.saturating_mul(2) >= s.total_size && s.total_size > 0 {
             t.mostly_free.push(SegmentUse {
                 address: s.address,
                 total_bytes: s.total_size,

@@ -80,7 +80,7 @@ pub fn top_sites(stacks: &StackTable, live: &LiveSet, k: usize) -> Vec<Site> {
     let mut by_stack: FxHashMap<Option<StackId>, (u64, u64, u64)> = FxHashMap::default();
     for (_, l) in live.iter() {
         let e = by_stack.entry(l.stack).or_default();
-        e.0 += l.size;
+        e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
         e.2 = e.2.max(l.size);
     }
@@ -98,7 +98,7 @@ pub fn top_sites(stacks: &StackTable, live: &LiveSet, k: usize) -> Vec<Site> {
                 0,
             )
         });
-        site.bytes += bytes;
+        site.bytes = site.bytes.saturating_add(bytes);
         site.count += count;
         if largest > *site_largest || site.stack.is_empty() {
             *site_largest = largest;

@@ -46,11 +46,13 @@ impl LiveSet {
         self.live.iter().map(|(&a, l)| (a, l))
     }
 
+    // The total wraps rather than panics on absurd sizes from a damaged file; inserts and
+    // removes stay exact inverses either way.
     fn insert(&mut self, addr: u64, live: Live) -> Option<Live> {
-        self.total += live.size;
+        self.total = self.total.wrapping_add(live.size);
         let old = self.live.insert(addr, live);
         if let Some(old) = old {
-            self.total -= old.size;
+            self.total = self.total.wrapping_sub(old.size);
         }
         old
     }
@@ -58,7 +60,7 @@ impl LiveSet {
     fn remove(&mut self, addr: u64) -> Option<Live> {
         let old = self.live.remove(&addr);
         if let Some(old) = old {
-            self.total -= old.size;
+            self.total = self.total.wrapping_sub(old.size);
         }
         old
     }
@@ -151,7 +153,9 @@ impl<'a> Replay<'a> {
                     );
                 }
             }
-            Action::SegmentAlloc | Action::SegmentMap => self.reserved += entry.size,
+            Action::SegmentAlloc | Action::SegmentMap => {
+                self.reserved = self.reserved.saturating_add(entry.size)
+            }
             Action::SegmentFree | Action::SegmentUnmap => {
                 match self.reserved.checked_sub(entry.size) {
                     Some(r) => self.reserved = r,

@@ -77,7 +77,7 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
         let _ = writeln!(
             out,
             "  pending     {:>11}  freed but waiting on other streams",
-            Bytes(d.active_bytes - d.allocated_bytes).to_string()
+            Bytes(d.active_bytes.saturating_sub(d.allocated_bytes)).to_string()
         );
     }
     let _ = writeln!(
@@ -107,7 +107,10 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
         }
     }
     if d.mostly_free_segment_count > 0 {
-        let free: u64 = d.mostly_free_segments.iter().map(|s| s.free_bytes).sum();
+        let free = d
+            .mostly_free_segments
+            .iter()
+            .fold(0u64, |a, s| a.saturating_add(s.free_bytes));
         let shown = d.mostly_free_segments.len();
         let biggest = &d.mostly_free_segments[0];
         let _ = writeln!(

@@ -52,10 +52,13 @@ impl<R: Read> Input<R> {
             self.end -= self.pos;
             self.pos = 0;
         }
-        if n > self.buf.len() {
-            self.buf.resize(n.next_power_of_two(), 0);
-        }
         while self.end < n {
+            // Grow only as data actually arrives, so a bogus length in a damaged file ends in
+            // `Truncated` instead of a huge allocation.
+            if self.end == self.buf.len() {
+                let grown = self.buf.len().saturating_mul(2).min(n.max(CHUNK));
+                self.buf.resize(grown, 0);
+            }
             match self.reader.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(InputError::Truncated),
                 Ok(k) => self.end += k,
@@ -156,6 +159,17 @@ mod tests {
         assert_eq!(input.offset(), (3 * CHUNK - 3) as u64);
         assert_eq!(input.byte().ok(), Some(data[3 * CHUNK - 3]));
         assert!(matches!(input.take(100), Err(InputError::Truncated)));
+    }
+
+    #[test]
+    fn a_huge_length_is_truncation_not_an_allocation() {
+        let mut input = Input::new(&b"short"[..]);
+        assert!(matches!(
+            input.take(usize::MAX / 2),
+            Err(InputError::Truncated)
+        ));
+        let mut input = Input::new(&b"short"[..]);
+        assert!(matches!(input.take(usize::MAX), Err(InputError::Truncated)));
     }
 
     #[test]
