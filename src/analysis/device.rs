@@ -63,10 +63,16 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
     let peak = find_peak(entries, &segments);
-    let mut actions = BTreeMap::new();
+    let mut counts = [0usize; Action::ALL.len()];
     for e in entries {
-        *actions.entry(e.action.torch_name()).or_insert(0) += 1;
+        counts[e.action as usize] += 1;
     }
+    let actions: BTreeMap<&'static str, usize> = Action::ALL
+        .iter()
+        .zip(counts)
+        .filter(|&(_, n)| n > 0)
+        .map(|(a, n)| (a.torch_name(), n))
+        .collect();
     let oom = entries
         .iter()
         .enumerate()

@@ -84,6 +84,9 @@ pub fn top_sites(stacks: &StackTable, live: &LiveSet, k: usize) -> Vec<Site> {
         e.1 += 1;
         e.2 = e.2.max(l.size);
     }
+    // Stacks in a fixed order, so ties pick the same representative stack on every run.
+    let mut by_stack: Vec<_> = by_stack.into_iter().collect();
+    by_stack.sort_unstable_by_key(|&(stack, _)| stack);
     let mut by_site: FxHashMap<String, (Site, u64)> = FxHashMap::default();
     for (stack, (bytes, count, largest)) in by_stack {
         let frame = site_of(stacks, stack);

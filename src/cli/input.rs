@@ -1,6 +1,7 @@
 //! Opening input files: the one place `cli` turns a path into a snapshot, with a progress bar
 //! on a terminal for big files.
 
+use crate::source::prefetch::Prefetch;
 use crate::source::torch_snapshot::{self, Parsed};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -48,8 +49,8 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
             bar
         });
     let parsed = match &bar {
-        Some(bar) => torch_snapshot::read(bar.wrap_read(file)),
-        None => torch_snapshot::read(file),
+        Some(bar) => torch_snapshot::read(Prefetch::new(bar.wrap_read(file))),
+        None => torch_snapshot::read(Prefetch::new(file)),
     };
     if let Some(bar) = bar {
         bar.finish_and_clear();

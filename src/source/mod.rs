@@ -2,4 +2,5 @@
 //! nothing here opens a path it was not handed.
 
 pub mod pickle;
+pub mod prefetch;
 pub mod torch_snapshot;

@@ -12,10 +12,34 @@ use std::fmt;
 use std::io::Read;
 
 /// Takes over dicts while they are appended to lists.
+///
+/// Dicts reach a fold in one of two ways, and the fold sees every dict of a list in list order:
+/// - a flat dict (only scalars and memo references as values) is first offered as soon as it
+///   is decoded, as key/value pairs (`fold_flat`), before any node is made for it; a fold that
+///   takes it returns a handle, and later `adopt`s it when it is appended to its list;
+/// - any other dict (or a flat one not taken) is offered when it is appended (`fold`).
 pub trait Fold {
     /// Offered each dict appended to `list`. Returning a handle takes the dict over: it is left
     /// out of the list, its node is reused, and a memo reference to it reads `Value::Folded`.
     fn fold(&mut self, doc: &Document, list: NodeId, dict: NodeId) -> Option<u32>;
+
+    /// Whether this fold takes flat dicts early (`fold_flat`); the decoder skips the look-ahead
+    /// otherwise.
+    fn wants_flat(&self) -> bool {
+        false
+    }
+
+    /// Offered each flat dict as it is decoded. Returning a handle takes it: the decoder makes
+    /// no node, pushes `Value::Folded(handle)`, and calls `adopt` when it is appended to a list.
+    fn fold_flat(&mut self, _doc: &Document, _pairs: &[(Value, Value)]) -> Option<u32> {
+        None
+    }
+
+    /// A dict taken by `fold_flat` was appended to `list`. `false` if the handle is not one
+    /// awaiting adoption (the same dict appended twice); it then stays in the list as a value.
+    fn adopt(&mut self, _list: NodeId, _handle: u32) -> bool {
+        false
+    }
 }
 
 /// A `Fold` that takes nothing.
@@ -112,6 +136,8 @@ pub fn decode<R: Read, F: Fold>(reader: R, fold: &mut F) -> Result<(Document, Va
         node_memo: Vec::new(),
         free_nodes: Vec::new(),
         string_ids: FxHashMap::default(),
+        flat_pairs: Vec::with_capacity(FLAT_PAIRS),
+        flat_stores: Vec::with_capacity(2 * FLAT_PAIRS + 1),
         fold,
     };
     match vm.input.at_end() {
@@ -147,6 +173,9 @@ struct Machine<'f, R, F> {
     node_memo: Vec<u32>,
     free_nodes: Vec<NodeId>,
     string_ids: FxHashMap<Box<str>, StrId>,
+    /// Scratch space of `flat_dict`, kept to avoid allocating per dict.
+    flat_pairs: Vec<(Value, Value)>,
+    flat_stores: Vec<(usize, Value)>,
     fold: &'f mut F,
 }
 
@@ -240,6 +269,12 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
                     1
                 }
                 b'}' => {
+                    if self.fold.wants_flat() {
+                        if let Some(next) = self.flat_dict(&buf, i, end) {
+                            i = next;
+                            continue;
+                        }
+                    }
                     let id = self.new_dict();
                     self.stack.push(Value::Node(id));
                     1
@@ -677,6 +712,11 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
         }
         for i in from..self.stack.len() {
             let item = self.stack[i];
+            if let Value::Folded(handle) = item {
+                if self.fold.adopt(list, handle) {
+                    continue;
+                }
+            }
             if let Value::Node(id) = item {
                 if id != list && matches!(self.doc.nodes[id as usize], Node::Dict(_)) {
                     if let Some(handle) = self.fold.fold(&self.doc, list, id) {
@@ -726,7 +766,15 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
     #[inline]
     fn memo_put(&mut self, index: usize) -> Step {
         let top = self.top()?;
-        if index >= self.memo.len() {
+        self.memo_store(index, top)
+    }
+
+    /// Stores `value` in memo slot `index`.
+    #[inline]
+    fn memo_store(&mut self, index: usize, top: Value) -> Step {
+        if index == self.memo.len() {
+            self.memo.push(None);
+        } else if index > self.memo.len() {
             if index > self.memo.len() + (1 << 24) {
                 return Err(malformed(format!(
                     "memo index {index} is implausibly large"
@@ -741,6 +789,155 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
             self.node_memo[id as usize] = index as u32;
         }
         Ok(())
+    }
+}
+
+/// Most pairs a flat dict may have on the fast path (trace entries have about ten keys).
+const FLAT_PAIRS: usize = 16;
+
+impl<R: Read, F: Fold> Machine<'_, R, F> {
+    /// Tries to decode the dict starting at `buf[start]` (EMPTY_DICT) as a flat dict and offer
+    /// it to the fold: `[memo put] MARK (key value [memo put])* SETITEMS`, where keys and values
+    /// are small scalars, short strings or memo references. Returns the position after it when
+    /// the fold took it; `None` (having changed nothing that matters) to decode it generally.
+    fn flat_dict(&mut self, buf: &[u8], start: usize, end: usize) -> Option<usize> {
+        let buf = buf.get(..end)?;
+        let mut p = start + 1;
+        // Memo stores are applied only if the fold takes the dict, so a fallback redoes them.
+        let mut pairs = std::mem::take(&mut self.flat_pairs);
+        let mut stores = std::mem::take(&mut self.flat_stores);
+        pairs.clear();
+        stores.clear();
+        let taken = self.scan_flat_dict(buf, &mut p, &mut pairs, &mut stores);
+        let handle = taken.and_then(|dict_slot| {
+            let handle = self.fold.fold_flat(&self.doc, &pairs)?;
+            for &(slot, value) in &stores {
+                self.memo_store(slot, value).ok()?;
+            }
+            if let Some(slot) = dict_slot {
+                self.memo_store(slot, Value::Folded(handle)).ok()?;
+            }
+            Some(handle)
+        });
+        self.flat_pairs = pairs;
+        self.flat_stores = stores;
+        self.stack.push(Value::Folded(handle?));
+        Some(p)
+    }
+
+    /// Reads a flat dict's pairs and memo stores without changing the machine; returns the
+    /// dict's own memo slot (if it has one), or `None` if the dict is not flat.
+    fn scan_flat_dict(
+        &mut self,
+        buf: &[u8],
+        p: &mut usize,
+        pairs: &mut Vec<(Value, Value)>,
+        stores: &mut Vec<(usize, Value)>,
+    ) -> Option<Option<usize>> {
+        let mut next_memoize = self.memo_count;
+        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize)?;
+        if *buf.get(*p)? != b'(' {
+            return None;
+        }
+        *p += 1;
+        loop {
+            if *buf.get(*p)? == b'u' {
+                *p += 1;
+                return Some(dict_slot);
+            }
+            if pairs.len() == FLAT_PAIRS {
+                return None;
+            }
+            let mut pair = [Value::None; 2];
+            for item in &mut pair {
+                let (value, len) = self.flat_value(buf, *p)?;
+                *p += len;
+                if let Some(slot) = self.flat_memo_op(buf, p, &mut next_memoize)? {
+                    stores.push((slot, value));
+                }
+                *item = value;
+            }
+            pairs.push((pair[0], pair[1]));
+        }
+    }
+
+    /// An optional memo store at `buf[*p]` (MEMOIZE, BINPUT, LONG_BINPUT): `Some(None)` when
+    /// there is none, `Some(Some(slot))` with `*p` moved past it, `None` to give up.
+    #[inline]
+    fn flat_memo_op(
+        &self,
+        buf: &[u8],
+        p: &mut usize,
+        next_memoize: &mut usize,
+    ) -> Option<Option<usize>> {
+        let slot = match *buf.get(*p)? {
+            0x94 => {
+                let slot = *next_memoize;
+                *next_memoize += 1;
+                *p += 1;
+                slot
+            }
+            b'q' => {
+                let slot = *buf.get(*p + 1)? as usize;
+                *p += 2;
+                slot
+            }
+            b'r' => {
+                let b = buf.get(*p + 1..*p + 5)?;
+                *p += 5;
+                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+            }
+            _ => return Some(None),
+        };
+        // A slot already in use would make MEMOIZE numbering differ from the general path.
+        if self.memo.get(slot).is_some_and(Option::is_some) {
+            return None;
+        }
+        Some(Some(slot))
+    }
+
+    /// One key or value of a flat dict at `buf[p]` and its length in bytes.
+    #[inline]
+    fn flat_value(&mut self, buf: &[u8], p: usize) -> Option<(Value, usize)> {
+        // One bounds check for the longest fixed-size operand; short strings are checked apart.
+        let w: &[u8; 10] = buf.get(p..p + 10)?.try_into().ok()?;
+        let value = match w[0] {
+            b'h' => (self.memo.get(w[1] as usize).copied().flatten()?, 2),
+            b'j' => {
+                let index = u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize;
+                (self.memo.get(index).copied().flatten()?, 5)
+            }
+            b'K' => (Value::Int(w[1] as i64), 2),
+            b'M' => (Value::Int(u16::from_le_bytes([w[1], w[2]]) as i64), 3),
+            b'J' => (
+                Value::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64),
+                5,
+            ),
+            0x8a => {
+                let n = w[1] as usize;
+                if n == 0 || n > 8 {
+                    return None;
+                }
+                let fill = if w[1 + n] & 0x80 != 0 { 0xff } else { 0 };
+                let mut le = [fill; 8];
+                le[..n].copy_from_slice(&w[2..2 + n]);
+                (Value::Int(i64::from_le_bytes(le)), 2 + n)
+            }
+            b'G' => {
+                let b = [w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]];
+                (Value::Float(f64::from_be_bytes(b)), 9)
+            }
+            b'N' => (Value::None, 1),
+            0x88 => (Value::Bool(true), 1),
+            0x89 => (Value::Bool(false), 1),
+            0x8c => {
+                let n = w[1] as usize;
+                let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
+                (Value::Str(self.intern(text)), 2 + n)
+            }
+            _ => return None,
+        };
+        Some(value)
     }
 }
 

@@ -139,3 +139,65 @@ fn fold_takes_dicts_out_of_lists_and_reuses_their_nodes() {
     assert_eq!(fold.0, 2);
     assert_eq!(doc.render(root), "[{\"keep\": 2}]");
 }
+
+/// A fold that takes dicts with a "take" key, flat ones early, and records the order in which
+/// taken dicts reach their list.
+#[derive(Default)]
+struct OrderedTake {
+    staged: Vec<(u32, i64)>,
+    appended: Vec<i64>,
+    next: u32,
+}
+
+impl OrderedTake {
+    fn taken(doc: &Document, pairs: &[(Value, Value)]) -> Option<i64> {
+        pairs
+            .iter()
+            .find(|(k, _)| doc.as_str(*k) == Some("take"))
+            .and_then(|(_, v)| doc.as_i64(*v))
+    }
+}
+
+impl Fold for OrderedTake {
+    fn fold(&mut self, doc: &Document, _: NodeId, dict: NodeId) -> Option<u32> {
+        let Node::Dict(pairs) = doc.node(dict) else {
+            return None;
+        };
+        let n = Self::taken(doc, pairs)?;
+        self.appended.push(n);
+        Some(u32::MAX)
+    }
+
+    fn wants_flat(&self) -> bool {
+        true
+    }
+
+    fn fold_flat(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Option<u32> {
+        let n = Self::taken(doc, pairs)?;
+        self.next += 1;
+        self.staged.push((self.next, n));
+        Some(self.next)
+    }
+
+    fn adopt(&mut self, _: NodeId, handle: u32) -> bool {
+        let Some(i) = self.staged.iter().position(|&(h, _)| h == handle) else {
+            return false;
+        };
+        let (_, n) = self.staged.remove(i);
+        self.appended.push(n);
+        true
+    }
+}
+
+#[test]
+fn flat_and_nested_dicts_reach_the_fold_in_list_order() {
+    // pickle.dumps([{'take':1,'n':0}, {'take':2,'x':[1]}, {'take':3,'n':0}, {'keep':4,'n':0}], 4)
+    let bytes = b"\x80\x04\x95F\x00\x00\x00\x00\x00\x00\x00]\x94(}\x94(\x8c\x04take\x94K\x01\x8c\x01n\x94K\x00u}\x94(h\x02K\x02\x8c\x01x\x94]\x94K\x01au}\x94(h\x02K\x03h\x03K\x00u}\x94(\x8c\x04keep\x94K\x04h\x03K\x00ue.";
+    let mut fold = OrderedTake::default();
+    let (doc, root) = decode(&bytes[..], &mut fold).expect("decodes");
+    // 1 and 3 are flat and taken early, 2 holds a list and is taken on append: the fold still
+    // sees them in list order, and the untaken flat dict stays in the list with its memo keys.
+    assert_eq!(fold.appended, [1, 2, 3]);
+    assert!(fold.staged.is_empty());
+    assert_eq!(doc.render(root), "[{\"keep\": 4, \"n\": 0}]");
+}

@@ -16,8 +16,38 @@ pub struct Run {
     pub end: usize,
 }
 
-/// Handle returned for dicts that were taken but produced no row (unknown action, bad field).
-const SKIPPED: u32 = u32::MAX;
+/// A non-negative integer, with the common case first.
+#[inline]
+fn uint(doc: &Document, value: Value) -> Option<u64> {
+    match value {
+        Value::Int(i) if i >= 0 => Some(i as u64),
+        _ => doc.as_u64(value),
+    }
+}
+
+/// Records the first field that could not be read; always `None`, for `or_else`.
+fn note<T>(
+    bad: &mut Option<(&'static str, Value)>,
+    field: &'static str,
+    value: Value,
+) -> Option<T> {
+    bad.get_or_insert((field, value));
+    None
+}
+
+/// A string value as it is, anything else rendered.
+fn text_of(doc: &Document, value: Value) -> String {
+    doc.as_str(value)
+        .map_or_else(|| doc.render(value), str::to_string)
+}
+
+/// `TraceFolder::actions` marks: not looked at yet, and not an action name.
+const ACTION_UNSEEN: u8 = u8::MAX;
+const ACTION_UNKNOWN: u8 = u8::MAX - 1;
+
+/// Handle for dicts taken in `fold` (as a row, or skipped with a warning); staged handles of
+/// `fold_flat` never take this value, so a stray memo reference cannot be adopted.
+const TAKEN: u32 = u32::MAX;
 
 /// Which trace-entry field a key string names.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -156,6 +186,8 @@ impl Interner {
 enum EntryError {
     /// It has no `action`: not a trace entry at all.
     NotAnEntry,
+    /// An action this version does not know (a newer PyTorch): skipped with a warning.
+    UnknownAction(StrId),
     /// A trace entry with a field that cannot be read.
     Bad(String),
 }
@@ -190,11 +222,19 @@ pub struct TraceFolder {
     /// messages (trace lists are filled one after the other).
     offered: (NodeId, usize),
     fields: Vec<Field>,
+    /// Index in `Action::ALL` of each interned string, see `ACTION_UNSEEN`.
+    actions: Vec<u8>,
     /// Entries with an action this version does not know, skipped: (action, count).
     pub unknown_actions: Vec<(String, usize)>,
     /// The first entry that could not be read.
     pub first_problem: Option<EntryProblem>,
     pub problems: usize,
+    /// Entries taken by `fold_flat` and not yet appended to their list, with their handles.
+    staged: Vec<(u32, TraceEntry)>,
+    /// The next staged entry to adopt.
+    staged_next: usize,
+    /// The handle the next staged entry gets.
+    next_handle: u32,
 }
 
 impl TraceFolder {
@@ -217,89 +257,85 @@ impl TraceFolder {
         self.fields[i]
     }
 
-    /// Reads one trace-entry dict. `Ok(None)` for an action this version does not know.
+    /// The action an interned string names, cached per string (`None`: not an action name).
+    #[inline]
+    fn action(&mut self, doc: &Document, name: StrId) -> Option<Action> {
+        let i = name as usize;
+        if i >= self.actions.len() {
+            self.actions.resize(i + 1, ACTION_UNSEEN);
+        }
+        if self.actions[i] == ACTION_UNSEEN {
+            self.actions[i] = Action::from_torch_name(doc.str(name))
+                .and_then(|a| Action::ALL.iter().position(|&b| b == a))
+                .map_or(ACTION_UNKNOWN, |p| p as u8);
+        }
+        Action::ALL.get(self.actions[i] as usize).copied()
+    }
+
+    /// Reads one trace-entry dict. Interns its stack, stream and metadata only when it is good.
     fn entry(
         &mut self,
         doc: &Document,
         pairs: &[(Value, Value)],
-    ) -> Result<Option<TraceEntry>, EntryError> {
+    ) -> Result<TraceEntry, EntryError> {
         let mut action = None;
         let (mut addr, mut size, mut stream, mut time, mut frames, mut device_free) =
             (None, None, None, None, None, None);
-        let mut extra = EntryExtra::default();
-        // A field error only matters once the dict is known to be a trace entry.
-        let mut bad: Option<String> = None;
+        let mut extra: Option<EntryExtra> = None;
+        // A field error only matters once the dict is known to be a trace entry, so it is
+        // noted (which field, what value) and worded only then.
+        let mut bad: Option<(&'static str, Value)> = None;
         for &(key, value) in pairs {
             let Value::Str(key) = key else { continue };
-            let mut want_u64 = |what: &str| {
-                let v = doc.as_u64(value);
-                if v.is_none() && bad.is_none() {
-                    bad = Some(format!(
-                        "'{what}' is not a non-negative integer: {}",
-                        doc.render(value)
-                    ));
-                }
-                v
-            };
             match self.field(doc, key) {
                 Field::Action => {
-                    let Some(name) = doc.as_str(value) else {
+                    let Value::Str(name) = value else {
                         return Err(EntryError::Bad("'action' is not a string".into()));
                     };
-                    match Action::from_torch_name(name) {
+                    match self.action(doc, name) {
                         Some(a) => action = Some(a),
-                        None => {
-                            match self.unknown_actions.iter_mut().find(|(n, _)| n == name) {
-                                Some((_, count)) => *count += 1,
-                                None => self.unknown_actions.push((name.to_string(), 1)),
-                            }
-                            return Ok(None);
-                        }
+                        None => return Err(EntryError::UnknownAction(name)),
                     }
                 }
-                Field::Addr => addr = want_u64("addr"),
-                Field::Size => size = want_u64("size"),
-                Field::DeviceFree => device_free = want_u64("device_free"),
+                Field::Addr => addr = uint(doc, value).or_else(|| note(&mut bad, "addr", value)),
+                Field::Size => size = uint(doc, value).or_else(|| note(&mut bad, "size", value)),
+                Field::DeviceFree => {
+                    device_free = uint(doc, value).or_else(|| note(&mut bad, "device_free", value))
+                }
                 Field::Stream => {
-                    stream = doc
-                        .as_i64(value)
-                        .map(|s| s as u64)
-                        .or_else(|| doc.as_u64(value));
-                    if stream.is_none() {
-                        bad.get_or_insert_with(|| "'stream' is not an integer".into());
+                    stream = match value {
+                        Value::Int(i) => Some(i as u64),
+                        _ => doc
+                            .as_u64(value)
+                            .or_else(|| note(&mut bad, "stream", value)),
                     }
                 }
                 Field::Time => {
-                    time = doc.as_i64(value);
-                    if time.is_none() {
-                        bad.get_or_insert_with(|| "'time_us' is not an integer".into());
-                    }
+                    time = doc
+                        .as_i64(value)
+                        .or_else(|| note(&mut bad, "time_us", value))
                 }
                 Field::Frames => frames = Some(value),
                 Field::CompileContext => {
-                    let text = doc
-                        .as_str(value)
-                        .map_or_else(|| doc.render(value), str::to_string);
+                    let text = text_of(doc, value);
                     if text != "N/A" && !text.is_empty() {
-                        extra.compile_context = Some(text);
+                        extra
+                            .get_or_insert_with(EntryExtra::default)
+                            .compile_context = Some(text);
                     }
                 }
                 Field::UserMetadata => {
-                    let text = doc
-                        .as_str(value)
-                        .map_or_else(|| doc.render(value), str::to_string);
+                    let text = text_of(doc, value);
                     if !text.is_empty() {
-                        extra.user_metadata = Some(text);
+                        extra.get_or_insert_with(EntryExtra::default).user_metadata = Some(text);
                     }
                 }
                 Field::ForwardFrames => {
-                    extra.forward_frames = match doc.as_seq(value) {
-                        Some(items) => items
-                            .iter()
-                            .map(|&v| doc.as_str(v).map_or_else(|| doc.render(v), str::to_string))
-                            .collect(),
+                    let lines = match doc.as_seq(value) {
+                        Some(items) => items.iter().map(|&v| text_of(doc, v)).collect(),
                         None => vec![doc.render(value)],
                     };
+                    extra.get_or_insert_with(EntryExtra::default).forward_frames = lines;
                 }
                 Field::Other | Field::Unseen => {}
             }
@@ -307,8 +343,11 @@ impl TraceFolder {
         let Some(action) = action else {
             return Err(EntryError::NotAnEntry);
         };
-        if let Some(message) = bad {
-            return Err(EntryError::Bad(message));
+        if let Some((field, value)) = bad {
+            return Err(EntryError::Bad(format!(
+                "'{field}' is not a valid integer: {}",
+                doc.render(value)
+            )));
         }
         let size = size.ok_or_else(|| format!("'{action}' entry has no 'size'"))?;
         let stream = self.interner.stream(stream.unwrap_or(0));
@@ -322,13 +361,30 @@ impl TraceFolder {
         if let Some(frames) = frames {
             entry.stack = self.interner.stack(doc, frames)?;
         }
-        if extra != EntryExtra::default() {
+        if let Some(extra) = extra {
             entry.extra = Some(self.interner.extra(extra));
         }
-        Ok(Some(entry))
+        Ok(entry)
     }
 
-    fn push(&mut self, list: NodeId, entry: TraceEntry) -> u32 {
+    fn count_unknown_action(&mut self, name: &str) {
+        match self.unknown_actions.iter_mut().find(|(n, _)| n == name) {
+            Some((_, count)) => *count += 1,
+            None => self.unknown_actions.push((name.to_string(), 1)),
+        }
+    }
+
+    /// Counts a dict offered from `list` and returns its position there.
+    #[inline]
+    fn offer(&mut self, list: NodeId) -> usize {
+        if self.offered.0 != list {
+            self.offered = (list, 0);
+        }
+        self.offered.1 += 1;
+        self.offered.1 - 1
+    }
+
+    fn push(&mut self, list: NodeId, entry: TraceEntry) {
         let index = self.entries.len();
         self.entries.push(entry);
         match self.runs.last_mut() {
@@ -339,7 +395,6 @@ impl TraceFolder {
                 end: index + 1,
             }),
         }
-        index as u32
     }
 }
 
@@ -349,30 +404,67 @@ impl Fold for TraceFolder {
         let Node::Dict(pairs) = doc.node(dict) else {
             return None;
         };
-        if self.offered.0 != list {
-            self.offered = (list, 0);
-        }
-        let position = self.offered.1;
+        let position = self.offer(list);
         match self.entry(doc, pairs) {
-            Ok(Some(entry)) => {
-                self.offered.1 += 1;
-                Some(self.push(list, entry))
+            Ok(entry) => {
+                self.push(list, entry);
+                Some(TAKEN)
             }
-            Ok(None) => {
-                self.offered.1 += 1;
-                Some(SKIPPED)
+            Err(EntryError::NotAnEntry) => {
+                self.offered.1 -= 1;
+                None
             }
-            Err(EntryError::NotAnEntry) => None,
+            Err(EntryError::UnknownAction(name)) => {
+                self.count_unknown_action(doc.str(name));
+                Some(TAKEN)
+            }
             Err(EntryError::Bad(message)) => {
-                self.offered.1 += 1;
                 self.problems += 1;
                 self.first_problem.get_or_insert(EntryProblem {
                     list,
                     position,
                     message,
                 });
-                Some(SKIPPED)
+                Some(TAKEN)
             }
         }
+    }
+
+    fn wants_flat(&self) -> bool {
+        true
+    }
+
+    /// Takes good entries only; anything odd is left for `fold`, which reports it in place.
+    #[inline]
+    fn fold_flat(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Option<u32> {
+        let entry = self.entry(doc, pairs).ok()?;
+        let handle = self.next_handle;
+        self.next_handle = match handle.wrapping_add(1) {
+            TAKEN => 0,
+            next => next,
+        };
+        self.staged.push((handle, entry));
+        Some(handle)
+    }
+
+    #[inline]
+    fn adopt(&mut self, list: NodeId, handle: u32) -> bool {
+        // Staged entries are appended in the order they were staged; one staged but never
+        // appended (a dict used elsewhere) is dropped when a later one is adopted.
+        let Some(k) = self.staged[self.staged_next..]
+            .iter()
+            .position(|&(h, _)| h == handle)
+        else {
+            return false;
+        };
+        let entry = self.staged[self.staged_next + k].1;
+        self.staged_next += k + 1;
+        if self.staged_next == self.staged.len() {
+            self.staged.clear();
+            self.staged_next = 0;
+        }
+        self.offer(list);
+        self.push(list, entry);
+        true
     }
 }
