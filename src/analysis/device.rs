@@ -1,6 +1,6 @@
 //! Everything `analyze` reports for one device of one snapshot.
 
-use super::layout::{layout_totals, Fragmentation, SegmentUse};
+use super::layout::{layout_totals, LayoutTotals, SegmentUse};
 use super::peak::find_peak;
 use super::sites::{top_sites, Site};
 use crate::model::{Action, Snapshot};
@@ -40,13 +40,8 @@ pub struct OomEntry {
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceAnalysis {
     pub device: u32,
-    pub reserved_bytes: u64,
-    pub allocated_bytes: u64,
-    pub active_bytes: u64,
-    pub requested_bytes: u64,
-    pub segments: usize,
-    pub blocks: usize,
-    pub fragmentation: Fragmentation,
+    #[serde(flatten)]
+    pub layout: LayoutTotals,
     pub trace: TraceSummary,
     pub top_sites: Vec<Site>,
     pub oom: Option<OomEntry>,
@@ -85,17 +80,12 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
             time_us: e.time_us(),
             site: super::sites::site_of(&snapshot.stacks, e.stack),
         });
-    let mostly_free_segment_count = totals.mostly_free.len();
-    totals.mostly_free.truncate(MOSTLY_FREE_SHOWN);
+    let mut mostly_free_segments = std::mem::take(&mut totals.mostly_free);
+    let mostly_free_segment_count = mostly_free_segments.len();
+    mostly_free_segments.truncate(MOSTLY_FREE_SHOWN);
     DeviceAnalysis {
         device,
-        reserved_bytes: totals.reserved_bytes,
-        allocated_bytes: totals.allocated_bytes,
-        active_bytes: totals.active_bytes,
-        requested_bytes: totals.requested_bytes,
-        segments: totals.segments,
-        blocks: totals.blocks,
-        fragmentation: totals.fragmentation,
+        layout: totals,
         trace: TraceSummary {
             entries: entries.len(),
             peak_active_bytes: peak.bytes,
@@ -110,7 +100,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
         },
         top_sites: top_sites(&snapshot.stacks, &peak.live, top),
         oom,
-        mostly_free_segments: totals.mostly_free,
+        mostly_free_segments,
         mostly_free_segment_count,
     }
 }

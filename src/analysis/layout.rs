@@ -25,8 +25,8 @@ pub struct SegmentUse {
     pub is_expandable: bool,
 }
 
-/// Totals over a device's segments.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Totals over a device's segments (the layout fields of `design/CLI.md`'s DEVICE).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LayoutTotals {
     pub reserved_bytes: u64,
     pub allocated_bytes: u64,
@@ -36,6 +36,7 @@ pub struct LayoutTotals {
     pub blocks: usize,
     pub fragmentation: Fragmentation,
     /// Segments with at least half their bytes free, most free bytes first.
+    #[serde(skip)]
     pub mostly_free: Vec<SegmentUse>,
 }
 

@@ -57,34 +57,39 @@ fn render_input(input: &InputReport, out: &mut String) {
 }
 
 fn render_device(d: &DeviceAnalysis, out: &mut String) {
-    let f = &d.fragmentation;
+    let f = &d.layout.fragmentation;
     let _ = writeln!(out, "device {}", d.device);
     let _ = writeln!(
         out,
         "  reserved    {:>11}  in {} segments, {} blocks",
-        Bytes(d.reserved_bytes).to_string(),
-        d.segments,
-        d.blocks
+        Bytes(d.layout.reserved_bytes).to_string(),
+        d.layout.segments,
+        d.layout.blocks
     );
     let _ = writeln!(
         out,
         "  allocated   {:>11}  requested {}, {} lost to rounding (internal)",
-        Bytes(d.allocated_bytes).to_string(),
-        Bytes(d.requested_bytes),
+        Bytes(d.layout.allocated_bytes).to_string(),
+        Bytes(d.layout.requested_bytes),
         Bytes(f.internal_bytes)
     );
-    if d.active_bytes != d.allocated_bytes {
+    if d.layout.active_bytes != d.layout.allocated_bytes {
         let _ = writeln!(
             out,
             "  pending     {:>11}  freed but waiting on other streams",
-            Bytes(d.active_bytes.saturating_sub(d.allocated_bytes)).to_string()
+            Bytes(
+                d.layout
+                    .active_bytes
+                    .saturating_sub(d.layout.allocated_bytes)
+            )
+            .to_string()
         );
     }
     let _ = writeln!(
         out,
         "  cached free {:>11}  {} of reserved; largest free block {}",
         Bytes(f.external_bytes).to_string(),
-        percent(f.external_bytes, d.reserved_bytes),
+        percent(f.external_bytes, d.layout.reserved_bytes),
         Bytes(f.largest_free_block_bytes)
     );
     render_trace(d, out);
@@ -117,7 +122,7 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
             out,
             "  segment map: {} of {} segments are at least half free{}; the emptiest, 0x{:x} ({}), is {} free",
             d.mostly_free_segment_count,
-            d.segments,
+            d.layout.segments,
             if shown == d.mostly_free_segment_count {
                 format!(" ({} free in them)", Bytes(free))
             } else {
@@ -127,7 +132,7 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
             Bytes(biggest.total_bytes),
             percent(biggest.free_bytes, biggest.total_bytes)
         );
-    } else if d.segments > 0 {
+    } else if d.layout.segments > 0 {
         let _ = writeln!(out, "  segment map: every segment is more than half used");
     }
     if let Some(oom) = &d.oom {
@@ -224,10 +229,10 @@ fn render_comparison(report: &AnalyzeReport, out: &mut String) {
             "{:<width$}  {:>3}  {:>11}  {:>11}  {:>11}  {:>11}  {:>4}",
             input.path,
             d.device,
-            Bytes(d.reserved_bytes).to_string(),
-            Bytes(d.allocated_bytes).to_string(),
+            Bytes(d.layout.reserved_bytes).to_string(),
+            Bytes(d.layout.allocated_bytes).to_string(),
             Bytes(d.trace.peak_active_bytes).to_string(),
-            Bytes(d.fragmentation.external_bytes).to_string(),
+            Bytes(d.layout.fragmentation.external_bytes).to_string(),
             if d.oom.is_some() { "yes" } else { "-" }
         );
     }
