@@ -2,127 +2,17 @@
 //!
 //! It honours the memo (a memoized object is stored once and shared), streams its input, and
 //! refuses every opcode that would import or call Python code, so opening someone else's
-//! snapshot can never run anything. A `Fold` may take over dicts as they are appended to lists,
-//! which lets a caller turn millions of small records into compact typed rows while decoding.
+//! snapshot can never run anything. The common opcodes run on the fast path of `fast.rs`;
+//! this file has the general step for every opcode.
 
-use super::input::{Input, InputError};
+use super::error::{malformed, DecodeError, DecodeErrorKind, Step};
+use super::fast::FLAT_PAIRS;
+use super::fold::Fold;
+use super::input::Input;
+use super::text::{parse_text_int, raw_unicode_escape};
 use super::value::{Document, Node, NodeId, StrId, Value};
 use rustc_hash::FxHashMap;
-use std::fmt;
 use std::io::Read;
-
-/// Takes over dicts while they are appended to lists.
-///
-/// Dicts reach a fold in one of two ways, and the fold sees every dict of a list in list order:
-/// - a flat dict (only scalars and memo references as values) is first offered as soon as it
-///   is decoded, as key/value pairs (`fold_flat`), before any node is made for it; a fold that
-///   takes it returns a handle, and later `adopt`s it when it is appended to its list;
-/// - any other dict (or a flat one not taken) is offered when it is appended (`fold`).
-pub trait Fold {
-    /// Offered each dict appended to `list`. Returning a handle takes the dict over: it is left
-    /// out of the list, its node is reused, and a memo reference to it reads `Value::Folded`.
-    fn fold(&mut self, doc: &Document, list: NodeId, dict: NodeId) -> Option<u32>;
-
-    /// Whether this fold takes flat dicts early (`fold_flat`); the decoder skips the look-ahead
-    /// otherwise.
-    fn wants_flat(&self) -> bool {
-        false
-    }
-
-    /// Offered each flat dict as it is decoded. Returning a handle takes it: the decoder makes
-    /// no node, pushes `Value::Folded(handle)`, and calls `adopt` when it is appended to a list.
-    fn fold_flat(&mut self, _doc: &Document, _pairs: &[(Value, Value)]) -> Option<u32> {
-        None
-    }
-
-    /// A dict taken by `fold_flat` was appended to `list`. `false` if the handle is not one
-    /// awaiting adoption (the same dict appended twice); it then stays in the list as a value.
-    fn adopt(&mut self, _list: NodeId, _handle: u32) -> bool {
-        false
-    }
-}
-
-/// A `Fold` that takes nothing.
-pub struct KeepAll;
-
-impl Fold for KeepAll {
-    fn fold(&mut self, _: &Document, _: NodeId, _: NodeId) -> Option<u32> {
-        None
-    }
-}
-
-/// What went wrong, without the position.
-#[derive(Debug)]
-pub enum DecodeErrorKind {
-    Empty,
-    Truncated,
-    Io(std::io::Error),
-    /// An opcode that imports or calls code, or needs out-of-band data.
-    Refused(&'static str),
-    UnknownOpcode(u8),
-    UnsupportedProtocol(u8),
-    LooksLikeJson,
-    Malformed(String),
-}
-
-/// A decode failure at a byte offset.
-#[derive(Debug)]
-pub struct DecodeError {
-    /// Offset of the opcode being decoded.
-    pub offset: u64,
-    pub kind: DecodeErrorKind,
-}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = self.offset;
-        match &self.kind {
-            DecodeErrorKind::Empty => write!(f, "the file is empty"),
-            DecodeErrorKind::Truncated => write!(
-                f,
-                "truncated pickle: the data ends inside the opcode at byte {at}"
-            ),
-            DecodeErrorKind::Io(e) => write!(f, "read error near byte {at}: {e}"),
-            DecodeErrorKind::Refused(op) => write!(
-                f,
-                "refused opcode {op} at byte {at}: it would import or call Python code, and \
-                 memprof reads data-only pickles"
-            ),
-            DecodeErrorKind::UnknownOpcode(op) => {
-                write!(f, "not a pickle: unknown opcode 0x{op:02x} at byte {at}")
-            }
-            DecodeErrorKind::UnsupportedProtocol(p) => {
-                write!(
-                    f,
-                    "unsupported pickle protocol {p} at byte {at} (known: 0 to 5)"
-                )
-            }
-            DecodeErrorKind::LooksLikeJson => write!(
-                f,
-                "not a pickle: the file looks like JSON (byte {at}); expected a PyTorch memory \
-                 snapshot pickle"
-            ),
-            DecodeErrorKind::Malformed(why) => write!(f, "malformed pickle at byte {at}: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for DecodeError {}
-
-type Step = Result<(), DecodeErrorKind>;
-
-fn malformed(why: impl Into<String>) -> DecodeErrorKind {
-    DecodeErrorKind::Malformed(why.into())
-}
-
-impl From<InputError> for DecodeErrorKind {
-    fn from(e: InputError) -> Self {
-        match e {
-            InputError::Truncated => DecodeErrorKind::Truncated,
-            InputError::Io(e) => DecodeErrorKind::Io(e),
-        }
-    }
-}
 
 /// Decodes one pickle from `reader`, offering dicts appended to lists to `fold`.
 pub fn decode<R: Read, F: Fold>(reader: R, fold: &mut F) -> Result<(Document, Value), DecodeError> {
@@ -159,28 +49,28 @@ pub fn decode<R: Read, F: Fold>(reader: R, fold: &mut F) -> Result<(Document, Va
     Ok((vm.doc, root))
 }
 
-const NO_MEMO: u32 = u32::MAX;
+pub(super) const NO_MEMO: u32 = u32::MAX;
 
-struct Machine<'f, R, F> {
-    input: Input<R>,
-    doc: Document,
-    stack: Vec<Value>,
-    marks: Vec<usize>,
-    memo: Vec<Option<Value>>,
-    memo_count: usize,
+pub(super) struct Machine<'f, R, F> {
+    pub(super) input: Input<R>,
+    pub(super) doc: Document,
+    pub(super) stack: Vec<Value>,
+    pub(super) marks: Vec<usize>,
+    pub(super) memo: Vec<Option<Value>>,
+    pub(super) memo_count: usize,
     /// For each node, the memo slot that holds it (`NO_MEMO` if none), so a folded dict's slot
     /// can be updated.
-    node_memo: Vec<u32>,
-    free_nodes: Vec<NodeId>,
-    string_ids: FxHashMap<Box<str>, StrId>,
+    pub(super) node_memo: Vec<u32>,
+    pub(super) free_nodes: Vec<NodeId>,
+    pub(super) string_ids: FxHashMap<Box<str>, StrId>,
     /// Scratch space of `flat_dict`, kept to avoid allocating per dict.
-    flat_pairs: Vec<(Value, Value)>,
-    flat_stores: Vec<(usize, Value)>,
-    fold: &'f mut F,
+    pub(super) flat_pairs: Vec<(Value, Value)>,
+    pub(super) flat_stores: Vec<(usize, Value)>,
+    pub(super) fold: &'f mut F,
 }
 
 impl<R: Read, F: Fold> Machine<'_, R, F> {
-    fn run(&mut self) -> Result<Value, DecodeError> {
+    pub(super) fn run(&mut self) -> Result<Value, DecodeError> {
         loop {
             self.run_fast();
             let at = self.input.offset();
@@ -199,99 +89,6 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
                 Err(kind) => return Err(DecodeError { offset: at, kind }),
             }
         }
-    }
-
-    /// Executes the opcodes that make up almost all of a snapshot (memo gets, small ints,
-    /// marks, memoize, setitems) straight from the input buffer, until one needs more bytes
-    /// than are buffered, is another opcode, or would fail; the general `step` then takes over
-    /// (and reports any error with its offset), since the fast path never half-applies one.
-    fn run_fast(&mut self) {
-        // The buffer is moved out for the loop so the machine's other fields stay borrowable.
-        let (buf, mut i, end) = self.input.take_window();
-        while end - i >= 16 {
-            let op = buf[i];
-            let len = match op {
-                b'h' => {
-                    if self.memo_get(buf[i + 1] as usize).is_err() {
-                        break;
-                    }
-                    2
-                }
-                b'j' => {
-                    let index =
-                        u32::from_le_bytes([buf[i + 1], buf[i + 2], buf[i + 3], buf[i + 4]]);
-                    if self.memo_get(index as usize).is_err() {
-                        break;
-                    }
-                    5
-                }
-                b'K' => {
-                    self.stack.push(Value::Int(buf[i + 1] as i64));
-                    2
-                }
-                b'M' => {
-                    self.stack.push(Value::Int(
-                        u16::from_le_bytes([buf[i + 1], buf[i + 2]]) as i64
-                    ));
-                    3
-                }
-                b'J' => {
-                    let v = i32::from_le_bytes([buf[i + 1], buf[i + 2], buf[i + 3], buf[i + 4]]);
-                    self.stack.push(Value::Int(v as i64));
-                    5
-                }
-                0x8a if buf[i + 1] as usize <= 8 && buf[i + 1] > 0 => {
-                    let n = buf[i + 1] as usize;
-                    let negative = buf[i + 1 + n] & 0x80 != 0;
-                    let mut le = [if negative { 0xff } else { 0 }; 8];
-                    le[..n].copy_from_slice(&buf[i + 2..i + 2 + n]);
-                    self.stack.push(Value::Int(i64::from_le_bytes(le)));
-                    2 + n
-                }
-                b'(' => {
-                    self.marks.push(self.stack.len());
-                    1
-                }
-                0x94 => {
-                    if self.memo_put(self.memo_count).is_err() {
-                        break;
-                    }
-                    1
-                }
-                b'u' => {
-                    let Some(&mark) = self.marks.last() else {
-                        break;
-                    };
-                    if self.set_items_from(mark).is_err() {
-                        break;
-                    }
-                    self.marks.pop();
-                    1
-                }
-                b'}' => {
-                    if self.fold.wants_flat() {
-                        if let Some(next) = self.flat_dict(&buf, i, end) {
-                            i = next;
-                            continue;
-                        }
-                    }
-                    let id = self.new_dict();
-                    self.stack.push(Value::Node(id));
-                    1
-                }
-                b'N' => {
-                    self.stack.push(Value::None);
-                    1
-                }
-                0x88 | 0x89 => {
-                    self.stack.push(Value::Bool(op == 0x88));
-                    1
-                }
-                _ => break,
-            };
-            i += len;
-        }
-        self.input.put_window(buf, i);
     }
 
     /// Executes one opcode.
@@ -617,27 +414,13 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
     fn unicode(&mut self, n: usize) -> Step {
         let bytes = self.input.take(n)?;
         let text = std::str::from_utf8(bytes).map_err(|_| malformed("string is not UTF-8"))?;
-        let id = match self.string_ids.get(text) {
-            Some(&id) => id,
-            None => {
-                let id = self.doc.strings.len() as StrId;
-                self.doc.strings.push(text.into());
-                self.string_ids.insert(text.into(), id);
-                id
-            }
-        };
+        let id = intern_into(&mut self.doc, &mut self.string_ids, text);
         self.stack.push(Value::Str(id));
         Ok(())
     }
 
-    fn intern(&mut self, text: &str) -> StrId {
-        if let Some(&id) = self.string_ids.get(text) {
-            return id;
-        }
-        let id = self.doc.strings.len() as StrId;
-        self.doc.strings.push(text.into());
-        self.string_ids.insert(text.into(), id);
-        id
+    pub(super) fn intern(&mut self, text: &str) -> StrId {
+        intern_into(&mut self.doc, &mut self.string_ids, text)
     }
 
     /// Python 2 `str` (SHORT_BINSTRING / BINSTRING): text when it is UTF-8, else bytes.
@@ -683,7 +466,7 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
 
     /// A new empty dict, reusing the storage of a folded one when there is one.
     #[inline]
-    fn new_dict(&mut self) -> NodeId {
+    pub(super) fn new_dict(&mut self) -> NodeId {
         if let Some(id) = self.free_nodes.pop() {
             let slot = &mut self.doc.nodes[id as usize];
             match slot {
@@ -739,7 +522,7 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
 
     /// Sets `stack[from..]` as key, value pairs on the dict just below `from`.
     #[inline]
-    fn set_items_from(&mut self, from: usize) -> Step {
+    pub(super) fn set_items_from(&mut self, from: usize) -> Step {
         let dict = self.container_below(from)?;
         if !(self.stack.len() - from).is_multiple_of(2) {
             return Err(malformed("SETITEMS with an odd number of items"));
@@ -753,7 +536,7 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
     }
 
     #[inline]
-    fn memo_get(&mut self, index: usize) -> Step {
+    pub(super) fn memo_get(&mut self, index: usize) -> Step {
         match self.memo.get(index) {
             Some(Some(v)) => {
                 self.stack.push(*v);
@@ -764,14 +547,14 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
     }
 
     #[inline]
-    fn memo_put(&mut self, index: usize) -> Step {
+    pub(super) fn memo_put(&mut self, index: usize) -> Step {
         let top = self.top()?;
         self.memo_store(index, top)
     }
 
     /// Stores `value` in memo slot `index`.
     #[inline]
-    fn memo_store(&mut self, index: usize, top: Value) -> Step {
+    pub(super) fn memo_store(&mut self, index: usize, top: Value) -> Step {
         if index == self.memo.len() {
             self.memo.push(None);
         } else if index > self.memo.len() {
@@ -792,192 +575,20 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
     }
 }
 
-/// Most pairs a flat dict may have on the fast path (trace entries have about ten keys).
-const FLAT_PAIRS: usize = 16;
-
-impl<R: Read, F: Fold> Machine<'_, R, F> {
-    /// Tries to decode the dict starting at `buf[start]` (EMPTY_DICT) as a flat dict and offer
-    /// it to the fold: `[memo put] MARK (key value [memo put])* SETITEMS`, where keys and values
-    /// are small scalars, short strings or memo references. Returns the position after it when
-    /// the fold took it; `None` (having changed nothing that matters) to decode it generally.
-    fn flat_dict(&mut self, buf: &[u8], start: usize, end: usize) -> Option<usize> {
-        let buf = buf.get(..end)?;
-        let mut p = start + 1;
-        // Memo stores are applied only if the fold takes the dict, so a fallback redoes them.
-        let mut pairs = std::mem::take(&mut self.flat_pairs);
-        let mut stores = std::mem::take(&mut self.flat_stores);
-        pairs.clear();
-        stores.clear();
-        let taken = self.scan_flat_dict(buf, &mut p, &mut pairs, &mut stores);
-        let handle = taken.and_then(|dict_slot| {
-            let handle = self.fold.fold_flat(&self.doc, &pairs)?;
-            for &(slot, value) in &stores {
-                self.memo_store(slot, value).ok()?;
-            }
-            if let Some(slot) = dict_slot {
-                self.memo_store(slot, Value::Folded(handle)).ok()?;
-            }
-            Some(handle)
-        });
-        self.flat_pairs = pairs;
-        self.flat_stores = stores;
-        self.stack.push(Value::Folded(handle?));
-        Some(p)
+/// The id of `text` in the document's string table, adding it if new. A free function so
+/// that `text` may borrow the input while the table is changed.
+fn intern_into(doc: &mut Document, ids: &mut FxHashMap<Box<str>, StrId>, text: &str) -> StrId {
+    if let Some(&id) = ids.get(text) {
+        return id;
     }
-
-    /// Reads a flat dict's pairs and memo stores without changing the machine; returns the
-    /// dict's own memo slot (if it has one), or `None` if the dict is not flat.
-    fn scan_flat_dict(
-        &mut self,
-        buf: &[u8],
-        p: &mut usize,
-        pairs: &mut Vec<(Value, Value)>,
-        stores: &mut Vec<(usize, Value)>,
-    ) -> Option<Option<usize>> {
-        let mut next_memoize = self.memo_count;
-        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize)?;
-        if *buf.get(*p)? != b'(' {
-            return None;
-        }
-        *p += 1;
-        loop {
-            if *buf.get(*p)? == b'u' {
-                *p += 1;
-                return Some(dict_slot);
-            }
-            if pairs.len() == FLAT_PAIRS {
-                return None;
-            }
-            let mut pair = [Value::None; 2];
-            for item in &mut pair {
-                let (value, len) = self.flat_value(buf, *p)?;
-                *p += len;
-                if let Some(slot) = self.flat_memo_op(buf, p, &mut next_memoize)? {
-                    stores.push((slot, value));
-                }
-                *item = value;
-            }
-            pairs.push((pair[0], pair[1]));
-        }
-    }
-
-    /// An optional memo store at `buf[*p]` (MEMOIZE, BINPUT, LONG_BINPUT): `Some(None)` when
-    /// there is none, `Some(Some(slot))` with `*p` moved past it, `None` to give up.
-    #[inline]
-    fn flat_memo_op(
-        &self,
-        buf: &[u8],
-        p: &mut usize,
-        next_memoize: &mut usize,
-    ) -> Option<Option<usize>> {
-        let slot = match *buf.get(*p)? {
-            0x94 => {
-                let slot = *next_memoize;
-                *next_memoize += 1;
-                *p += 1;
-                slot
-            }
-            b'q' => {
-                let slot = *buf.get(*p + 1)? as usize;
-                *p += 2;
-                slot
-            }
-            b'r' => {
-                let b = buf.get(*p + 1..*p + 5)?;
-                *p += 5;
-                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
-            }
-            _ => return Some(None),
-        };
-        // A slot already in use would make MEMOIZE numbering differ from the general path.
-        if self.memo.get(slot).is_some_and(Option::is_some) {
-            return None;
-        }
-        Some(Some(slot))
-    }
-
-    /// One key or value of a flat dict at `buf[p]` and its length in bytes.
-    #[inline]
-    fn flat_value(&mut self, buf: &[u8], p: usize) -> Option<(Value, usize)> {
-        // One bounds check for the longest fixed-size operand; short strings are checked apart.
-        let w: &[u8; 10] = buf.get(p..p + 10)?.try_into().ok()?;
-        let value = match w[0] {
-            b'h' => (self.memo.get(w[1] as usize).copied().flatten()?, 2),
-            b'j' => {
-                let index = u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize;
-                (self.memo.get(index).copied().flatten()?, 5)
-            }
-            b'K' => (Value::Int(w[1] as i64), 2),
-            b'M' => (Value::Int(u16::from_le_bytes([w[1], w[2]]) as i64), 3),
-            b'J' => (
-                Value::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64),
-                5,
-            ),
-            0x8a => {
-                let n = w[1] as usize;
-                if n == 0 || n > 8 {
-                    return None;
-                }
-                let fill = if w[1 + n] & 0x80 != 0 { 0xff } else { 0 };
-                let mut le = [fill; 8];
-                le[..n].copy_from_slice(&w[2..2 + n]);
-                (Value::Int(i64::from_le_bytes(le)), 2 + n)
-            }
-            b'G' => {
-                let b = [w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]];
-                (Value::Float(f64::from_be_bytes(b)), 9)
-            }
-            b'N' => (Value::None, 1),
-            0x88 => (Value::Bool(true), 1),
-            0x89 => (Value::Bool(false), 1),
-            0x8c => {
-                let n = w[1] as usize;
-                let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
-                (Value::Str(self.intern(text)), 2 + n)
-            }
-            _ => return None,
-        };
-        Some(value)
-    }
+    let id = doc.strings.len() as StrId;
+    doc.strings.push(text.into());
+    ids.insert(text.into(), id);
+    id
 }
 
 /// Whether decoding goes on after an opcode.
 enum Flow {
     Continue,
     Stop,
-}
-
-fn parse_text_int(line: &[u8]) -> Result<i64, DecodeErrorKind> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok())
-        .ok_or_else(|| malformed("bad or too large integer text"))
-}
-
-/// Decodes Python's raw-unicode-escape: Latin-1 bytes plus `\uXXXX` and `\UXXXXXXXX`.
-fn raw_unicode_escape(line: &[u8]) -> Result<String, DecodeErrorKind> {
-    let mut out = String::with_capacity(line.len());
-    let mut i = 0;
-    while i < line.len() {
-        let b = line[i];
-        let width = match (b, line.get(i + 1)) {
-            (b'\\', Some(b'u')) => 4,
-            (b'\\', Some(b'U')) => 8,
-            _ => 0,
-        };
-        if width == 0 {
-            out.push(b as char);
-            i += 1;
-            continue;
-        }
-        let hex = line
-            .get(i + 2..i + 2 + width)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u32::from_str_radix(h, 16).ok())
-            .and_then(char::from_u32)
-            .ok_or_else(|| malformed("bad escape in UNICODE"))?;
-        out.push(hex);
-        i += 2 + width;
-    }
-    Ok(out)
 }

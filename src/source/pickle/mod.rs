@@ -6,10 +6,16 @@
 //! file's size; `benches/snapshot_parse.rs` measures both.
 
 mod decode;
+mod error;
+mod fast;
+mod fold;
 mod input;
+mod text;
 mod value;
 
-pub use decode::{decode, DecodeError, DecodeErrorKind, Fold, KeepAll};
+pub use decode::decode;
+pub use error::{DecodeError, DecodeErrorKind};
+pub use fold::{Fold, KeepAll};
 pub use value::{Document, Node, NodeId, StrId, Value};
 
 #[cfg(test)]

@@ -1,0 +1,251 @@
+//! The fast path of the decoder: the opcodes that make up almost all of a snapshot, run
+//! straight from the input buffer, and flat dicts handed to the fold without building a node.
+
+use super::decode::Machine;
+use super::fold::Fold;
+use super::value::Value;
+use std::io::Read;
+
+impl<R: Read, F: Fold> Machine<'_, R, F> {
+    /// Executes the opcodes that make up almost all of a snapshot (memo gets, small ints,
+    /// marks, memoize, setitems) straight from the input buffer, until one needs more bytes
+    /// than are buffered, is another opcode, or would fail; the general `step` then takes over
+    /// (and reports any error with its offset), since the fast path never half-applies one.
+    pub(super) fn run_fast(&mut self) {
+        // The buffer is moved out for the loop so the machine's other fields stay borrowable.
+        let (buf, mut i, end) = self.input.take_window();
+        while end - i >= 16 {
+            let op = buf[i];
+            let len = match op {
+                b'h' => {
+                    if self.memo_get(buf[i + 1] as usize).is_err() {
+                        break;
+                    }
+                    2
+                }
+                b'j' => {
+                    let index =
+                        u32::from_le_bytes([buf[i + 1], buf[i + 2], buf[i + 3], buf[i + 4]]);
+                    if self.memo_get(index as usize).is_err() {
+                        break;
+                    }
+                    5
+                }
+                b'K' => {
+                    self.stack.push(Value::Int(buf[i + 1] as i64));
+                    2
+                }
+                b'M' => {
+                    self.stack.push(Value::Int(
+                        u16::from_le_bytes([buf[i + 1], buf[i + 2]]) as i64
+                    ));
+                    3
+                }
+                b'J' => {
+                    let v = i32::from_le_bytes([buf[i + 1], buf[i + 2], buf[i + 3], buf[i + 4]]);
+                    self.stack.push(Value::Int(v as i64));
+                    5
+                }
+                0x8a if buf[i + 1] as usize <= 8 && buf[i + 1] > 0 => {
+                    let n = buf[i + 1] as usize;
+                    let negative = buf[i + 1 + n] & 0x80 != 0;
+                    let mut le = [if negative { 0xff } else { 0 }; 8];
+                    le[..n].copy_from_slice(&buf[i + 2..i + 2 + n]);
+                    self.stack.push(Value::Int(i64::from_le_bytes(le)));
+                    2 + n
+                }
+                b'(' => {
+                    self.marks.push(self.stack.len());
+                    1
+                }
+                0x94 => {
+                    if self.memo_put(self.memo_count).is_err() {
+                        break;
+                    }
+                    1
+                }
+                b'u' => {
+                    let Some(&mark) = self.marks.last() else {
+                        break;
+                    };
+                    if self.set_items_from(mark).is_err() {
+                        break;
+                    }
+                    self.marks.pop();
+                    1
+                }
+                b'}' => {
+                    if self.fold.wants_flat() {
+                        if let Some(next) = self.flat_dict(&buf, i, end) {
+                            i = next;
+                            continue;
+                        }
+                    }
+                    let id = self.new_dict();
+                    self.stack.push(Value::Node(id));
+                    1
+                }
+                b'N' => {
+                    self.stack.push(Value::None);
+                    1
+                }
+                0x88 | 0x89 => {
+                    self.stack.push(Value::Bool(op == 0x88));
+                    1
+                }
+                _ => break,
+            };
+            i += len;
+        }
+        self.input.put_window(buf, i);
+    }
+}
+
+/// Most pairs a flat dict may have on the fast path (trace entries have about ten keys).
+pub(super) const FLAT_PAIRS: usize = 16;
+
+impl<R: Read, F: Fold> Machine<'_, R, F> {
+    /// Tries to decode the dict starting at `buf[start]` (EMPTY_DICT) as a flat dict and offer
+    /// it to the fold: `[memo put] MARK (key value [memo put])* SETITEMS`, where keys and values
+    /// are small scalars, short strings or memo references. Returns the position after it when
+    /// the fold took it; `None` (having changed nothing that matters) to decode it generally.
+    fn flat_dict(&mut self, buf: &[u8], start: usize, end: usize) -> Option<usize> {
+        let buf = buf.get(..end)?;
+        let mut p = start + 1;
+        // Memo stores are applied only if the fold takes the dict, so a fallback redoes them.
+        let mut pairs = std::mem::take(&mut self.flat_pairs);
+        let mut stores = std::mem::take(&mut self.flat_stores);
+        pairs.clear();
+        stores.clear();
+        let taken = self.scan_flat_dict(buf, &mut p, &mut pairs, &mut stores);
+        let handle = taken.and_then(|dict_slot| {
+            let handle = self.fold.fold_flat(&self.doc, &pairs)?;
+            for &(slot, value) in &stores {
+                self.memo_store(slot, value).ok()?;
+            }
+            if let Some(slot) = dict_slot {
+                self.memo_store(slot, Value::Folded(handle)).ok()?;
+            }
+            Some(handle)
+        });
+        self.flat_pairs = pairs;
+        self.flat_stores = stores;
+        self.stack.push(Value::Folded(handle?));
+        Some(p)
+    }
+
+    /// Reads a flat dict's pairs and memo stores without changing the machine; returns the
+    /// dict's own memo slot (if it has one), or `None` if the dict is not flat.
+    fn scan_flat_dict(
+        &mut self,
+        buf: &[u8],
+        p: &mut usize,
+        pairs: &mut Vec<(Value, Value)>,
+        stores: &mut Vec<(usize, Value)>,
+    ) -> Option<Option<usize>> {
+        let mut next_memoize = self.memo_count;
+        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize)?;
+        if *buf.get(*p)? != b'(' {
+            return None;
+        }
+        *p += 1;
+        loop {
+            if *buf.get(*p)? == b'u' {
+                *p += 1;
+                return Some(dict_slot);
+            }
+            if pairs.len() == FLAT_PAIRS {
+                return None;
+            }
+            let mut pair = [Value::None; 2];
+            for item in &mut pair {
+                let (value, len) = self.flat_value(buf, *p)?;
+                *p += len;
+                if let Some(slot) = self.flat_memo_op(buf, p, &mut next_memoize)? {
+                    stores.push((slot, value));
+                }
+                *item = value;
+            }
+            pairs.push((pair[0], pair[1]));
+        }
+    }
+
+    /// An optional memo store at `buf[*p]` (MEMOIZE, BINPUT, LONG_BINPUT): `Some(None)` when
+    /// there is none, `Some(Some(slot))` with `*p` moved past it, `None` to give up.
+    #[inline]
+    fn flat_memo_op(
+        &self,
+        buf: &[u8],
+        p: &mut usize,
+        next_memoize: &mut usize,
+    ) -> Option<Option<usize>> {
+        let slot = match *buf.get(*p)? {
+            0x94 => {
+                let slot = *next_memoize;
+                *next_memoize += 1;
+                *p += 1;
+                slot
+            }
+            b'q' => {
+                let slot = *buf.get(*p + 1)? as usize;
+                *p += 2;
+                slot
+            }
+            b'r' => {
+                let b = buf.get(*p + 1..*p + 5)?;
+                *p += 5;
+                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+            }
+            _ => return Some(None),
+        };
+        // A slot already in use would make MEMOIZE numbering differ from the general path.
+        if self.memo.get(slot).is_some_and(Option::is_some) {
+            return None;
+        }
+        Some(Some(slot))
+    }
+
+    /// One key or value of a flat dict at `buf[p]` and its length in bytes.
+    #[inline]
+    fn flat_value(&mut self, buf: &[u8], p: usize) -> Option<(Value, usize)> {
+        // One bounds check for the longest fixed-size operand; short strings are checked apart.
+        let w: &[u8; 10] = buf.get(p..p + 10)?.try_into().ok()?;
+        let value = match w[0] {
+            b'h' => (self.memo.get(w[1] as usize).copied().flatten()?, 2),
+            b'j' => {
+                let index = u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize;
+                (self.memo.get(index).copied().flatten()?, 5)
+            }
+            b'K' => (Value::Int(w[1] as i64), 2),
+            b'M' => (Value::Int(u16::from_le_bytes([w[1], w[2]]) as i64), 3),
+            b'J' => (
+                Value::Int(i32::from_le_bytes([w[1], w[2], w[3], w[4]]) as i64),
+                5,
+            ),
+            0x8a => {
+                let n = w[1] as usize;
+                if n == 0 || n > 8 {
+                    return None;
+                }
+                let fill = if w[1 + n] & 0x80 != 0 { 0xff } else { 0 };
+                let mut le = [fill; 8];
+                le[..n].copy_from_slice(&w[2..2 + n]);
+                (Value::Int(i64::from_le_bytes(le)), 2 + n)
+            }
+            b'G' => {
+                let b = [w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]];
+                (Value::Float(f64::from_be_bytes(b)), 9)
+            }
+            b'N' => (Value::None, 1),
+            0x88 => (Value::Bool(true), 1),
+            0x89 => (Value::Bool(false), 1),
+            0x8c => {
+                let n = w[1] as usize;
+                let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
+                (Value::Str(self.intern(text)), 2 + n)
+            }
+            _ => return None,
+        };
+        Some(value)
+    }
+}

@@ -1,0 +1,43 @@
+//! How a caller takes dicts out of the decoded tree while decoding (`Fold`).
+
+use super::value::{Document, NodeId, Value};
+
+/// Takes over dicts while they are appended to lists.
+///
+/// Dicts reach a fold in one of two ways, and the fold sees every dict of a list in list order:
+/// - a flat dict (only scalars and memo references as values) is first offered as soon as it
+///   is decoded, as key/value pairs (`fold_flat`), before any node is made for it; a fold that
+///   takes it returns a handle, and later `adopt`s it when it is appended to its list;
+/// - any other dict (or a flat one not taken) is offered when it is appended (`fold`).
+pub trait Fold {
+    /// Offered each dict appended to `list`. Returning a handle takes the dict over: it is left
+    /// out of the list, its node is reused, and a memo reference to it reads `Value::Folded`.
+    fn fold(&mut self, doc: &Document, list: NodeId, dict: NodeId) -> Option<u32>;
+
+    /// Whether this fold takes flat dicts early (`fold_flat`); the decoder skips the look-ahead
+    /// otherwise.
+    fn wants_flat(&self) -> bool {
+        false
+    }
+
+    /// Offered each flat dict as it is decoded. Returning a handle takes it: the decoder makes
+    /// no node, pushes `Value::Folded(handle)`, and calls `adopt` when it is appended to a list.
+    fn fold_flat(&mut self, _doc: &Document, _pairs: &[(Value, Value)]) -> Option<u32> {
+        None
+    }
+
+    /// A dict taken by `fold_flat` was appended to `list`. `false` if the handle is not one
+    /// awaiting adoption (the same dict appended twice); it then stays in the list as a value.
+    fn adopt(&mut self, _list: NodeId, _handle: u32) -> bool {
+        false
+    }
+}
+
+/// A `Fold` that takes nothing.
+pub struct KeepAll;
+
+impl Fold for KeepAll {
+    fn fold(&mut self, _: &Document, _: NodeId, _: NodeId) -> Option<u32> {
+        None
+    }
+}
