@@ -16,8 +16,6 @@ pub struct Live {
     /// The requested size.
     pub size: u64,
     pub stack: Option<StackId>,
-    /// Index of the `alloc` entry that made it; `None` when it was alive before the trace.
-    pub since: Option<usize>,
 }
 
 /// The live allocations of one device at one instant.
@@ -136,7 +134,6 @@ impl<'a> Replay<'a> {
                 let l = Live {
                     size: entry.size,
                     stack: entry.stack,
-                    since: Some(index),
                 };
                 if self.live.insert(addr, l).is_some() {
                     self.issue(
@@ -219,7 +216,6 @@ fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live
                 alive.entry(addr).or_insert(Live {
                     size: e.size,
                     stack: e.stack,
-                    since: None,
                 });
             }
             _ => {}
@@ -230,7 +226,6 @@ fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live
             alive.entry(block.address).or_insert(Live {
                 size: block.requested_size,
                 stack: block.stack,
-                since: None,
             });
         }
     }

@@ -48,10 +48,17 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
                 }
                 0x8a if buf[i + 1] as usize <= 8 && buf[i + 1] > 0 => {
                     let n = buf[i + 1] as usize;
-                    let negative = buf[i + 1 + n] & 0x80 != 0;
-                    let mut le = [if negative { 0xff } else { 0 }; 8];
-                    le[..n].copy_from_slice(&buf[i + 2..i + 2 + n]);
-                    self.stack.push(Value::Int(i64::from_le_bytes(le)));
+                    let eight = [
+                        buf[i + 2],
+                        buf[i + 3],
+                        buf[i + 4],
+                        buf[i + 5],
+                        buf[i + 6],
+                        buf[i + 7],
+                        buf[i + 8],
+                        buf[i + 9],
+                    ];
+                    self.stack.push(Value::Int(long1(eight, n)));
                     2 + n
                 }
                 b'(' => {
@@ -227,10 +234,8 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
                 if n == 0 || n > 8 {
                     return None;
                 }
-                let fill = if w[1 + n] & 0x80 != 0 { 0xff } else { 0 };
-                let mut le = [fill; 8];
-                le[..n].copy_from_slice(&w[2..2 + n]);
-                (Value::Int(i64::from_le_bytes(le)), 2 + n)
+                let eight = [w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9]];
+                (Value::Int(long1(eight, n)), 2 + n)
             }
             b'G' => {
                 let b = [w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]];
@@ -247,5 +252,40 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
             _ => return None,
         };
         Some(value)
+    }
+}
+
+/// A LONG1 operand of `n` bytes (1 to 8), little-endian two's complement, read from the eight
+/// bytes that start with it (reading a whole word and shifting avoids a variable-length copy).
+#[inline]
+fn long1(eight: [u8; 8], n: usize) -> i64 {
+    let shift = 64 - 8 * n as u32;
+    ((u64::from_le_bytes(eight) << shift) as i64) >> shift
+}
+
+#[cfg(test)]
+mod tests {
+    use super::long1;
+
+    #[test]
+    fn long1_sign_extends_every_width() {
+        let cases: [(i64, usize); 8] = [
+            (0x7f, 1),
+            (-1, 1),
+            (-129, 2),
+            (1_700_000_000_112_459, 7),
+            (139_641_923_194_880, 6),
+            (i64::MIN, 8),
+            (i64::MAX, 8),
+            (-(1 << 40), 6),
+        ];
+        for (value, n) in cases {
+            let mut eight = value.to_le_bytes();
+            // Bytes past the operand belong to the next opcodes and must not matter.
+            for b in &mut eight[n..] {
+                *b = 0xa5;
+            }
+            assert_eq!(long1(eight, n), value, "{value} in {n} bytes");
+        }
     }
 }

@@ -16,23 +16,26 @@ pub struct Run {
     pub end: usize,
 }
 
-/// A non-negative integer, with the common case first.
-#[inline]
-fn uint(doc: &Document, value: Value) -> Option<u64> {
-    match value {
-        Value::Int(i) if i >= 0 => Some(i as u64),
-        _ => doc.as_u64(value),
+/// The rare metadata of an entry, with PyTorch's placeholders ("N/A", "") read as absent.
+fn entry_extra(
+    doc: &Document,
+    compile_context: Option<Value>,
+    user_metadata: Option<Value>,
+    forward_frames: Option<Value>,
+) -> EntryExtra {
+    let present = |value: Option<Value>, placeholder: &str| {
+        value
+            .map(|v| text_of(doc, v))
+            .filter(|text| !text.is_empty() && text != placeholder)
+    };
+    EntryExtra {
+        compile_context: present(compile_context, "N/A"),
+        user_metadata: present(user_metadata, ""),
+        forward_frames: forward_frames.map_or_else(Vec::new, |value| match doc.as_seq(value) {
+            Some(items) => items.iter().map(|&v| text_of(doc, v)).collect(),
+            None => vec![doc.render(value)],
+        }),
     }
-}
-
-/// Records the first field that could not be read; always `None`, for `or_else`.
-fn note<T>(
-    bad: &mut Option<(&'static str, Value)>,
-    field: &'static str,
-    value: Value,
-) -> Option<T> {
-    bad.get_or_insert((field, value));
-    None
 }
 
 /// A string value as it is, anything else rendered.
@@ -65,6 +68,13 @@ enum Field {
     ForwardFrames,
     Other,
 }
+
+/// Number of `Field` values.
+const FIELD_COUNT: usize = Field::Other as usize + 1;
+
+/// For each field, the index of its pair in a dict, when present.
+#[derive(Clone, Copy, Default)]
+struct Shape([Option<u8>; FIELD_COUNT]);
 
 fn field_of(key: &str) -> Field {
     match key {
@@ -222,6 +232,9 @@ pub struct TraceFolder {
     /// messages (trace lists are filled one after the other).
     offered: (NodeId, usize),
     fields: Vec<Field>,
+    /// The keys of the last dict read, and where its fields were.
+    shape_keys: Vec<Value>,
+    shape: Shape,
     /// Index in `Action::ALL` of each interned string, see `ACTION_UNSEEN`.
     actions: Vec<u8>,
     /// Entries with an action this version does not know, skipped: (action, count).
@@ -272,97 +285,96 @@ impl TraceFolder {
         Action::ALL.get(self.actions[i] as usize).copied()
     }
 
+    /// Where each field sits in dicts with these keys, from the cache when the keys are those
+    /// of the previous dict (trace entries of one file nearly always share one key order).
+    #[inline]
+    fn shape(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Shape {
+        let same = self.shape_keys.len() == pairs.len()
+            && self
+                .shape_keys
+                .iter()
+                .zip(pairs)
+                .all(|(k, (key, _))| k == key);
+        if !same {
+            self.shape_keys.clear();
+            self.shape_keys.extend(pairs.iter().map(|&(key, _)| key));
+            let mut shape = Shape::default();
+            for (i, &(key, _)) in pairs.iter().enumerate() {
+                if let Value::Str(key) = key {
+                    let field = self.field(doc, key);
+                    shape.0[field as usize] = Some(i as u8);
+                }
+            }
+            self.shape = shape;
+        }
+        self.shape
+    }
+
     /// Reads one trace-entry dict. Interns its stack, stream and metadata only when it is good.
     fn entry(
         &mut self,
         doc: &Document,
         pairs: &[(Value, Value)],
     ) -> Result<TraceEntry, EntryError> {
-        let mut action = None;
-        let (mut addr, mut size, mut stream, mut time, mut frames, mut device_free) =
-            (None, None, None, None, None, None);
-        let mut extra: Option<EntryExtra> = None;
-        // A field error only matters once the dict is known to be a trace entry, so it is
-        // noted (which field, what value) and worded only then.
-        let mut bad: Option<(&'static str, Value)> = None;
-        for &(key, value) in pairs {
-            let Value::Str(key) = key else { continue };
-            match self.field(doc, key) {
-                Field::Action => {
-                    let Value::Str(name) = value else {
-                        return Err(EntryError::Bad("'action' is not a string".into()));
-                    };
-                    match self.action(doc, name) {
-                        Some(a) => action = Some(a),
-                        None => return Err(EntryError::UnknownAction(name)),
-                    }
-                }
-                Field::Addr => addr = uint(doc, value).or_else(|| note(&mut bad, "addr", value)),
-                Field::Size => size = uint(doc, value).or_else(|| note(&mut bad, "size", value)),
-                Field::DeviceFree => {
-                    device_free = uint(doc, value).or_else(|| note(&mut bad, "device_free", value))
-                }
-                Field::Stream => {
-                    stream = match value {
-                        Value::Int(i) => Some(i as u64),
-                        _ => doc
-                            .as_u64(value)
-                            .or_else(|| note(&mut bad, "stream", value)),
-                    }
-                }
-                Field::Time => {
-                    time = doc
-                        .as_i64(value)
-                        .or_else(|| note(&mut bad, "time_us", value))
-                }
-                Field::Frames => frames = Some(value),
-                Field::CompileContext => {
-                    let text = text_of(doc, value);
-                    if text != "N/A" && !text.is_empty() {
-                        extra
-                            .get_or_insert_with(EntryExtra::default)
-                            .compile_context = Some(text);
-                    }
-                }
-                Field::UserMetadata => {
-                    let text = text_of(doc, value);
-                    if !text.is_empty() {
-                        extra.get_or_insert_with(EntryExtra::default).user_metadata = Some(text);
-                    }
-                }
-                Field::ForwardFrames => {
-                    let lines = match doc.as_seq(value) {
-                        Some(items) => items.iter().map(|&v| text_of(doc, v)).collect(),
-                        None => vec![doc.render(value)],
-                    };
-                    extra.get_or_insert_with(EntryExtra::default).forward_frames = lines;
-                }
-                Field::Other | Field::Unseen => {}
-            }
+        if pairs.len() > u8::MAX as usize {
+            return Err(EntryError::NotAnEntry);
         }
-        let Some(action) = action else {
+        let shape = self.shape(doc, pairs);
+        let get = |field: Field| shape.0[field as usize].map(|i| pairs[i as usize].1);
+        let Some(action_value) = get(Field::Action) else {
             return Err(EntryError::NotAnEntry);
         };
-        if let Some((field, value)) = bad {
-            return Err(EntryError::Bad(format!(
-                "'{field}' is not a valid integer: {}",
-                doc.render(value)
-            )));
-        }
-        let size = size.ok_or_else(|| format!("'{action}' entry has no 'size'"))?;
-        let stream = self.interner.stream(stream.unwrap_or(0));
+        let Value::Str(name) = action_value else {
+            return Err(EntryError::Bad("'action' is not a string".into()));
+        };
+        let Some(action) = self.action(doc, name) else {
+            return Err(EntryError::UnknownAction(name));
+        };
+        let int = |field: Field, what: &str| -> Result<Option<u64>, EntryError> {
+            match get(field) {
+                None => Ok(None),
+                Some(Value::Int(i)) if i >= 0 => Ok(Some(i as u64)),
+                Some(v) => doc.as_u64(v).map(Some).ok_or_else(|| {
+                    EntryError::Bad(format!(
+                        "'{what}' is not a valid integer: {}",
+                        doc.render(v)
+                    ))
+                }),
+            }
+        };
+        let size =
+            int(Field::Size, "size")?.ok_or_else(|| format!("'{action}' entry has no 'size'"))?;
+        let stream = match get(Field::Stream) {
+            None => 0,
+            Some(Value::Int(i)) => i as u64,
+            Some(v) => doc.as_u64(v).ok_or("'stream' is not an integer")?,
+        };
+        let time = match get(Field::Time) {
+            None => None,
+            Some(v) => Some(doc.as_i64(v).ok_or("'time_us' is not an integer")?),
+        };
+        let stream = self.interner.stream(stream);
         let mut entry = if action == Action::Oom {
-            TraceEntry::oom(size, device_free, stream)
+            TraceEntry::oom(size, int(Field::DeviceFree, "device_free")?, stream)
         } else {
-            let addr = addr.ok_or_else(|| format!("'{action}' entry has no 'addr'"))?;
+            let addr = int(Field::Addr, "addr")?
+                .ok_or_else(|| format!("'{action}' entry has no 'addr'"))?;
             TraceEntry::new(action, Some(addr), size, stream)
         };
         entry = entry.with_time(time);
-        if let Some(frames) = frames {
+        if let Some(frames) = get(Field::Frames) {
             entry.stack = self.interner.stack(doc, frames)?;
         }
-        if let Some(extra) = extra {
-            entry.extra = Some(self.interner.extra(extra));
+        let (context, metadata, forward) = (
+            get(Field::CompileContext),
+            get(Field::UserMetadata),
+            get(Field::ForwardFrames),
+        );
+        if context.is_some() || metadata.is_some() || forward.is_some() {
+            let extra = entry_extra(doc, context, metadata, forward);
+            if extra != EntryExtra::default() {
+                entry.extra = Some(self.interner.extra(extra));
+            }
         }
         Ok(entry)
     }
