@@ -15,6 +15,10 @@ pub struct TraceSummary {
     pub peak_active_bytes: u64,
     pub peak_entry_index: Option<usize>,
     pub peak_time_us: Option<i64>,
+    /// Microseconds from the first entry to the peak, when the trace has times.
+    pub peak_offset_us: Option<i64>,
+    /// Site of the allocation that reached the peak.
+    pub peak_site: Option<String>,
     /// Live requested bytes before the first entry (allocations older than the trace).
     pub before_trace_bytes: u64,
     /// Entries per action.
@@ -91,6 +95,12 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
             peak_active_bytes: peak.bytes,
             peak_entry_index: peak.entry_index,
             peak_time_us: peak.entry_index.and_then(|i| entries[i].time_us()),
+            peak_offset_us: peak
+                .entry_index
+                .and_then(|i| Some(entries[i].time_us()? - entries.first()?.time_us()?)),
+            peak_site: peak
+                .entry_index
+                .map(|i| super::sites::site_of(&snapshot.stacks, entries[i].stack)),
             before_trace_bytes: peak.before_trace_bytes,
             actions,
             inconsistencies: peak.issue_count,

@@ -40,12 +40,13 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
             let bar = ProgressBar::new(bytes);
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+                    "{msg} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
             );
-            bar.set_message(path.display().to_string());
+            let name = path.file_name().unwrap_or(path.as_os_str());
+            bar.set_message(format!("reading {}", name.to_string_lossy()));
             bar
         });
     let parsed = match &bar {

@@ -161,8 +161,12 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
         );
         return;
     }
-    let at = match (t.peak_entry_index, t.peak_time_us) {
-        (Some(i), Some(_)) => format!("at entry {i} of {}", t.entries),
+    let at = match (t.peak_entry_index, t.peak_offset_us) {
+        (Some(i), Some(us)) => format!(
+            "at entry {i} of {}, {:.3} s into the trace",
+            t.entries,
+            us as f64 / 1e6
+        ),
         (Some(i), None) => format!("at entry {i} of {}", t.entries),
         (None, _) => "before the trace began".to_string(),
     };
@@ -172,6 +176,9 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
         Bytes(t.peak_active_bytes).to_string(),
         Bytes(t.before_trace_bytes)
     );
+    if let Some(site) = &t.peak_site {
+        let _ = writeln!(out, "              reached by an allocation at {site}");
+    }
     let counts: Vec<String> = t.actions.iter().map(|(a, n)| format!("{n} {a}")).collect();
     let _ = writeln!(
         out,
