@@ -47,8 +47,4 @@ impl StackTable {
             .iter()
             .map(|&f| &self.frames[f as usize])
     }
-
-    pub fn stack_count(&self) -> usize {
-        self.stacks.len()
-    }
 }

@@ -1,7 +1,6 @@
 //! The timeline: every device's trace entries in order, with the tables they point into.
 
 use super::event::{ExtraId, StreamIndex, TraceEntry};
-use std::num::NonZeroU32;
 use std::ops::Range;
 
 /// Rare per-entry metadata of newer PyTorch versions; absent on almost every entry.
@@ -48,31 +47,12 @@ impl Timeline {
             .map_or(&[], |r| &self.entries[r.clone()])
     }
 
-    /// Interns a stream handle (`cudaStream_t` as an integer). Stream 0 is index 0.
-    pub fn intern_stream(&mut self, stream: u64) -> StreamIndex {
-        if let Some(i) = self.streams.iter().position(|&s| s == stream) {
-            return StreamIndex(i as u16);
-        }
-        self.streams.push(stream);
-        StreamIndex((self.streams.len() - 1) as u16)
-    }
-
     /// The stream handle of an index.
     pub fn stream(&self, index: StreamIndex) -> u64 {
         self.streams[index.0 as usize]
     }
 
-    /// The number of distinct streams interned so far.
-    pub fn stream_count(&self) -> usize {
-        self.streams.len()
-    }
-
-    /// Stores rare metadata and returns its id.
-    pub fn add_extra(&mut self, extra: EntryExtra) -> ExtraId {
-        self.extras.push(extra);
-        ExtraId(NonZeroU32::MIN.saturating_add(self.extras.len() as u32 - 1))
-    }
-
+    /// The metadata of an entry that has some.
     pub fn extra(&self, id: ExtraId) -> &EntryExtra {
         &self.extras[id.0.get() as usize - 1]
     }

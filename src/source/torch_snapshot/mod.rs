@@ -1,6 +1,7 @@
 //! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()`) into the model.
 
 mod fold;
+mod intern;
 mod schema;
 
 use crate::model::Snapshot;

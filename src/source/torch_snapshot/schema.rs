@@ -1,7 +1,8 @@
 //! The typed view of a decoded snapshot: segments, blocks, traces, settings and annotations,
 //! for every layout from PyTorch 2.0 (block `history`) to 2.11. Unknown keys are ignored.
 
-use super::fold::{Interner, TraceFolder};
+use super::fold::TraceFolder;
+use super::intern::Interner;
 use crate::model::{
     AllocatorSettings, Annotation, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat,
     Timeline, TraceEntry,

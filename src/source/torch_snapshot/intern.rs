@@ -1,0 +1,113 @@
+//! Interning tables shared by trace entries, blocks and segments: stacks (by the pickle node
+//! that holds them, so shared frame lists are converted once), streams and rare metadata.
+
+use crate::model::{EntryExtra, ExtraId, Frame, StackId, StackTable, StreamIndex};
+use crate::source::pickle::{Document, NodeId, Value};
+use rustc_hash::FxHashMap;
+use std::num::NonZeroU32;
+
+/// Interning tables shared by trace entries, blocks and segments.
+#[derive(Default)]
+pub struct Interner {
+    pub stacks: StackTable,
+    /// Stack of each frames-list node, by node id: 0 unknown, 1 empty, else id + 1.
+    stack_ids: Vec<u32>,
+    frame_ids: FxHashMap<NodeId, u32>,
+    pub streams: Vec<u64>,
+    last_stream: Option<(u64, StreamIndex)>,
+    stream_ids: FxHashMap<u64, StreamIndex>,
+    pub extras: Vec<EntryExtra>,
+    extra_ids: FxHashMap<EntryExtra, ExtraId>,
+}
+
+impl Interner {
+    pub fn new() -> Interner {
+        let mut interner = Interner::default();
+        interner.streams.push(0);
+        interner.stream_ids.insert(0, StreamIndex(0));
+        interner
+    }
+
+    /// The interned stream index of a `cudaStream_t` value.
+    pub fn stream(&mut self, stream: u64) -> Result<StreamIndex, String> {
+        if let Some((last, index)) = self.last_stream {
+            if last == stream {
+                return Ok(index);
+            }
+        }
+        let index = match self.stream_ids.get(&stream) {
+            Some(&index) => index,
+            None => {
+                let next = u16::try_from(self.streams.len())
+                    .map_err(|_| "more than 65536 distinct streams in one trace".to_string())?;
+                self.streams.push(stream);
+                self.stream_ids.insert(stream, StreamIndex(next));
+                StreamIndex(next)
+            }
+        };
+        self.last_stream = Some((stream, index));
+        Ok(index)
+    }
+
+    /// The stack of a `frames` value (a list of frame dicts, innermost first).
+    pub fn stack(&mut self, doc: &Document, frames: Value) -> Result<Option<StackId>, String> {
+        let Value::Node(list) = frames else {
+            return match frames {
+                Value::None => Ok(None),
+                _ => Err("'frames' is not a list".into()),
+            };
+        };
+        match self.stack_ids.get(list as usize) {
+            Some(0) | None => {}
+            Some(1) => return Ok(None),
+            Some(&id) => return Ok(NonZeroU32::new(id - 1).map(StackId)),
+        }
+        let items = doc.as_seq(frames).ok_or("'frames' is not a list")?;
+        let mut ids = Vec::with_capacity(items.len());
+        for &item in items {
+            ids.push(self.frame(doc, item)?);
+        }
+        let id = self.stacks.add_stack(ids.into_boxed_slice());
+        if self.stack_ids.len() <= list as usize {
+            self.stack_ids.resize(list as usize + 1, 0);
+        }
+        self.stack_ids[list as usize] = id.map_or(1, |s| s.0.get() + 1);
+        Ok(id)
+    }
+
+    fn frame(&mut self, doc: &Document, value: Value) -> Result<u32, String> {
+        let Value::Node(node) = value else {
+            return Err("a frame is not a dict".into());
+        };
+        if let Some(&id) = self.frame_ids.get(&node) {
+            return Ok(id);
+        }
+        let pairs = doc.as_dict(value).ok_or("a frame is not a dict")?;
+        let text = |key| {
+            doc.get(pairs, key)
+                .and_then(|v| doc.as_str(v))
+                .unwrap_or("??")
+        };
+        let frame = Frame {
+            filename: text("filename").to_string(),
+            line: doc
+                .get(pairs, "line")
+                .and_then(|v| doc.as_i64(v))
+                .unwrap_or(0),
+            name: text("name").to_string(),
+        };
+        let id = self.stacks.add_frame(frame);
+        self.frame_ids.insert(node, id);
+        Ok(id)
+    }
+
+    pub fn extra(&mut self, extra: EntryExtra) -> ExtraId {
+        if let Some(&id) = self.extra_ids.get(&extra) {
+            return id;
+        }
+        self.extras.push(extra.clone());
+        let id = ExtraId(NonZeroU32::new(self.extras.len() as u32).unwrap_or(NonZeroU32::MIN));
+        self.extra_ids.insert(extra, id);
+        id
+    }
+}
