@@ -74,6 +74,7 @@ pub fn assert_devices_match(name: &str, got: &[Value], want: &[Value]) {
             ("peak_active_bytes", &g["trace"]["peak_active_bytes"]),
             ("peak_entry_index", &g["trace"]["peak_entry_index"]),
             ("peak_time_us", &g["trace"]["peak_time_us"]),
+            ("peak_reserved_bytes", &g["trace"]["peak_reserved_bytes"]),
         ];
         for (key, value) in pairs {
             assert_eq!(value, &w[key], "{name} device {dev}: {key}");

@@ -21,6 +21,9 @@ pub struct TraceSummary {
     pub peak_site: Option<String>,
     /// Live requested bytes before the first entry (allocations older than the trace).
     pub before_trace_bytes: u64,
+    /// The highest reserved total over the trace (`torch.cuda.max_memory_reserved()` for the
+    /// window); the final reserved total when there is no trace.
+    pub peak_reserved_bytes: u64,
     /// Entries per action.
     pub actions: BTreeMap<&'static str, usize>,
     /// Entries that contradict the state they apply to (free of an unknown address, ...).
@@ -102,6 +105,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
                 .entry_index
                 .map(|i| super::sites::site_of(&snapshot.stacks, entries[i].stack)),
             before_trace_bytes: peak.before_trace_bytes,
+            peak_reserved_bytes: peak.reserved_bytes,
             actions,
             inconsistencies: peak.issue_count,
             first_inconsistency: peak

@@ -2,7 +2,7 @@
 
 use crate::model::{LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
 
-/// The highest total of live requested bytes over a device's trace.
+/// The highest total of live requested bytes over a device's trace, and of reserved bytes.
 #[derive(Clone, Debug)]
 pub struct Peak {
     pub bytes: u64,
@@ -13,6 +13,8 @@ pub struct Peak {
     pub live: LiveSet,
     /// Live requested bytes before the first entry.
     pub before_trace_bytes: u64,
+    /// The highest reserved total (segment bytes) over the trace, the state before it included.
+    pub reserved_bytes: u64,
     /// The first contradiction in the trace and the number of them.
     pub first_issue: Option<ReplayIssue>,
     pub issue_count: usize,
@@ -25,7 +27,9 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
     let before_trace_bytes = replay.live().total();
     let mut best = before_trace_bytes;
     let mut best_index = None;
+    let mut most_reserved = replay.reserved();
     while let Some(i) = replay.step() {
+        most_reserved = most_reserved.max(replay.reserved());
         let total = replay.live().total();
         if total > best {
             best = total;
@@ -46,6 +50,7 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
         entry_index: best_index,
         live,
         before_trace_bytes,
+        reserved_bytes: most_reserved,
         first_issue,
         issue_count,
     }
