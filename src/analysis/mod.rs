@@ -9,4 +9,4 @@ mod sites;
 pub use device::{analyze_device, analyze_snapshot, DeviceAnalysis, OomEntry, TraceSummary};
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use peak::{find_peak, Peak};
-pub use sites::{site_of, top_sites, Site};
+pub use sites::{is_user_label, site_of, top_sites, Site};

@@ -27,6 +27,13 @@ fn is_internal(filename: &str) -> bool {
     native || torch || frozen || stdlib
 }
 
+/// Whether a `file:line:function` label is a frame of the user's program.
+pub fn is_user_label(label: &str) -> bool {
+    let mut parts = label.rsplitn(3, ':');
+    let filename = parts.nth(2).unwrap_or(label);
+    !is_internal(filename)
+}
+
 /// Native frames of the capture and allocator machinery, never a useful site.
 const PLUMBING: [&str; 5] = [
     "unwind::unwind",
@@ -152,6 +159,11 @@ mod tests {
         let only_native = t.add_stack([ids[0]].into());
         assert_eq!(site_of(&t, only_native), "??:0:torch::unwind::unwind");
         assert_eq!(site_of(&t, None), NO_STACK);
+        assert!(is_user_label("/home/me/model.py:42:forward"));
+        assert!(!is_user_label(
+            "/x/site-packages/torch/nn/functional.py:2300:linear"
+        ));
+        assert!(!is_user_label("??:0:torch::unwind::unwind"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! One file per built subcommand; `main.rs` maps the outcome to an exit code.
 
 mod analyze;
+mod gate;
 mod input;
 mod unbuilt;
 
@@ -49,7 +50,7 @@ pub enum Command {
     /// Memory planners: training, checkpointing, sequence packing, KV cache.
     Plan(unbuilt::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
-    Gate(unbuilt::GateArgs),
+    Gate(gate::GateArgs),
     /// Convert a snapshot or recording for other tools.
     Export(unbuilt::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
@@ -86,7 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Top => unbuilt::refuse("top"),
         Command::View(_) => unbuilt::refuse("view"),
         Command::Plan(_) => unbuilt::refuse("plan"),
-        Command::Gate(_) => unbuilt::refuse("gate"),
+        Command::Gate(args) => gate::run(&args),
         Command::Export(_) => unbuilt::refuse("export"),
         Command::Agent(_) => unbuilt::refuse("agent"),
     }

@@ -109,19 +109,6 @@ pub enum Planner {
 }
 
 #[derive(Debug, Args)]
-pub struct GateArgs {
-    pub current: PathBuf,
-    #[arg(long, value_name = "BASE.json")]
-    pub baseline: Option<PathBuf>,
-    #[arg(long, value_name = "BASE.json")]
-    pub write_baseline: Option<PathBuf>,
-    #[arg(long, value_name = "PERCENT")]
-    pub max_increase: Option<String>,
-    #[arg(long, value_name = "SIZE")]
-    pub limit: Option<String>,
-}
-
-#[derive(Debug, Args)]
 pub struct ExportArgs {
     pub file: PathBuf,
     #[arg(long, value_name = "torch-snapshot|perfetto|json")]

@@ -1,0 +1,211 @@
+//! `memprof gate`: fail a CI job when peak memory regresses against a committed baseline or
+//! passes an absolute limit.
+
+use super::input::load_snapshot;
+use super::Outcome;
+use crate::analysis::analyze_snapshot;
+use crate::model::Bytes;
+use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
+use crate::report::gate_output;
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Sites kept per device in measurements and baselines.
+const SITES_KEPT: usize = 20;
+
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Snapshots (one per rank) or `memprof analyze --json` outputs of the run to check.
+    #[arg(required = true, value_name = "CURRENT")]
+    pub current: Vec<PathBuf>,
+    /// Baseline written earlier with --write-baseline.
+    #[arg(long, value_name = "BASE.json", conflicts_with = "write_baseline")]
+    pub baseline: Option<PathBuf>,
+    /// Write the current run's measurements as a baseline and exit.
+    #[arg(long, value_name = "BASE.json")]
+    pub write_baseline: Option<PathBuf>,
+    /// Allowed increase over the baseline: `5%` or `0.05`.
+    #[arg(long, value_name = "PERCENT", default_value = "5%")]
+    pub max_increase: String,
+    /// Absolute limit (bytes or units: 20GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub limit: Option<Bytes>,
+    /// Which number to gate on.
+    #[arg(long, value_enum, default_value_t = MetricArg::PeakActive)]
+    pub metric: MetricArg,
+    /// Also write JUnit XML here.
+    #[arg(long, value_name = "OUT.xml")]
+    pub junit: Option<PathBuf>,
+    /// Also write a Markdown summary here (for a pull-request comment).
+    #[arg(long, value_name = "OUT.md")]
+    pub markdown: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MetricArg {
+    PeakActive,
+    PeakReserved,
+}
+
+impl From<MetricArg> for Metric {
+    fn from(m: MetricArg) -> Metric {
+        match m {
+            MetricArg::PeakActive => Metric::PeakActive,
+            MetricArg::PeakReserved => Metric::PeakReserved,
+        }
+    }
+}
+
+/// `5%`, `5 %` or `0.05` as a fraction.
+fn parse_increase(text: &str) -> anyhow::Result<f64> {
+    let trimmed = text.trim();
+    let value = match trimmed.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
+        None => trimmed.parse::<f64>(),
+    };
+    match value {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => {
+            bail!("--max-increase {text:?}: expected a percentage like 5% or a fraction like 0.05")
+        }
+    }
+}
+
+pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
+    let config = GateConfig {
+        metric: args.metric.into(),
+        max_increase: parse_increase(&args.max_increase)?,
+        limit: args.limit.map(|b| b.0),
+    };
+    let mut current = Vec::new();
+    for path in &args.current {
+        let shown = path.display().to_string();
+        let first_rank = current
+            .iter()
+            .map(|m: &Measurement| m.rank + 1)
+            .max()
+            .unwrap_or(0);
+        current.extend(measure(path, first_rank).with_context(|| shown.clone())?);
+    }
+    if let Some(out) = &args.write_baseline {
+        let text = serde_json::to_string_pretty(&Baseline::new(current))?;
+        std::fs::write(out, text + "\n").with_context(|| format!("writing {}", out.display()))?;
+        println!("memprof gate: baseline written to {}", out.display());
+        return Ok(Outcome::Ok);
+    }
+    let baseline = match &args.baseline {
+        Some(path) => Some(read_baseline(path).with_context(|| path.display().to_string())?),
+        None if config.limit.is_none() => {
+            bail!("nothing to compare against: give --baseline BASE.json, --limit SIZE, or --write-baseline")
+        }
+        None => None,
+    };
+    let checks = evaluate(&current, baseline.as_ref(), &config)?;
+    if let Some(out) = &args.junit {
+        std::fs::write(out, gate_output::junit(&checks))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let Some(out) = &args.markdown {
+        std::fs::write(out, gate_output::markdown(&checks))
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    print!("{}", gate_output::text(&checks));
+    Ok(if checks.iter().all(|c| c.passed()) {
+        Outcome::Ok
+    } else {
+        Outcome::Finding
+    })
+}
+
+fn read_baseline(path: &Path) -> anyhow::Result<Baseline> {
+    let text = std::fs::read_to_string(path).context("cannot read")?;
+    let baseline: Baseline = serde_json::from_str(&text).context("not a memprof gate baseline")?;
+    baseline.validate()?;
+    Ok(baseline)
+}
+
+/// Measurements of one file: a snapshot (analyzed here) or an analyze JSON document.
+fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Measurement>> {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let head = std::fs::read(path)
+        .map(|b| b.first().copied())
+        .unwrap_or(None);
+    if head == Some(b'{') {
+        let text = std::fs::read_to_string(path).context("cannot read")?;
+        let doc: Value = serde_json::from_str(&text).context("not valid JSON")?;
+        return from_analyze_json(&doc, &name, first_rank);
+    }
+    let loaded = load_snapshot(path, false)?;
+    let devices = analyze_snapshot(&loaded.parsed.snapshot, SITES_KEPT, None);
+    if devices.is_empty() {
+        bail!("no device has a segment or a trace entry");
+    }
+    Ok(devices
+        .iter()
+        .map(|d| Measurement::of(first_rank, &name, d))
+        .collect())
+}
+
+/// Reads the measurements out of a `memprof analyze --json` document (schema_version 1).
+fn from_analyze_json(
+    doc: &Value,
+    name: &str,
+    first_rank: usize,
+) -> anyhow::Result<Vec<Measurement>> {
+    if doc["schema_version"] != 1 {
+        bail!("not a memprof analyze JSON document of schema_version 1");
+    }
+    let inputs = doc["inputs"].as_array().context("'inputs' is missing")?;
+    let mut out = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let devices = input["devices"]
+            .as_array()
+            .context("'devices' is missing")?;
+        for d in devices {
+            let number = |v: &Value, what: &str| {
+                v.as_u64()
+                    .with_context(|| format!("'{what}' is missing or not a number"))
+            };
+            let sites = d["top_sites"]
+                .as_array()
+                .map(|sites| {
+                    sites
+                        .iter()
+                        .map(|s| SiteBytes {
+                            frame: s["frame"].as_str().unwrap_or_default().to_string(),
+                            bytes: s["bytes"].as_u64().unwrap_or(0),
+                            stack: s["stack"]
+                                .as_array()
+                                .map(|f| {
+                                    f.iter()
+                                        .filter_map(|x| x.as_str().map(str::to_string))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Measurement {
+                rank: first_rank + i,
+                input: input["path"].as_str().unwrap_or(name).to_string(),
+                device: u32::try_from(number(&d["device"], "device")?).context("device number")?,
+                peak_active_bytes: number(
+                    &d["trace"]["peak_active_bytes"],
+                    "trace.peak_active_bytes",
+                )?,
+                peak_reserved_bytes: number(
+                    &d["trace"]["peak_reserved_bytes"],
+                    "trace.peak_reserved_bytes",
+                )?,
+                sites,
+            });
+        }
+    }
+    Ok(out)
+}

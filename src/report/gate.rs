@@ -1,0 +1,385 @@
+//! The CI memory gate: what is measured per input and device, the versioned baseline file, and
+//! the verdict of comparing a run against a baseline and a limit. Pure: no I/O.
+
+use crate::analysis::DeviceAnalysis;
+use serde::{Deserialize, Serialize};
+
+/// Version of the baseline file layout; bumped when a field changes meaning.
+pub const BASELINE_VERSION: u32 = 1;
+const BASELINE_KIND: &str = "memprof_gate_baseline";
+
+/// Bytes held by one allocation site at the peak.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteBytes {
+    pub frame: String,
+    pub bytes: u64,
+    /// Stack of the largest allocation at the site, innermost first.
+    #[serde(default)]
+    pub stack: Vec<String>,
+}
+
+/// What the gate measures for one device of one input (rank).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Position of the input on the command line (the rank, when one file per rank is given).
+    pub rank: usize,
+    /// The input's file name, for messages.
+    pub input: String,
+    pub device: u32,
+    pub peak_active_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Sites alive at the peak, most bytes first.
+    pub sites: Vec<SiteBytes>,
+}
+
+impl Measurement {
+    /// The measurement of one analyzed device.
+    pub fn of(rank: usize, input: &str, device: &DeviceAnalysis) -> Measurement {
+        Measurement {
+            rank,
+            input: input.to_string(),
+            device: device.device,
+            peak_active_bytes: device.trace.peak_active_bytes,
+            peak_reserved_bytes: device.trace.peak_reserved_bytes,
+            sites: device
+                .top_sites
+                .iter()
+                .map(|s| SiteBytes {
+                    frame: s.frame.clone(),
+                    bytes: s.bytes,
+                    stack: s.stack.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn value(&self, metric: Metric) -> u64 {
+        match metric {
+            Metric::PeakActive => self.peak_active_bytes,
+            Metric::PeakReserved => self.peak_reserved_bytes,
+        }
+    }
+}
+
+/// The baseline file: small, versioned, meant to be committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Baseline {
+    pub schema_version: u32,
+    pub kind: String,
+    pub tool_version: String,
+    pub measurements: Vec<Measurement>,
+}
+
+impl Baseline {
+    pub fn new(measurements: Vec<Measurement>) -> Baseline {
+        Baseline {
+            schema_version: BASELINE_VERSION,
+            kind: BASELINE_KIND.to_string(),
+            tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            measurements,
+        }
+    }
+
+    /// Checks that a file read from disk is a baseline this version understands.
+    pub fn validate(&self) -> Result<(), GateError> {
+        if self.kind != BASELINE_KIND {
+            return Err(GateError(format!(
+                "not a memprof gate baseline (kind '{}')",
+                self.kind
+            )));
+        }
+        if self.schema_version != BASELINE_VERSION {
+            return Err(GateError(format!(
+                "baseline schema_version {} is not supported (this memprof reads {BASELINE_VERSION}); \
+                 write a new one with --write-baseline",
+                self.schema_version
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which number the gate compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// Highest total of live allocations (stable from run to run).
+    PeakActive,
+    /// Highest reserved total (depends on what ran before and on fragmentation).
+    PeakReserved,
+}
+
+impl Metric {
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::PeakActive => "peak active",
+            Metric::PeakReserved => "peak reserved",
+        }
+    }
+
+    /// The name used on the command line and in reports.
+    pub fn key(self) -> &'static str {
+        match self {
+            Metric::PeakActive => "peak_active",
+            Metric::PeakReserved => "peak_reserved",
+        }
+    }
+}
+
+/// The gate's bounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GateConfig {
+    pub metric: Metric,
+    /// Allowed increase over the baseline, as a fraction (0.05 = 5%).
+    pub max_increase: f64,
+    /// Absolute limit in bytes.
+    pub limit: Option<u64>,
+}
+
+/// A site whose bytes at the peak grew against the baseline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Growth {
+    pub frame: String,
+    pub before: u64,
+    pub after: u64,
+    pub stack: Vec<String>,
+}
+
+/// The verdict for one device of one input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Check {
+    pub rank: usize,
+    pub input: String,
+    pub device: u32,
+    pub metric: Metric,
+    pub measured: u64,
+    pub baseline: Option<u64>,
+    /// Why it failed; empty when it passed.
+    pub failures: Vec<String>,
+    /// Sites that grew most, when there is a baseline.
+    pub grew: Vec<Growth>,
+}
+
+impl Check {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// (measured - baseline) / baseline.
+    pub fn increase(&self) -> Option<f64> {
+        let base = self.baseline?;
+        (base > 0).then(|| (self.measured as f64 - base as f64) / base as f64)
+    }
+}
+
+/// Inputs that cannot be compared: the message says why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct GateError(pub String);
+
+/// How many growing sites a failing check names.
+const GREW_SHOWN: usize = 5;
+
+/// Compares every measurement with its baseline (same rank and device) and the limit.
+pub fn evaluate(
+    current: &[Measurement],
+    baseline: Option<&Baseline>,
+    config: &GateConfig,
+) -> Result<Vec<Check>, GateError> {
+    if let Some(base) = baseline {
+        for b in &base.measurements {
+            if !current
+                .iter()
+                .any(|c| c.rank == b.rank && c.device == b.device)
+            {
+                return Err(GateError(format!(
+                    "the baseline has rank {} device {} ({}), the current run does not",
+                    b.rank, b.device, b.input
+                )));
+            }
+        }
+    }
+    current
+        .iter()
+        .map(|c| {
+            let base = match baseline {
+                None => None,
+                Some(b) => Some(
+                    b.measurements
+                        .iter()
+                        .find(|m| m.rank == c.rank && m.device == c.device)
+                        .ok_or_else(|| {
+                            GateError(format!(
+                                "rank {} device {} ({}) is not in the baseline",
+                                c.rank, c.device, c.input
+                            ))
+                        })?,
+                ),
+            };
+            Ok(check(c, base, config))
+        })
+        .collect()
+}
+
+fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig) -> Check {
+    let metric = config.metric;
+    let measured = current.value(metric);
+    let mut result = Check {
+        rank: current.rank,
+        input: current.input.clone(),
+        device: current.device,
+        metric,
+        measured,
+        baseline: base.map(|b| b.value(metric)),
+        failures: Vec::new(),
+        grew: base.map_or_else(Vec::new, |b| growth(b, current)),
+    };
+    if let Some(limit) = config.limit {
+        if measured > limit {
+            result.failures.push(format!(
+                "limited to {} but {} was {}",
+                crate::model::Bytes(limit),
+                metric.label(),
+                crate::model::Bytes(measured)
+            ));
+        }
+    }
+    if let (Some(before), Some(increase)) = (result.baseline, result.increase()) {
+        if increase > config.max_increase {
+            result.failures.push(format!(
+                "{} grew from {} to {} (+{:.1}%), more than the allowed +{:.1}%",
+                metric.label(),
+                crate::model::Bytes(before),
+                crate::model::Bytes(measured),
+                increase * 100.0,
+                config.max_increase * 100.0
+            ));
+        }
+    }
+    result
+}
+
+/// Sites whose bytes at the peak grew most, against the baseline.
+fn growth(base: &Measurement, current: &Measurement) -> Vec<Growth> {
+    let mut grew: Vec<Growth> = current
+        .sites
+        .iter()
+        .map(|site| {
+            let before = base
+                .sites
+                .iter()
+                .find(|b| b.frame == site.frame)
+                .map_or(0, |b| b.bytes);
+            Growth {
+                frame: site.frame.clone(),
+                before,
+                after: site.bytes,
+                stack: site.stack.clone(),
+            }
+        })
+        .filter(|g| g.after > g.before)
+        .collect();
+    grew.sort_by(|a, b| {
+        (b.after - b.before)
+            .cmp(&(a.after - a.before))
+            .then(a.frame.cmp(&b.frame))
+    });
+    grew.truncate(GREW_SHOWN);
+    grew
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measurement(peak: u64, sites: &[(&str, u64)]) -> Measurement {
+        Measurement {
+            rank: 0,
+            input: "run.pickle".into(),
+            device: 0,
+            peak_active_bytes: peak,
+            peak_reserved_bytes: peak * 2,
+            sites: sites
+                .iter()
+                .map(|&(frame, bytes)| SiteBytes {
+                    frame: frame.into(),
+                    bytes,
+                    stack: vec![frame.into()],
+                })
+                .collect(),
+        }
+    }
+
+    const FIVE_PERCENT: GateConfig = GateConfig {
+        metric: Metric::PeakActive,
+        max_increase: 0.05,
+        limit: None,
+    };
+
+    #[test]
+    fn passes_within_the_allowed_increase_and_fails_beyond_it() {
+        let base = Baseline::new(vec![measurement(
+            1000,
+            &[("a.py:1:f", 600), ("b.py:2:g", 400)],
+        )]);
+        let ok = evaluate(
+            &[measurement(1040, &[("a.py:1:f", 640)])],
+            Some(&base),
+            &FIVE_PERCENT,
+        );
+        assert!(
+            ok.as_ref().map(|c| c[0].passed()).unwrap_or(false),
+            "{ok:?}"
+        );
+        let bad = evaluate(
+            &[measurement(1300, &[("a.py:1:f", 650), ("b.py:2:g", 650)])],
+            Some(&base),
+            &FIVE_PERCENT,
+        )
+        .unwrap_or_default();
+        assert!(!bad[0].passed());
+        assert!(
+            bad[0].failures[0].contains("+30.0%"),
+            "{:?}",
+            bad[0].failures
+        );
+        let grew: Vec<(&str, u64)> = bad[0]
+            .grew
+            .iter()
+            .map(|g| (g.frame.as_str(), g.after - g.before))
+            .collect();
+        assert_eq!(grew, [("b.py:2:g", 250), ("a.py:1:f", 50)]);
+    }
+
+    #[test]
+    fn absolute_limit_and_reserved_metric() {
+        let config = GateConfig {
+            metric: Metric::PeakReserved,
+            max_increase: 0.05,
+            limit: Some(1500),
+        };
+        let checks = evaluate(&[measurement(1000, &[])], None, &config).unwrap_or_default();
+        assert_eq!(checks[0].measured, 2000);
+        assert!(checks[0].failures[0].starts_with("limited to 1.46 KiB but peak reserved was"));
+    }
+
+    #[test]
+    fn mismatched_devices_are_errors() {
+        let base = Baseline::new(vec![measurement(1000, &[])]);
+        let mut other = measurement(1000, &[]);
+        other.device = 1;
+        assert!(evaluate(&[other.clone()], Some(&base), &FIVE_PERCENT).is_err());
+        let both = [measurement(1000, &[]), other];
+        assert!(evaluate(&both, Some(&base), &FIVE_PERCENT).is_err());
+    }
+
+    #[test]
+    fn baseline_round_trips_and_rejects_other_versions() {
+        let base = Baseline::new(vec![measurement(7, &[("a.py:1:f", 7)])]);
+        let text = serde_json::to_string(&base).unwrap_or_default();
+        let back: Result<Baseline, _> = serde_json::from_str(&text);
+        assert_eq!(back.as_ref().ok(), Some(&base));
+        let mut newer = base;
+        newer.schema_version = 2;
+        assert!(newer.validate().is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! What the gate prints and writes: the text verdict, a Markdown summary for pull-request
+//! comments, and JUnit XML for CI test reports.
+
+use super::gate::Check;
+use crate::analysis::is_user_label;
+use crate::model::Bytes;
+use std::fmt::Write;
+
+/// Stack frames shown under a growing site: the user's own, innermost first.
+const FRAMES_SHOWN: usize = 6;
+
+fn user_frames(stack: &[String]) -> impl Iterator<Item = &String> + '_ {
+    stack.iter().filter(|f| is_user_label(f)).take(FRAMES_SHOWN)
+}
+
+fn change(check: &Check) -> String {
+    match (check.baseline, check.increase()) {
+        (Some(base), Some(inc)) => format!(
+            "{} -> {} ({:+.1}%)",
+            Bytes(base),
+            Bytes(check.measured),
+            inc * 100.0
+        ),
+        (Some(base), None) => format!("{} -> {}", Bytes(base), Bytes(check.measured)),
+        (None, _) => Bytes(check.measured).to_string(),
+    }
+}
+
+fn subject(check: &Check) -> String {
+    format!(
+        "rank {} ({}) device {}",
+        check.rank, check.input, check.device
+    )
+}
+
+/// The verdict for a terminal or a CI log.
+pub fn text(checks: &[Check]) -> String {
+    let failed = checks.iter().filter(|c| !c.passed()).count();
+    let mut out = String::new();
+    let verdict = if failed == 0 { "PASS" } else { "FAIL" };
+    let _ = writeln!(
+        out,
+        "memprof gate: {verdict} ({failed} of {} checks failed)",
+        checks.len()
+    );
+    for c in checks {
+        let status = if c.passed() { "ok  " } else { "FAIL" };
+        let _ = writeln!(
+            out,
+            "  {status} {}: {} {}",
+            subject(c),
+            c.metric.label(),
+            change(c)
+        );
+        for why in &c.failures {
+            let _ = writeln!(out, "       {why}");
+        }
+        if !c.passed() && !c.grew.is_empty() {
+            let _ = writeln!(out, "       sites that grew most at the peak:");
+            for g in &c.grew {
+                let _ = writeln!(
+                    out,
+                    "         +{:>11}  {}  ({} -> {})",
+                    Bytes(g.after - g.before).to_string(),
+                    g.frame,
+                    Bytes(g.before),
+                    Bytes(g.after)
+                );
+                for frame in user_frames(&g.stack) {
+                    let _ = writeln!(out, "                      {frame}");
+                }
+            }
+        }
+    }
+    out
+}
+
+fn markdown_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// A Markdown summary for a pull-request comment.
+pub fn markdown(checks: &[Check]) -> String {
+    let failed = checks.iter().filter(|c| !c.passed()).count();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### memprof gate: {}\n",
+        if failed == 0 { "passed" } else { "failed" }
+    );
+    let _ = writeln!(
+        out,
+        "| rank | input | device | metric | baseline | current | change | result |"
+    );
+    let _ = writeln!(out, "|---:|---|---:|---|---:|---:|---:|---|");
+    for c in checks {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.rank,
+            markdown_cell(&c.input),
+            c.device,
+            c.metric.label(),
+            c.baseline
+                .map_or_else(|| "-".to_string(), |b| Bytes(b).to_string()),
+            Bytes(c.measured),
+            c.increase()
+                .map_or_else(|| "-".to_string(), |i| format!("{:+.1}%", i * 100.0)),
+            if c.passed() { "pass" } else { "**fail**" }
+        );
+    }
+    for c in checks.iter().filter(|c| !c.passed()) {
+        let _ = writeln!(out, "\n**{}**", markdown_cell(&subject(c)));
+        for why in &c.failures {
+            let _ = writeln!(out, "- {}", markdown_cell(why));
+        }
+        for g in &c.grew {
+            let _ = writeln!(
+                out,
+                "- `{}` grew by {} ({} -> {})",
+                g.frame.replace('`', "'"),
+                Bytes(g.after - g.before),
+                Bytes(g.before),
+                Bytes(g.after)
+            );
+        }
+    }
+    out
+}
+
+fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JUnit XML: one test case per rank and device. Hand-written: a dozen lines of XML do not
+/// need an XML crate.
+pub fn junit(checks: &[Check]) -> String {
+    let failed = checks.iter().filter(|c| !c.passed()).count();
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"memprof gate\" tests=\"{}\" failures=\"{failed}\">",
+        checks.len()
+    );
+    let _ = writeln!(
+        out,
+        "  <testsuite name=\"memprof gate\" tests=\"{}\" failures=\"{failed}\" errors=\"0\" skipped=\"0\">",
+        checks.len()
+    );
+    for c in checks {
+        let name = xml_escape(&format!("{} {}", subject(c), c.metric.key()));
+        let _ = write!(
+            out,
+            "    <testcase classname=\"memprof.gate\" name=\"{name}\""
+        );
+        if c.passed() {
+            let _ = writeln!(out, "/>");
+            continue;
+        }
+        let _ = writeln!(out, ">");
+        let message = xml_escape(&c.failures.join("; "));
+        let mut details = String::new();
+        for g in &c.grew {
+            let _ = writeln!(details, "{} grew by {}", g.frame, Bytes(g.after - g.before));
+        }
+        let _ = writeln!(
+            out,
+            "      <failure message=\"{message}\" type=\"memory_regression\">{}</failure>",
+            xml_escape(&details)
+        );
+        let _ = writeln!(out, "    </testcase>");
+    }
+    let _ = writeln!(out, "  </testsuite>\n</testsuites>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::gate::{Growth, Metric};
+
+    fn failing() -> Check {
+        Check {
+            rank: 0,
+            input: "a<b>.pickle".into(),
+            device: 1,
+            metric: Metric::PeakActive,
+            measured: 3 << 30,
+            baseline: Some(2 << 30),
+            failures: vec![
+                "peak active grew from 2.00 GiB to 3.00 GiB (+50.0%), more than the allowed +5.0%"
+                    .into(),
+            ],
+            grew: vec![Growth {
+                frame: "/w/model.py:42:forward".into(),
+                before: 1 << 30,
+                after: 2 << 30,
+                stack: vec!["??:0:malloc".into(), "/w/model.py:42:forward".into()],
+            }],
+        }
+    }
+
+    #[test]
+    fn text_names_the_failure_and_the_growing_site_with_its_stack() {
+        let text = text(&[failing()]);
+        assert!(text.starts_with("memprof gate: FAIL (1 of 1 checks failed)"));
+        assert!(text.contains("+50.0%"));
+        assert!(
+            text.contains("+   1.00 GiB  /w/model.py:42:forward  (1.00 GiB -> 2.00 GiB)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("malloc"),
+            "native frames are left out: {text}"
+        );
+    }
+
+    #[test]
+    fn junit_escapes_and_counts() {
+        let xml = junit(&[failing()]);
+        assert!(xml.contains("tests=\"1\" failures=\"1\""));
+        assert!(xml.contains("name=\"rank 0 (a&lt;b&gt;.pickle) device 1 peak_active\""));
+        assert!(xml.contains("<failure message=\"peak active grew"));
+        assert_eq!(
+            xml.matches("<testcase").count(),
+            xml.matches("</testcase>").count()
+        );
+    }
+
+    #[test]
+    fn markdown_table_has_one_row_per_check() {
+        let md = markdown(&[failing()]);
+        assert!(md.starts_with("### memprof gate: failed"));
+        assert!(
+            md.contains(
+                "| 0 | a<b>.pickle | 1 | peak active | 2.00 GiB | 3.00 GiB | +50.0% | **fail** |"
+            ),
+            "{md}"
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! `memprof gate` end to end: pass, regression, limit, errors, baseline round trip, and the
+//! JUnit and Markdown files.
+
+use crate::util::{fixture, memprof, stderr, stdout};
+use std::path::PathBuf;
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("memprof-gate-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Scratch(dir)
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.0.join(file).display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+fn snapshot(name: &str) -> String {
+    fixture(&format!("snapshots/{name}.pickle"))
+        .display()
+        .to_string()
+}
+
+#[test]
+fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
+    let dir = Scratch::new("regress");
+    let base = dir.path("base.json");
+    let write = memprof(&["gate", &snapshot("v2_1_basic"), "--write-baseline", &base]);
+    assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
+
+    let same = memprof(&["gate", &snapshot("v2_1_basic"), "--baseline", &base]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(stdout(&same).starts_with("memprof gate: PASS"));
+
+    let (junit, md) = (dir.path("gate.xml"), dir.path("gate.md"));
+    let worse = memprof(&[
+        "gate",
+        &snapshot("v2_11_full"),
+        "--baseline",
+        &base,
+        "--junit",
+        &junit,
+        "--markdown",
+        &md,
+    ]);
+    assert_eq!(worse.status.code(), Some(1));
+    let text = stdout(&worse);
+    assert!(
+        text.starts_with("memprof gate: FAIL (1 of 1 checks failed)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "peak active grew from 34.09 MiB to 92.10 MiB (+170.1%), more than the allowed +5.0%"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("/home/user/model.py:38:forward  (1.71 MiB -> 23.14 MiB)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/home/user/train.py:96:train_step"),
+        "the stack is shown: {text}"
+    );
+
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(xml.contains("<testsuite name=\"memprof gate\" tests=\"1\" failures=\"1\""));
+    assert!(xml.contains("type=\"memory_regression\""));
+    let summary = std::fs::read_to_string(&md).expect("markdown written");
+    assert!(summary.contains("| 0 | v2_11_full.pickle | 0 | peak active | 34.09 MiB | 92.10 MiB | +170.1% | **fail** |"), "{summary}");
+
+    let loose = memprof(&[
+        "gate",
+        &snapshot("v2_11_full"),
+        "--baseline",
+        &base,
+        "--max-increase",
+        "200%",
+    ]);
+    assert_eq!(loose.status.code(), Some(0), "{}", stdout(&loose));
+}
+
+#[test]
+fn absolute_limit_and_the_reserved_metric() {
+    let low = memprof(&["gate", &snapshot("v2_1_basic"), "--limit", "10MiB"]);
+    assert_eq!(low.status.code(), Some(1));
+    assert!(stdout(&low).contains("limited to 10.00 MiB but peak active was 34.09 MiB"));
+    let reserved = memprof(&[
+        "gate",
+        &snapshot("v2_1_basic"),
+        "--limit",
+        "60MiB",
+        "--metric",
+        "peak-reserved",
+    ]);
+    assert_eq!(reserved.status.code(), Some(0), "{}", stdout(&reserved));
+    assert!(stdout(&reserved).contains("peak reserved 54.00 MiB"));
+}
+
+#[test]
+fn analyze_json_is_accepted_as_the_current_run() {
+    let dir = Scratch::new("json");
+    let base = dir.path("base.json");
+    let json = dir.path("analyze.json");
+    let analyzed = memprof(&["analyze", "--json", &snapshot("multi_device")]);
+    std::fs::write(&json, &analyzed.stdout).expect("write analyze json");
+    assert_eq!(
+        memprof(&["gate", &snapshot("multi_device"), "--write-baseline", &base])
+            .status
+            .code(),
+        Some(0)
+    );
+    let out = memprof(&["gate", &json, "--baseline", &base]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("(0 of 2 checks failed)"),
+        "both devices checked: {}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn bad_and_mismatched_inputs_exit_2() {
+    let dir = Scratch::new("bad");
+    let base = dir.path("base.json");
+    assert_eq!(
+        memprof(&["gate", &snapshot("v2_1_basic"), "--write-baseline", &base])
+            .status
+            .code(),
+        Some(0)
+    );
+
+    let other_device = memprof(&["gate", &snapshot("multi_device"), "--baseline", &base]);
+    assert_eq!(other_device.status.code(), Some(2));
+    assert!(
+        stderr(&other_device).contains("is not in the baseline"),
+        "{}",
+        stderr(&other_device)
+    );
+
+    let text = std::fs::read_to_string(&base).expect("baseline");
+    let newer = dir.path("newer.json");
+    std::fs::write(
+        &newer,
+        text.replace("\"schema_version\": 1", "\"schema_version\": 9"),
+    )
+    .expect("write");
+    let out = memprof(&["gate", &snapshot("v2_1_basic"), "--baseline", &newer]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("schema_version 9 is not supported"),
+        "{}",
+        stderr(&out)
+    );
+
+    let nothing = memprof(&["gate", &snapshot("v2_1_basic")]);
+    assert_eq!(nothing.status.code(), Some(2));
+    assert!(stderr(&nothing).contains("nothing to compare against"));
+
+    let bad_percent = memprof(&[
+        "gate",
+        &snapshot("v2_1_basic"),
+        "--baseline",
+        &base,
+        "--max-increase",
+        "lots",
+    ]);
+    assert_eq!(bad_percent.status.code(), Some(2));
+
+    let broken = memprof(&[
+        "gate",
+        &fixture("invalid/truncated.pickle").display().to_string(),
+        "--baseline",
+        &base,
+    ]);
+    assert_eq!(broken.status.code(), Some(2));
+    assert!(stderr(&broken).contains("truncated pickle"));
+}
