@@ -1,0 +1,9 @@
+//! The planners: training memory per GPU (model states, activations, parallelism, recompute)
+//! and its search, KV-cache pool sizing and sequence packing. Pure computations: callers hand
+//! in text or lengths, nothing here opens a file.
+
+pub mod builtin;
+pub mod hf;
+pub mod model;
+pub mod recipe;
+pub mod states;
