@@ -2,6 +2,7 @@
 //! and its search, KV-cache pool sizing and sequence packing. Pure computations: callers hand
 //! in text or lengths, nothing here opens a file.
 
+pub mod activations;
 pub mod builtin;
 pub mod hf;
 pub mod model;
