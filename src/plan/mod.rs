@@ -4,7 +4,14 @@
 
 pub mod activations;
 pub mod builtin;
+pub mod cost;
 pub mod hf;
+pub mod layout;
 pub mod model;
 pub mod recipe;
+pub mod search;
 pub mod states;
+pub mod train;
+
+#[cfg(test)]
+mod props;
