@@ -5,6 +5,7 @@
 pub mod activations;
 pub mod builtin;
 pub mod cost;
+pub mod deepspeed;
 pub mod hf;
 pub mod layout;
 pub mod model;
