@@ -4,5 +4,6 @@
 mod analyze_fixtures;
 mod bad_input;
 mod commands;
+mod plan;
 mod real_snapshots;
 mod util;

@@ -2,7 +2,7 @@
 //! documents the contract, and running one says plainly that it does not work yet (exit 2).
 
 use super::Outcome;
-use clap::{Args, Subcommand};
+use clap::Args;
 use std::path::PathBuf;
 
 /// Says the subcommand is not built and fails with exit code 2.
@@ -65,47 +65,24 @@ pub struct ViewArgs {
     pub file: PathBuf,
 }
 
+/// `plan pack` flags (the planner is not built yet).
 #[derive(Debug, Args)]
-pub struct PlanArgs {
-    #[command(subcommand)]
-    pub planner: Planner,
+pub struct PackArgs {
+    #[arg(long)]
+    pub lengths: PathBuf,
+    #[arg(long)]
+    pub max_len: u64,
+    #[arg(long)]
+    pub json: bool,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum Planner {
-    /// Training memory per GPU for a model and parallelism.
-    Train {
-        #[arg(long)]
-        model: String,
-        #[arg(long)]
-        gpus: Option<u32>,
-        #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<String>,
-        #[arg(long)]
-        seq_len: Option<u64>,
-        #[arg(long)]
-        micro_batch: Option<u64>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Which layers to recompute under a memory budget.
-    Checkpoint,
-    /// Sequence packing against padding.
-    Pack {
-        #[arg(long)]
-        lengths: PathBuf,
-        #[arg(long)]
-        max_len: u64,
-        #[arg(long)]
-        json: bool,
-    },
-    /// KV-cache pool sizing for serving.
-    Kv {
-        #[arg(long)]
-        model: String,
-        #[arg(long)]
-        json: bool,
-    },
+/// `plan kv` flags (the planner is not built yet).
+#[derive(Debug, Args)]
+pub struct KvArgs {
+    #[arg(long)]
+    pub model: String,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -108,7 +108,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<ModelConfig, ConfigError> 
     };
     let head_dim = match f.uint(&["head_dim", "d_kv"], "head_dim")? {
         Some(d) => d,
-        None if hidden % heads == 0 => hidden / heads,
+        None if hidden.is_multiple_of(heads) => hidden / heads,
         None => return Err(ConfigError::HeadDim { hidden, heads }),
     };
     let ffn = f

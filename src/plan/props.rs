@@ -177,7 +177,7 @@ proptest! {
         // activations (1F1B keeps pp micro-batches of L/pp layers) bar the small embedding
         // and logits terms, so compare the model states.
         let layers = setup.model.layers;
-        if layers % 2 == 0 && z <= ZeroStage::Optimizer {
+        if layers.is_multiple_of(2) && z <= ZeroStage::Optimizer {
             let one = evaluate(&setup, &layout(dp, 1, 1, z, r)).memory;
             let two = evaluate(&setup, &layout(dp, 1, 2, z, r)).memory;
             prop_assert!(two.params + two.grads + two.optimizer <= one.params + one.grads + one.optimizer);

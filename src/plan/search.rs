@@ -52,7 +52,7 @@ pub struct Plan {
 }
 
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 fn options(fixed: Option<u64>, all: &[u64], keep: impl Fn(u64) -> bool) -> Vec<u64> {
@@ -70,10 +70,10 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
     let model = &setup.model;
     let all = divisors(space.gpus);
     let tps = options(space.tp, &all, |t| {
-        t <= MAX_SEARCHED_TP && model.heads % t == 0
+        t <= MAX_SEARCHED_TP && model.heads.is_multiple_of(t)
     });
     let pps = options(space.pp, &all, |p| p <= model.layers);
-    let cps = options(space.cp, &all, |c| setup.seq_len % c == 0);
+    let cps = options(space.cp, &all, |c| setup.seq_len.is_multiple_of(c));
     let zeros = space.zero.map_or(ZeroStage::ALL.to_vec(), |z| vec![z]);
     let recomputes = space.recompute.map_or(Recompute::ALL.to_vec(), |r| vec![r]);
     let mut out = Vec::new();
@@ -81,7 +81,7 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
         for &pp in &pps {
             for &cp in &cps {
                 let model_parallel = tp * pp * cp;
-                if model_parallel == 0 || space.gpus % model_parallel != 0 {
+                if model_parallel == 0 || !space.gpus.is_multiple_of(model_parallel) {
                     continue;
                 }
                 let dp = space.gpus / model_parallel;
@@ -92,7 +92,7 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
                     None => pp,
                     Some(g) => {
                         let per_step = space.micro_batch * dp;
-                        if g % per_step != 0 {
+                        if !g.is_multiple_of(per_step) {
                             continue;
                         }
                         g / per_step
@@ -100,7 +100,7 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
                 };
                 if space
                     .shard_group
-                    .is_some_and(|f| f == 0 || (dp * cp) % f != 0)
+                    .is_some_and(|f| f == 0 || !(dp * cp).is_multiple_of(f))
                 {
                     continue;
                 }

@@ -2,3 +2,5 @@
 
 pub mod analyze_json;
 pub mod analyze_text;
+pub mod plan_json;
+pub mod plan_text;

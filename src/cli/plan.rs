@@ -1,0 +1,250 @@
+//! `memprof plan ...`: the planners' flags (`design/CLI.md`, section "plan") and their runs.
+
+use super::{unbuilt, Outcome};
+use crate::model::Bytes;
+use crate::plan::activations::{Attention, Recompute};
+use crate::plan::model::ModelConfig;
+use crate::plan::recipe::{Optimizer, Precision};
+use crate::plan::search::{search, SearchSpace};
+use crate::plan::states::ZeroStage;
+use crate::plan::train::{Headroom, TrainSetup};
+use crate::plan::{builtin, hf};
+use crate::report::{plan_json, plan_text};
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::Path;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(subcommand)]
+    pub planner: Planner,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Planner {
+    /// Training memory per GPU for a model and parallelism; searches what is not fixed.
+    Train(TrainArgs),
+    /// Which layers to recompute under a memory budget (not built yet).
+    Checkpoint,
+    /// Sequence packing against padding.
+    Pack(unbuilt::PackArgs),
+    /// KV-cache pool sizing for serving.
+    Kv(unbuilt::KvArgs),
+}
+
+/// Parses a size flag (`80GiB`, `1.5GB`, plain bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    text.parse::<Bytes>()
+        .map(|b| b.0)
+        .map_err(|e| e.to_string())
+}
+
+/// Parses a parameter count: `7000000000`, `7e9`, `7B`, `405B`, `125M`.
+fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (number, scale) = match t.chars().last() {
+        Some('B' | 'b') => (&t[..t.len() - 1], 1e9),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1e6),
+        Some('K' | 'k') => (&t[..t.len() - 1], 1e3),
+        _ => (t, 1.0),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid parameter count {text:?} (use 7000000000, 7e9 or 7B)"))?;
+    let n = (value * scale).round();
+    if !(1.0..=1e15).contains(&n) {
+        return Err(format!("parameter count {text:?} is out of range"));
+    }
+    Ok(n as u64)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// bf16 weights and grads, fp32 master and Adam moments (16 B/param with Adam).
+    Bf16,
+    /// fp16 mixed precision, as bf16.
+    Fp16,
+    Fp32,
+    /// Transformer Engine FP8 (fp32 weights and grads).
+    Fp8,
+    /// bf16 with an fp32 gradient-accumulation buffer (20 B/param).
+    Bf16Fp32Accum,
+    /// Megatron-LM bf16 params with fp32 main grads (18 B/param).
+    MegatronBf16,
+    /// Megatron-LM fp16 params and grads with fp32 main params and grads (20 B/param).
+    MegatronFp16,
+    /// FP8-LM O3 (9 B/param).
+    Fp8Lm,
+    /// DeepSeek-V3 FP8 recipe (15 B/param).
+    DeepseekFp8,
+    /// Nanotron FP8 recipe (10 B/param).
+    NanotronFp8,
+}
+
+impl PrecisionArg {
+    fn recipe(self) -> Precision {
+        match self {
+            PrecisionArg::Bf16 | PrecisionArg::Fp16 => Precision::Mixed,
+            PrecisionArg::Fp32 => Precision::Fp32,
+            PrecisionArg::Fp8 => Precision::TeFp8,
+            PrecisionArg::Bf16Fp32Accum => Precision::Bf16Fp32Accum,
+            PrecisionArg::MegatronBf16 => Precision::MegatronBf16,
+            PrecisionArg::MegatronFp16 => Precision::MegatronFp16,
+            PrecisionArg::Fp8Lm => Precision::Fp8LmO3,
+            PrecisionArg::DeepseekFp8 => Precision::DeepSeekV3Fp8,
+            PrecisionArg::NanotronFp8 => Precision::NanotronFp8,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerArg {
+    Adamw,
+    Sgd,
+    Adamw8bit,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RecomputeArg {
+    None,
+    Selective,
+    Full,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttentionArg {
+    Flash,
+    Eager,
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A Hugging Face config.json or a built-in name (llama-3-8b, gpt3-175b, ...).
+    #[arg(long)]
+    pub model: String,
+    /// Override the parameter count (7000000000, 7e9, 7B).
+    #[arg(long, value_parser = parse_count)]
+    pub params: Option<u64>,
+    #[arg(long)]
+    pub gpus: u64,
+    /// Memory of one GPU (80GiB, 141GB, plain bytes).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub gpu_memory: u64,
+    #[arg(long)]
+    pub seq_len: u64,
+    #[arg(long)]
+    pub micro_batch: u64,
+    /// Samples per optimizer step (sets gradient accumulation).
+    #[arg(long)]
+    pub global_batch: Option<u64>,
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub precision: PrecisionArg,
+    #[arg(long, value_enum, default_value = "adamw")]
+    pub optimizer: OptimizerArg,
+    /// ZeRO stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: Option<u8>,
+    #[arg(long)]
+    pub tp: Option<u64>,
+    #[arg(long)]
+    pub pp: Option<u64>,
+    #[arg(long)]
+    pub cp: Option<u64>,
+    #[arg(long)]
+    pub dp: Option<u64>,
+    /// Hybrid sharding (HSDP): shard over groups of this many DP ranks, replicate across.
+    #[arg(long)]
+    pub shard_group: Option<u64>,
+    /// Tensor parallelism without sequence parallelism.
+    #[arg(long)]
+    pub no_sp: bool,
+    #[arg(long, value_enum)]
+    pub recompute: Option<RecomputeArg>,
+    #[arg(long, value_enum, default_value = "flash")]
+    pub attention: AttentionArg,
+    /// How many candidates to list.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a planner.
+pub fn run(args: &PlanArgs) -> anyhow::Result<Outcome> {
+    match &args.planner {
+        Planner::Train(a) => train(a),
+        Planner::Checkpoint => unbuilt::refuse("plan checkpoint"),
+        Planner::Pack(_) => unbuilt::refuse("plan pack"),
+        Planner::Kv(_) => unbuilt::refuse("plan kv"),
+    }
+}
+
+/// A built-in name, or a path to a `config.json`.
+pub fn load_model(spec: &str) -> anyhow::Result<ModelConfig> {
+    if let Some(model) = builtin::find(spec) {
+        return Ok(model);
+    }
+    let path = Path::new(spec);
+    if !path.exists() {
+        bail!(
+            "--model {spec}: no such file and not a built-in model ({})",
+            builtin::NAMES.join(", ")
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("--model {spec}"))?;
+    let name = path
+        .parent()
+        .and_then(Path::file_name)
+        .map_or_else(|| spec.to_string(), |n| n.to_string_lossy().into_owned());
+    hf::parse_config(&text, &name).with_context(|| format!("--model {spec}"))
+}
+
+fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
+    let mut model = load_model(&a.model)?;
+    model.params_override = a.params;
+    let setup = TrainSetup {
+        model,
+        precision: a.precision.recipe(),
+        optimizer: match a.optimizer {
+            OptimizerArg::Adamw => Optimizer::AdamW,
+            OptimizerArg::Sgd => Optimizer::Sgd,
+            OptimizerArg::Adamw8bit => Optimizer::AdamW8bit,
+        },
+        seq_len: a.seq_len,
+        attention: match a.attention {
+            AttentionArg::Flash => Attention::Flash,
+            AttentionArg::Eager => Attention::Eager,
+        },
+        gpu_memory: a.gpu_memory,
+        headroom: Headroom::default(),
+    };
+    let space = SearchSpace {
+        gpus: a.gpus,
+        dp: a.dp,
+        tp: a.tp,
+        pp: a.pp,
+        cp: a.cp,
+        zero: a.zero.and_then(ZeroStage::from_number),
+        recompute: a.recompute.map(|r| match r {
+            RecomputeArg::None => Recompute::None,
+            RecomputeArg::Selective => Recompute::Selective,
+            RecomputeArg::Full => Recompute::Full,
+        }),
+        shard_group: a.shard_group,
+        sp: !a.no_sp,
+        micro_batch: a.micro_batch,
+        global_batch: a.global_batch,
+    };
+    let plan = search(&setup, &space, a.top)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &plan_json::TrainJson::new(&setup.model, &plan))
+            .context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::train(&setup, a.gpus, &plan).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,106 @@
+//! The `plan ... --json` documents (`design/CLI.md`, `schema_version` 1).
+
+use super::analyze_json::SCHEMA_VERSION;
+use crate::plan::activations::Recompute;
+use crate::plan::model::ModelConfig;
+use crate::plan::search::Plan;
+use crate::plan::train::Candidate;
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct ModelJson {
+    pub name: String,
+    pub hidden_size: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub vocab: u64,
+    pub params: u64,
+    /// Parameters a token passes through (differs from `params` for MoE).
+    pub active_params: u64,
+}
+
+impl ModelJson {
+    pub fn new(model: &ModelConfig) -> ModelJson {
+        let counts = model.param_counts();
+        ModelJson {
+            name: model.name.clone(),
+            hidden_size: model.hidden_size,
+            layers: model.layers,
+            heads: model.heads,
+            kv_heads: model.kv_heads,
+            vocab: model.vocab,
+            params: counts.total,
+            active_params: counts.active,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemoryJson {
+    pub params_bytes: u64,
+    pub grads_bytes: u64,
+    pub optimizer_bytes: u64,
+    pub activations_bytes: u64,
+    pub total_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CandidateJson {
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub cp: u64,
+    pub zero: u8,
+    pub recompute: Recompute,
+    pub micro_batch: u64,
+    pub grad_accum: u64,
+    pub memory: MemoryJson,
+    pub fits: bool,
+    pub comm_bytes_per_step: u64,
+}
+
+impl CandidateJson {
+    fn new(c: &Candidate) -> CandidateJson {
+        let l = &c.layout;
+        CandidateJson {
+            dp: l.dp,
+            tp: l.tp,
+            pp: l.pp,
+            cp: l.cp,
+            zero: l.zero.number(),
+            recompute: l.recompute,
+            micro_batch: l.micro_batch,
+            grad_accum: l.grad_accum,
+            memory: MemoryJson {
+                params_bytes: c.memory.params,
+                grads_bytes: c.memory.grads,
+                optimizer_bytes: c.memory.optimizer,
+                activations_bytes: c.memory.activations,
+                total_bytes: c.memory.total,
+            },
+            fits: c.fits,
+            comm_bytes_per_step: c.cost.comm_bytes.round() as u64,
+        }
+    }
+}
+
+/// `plan train --json`.
+#[derive(Debug, Serialize)]
+pub struct TrainJson {
+    pub schema_version: u32,
+    pub model: ModelJson,
+    pub candidates: Vec<CandidateJson>,
+    pub recommended: Option<usize>,
+}
+
+impl TrainJson {
+    pub fn new(model: &ModelConfig, plan: &Plan) -> TrainJson {
+        TrainJson {
+            schema_version: SCHEMA_VERSION,
+            model: ModelJson::new(model),
+            candidates: plan.candidates.iter().map(CandidateJson::new).collect(),
+            recommended: plan.recommended,
+        }
+    }
+}

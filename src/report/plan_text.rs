@@ -1,0 +1,88 @@
+//! Human text of the planners' reports.
+
+use crate::model::Bytes;
+use crate::plan::search::{explain, Plan};
+use crate::plan::train::TrainSetup;
+use std::fmt::Write;
+
+fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
+    match l.recompute {
+        crate::plan::activations::Recompute::None => "none",
+        crate::plan::activations::Recompute::Selective => "selective",
+        crate::plan::activations::Recompute::Full => "full",
+    }
+}
+
+/// `plan train` as text: the setup, a table of candidates, and the recommendation.
+pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan) -> String {
+    let counts = setup.model.param_counts();
+    let mut out = String::new();
+    let active = if counts.active != counts.total {
+        format!(" ({:.2}B active)", counts.active as f64 / 1e9)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "model {}: {:.2}B parameters{active}, {} layers, hidden {}, {} heads ({} KV)",
+        setup.model.name,
+        counts.total as f64 / 1e9,
+        setup.model.layers,
+        setup.model.hidden_size,
+        setup.model.heads,
+        setup.model.kv_heads,
+    );
+    let _ = writeln!(
+        out,
+        "{gpus} GPUs of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% \
+         of the estimate for allocator fragmentation",
+        Bytes(setup.gpu_memory),
+        setup.seq_len,
+        Bytes(setup.headroom.context_bytes),
+        setup.headroom.fragmentation * 100.0,
+    );
+    let _ = writeln!(
+        out,
+        "{} layouts evaluated, {} fit{}",
+        plan.evaluated,
+        plan.fitting,
+        if plan.fitting > 0 {
+            ""
+        } else {
+            " (showing the smallest)"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "\n  #   dp  tp  pp  cp zero recompute  mb x acc     params      grads  optimizer  activations      total  fits  comm/step"
+    );
+    for (i, c) in plan.candidates.iter().enumerate() {
+        let l = &c.layout;
+        let mark = if plan.recommended == Some(i) {
+            '*'
+        } else {
+            ' '
+        };
+        let _ = writeln!(
+            out,
+            "{mark}{i:>2} {:>4} {:>3} {:>3} {:>3} {:>4} {:<10} {:>3} x {:<4} {:>10} {:>10} {:>10} {:>12} {:>10}  {:<4} {:>10}",
+            l.dp,
+            l.tp,
+            l.pp,
+            l.cp,
+            l.zero.number(),
+            recompute_name(l),
+            l.micro_batch,
+            l.grad_accum,
+            Bytes(c.memory.params).to_string(),
+            Bytes(c.memory.grads).to_string(),
+            Bytes(c.memory.optimizer).to_string(),
+            Bytes(c.memory.activations).to_string(),
+            Bytes(c.memory.total).to_string(),
+            if c.fits { "yes" } else { "no" },
+            Bytes(c.cost.comm_bytes.round() as u64).to_string(),
+        );
+    }
+    let _ = writeln!(out, "\n{}", explain(plan, setup.gpu_memory));
+    out
+}

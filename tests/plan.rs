@@ -1,0 +1,207 @@
+//! `memprof plan ...` end to end: the JSON contract of `design/CLI.md`, fixed settings,
+//! searches, and bad input (exit 2 with one line).
+
+use crate::util::{memprof, stderr, stdout};
+use serde_json::Value;
+
+fn json(args: &[&str]) -> Value {
+    let out = memprof(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON document")
+}
+
+fn fails_with_one_line(args: &[&str], needle: &str) {
+    let out = memprof(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+const TRAIN_8B: [&str; 11] = [
+    "plan",
+    "train",
+    "--model",
+    "llama-3-8b",
+    "--gpus",
+    "8",
+    "--gpu-memory",
+    "80GiB",
+    "--seq-len",
+    "4096",
+    "--micro-batch",
+];
+
+#[test]
+fn plan_train_json_has_the_contract_shape() {
+    let mut args = TRAIN_8B.to_vec();
+    args.extend(["1", "--json"]);
+    let doc = json(&args);
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["model"]["params"], 8_030_261_248u64);
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    assert!(!candidates.is_empty());
+    assert_eq!(doc["recommended"], 0);
+    for c in candidates {
+        for key in [
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "zero",
+            "micro_batch",
+            "grad_accum",
+            "comm_bytes_per_step",
+        ] {
+            assert!(c[key].is_u64(), "{key}: {c}");
+        }
+        assert!(
+            ["none", "selective", "full"].contains(&c["recompute"].as_str().expect("recompute"))
+        );
+        let m = &c["memory"];
+        let parts: u64 = [
+            "params_bytes",
+            "grads_bytes",
+            "optimizer_bytes",
+            "activations_bytes",
+        ]
+        .iter()
+        .map(|k| m[k].as_u64().expect("bytes"))
+        .sum();
+        assert_eq!(m["total_bytes"].as_u64(), Some(parts));
+        assert_eq!(c["fits"], true);
+        let product: u64 = ["dp", "tp", "pp", "cp"]
+            .iter()
+            .map(|k| c[k].as_u64().unwrap_or(0))
+            .product();
+        assert_eq!(product, 8);
+    }
+}
+
+#[test]
+fn plan_train_evaluates_fixed_settings() {
+    let mut args = TRAIN_8B.to_vec();
+    args.extend([
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--zero",
+        "0",
+        "--recompute",
+        "none",
+        "--json",
+    ]);
+    let doc = json(&args);
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    assert_eq!(candidates.len(), 1);
+    // 8.03B x 16 B/param of replicated model states cannot fit 80 GiB.
+    assert_eq!(candidates[0]["fits"], false);
+    assert_eq!(
+        candidates[0]["memory"]["params_bytes"],
+        2 * 8_030_261_248u64
+    );
+    assert_eq!(doc["recommended"], Value::Null);
+}
+
+#[test]
+fn plan_train_text_explains_the_choice() {
+    let mut args = TRAIN_8B.to_vec();
+    args.push("2");
+    let out = memprof(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Recommended: dp "), "{text}");
+    assert!(text.contains("headroom"), "{text}");
+}
+
+#[test]
+fn plan_train_reads_a_config_json() {
+    let dir = std::env::temp_dir().join(format!("memprof-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("config.json");
+    std::fs::write(
+        &path,
+        r#"{"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+          "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-05,
+          "tie_word_embeddings": false, "vocab_size": 32000}"#,
+    )
+    .expect("write config");
+    let p = path.display().to_string();
+    let doc = json(&[
+        "plan",
+        "train",
+        "--model",
+        &p,
+        "--gpus",
+        "16",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--json",
+    ]);
+    assert!(doc["model"]["params"].as_u64() > doc["model"]["active_params"].as_u64());
+    std::fs::write(&path, "{\"hidden_size\": 4096}").expect("write config");
+    fails_with_one_line(
+        &[
+            "plan",
+            "train",
+            "--model",
+            &p,
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--seq-len",
+            "1",
+            "--micro-batch",
+            "1",
+        ],
+        "missing num_hidden_layers",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plan_train_bad_input_exits_2() {
+    let base = [
+        "plan",
+        "train",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+    ];
+    let mut unknown = base.to_vec();
+    unknown.extend(["--model", "no-such-model"]);
+    fails_with_one_line(&unknown, "not a built-in model");
+    let mut bad_tp = base.to_vec();
+    bad_tp.extend(["--model", "llama-3-8b", "--tp", "3"]);
+    fails_with_one_line(&bad_tp, "no layout of 8 GPUs");
+    let bad_size = [
+        "plan",
+        "train",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "lots",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+    ];
+    assert_eq!(memprof(&bad_size).status.code(), Some(2));
+}
