@@ -9,7 +9,7 @@ fn unbuilt_subcommands_refuse_with_exit_2() {
         &["diagnose", "x.pickle"],
         &["top"],
         &["gate", "x.json", "--baseline", "b.json"],
-        &["plan", "kv", "--model", "llama-3-8b"],
+        &["plan", "checkpoint"],
         &["agent"],
     ];
     for args in cases {

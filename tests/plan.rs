@@ -205,3 +205,70 @@ fn plan_train_bad_input_exits_2() {
     ];
     assert_eq!(memprof(&bad_size).status.code(), Some(2));
 }
+
+#[test]
+fn plan_kv_json_sizes_the_pool_like_vllm() {
+    // reference/planner-math.md §3.3 worked check: Llama-3-8B bf16, block 16, 50 GiB.
+    let doc = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-8b",
+        "--kv-memory",
+        "50GiB",
+        "--max-model-len",
+        "8192",
+        "--json",
+    ]);
+    assert_eq!(doc["kv_bytes_per_token"], 131_072);
+    assert_eq!(doc["block_bytes"], 2 << 20);
+    assert_eq!(doc["num_blocks"], 25_600);
+    assert_eq!(doc["max_tokens"], 409_600);
+    assert_eq!(doc["max_concurrent_sequences"], 50);
+    let tp = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-70b",
+        "--gpu-memory",
+        "80GiB",
+        "--tp",
+        "4",
+        "--dtype",
+        "fp8",
+        "--json",
+    ]);
+    assert_eq!(tp["kv_bytes_per_token"], 327_680 / 2 / 4);
+}
+
+#[test]
+fn plan_kv_text_and_errors() {
+    let out = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "mistral-7b",
+        "--gpu-memory",
+        "24GiB",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("KV per token per GPU: 128.00 KiB"));
+    fails_with_one_line(&["plan", "kv", "--model", "llama-3-8b"], "--gpu-memory");
+    fails_with_one_line(
+        &["plan", "kv", "--model", "t5-large", "--kv-memory", "1GiB"],
+        "encoder-decoder",
+    );
+    fails_with_one_line(
+        &[
+            "plan",
+            "kv",
+            "--model",
+            "llama-3-8b",
+            "--gpu-memory",
+            "80GiB",
+            "--utilization",
+            "2",
+        ],
+        "--utilization",
+    );
+}

@@ -3,6 +3,7 @@
 use super::{unbuilt, Outcome};
 use crate::model::Bytes;
 use crate::plan::activations::{Attention, Recompute};
+use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::model::ModelConfig;
 use crate::plan::recipe::{Optimizer, Precision};
 use crate::plan::search::{search, SearchSpace};
@@ -30,7 +31,7 @@ pub enum Planner {
     /// Sequence packing against padding.
     Pack(unbuilt::PackArgs),
     /// KV-cache pool sizing for serving.
-    Kv(unbuilt::KvArgs),
+    Kv(KvArgs),
 }
 
 /// Parses a size flag (`80GiB`, `1.5GB`, plain bytes).
@@ -170,13 +171,48 @@ pub struct TrainArgs {
     pub json: bool,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KvDtypeArg {
+    Bf16,
+    Fp16,
+    Fp8,
+}
+
+#[derive(Debug, Args)]
+pub struct KvArgs {
+    /// A Hugging Face config.json or a built-in name.
+    #[arg(long)]
+    pub model: String,
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub dtype: KvDtypeArg,
+    /// Memory of one GPU; the pool gets utilization x this, less the weights' TP shard.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub gpu_memory: Option<u64>,
+    /// Share of the GPU the serving instance may use (vLLM gpu_memory_utilization).
+    #[arg(long, value_name = "F", default_value_t = 0.9)]
+    pub utilization: f64,
+    /// Memory for the cache itself, instead of deriving it from --gpu-memory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "gpu_memory")]
+    pub kv_memory: Option<u64>,
+    /// Tokens per block.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+    pub block_size: u64,
+    #[arg(long, default_value_t = 1)]
+    pub tp: u64,
+    /// Tokens of a full-length request (default: the model's maximum).
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Runs a planner.
 pub fn run(args: &PlanArgs) -> anyhow::Result<Outcome> {
     match &args.planner {
         Planner::Train(a) => train(a),
         Planner::Checkpoint => unbuilt::refuse("plan checkpoint"),
         Planner::Pack(_) => unbuilt::refuse("plan pack"),
-        Planner::Kv(_) => unbuilt::refuse("plan kv"),
+        Planner::Kv(a) => kv(a),
     }
 }
 
@@ -244,6 +280,39 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
         stdout.write_all(b"\n")?;
     } else {
         stdout.write_all(plan_text::train(&setup, a.gpus, &plan).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
+    let model = load_model(&a.model)?;
+    let budget = match (a.kv_memory, a.gpu_memory) {
+        (Some(bytes), _) => Budget::KvMemory(bytes),
+        (None, Some(memory)) => Budget::Gpu {
+            memory,
+            utilization: a.utilization,
+        },
+        (None, None) => bail!("plan kv needs --gpu-memory SIZE or --kv-memory SIZE"),
+    };
+    let settings = KvSettings {
+        dtype: match a.dtype {
+            KvDtypeArg::Bf16 => KvDtype::Bf16,
+            KvDtypeArg::Fp16 => KvDtype::Fp16,
+            KvDtypeArg::Fp8 => KvDtype::Fp8,
+        },
+        tp: a.tp,
+        block_size: a.block_size,
+        max_model_len: a.max_model_len,
+    };
+    let pool = size_pool(&model, &settings, budget)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &plan_json::KvJson::new(&pool))
+            .context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::kv(&model.name, &settings, budget, &pool).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)

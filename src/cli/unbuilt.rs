@@ -76,15 +76,6 @@ pub struct PackArgs {
     pub json: bool,
 }
 
-/// `plan kv` flags (the planner is not built yet).
-#[derive(Debug, Args)]
-pub struct KvArgs {
-    #[arg(long)]
-    pub model: String,
-    #[arg(long)]
-    pub json: bool,
-}
-
 #[derive(Debug, Args)]
 pub struct GateArgs {
     pub current: PathBuf,

@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod cost;
 pub mod deepspeed;
 pub mod hf;
+pub mod kv;
 pub mod layout;
 pub mod model;
 pub mod recipe;

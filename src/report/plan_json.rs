@@ -2,6 +2,7 @@
 
 use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
+use crate::plan::kv::KvPool;
 use crate::plan::model::ModelConfig;
 use crate::plan::search::Plan;
 use crate::plan::train::Candidate;
@@ -101,6 +102,31 @@ impl TrainJson {
             model: ModelJson::new(model),
             candidates: plan.candidates.iter().map(CandidateJson::new).collect(),
             recommended: plan.recommended,
+        }
+    }
+}
+
+/// `plan kv --json`.
+#[derive(Debug, Serialize)]
+pub struct KvJson {
+    pub schema_version: u32,
+    pub kv_bytes_per_token: u64,
+    pub block_bytes: u64,
+    pub num_blocks: u64,
+    pub max_tokens: u64,
+    /// Full-length requests the pool holds at once; null when the length is unknown.
+    pub max_concurrent_sequences: Option<u64>,
+}
+
+impl KvJson {
+    pub fn new(pool: &KvPool) -> KvJson {
+        KvJson {
+            schema_version: SCHEMA_VERSION,
+            kv_bytes_per_token: pool.kv_bytes_per_token,
+            block_bytes: pool.block_bytes,
+            num_blocks: pool.num_blocks,
+            max_tokens: pool.max_tokens,
+            max_concurrent_sequences: pool.max_concurrent_sequences,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Human text of the planners' reports.
 
 use crate::model::Bytes;
+use crate::plan::kv::{Budget, KvPool, KvSettings};
 use crate::plan::search::{explain, Plan};
 use crate::plan::train::TrainSetup;
 use std::fmt::Write;
@@ -84,5 +85,60 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan) -> String {
         );
     }
     let _ = writeln!(out, "\n{}", explain(plan, setup.gpu_memory));
+    out
+}
+
+/// `plan kv` as text.
+pub fn kv(model: &str, settings: &KvSettings, budget: Budget, pool: &KvPool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "model {model}, KV cache {}, TP {}, block {} tokens",
+        settings.dtype.name(),
+        settings.tp,
+        settings.block_size
+    );
+    let _ = writeln!(
+        out,
+        "KV per token per GPU: {} ({} B); per block: {}",
+        Bytes(pool.kv_bytes_per_token),
+        pool.kv_bytes_per_token,
+        Bytes(pool.block_bytes)
+    );
+    match budget {
+        Budget::KvMemory(bytes) => {
+            let _ = writeln!(out, "pool memory: {} (given)", Bytes(bytes));
+        }
+        Budget::Gpu {
+            memory,
+            utilization,
+        } => {
+            let _ = writeln!(
+                out,
+                "pool memory: {} = {:.0}% of {} less {} of weights (an upper bound: vLLM also \
+                 subtracts its profiled activation peak and non-torch memory)",
+                Bytes(pool.available_bytes),
+                utilization * 100.0,
+                Bytes(memory),
+                Bytes(pool.weights_bytes)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "blocks: {}, tokens: {}",
+        pool.num_blocks, pool.max_tokens
+    );
+    match (pool.max_model_len, pool.max_concurrent_sequences) {
+        (Some(len), Some(n)) => {
+            let _ = writeln!(out, "full-length ({len}-token) sequences at once: {n}");
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "full-length sequences at once: unknown (give --max-model-len)"
+            );
+        }
+    }
     out
 }
