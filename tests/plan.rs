@@ -272,3 +272,71 @@ fn plan_kv_text_and_errors() {
         "--utilization",
     );
 }
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-plan-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn plan_pack_json_has_the_contract_shape() {
+    // HF blog "Packing with Flash Attention": lengths 4, 8, 5, 11 flatten to 28 tokens.
+    let path = temp_file("lengths.txt", "4\n8\n5\n11\n");
+    let p = path.display().to_string();
+    let doc = json(&["plan", "pack", "--lengths", &p, "--max-len", "16", "--json"]);
+    assert_eq!(doc["sequences"], 4);
+    assert_eq!(doc["tokens"], 28);
+    assert_eq!(doc["padded"]["batches"], 4);
+    assert_eq!(doc["padded"]["padding_fraction"], 1.0 - 28.0 / 64.0);
+    assert!(doc["bucketed"]["edges"].is_array());
+    assert!(doc["bucketed"]["padding_fraction"].is_f64());
+    assert_eq!(doc["packed"]["bins"], 2);
+    assert_eq!(doc["packed"]["efficiency"], 28.0 / 32.0);
+    assert_eq!(doc["lower_bound_bins"], 2);
+}
+
+#[test]
+fn plan_pack_reads_jsonl_and_reports_bad_lines() {
+    let path = temp_file(
+        "data.jsonl",
+        "{\"input_ids\": [1, 2, 3]}\n{\"length\": 9}\n{\"text\": \"no length\"}\n",
+    );
+    let p = path.display().to_string();
+    fails_with_one_line(
+        &["plan", "pack", "--lengths", &p, "--max-len", "8"],
+        "line 3",
+    );
+    let good = temp_file(
+        "good.jsonl",
+        "{\"input_ids\": [1, 2, 3]}\n{\"length\": 9}\n",
+    );
+    let g = good.display().to_string();
+    let out = memprof(&[
+        "plan",
+        "pack",
+        "--lengths",
+        &g,
+        "--max-len",
+        "8",
+        "--model",
+        "llama-3-8b",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("1 longer sequences truncated"), "{text}");
+    assert!(text.contains("activations"), "{text}");
+    fails_with_one_line(
+        &[
+            "plan",
+            "pack",
+            "--lengths",
+            "/no/such/file",
+            "--max-len",
+            "8",
+        ],
+        "cannot open",
+    );
+}

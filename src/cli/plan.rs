@@ -5,6 +5,7 @@ use crate::model::Bytes;
 use crate::plan::activations::{Attention, Recompute};
 use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::model::ModelConfig;
+use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
 use crate::plan::recipe::{Optimizer, Precision};
 use crate::plan::search::{search, SearchSpace};
 use crate::plan::states::ZeroStage;
@@ -14,7 +15,7 @@ use crate::report::{plan_json, plan_text};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
@@ -29,7 +30,7 @@ pub enum Planner {
     /// Which layers to recompute under a memory budget (not built yet).
     Checkpoint,
     /// Sequence packing against padding.
-    Pack(unbuilt::PackArgs),
+    Pack(PackArgs),
     /// KV-cache pool sizing for serving.
     Kv(KvArgs),
 }
@@ -206,12 +207,33 @@ pub struct KvArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// One sequence length per line, or JSON Lines with a length field or a token list.
+    #[arg(long, value_name = "FILE")]
+    pub lengths: PathBuf,
+    /// Tokens per sequence slot (and per packed bin).
+    #[arg(long)]
+    pub max_len: u64,
+    /// Sequences (or packed bins) per micro-batch.
+    #[arg(long, default_value_t = 1)]
+    pub micro_batch: u64,
+    /// Buckets to recommend edges for.
+    #[arg(long, default_value_t = 8)]
+    pub buckets: usize,
+    /// A model (built-in name or config.json) to size each micro-batch's activations.
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Runs a planner.
 pub fn run(args: &PlanArgs) -> anyhow::Result<Outcome> {
     match &args.planner {
         Planner::Train(a) => train(a),
         Planner::Checkpoint => unbuilt::refuse("plan checkpoint"),
-        Planner::Pack(_) => unbuilt::refuse("plan pack"),
+        Planner::Pack(a) => pack(a),
         Planner::Kv(a) => kv(a),
     }
 }
@@ -313,6 +335,41 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         stdout.write_all(b"\n")?;
     } else {
         stdout.write_all(plan_text::kv(&model.name, &settings, budget, &pool).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+fn pack(a: &PackArgs) -> anyhow::Result<Outcome> {
+    let model = a.model.as_deref().map(load_model).transpose()?;
+    let shown = a.lengths.display().to_string();
+    let file = std::fs::File::open(&a.lengths).with_context(|| format!("{shown}: cannot open"))?;
+    let lengths = parse_lengths(std::io::BufReader::with_capacity(1 << 20, file))
+        .with_context(|| shown.clone())?;
+    let settings = PackSettings {
+        max_len: a.max_len,
+        micro_batch: a.micro_batch,
+        buckets: a.buckets,
+    };
+    let report = plan_packing(&lengths, &settings).with_context(|| shown.clone())?;
+    let memory = |seq: u64| {
+        model
+            .as_ref()
+            .map(|m| micro_batch_activations(m, seq, a.micro_batch))
+    };
+    let largest_edge = report.bucketed.edges.last().copied().unwrap_or(a.max_len);
+    let micro = plan_json::MicroBatches {
+        padded: memory(a.max_len),
+        bucketed: memory(largest_edge),
+        packed: memory(a.max_len),
+    };
+    let doc = plan_json::PackJson::new(&report, &settings, &micro);
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::pack(&report, &doc).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)

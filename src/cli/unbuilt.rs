@@ -65,17 +65,6 @@ pub struct ViewArgs {
     pub file: PathBuf,
 }
 
-/// `plan pack` flags (the planner is not built yet).
-#[derive(Debug, Args)]
-pub struct PackArgs {
-    #[arg(long)]
-    pub lengths: PathBuf,
-    #[arg(long)]
-    pub max_len: u64,
-    #[arg(long)]
-    pub json: bool,
-}
-
 #[derive(Debug, Args)]
 pub struct GateArgs {
     pub current: PathBuf,

@@ -10,6 +10,7 @@ pub mod hf;
 pub mod kv;
 pub mod layout;
 pub mod model;
+pub mod pack;
 pub mod recipe;
 pub mod search;
 pub mod states;

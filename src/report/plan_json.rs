@@ -4,6 +4,7 @@ use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
 use crate::plan::kv::KvPool;
 use crate::plan::model::ModelConfig;
+use crate::plan::pack::{PackReport, PackSettings};
 use crate::plan::search::Plan;
 use crate::plan::train::Candidate;
 use serde::Serialize;
@@ -127,6 +128,95 @@ impl KvJson {
             num_blocks: pool.num_blocks,
             max_tokens: pool.max_tokens,
             max_concurrent_sequences: pool.max_concurrent_sequences,
+        }
+    }
+}
+
+/// Activation bytes of each strategy's largest micro-batch, when a model was given.
+#[derive(Debug, Default)]
+pub struct MicroBatches {
+    pub padded: Option<u64>,
+    pub bucketed: Option<u64>,
+    pub packed: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PaddedJson {
+    pub batches: u64,
+    pub padding_fraction: f64,
+    pub micro_batch_tokens: u64,
+    pub micro_batch_activation_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BucketedJson {
+    pub edges: Vec<u64>,
+    pub counts: Vec<u64>,
+    pub batches: u64,
+    pub padding_fraction: f64,
+    /// Tokens of the largest micro-batch (the top bucket's).
+    pub micro_batch_tokens: u64,
+    pub micro_batch_activation_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PackedJson {
+    pub bins: u64,
+    pub padding_fraction: f64,
+    pub efficiency: f64,
+    pub algorithm: &'static str,
+    pub batches: u64,
+    pub micro_batch_tokens: u64,
+    pub micro_batch_activation_bytes: Option<u64>,
+}
+
+/// `plan pack --json`.
+#[derive(Debug, Serialize)]
+pub struct PackJson {
+    pub schema_version: u32,
+    pub sequences: u64,
+    pub tokens: u64,
+    pub truncated: u64,
+    pub max_len: u64,
+    pub padded: PaddedJson,
+    pub bucketed: BucketedJson,
+    pub packed: PackedJson,
+    pub lower_bound_bins: u64,
+}
+
+impl PackJson {
+    pub fn new(r: &PackReport, s: &PackSettings, micro: &MicroBatches) -> PackJson {
+        let b = s.micro_batch;
+        PackJson {
+            schema_version: SCHEMA_VERSION,
+            sequences: r.sequences,
+            tokens: r.tokens,
+            truncated: r.truncated,
+            max_len: s.max_len,
+            padded: PaddedJson {
+                batches: r.padded.batches,
+                padding_fraction: r.padded.padding_fraction,
+                micro_batch_tokens: b * s.max_len,
+                micro_batch_activation_bytes: micro.padded,
+            },
+            bucketed: BucketedJson {
+                edges: r.bucketed.edges.clone(),
+                counts: r.bucketed.counts.clone(),
+                batches: r.bucketed.batches,
+                padding_fraction: r.bucketed.padding_fraction,
+                micro_batch_tokens: b * r.bucketed.edges.last().copied().unwrap_or(0),
+                micro_batch_activation_bytes: micro.bucketed,
+            },
+            packed: PackedJson {
+                bins: r.packed.bins,
+                padding_fraction: r.packed.padding_fraction,
+                efficiency: r.packed.efficiency,
+                algorithm: r.packed.algorithm,
+                batches: r.packed.batches,
+                micro_batch_tokens: b * s.max_len,
+                micro_batch_activation_bytes: micro.packed,
+            },
+            lower_bound_bins: r.lower_bound_bins,
         }
     }
 }

@@ -2,8 +2,10 @@
 
 use crate::model::Bytes;
 use crate::plan::kv::{Budget, KvPool, KvSettings};
+use crate::plan::pack::PackReport;
 use crate::plan::search::{explain, Plan};
 use crate::plan::train::TrainSetup;
+use crate::report::plan_json::PackJson;
 use std::fmt::Write;
 
 fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
@@ -140,5 +142,72 @@ pub fn kv(model: &str, settings: &KvSettings, budget: Budget, pool: &KvPool) -> 
             );
         }
     }
+    out
+}
+
+fn activation_note(bytes: Option<u64>) -> String {
+    bytes.map_or_else(String::new, |b| format!(", activations {}", Bytes(b)))
+}
+
+/// `plan pack` as text.
+pub fn pack(r: &PackReport, doc: &PackJson) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} sequences, {} tokens, max length {}{}",
+        r.sequences,
+        r.tokens,
+        doc.max_len,
+        if r.truncated > 0 {
+            format!(" ({} longer sequences truncated)", r.truncated)
+        } else {
+            String::new()
+        }
+    );
+    let p = &doc.padded;
+    let _ = writeln!(
+        out,
+        "pad to max:  {:>10} batches, padding {:>5.1}%, micro-batch {} tokens{}",
+        p.batches,
+        p.padding_fraction * 100.0,
+        p.micro_batch_tokens,
+        activation_note(p.micro_batch_activation_bytes)
+    );
+    let b = &doc.bucketed;
+    let edges: Vec<String> = b.edges.iter().map(u64::to_string).collect();
+    let _ = writeln!(
+        out,
+        "bucketed:    {:>10} batches, padding {:>5.1}%, largest micro-batch {} tokens{}; edges {}",
+        b.batches,
+        b.padding_fraction * 100.0,
+        b.micro_batch_tokens,
+        activation_note(b.micro_batch_activation_bytes),
+        edges.join(", ")
+    );
+    let k = &doc.packed;
+    let _ = writeln!(
+        out,
+        "packed:      {:>10} batches, padding {:>5.1}%, micro-batch {} tokens{}; {} bins by {} \
+         (lower bound {}, efficiency {:.2}%)",
+        k.batches,
+        k.padding_fraction * 100.0,
+        k.micro_batch_tokens,
+        activation_note(k.micro_batch_activation_bytes),
+        k.bins,
+        k.algorithm,
+        r.lower_bound_bins,
+        k.efficiency * 100.0
+    );
+    let speedup = if k.padding_fraction < 1.0 && p.padding_fraction < 1.0 {
+        (1.0 - k.padding_fraction) / (1.0 - p.padding_fraction)
+    } else {
+        1.0
+    };
+    let _ = writeln!(
+        out,
+        "packing needs {:.2}x fewer token slots than padding to max; padding-free (varlen) \
+         attention would need exactly {} tokens",
+        speedup, r.tokens
+    );
     out
 }
