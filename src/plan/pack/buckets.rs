@@ -57,11 +57,11 @@ pub fn bucket_edges(lengths: &[u32], max_len: u32, buckets: usize, micro_batch: 
         let mut from = vec![0usize; m + 1];
         next[0] = 0;
         for j in 1..=m {
-            for i in 0..j {
-                if best[i] == inf {
+            for (i, &prev) in best.iter().enumerate().take(j) {
+                if prev == inf {
                     continue;
                 }
-                let c = best[i] + cost(i, j);
+                let c = prev + cost(i, j);
                 if c < next[j] {
                     next[j] = c;
                     from[j] = i;
