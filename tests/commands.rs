@@ -4,12 +4,11 @@ use crate::util::{memprof, stderr};
 
 #[test]
 fn unbuilt_subcommands_refuse_with_exit_2() {
-    let cases: [&[&str]; 6] = [
+    let cases: [&[&str]; 5] = [
         &["simulate", "x.pickle"],
         &["diagnose", "x.pickle"],
         &["top"],
         &["gate", "x.json", "--baseline", "b.json"],
-        &["plan", "checkpoint"],
         &["agent"],
     ];
     for args in cases {

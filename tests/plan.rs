@@ -340,3 +340,44 @@ fn plan_pack_reads_jsonl_and_reports_bad_lines() {
         "cannot open",
     );
 }
+
+#[test]
+fn plan_checkpoint_finds_the_cheapest_plan_under_a_budget() {
+    let doc = json(&[
+        "plan",
+        "checkpoint",
+        "--model",
+        "llama-3-8b",
+        "--seq-len",
+        "8192",
+        "--budget",
+        "30GiB",
+        "--json",
+    ]);
+    let names: Vec<&str> = doc["strategies"]
+        .as_array()
+        .expect("strategies")
+        .iter()
+        .map(|s| s["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["none", "selective", "full", "sqrt_n"]);
+    let optimal = &doc["optimal"];
+    assert!(optimal["activation_bytes"].as_u64() <= Some(30 << 30));
+    let chosen = ["store", "selective", "full"]
+        .iter()
+        .map(|k| optimal[k].as_array().expect("indices").len())
+        .sum::<usize>();
+    assert_eq!(chosen, 32);
+    let out = memprof(&[
+        "plan",
+        "checkpoint",
+        "--model",
+        "llama-3-8b",
+        "--seq-len",
+        "8192",
+        "--budget",
+        "1MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Nothing fits"));
+}

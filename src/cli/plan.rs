@@ -1,8 +1,9 @@
 //! `memprof plan ...`: the planners' flags (`design/CLI.md`, section "plan") and their runs.
 
-use super::{unbuilt, Outcome};
+use super::Outcome;
 use crate::model::Bytes;
-use crate::plan::activations::{Attention, Recompute};
+use crate::plan::activations::{ActivationSettings, Attention, Recompute};
+use crate::plan::checkpoint::{layers_from_model, plan_checkpoints};
 use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
@@ -27,8 +28,8 @@ pub struct PlanArgs {
 pub enum Planner {
     /// Training memory per GPU for a model and parallelism; searches what is not fixed.
     Train(TrainArgs),
-    /// Which layers to recompute under a memory budget (not built yet).
-    Checkpoint,
+    /// Which layers to recompute under an activation-memory budget, with the least compute.
+    Checkpoint(CheckpointArgs),
     /// Sequence packing against padding.
     Pack(PackArgs),
     /// KV-cache pool sizing for serving.
@@ -118,6 +119,15 @@ pub enum RecomputeArg {
 pub enum AttentionArg {
     Flash,
     Eager,
+}
+
+impl From<AttentionArg> for Attention {
+    fn from(a: AttentionArg) -> Attention {
+        match a {
+            AttentionArg::Flash => Attention::Flash,
+            AttentionArg::Eager => Attention::Eager,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -228,11 +238,34 @@ pub struct PackArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// A Hugging Face config.json or a built-in name.
+    #[arg(long)]
+    pub model: String,
+    #[arg(long)]
+    pub seq_len: u64,
+    #[arg(long, default_value_t = 1)]
+    pub micro_batch: u64,
+    /// Memory one GPU has for activations (what is left after weights and optimizer).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub budget: u64,
+    #[arg(long, default_value_t = 1)]
+    pub tp: u64,
+    /// Tensor parallelism without sequence parallelism.
+    #[arg(long)]
+    pub no_sp: bool,
+    #[arg(long, value_enum, default_value = "flash")]
+    pub attention: AttentionArg,
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Runs a planner.
 pub fn run(args: &PlanArgs) -> anyhow::Result<Outcome> {
     match &args.planner {
         Planner::Train(a) => train(a),
-        Planner::Checkpoint => unbuilt::refuse("plan checkpoint"),
+        Planner::Checkpoint(a) => checkpoint(a),
         Planner::Pack(a) => pack(a),
         Planner::Kv(a) => kv(a),
     }
@@ -270,10 +303,7 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
             OptimizerArg::Adamw8bit => Optimizer::AdamW8bit,
         },
         seq_len: a.seq_len,
-        attention: match a.attention {
-            AttentionArg::Flash => Attention::Flash,
-            AttentionArg::Eager => Attention::Eager,
-        },
+        attention: a.attention.into(),
         gpu_memory: a.gpu_memory,
         headroom: Headroom::default(),
     };
@@ -370,6 +400,37 @@ fn pack(a: &PackArgs) -> anyhow::Result<Outcome> {
         stdout.write_all(b"\n")?;
     } else {
         stdout.write_all(plan_text::pack(&report, &doc).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+fn checkpoint(a: &CheckpointArgs) -> anyhow::Result<Outcome> {
+    if a.seq_len == 0 || a.micro_batch == 0 || a.tp == 0 {
+        bail!("--seq-len, --micro-batch and --tp must be at least 1");
+    }
+    let model = load_model(&a.model)?;
+    let settings = ActivationSettings {
+        seq_len: a.seq_len,
+        micro_batch: a.micro_batch,
+        tp: a.tp,
+        sp: !a.no_sp && a.tp > 1,
+        cp: 1,
+        pp: 1,
+        micro_batches: 1,
+        recompute: Recompute::None,
+        attention: a.attention.into(),
+        element_bytes: 2.0,
+    };
+    let (layers, fixed, step_flops) = layers_from_model(&model, &settings);
+    let plan = plan_checkpoints(&layers, fixed, a.budget as f64);
+    let doc = plan_json::CheckpointJson::new(&model.name, &plan, step_flops);
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::checkpoint(&doc).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)

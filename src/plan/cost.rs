@@ -65,6 +65,30 @@ fn link(span: u64) -> f64 {
     }
 }
 
+/// Forward FLOPs of one transformer layer on one GPU for a micro-batch, and the attention
+/// core's share of them: 2 FLOPs per active parameter and token, plus QK^T and AV
+/// (4 b s_local s a d), split by TP; CP splits the queries.
+pub fn layer_forward_flops(
+    model: &ModelConfig,
+    counts: &ParamCounts,
+    seq_len: u64,
+    cp: u64,
+    micro_batch: u64,
+    tp: u64,
+) -> (f64, f64) {
+    let tp = tp.max(1) as f64;
+    let seq = seq_len as f64;
+    let local_seq = seq / cp.max(1) as f64;
+    let b = micro_batch as f64;
+    let active_blocks = counts
+        .active
+        .saturating_sub(counts.total.saturating_sub(counts.blocks));
+    let layer_params = active_blocks as f64 / model.layers.max(1) as f64;
+    let q = (model.heads * model.head_dim) as f64;
+    let core = 4.0 * b * local_seq * seq * q / tp;
+    (2.0 * b * local_seq * layer_params / tp + core, core)
+}
+
 /// What `step_cost` needs besides the layout.
 pub struct CostInputs<'a> {
     pub model: &'a ModelConfig,
@@ -144,15 +168,14 @@ pub fn step_cost(inp: &CostInputs, layout: &Layout) -> StepCost {
         0.0
     };
 
-    // Compute: 2 FLOPs per parameter and token, plus the attention core (QK^T and AV).
-    let active_blocks = inp
-        .counts
-        .active
-        .saturating_sub(inp.counts.total.saturating_sub(inp.counts.blocks));
-    let layer_params = active_blocks as f64 / model.layers.max(1) as f64;
-    let q = (model.heads * model.head_dim) as f64;
-    let core_fwd = 4.0 * b * local_seq * seq * q / tf;
-    let layer_fwd = 2.0 * b * local_seq * layer_params / tf + core_fwd;
+    let (layer_fwd, core_fwd) = layer_forward_flops(
+        model,
+        inp.counts,
+        inp.seq_len,
+        layout.cp,
+        layout.micro_batch,
+        t,
+    );
     let logits_fwd = if layout.pp <= 1 {
         2.0 * b * local_seq * h * model.vocab as f64 / tf
     } else {

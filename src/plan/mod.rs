@@ -4,6 +4,7 @@
 
 pub mod activations;
 pub mod builtin;
+pub mod checkpoint;
 pub mod cost;
 pub mod deepspeed;
 pub mod hf;

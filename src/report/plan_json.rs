@@ -2,6 +2,7 @@
 
 use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
+use crate::plan::checkpoint::{CheckpointPlan, Choice};
 use crate::plan::kv::KvPool;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{PackReport, PackSettings};
@@ -217,6 +218,83 @@ impl PackJson {
                 micro_batch_activation_bytes: micro.packed,
             },
             lower_bound_bins: r.lower_bound_bins,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct StrategyJson {
+    pub name: &'static str,
+    pub activation_bytes: u64,
+    /// Extra FLOPs as a fraction of the step's forward and backward FLOPs.
+    pub recompute_flops_fraction: f64,
+    pub fits: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OptimalJson {
+    pub activation_bytes: u64,
+    pub recompute_flops_fraction: f64,
+    /// Layer indices (from 0) by choice.
+    pub store: Vec<usize>,
+    pub selective: Vec<usize>,
+    pub full: Vec<usize>,
+}
+
+/// `plan checkpoint --json`.
+#[derive(Debug, Serialize)]
+pub struct CheckpointJson {
+    pub schema_version: u32,
+    pub model: String,
+    pub layers: usize,
+    pub budget_bytes: u64,
+    pub strategies: Vec<StrategyJson>,
+    /// The least-compute plan that fits; null when none does.
+    pub optimal: Option<OptimalJson>,
+}
+
+impl CheckpointJson {
+    pub fn new(model: &str, plan: &CheckpointPlan, step_flops: f64) -> CheckpointJson {
+        let share = |flops: f64| {
+            if step_flops > 0.0 {
+                flops / step_flops
+            } else {
+                0.0
+            }
+        };
+        let layers = plan.optimal.as_ref().map_or(0, |o| o.choices.len());
+        CheckpointJson {
+            schema_version: SCHEMA_VERSION,
+            model: model.to_string(),
+            layers,
+            budget_bytes: plan.budget.round() as u64,
+            strategies: plan
+                .strategies
+                .iter()
+                .map(|s| StrategyJson {
+                    name: s.name,
+                    activation_bytes: s.bytes.round() as u64,
+                    recompute_flops_fraction: share(s.extra_flops),
+                    fits: s.fits,
+                })
+                .collect(),
+            optimal: plan.optimal.as_ref().map(|o| {
+                let pick = |want: Choice| {
+                    o.choices
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| **c == want)
+                        .map(|(i, _)| i)
+                        .collect()
+                };
+                OptimalJson {
+                    activation_bytes: o.bytes.round() as u64,
+                    recompute_flops_fraction: share(o.extra_flops),
+                    store: pick(Choice::Store),
+                    selective: pick(Choice::Selective),
+                    full: pick(Choice::Full),
+                }
+            }),
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::plan::kv::{Budget, KvPool, KvSettings};
 use crate::plan::pack::PackReport;
 use crate::plan::search::{explain, Plan};
 use crate::plan::train::TrainSetup;
-use crate::report::plan_json::PackJson;
+use crate::report::plan_json::{CheckpointJson, PackJson};
 use std::fmt::Write;
 
 fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
@@ -209,5 +209,74 @@ pub fn pack(r: &PackReport, doc: &PackJson) -> String {
          attention would need exactly {} tokens",
         speedup, r.tokens
     );
+    out
+}
+
+/// Layer indices as ranges: `0-3, 7, 9-11`.
+fn ranges(indices: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let start = indices[i];
+        let mut end = start;
+        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
+            i += 1;
+            end = indices[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    if parts.is_empty() {
+        "none".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// `plan checkpoint` as text.
+pub fn checkpoint(doc: &CheckpointJson) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "model {}, activation budget {}\n\n  strategy    activations  extra compute  fits",
+        doc.model,
+        Bytes(doc.budget_bytes)
+    );
+    for s in &doc.strategies {
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>12} {:>13.1}%  {}",
+            s.name,
+            Bytes(s.activation_bytes).to_string(),
+            s.recompute_flops_fraction * 100.0,
+            if s.fits { "yes" } else { "no" }
+        );
+    }
+    match &doc.optimal {
+        Some(o) => {
+            let _ = writeln!(
+                out,
+                "  {:<10} {:>12} {:>13.1}%  yes\n\nOptimal: store layers {}; selective \
+                 recompute {}; full recompute {}.",
+                "optimal",
+                Bytes(o.activation_bytes).to_string(),
+                o.recompute_flops_fraction * 100.0,
+                ranges(&o.store),
+                ranges(&o.selective),
+                ranges(&o.full)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\nNothing fits: even full recompute needs more than the budget; shorten the \
+                 sequence, lower the micro-batch or add tensor / context parallelism."
+            );
+        }
+    }
     out
 }
