@@ -381,3 +381,57 @@ fn plan_checkpoint_finds_the_cheapest_plan_under_a_budget() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("Nothing fits"));
 }
+
+#[test]
+fn plan_kv_workload_compares_paged_and_contiguous() {
+    let mut lines = String::new();
+    for i in 0..200u64 {
+        lines.push_str(&format!(
+            "{{\"arrival\": {}, \"prompt\": {}, \"output\": {}}}\n",
+            i / 4,
+            100 + (i * 37) % 300,
+            50 + (i * 53) % 200
+        ));
+    }
+    let path = temp_file("workload.jsonl", &lines);
+    let p = path.display().to_string();
+    let doc = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-8b",
+        "--kv-memory",
+        "2GiB",
+        "--max-model-len",
+        "2048",
+        "--workload",
+        &p,
+        "--json",
+    ]);
+    let w = &doc["workload"];
+    assert_eq!(w["requests"], 200);
+    for policy in ["paged", "contiguous"] {
+        assert_eq!(w[policy]["completed"], 200, "{policy}");
+        assert!(w[policy]["series"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()));
+    }
+    let util = |p: &str| w[p]["utilization"].as_f64().expect("utilization");
+    assert!(util("paged") > util("contiguous"));
+    assert!(w["paged"]["max_concurrency"].as_u64() > w["contiguous"]["max_concurrency"].as_u64());
+    let bad = temp_file("bad.jsonl", "{\"prompt\": 3}\n");
+    let b = bad.display().to_string();
+    fails_with_one_line(
+        &[
+            "plan",
+            "kv",
+            "--model",
+            "llama-3-8b",
+            "--kv-memory",
+            "1GiB",
+            "--workload",
+            &b,
+        ],
+        "line 1",
+    );
+}

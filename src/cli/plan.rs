@@ -5,6 +5,7 @@ use crate::model::Bytes;
 use crate::plan::activations::{ActivationSettings, Attention, Recompute};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints};
 use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
+use crate::plan::kv_sim::{parse_workload, simulate_contiguous, simulate_paged};
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
 use crate::plan::recipe::{Optimizer, Precision};
@@ -213,6 +214,10 @@ pub struct KvArgs {
     /// Tokens of a full-length request (default: the model's maximum).
     #[arg(long)]
     pub max_model_len: Option<u64>,
+    /// Requests to simulate (JSON Lines: arrival step, prompt, output, optional prefix
+    /// group and length), paged against contiguous reservation of --max-model-len.
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
@@ -358,13 +363,42 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         max_model_len: a.max_model_len,
     };
     let pool = size_pool(&model, &settings, budget)?;
+    let workload = match &a.workload {
+        None => None,
+        Some(path) => {
+            let shown = path.display().to_string();
+            let file =
+                std::fs::File::open(path).with_context(|| format!("{shown}: cannot open"))?;
+            let requests =
+                parse_workload(std::io::BufReader::new(file)).with_context(|| shown.clone())?;
+            let Some(max_len) = pool.max_model_len else {
+                bail!("--workload needs --max-model-len (the model does not state its maximum)");
+            };
+            let capacity = pool.num_blocks * settings.block_size;
+            Some(plan_json::WorkloadJson {
+                requests: requests.len() as u64,
+                reservation_tokens: max_len,
+                paged: plan_json::SimJson::new(&simulate_paged(
+                    &requests,
+                    pool.num_blocks,
+                    settings.block_size,
+                )),
+                contiguous: plan_json::SimJson::new(&simulate_contiguous(
+                    &requests, capacity, max_len,
+                )),
+            })
+        }
+    };
+    let doc = plan_json::KvJson::new(&pool, workload);
     let mut stdout = std::io::stdout().lock();
     if a.json {
-        serde_json::to_writer(&mut stdout, &plan_json::KvJson::new(&pool))
-            .context("writing JSON")?;
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
         stdout.write_all(plan_text::kv(&model.name, &settings, budget, &pool).as_bytes())?;
+        if let Some(w) = &doc.workload {
+            stdout.write_all(plan_text::workload(w).as_bytes())?;
+        }
     }
     stdout.flush()?;
     Ok(Outcome::Ok)

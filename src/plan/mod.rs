@@ -9,6 +9,7 @@ pub mod cost;
 pub mod deepspeed;
 pub mod hf;
 pub mod kv;
+pub mod kv_sim;
 pub mod layout;
 pub mod model;
 pub mod pack;

@@ -4,6 +4,7 @@ use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
 use crate::plan::checkpoint::{CheckpointPlan, Choice};
 use crate::plan::kv::KvPool;
+use crate::plan::kv_sim::SimResult;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{PackReport, PackSettings};
 use crate::plan::search::Plan;
@@ -118,10 +119,75 @@ pub struct KvJson {
     pub max_tokens: u64,
     /// Full-length requests the pool holds at once; null when the length is unknown.
     pub max_concurrent_sequences: Option<u64>,
+    /// The `--workload` simulation, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadJson>,
+}
+
+/// One point of the concurrency-over-time series.
+#[derive(Debug, Serialize)]
+pub struct SampleJson {
+    pub step: u64,
+    pub running: u64,
+    pub waiting: u64,
+    pub used_tokens: u64,
+    pub allocated_tokens: u64,
+}
+
+/// One allocation policy's simulation.
+#[derive(Debug, Serialize)]
+pub struct SimJson {
+    pub steps: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub preemptions: u64,
+    pub mean_concurrency: f64,
+    pub max_concurrency: u64,
+    pub utilization: f64,
+    pub waste_fraction: f64,
+    pub peak_allocated_tokens: u64,
+    pub series: Vec<SampleJson>,
+}
+
+impl SimJson {
+    pub fn new(r: &SimResult) -> SimJson {
+        SimJson {
+            steps: r.steps,
+            completed: r.completed,
+            rejected: r.rejected,
+            preemptions: r.preemptions,
+            mean_concurrency: r.mean_running,
+            max_concurrency: r.max_running,
+            utilization: r.utilization,
+            waste_fraction: 1.0 - r.utilization,
+            peak_allocated_tokens: r.peak_allocated_tokens,
+            series: r
+                .series
+                .iter()
+                .map(|s| SampleJson {
+                    step: s.step,
+                    running: s.running,
+                    waiting: s.waiting,
+                    used_tokens: s.used_tokens,
+                    allocated_tokens: s.allocated_tokens,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Paged against contiguous on the same request stream.
+#[derive(Debug, Serialize)]
+pub struct WorkloadJson {
+    pub requests: u64,
+    /// Tokens each request reserves under contiguous allocation.
+    pub reservation_tokens: u64,
+    pub paged: SimJson,
+    pub contiguous: SimJson,
 }
 
 impl KvJson {
-    pub fn new(pool: &KvPool) -> KvJson {
+    pub fn new(pool: &KvPool, workload: Option<WorkloadJson>) -> KvJson {
         KvJson {
             schema_version: SCHEMA_VERSION,
             kv_bytes_per_token: pool.kv_bytes_per_token,
@@ -129,6 +195,7 @@ impl KvJson {
             num_blocks: pool.num_blocks,
             max_tokens: pool.max_tokens,
             max_concurrent_sequences: pool.max_concurrent_sequences,
+            workload,
         }
     }
 }

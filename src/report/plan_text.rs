@@ -5,7 +5,7 @@ use crate::plan::kv::{Budget, KvPool, KvSettings};
 use crate::plan::pack::PackReport;
 use crate::plan::search::{explain, Plan};
 use crate::plan::train::TrainSetup;
-use crate::report::plan_json::{CheckpointJson, PackJson};
+use crate::report::plan_json::{CheckpointJson, PackJson, SimJson, WorkloadJson};
 use std::fmt::Write;
 
 fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
@@ -275,6 +275,39 @@ pub fn checkpoint(doc: &CheckpointJson) -> String {
                 out,
                 "\nNothing fits: even full recompute needs more than the budget; shorten the \
                  sequence, lower the micro-batch or add tensor / context parallelism."
+            );
+        }
+    }
+    out
+}
+
+fn sim_line(name: &str, s: &SimJson) -> String {
+    format!(
+        "  {name:<11} {:>8} {:>9} {:>11} {:>9.1} {:>8} {:>11.1}% {:>7.1}%\n",
+        s.steps,
+        s.completed,
+        s.preemptions,
+        s.mean_concurrency,
+        s.max_concurrency,
+        s.utilization * 100.0,
+        s.waste_fraction * 100.0
+    )
+}
+
+/// The `--workload` simulation as text.
+pub fn workload(w: &WorkloadJson) -> String {
+    let mut out = format!(
+        "\nworkload: {} requests; contiguous reserves {} tokens each\n  policy         steps completed preemptions mean conc max conc utilization   waste\n",
+        w.requests, w.reservation_tokens
+    );
+    out.push_str(&sim_line("paged", &w.paged));
+    out.push_str(&sim_line("contiguous", &w.contiguous));
+    for (name, s) in [("paged", &w.paged), ("contiguous", &w.contiguous)] {
+        if s.rejected > 0 {
+            let _ = writeln!(
+                out,
+                "  {name}: {} requests can never fit the pool",
+                s.rejected
             );
         }
     }
