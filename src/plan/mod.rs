@@ -5,12 +5,14 @@
 pub mod activations;
 pub mod builtin;
 pub mod checkpoint;
+pub mod compare;
 pub mod cost;
 pub mod deepspeed;
 pub mod hf;
 pub mod kv;
 pub mod kv_sim;
 pub mod layout;
+pub mod megatron;
 pub mod model;
 pub mod pack;
 pub mod recipe;

@@ -1,6 +1,7 @@
 //! Human text of the planners' reports.
 
 use crate::model::Bytes;
+use crate::plan::compare::comparisons;
 use crate::plan::kv::{Budget, KvPool, KvSettings};
 use crate::plan::pack::PackReport;
 use crate::plan::search::{explain, Plan};
@@ -87,6 +88,23 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan) -> String {
         );
     }
     let _ = writeln!(out, "\n{}", explain(plan, setup.gpu_memory));
+    let shown = plan.recommended.or(if plan.candidates.is_empty() {
+        None
+    } else {
+        Some(0)
+    });
+    if let Some(c) = shown.and_then(|i| plan.candidates.get(i)) {
+        for cmp in comparisons(setup, c) {
+            let _ = writeln!(
+                out,
+                "For comparison, {} gives {} per GPU ({}; memprof: {}).",
+                cmp.source,
+                Bytes(cmp.bytes),
+                cmp.covers,
+                Bytes(cmp.memprof_bytes)
+            );
+        }
+    }
     out
 }
 
