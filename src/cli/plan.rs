@@ -276,12 +276,18 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-/// A built-in name, or a path to a `config.json`.
+/// A built-in name, or a path to a `config.json` (or to the folder holding one).
 pub fn load_model(spec: &str) -> anyhow::Result<ModelConfig> {
     if let Some(model) = builtin::find(spec) {
         return Ok(model);
     }
-    let path = Path::new(spec);
+    let given = Path::new(spec);
+    let dir_config = given.join("config.json");
+    let path = if given.is_dir() {
+        dir_config.as_path()
+    } else {
+        given
+    };
     if !path.exists() {
         bail!(
             "--model {spec}: no such file and not a built-in model ({})",

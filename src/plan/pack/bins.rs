@@ -147,7 +147,49 @@ mod tests {
         assert_eq!(best_fit_decreasing(&[5, 5, 5, 5], 10), 2);
     }
 
+    /// Fewest bins, by trying every placement (tiny instances only).
+    fn optimum(lengths: &[u32], capacity: u32) -> u64 {
+        fn place(items: &[u32], bins: &mut Vec<u32>, capacity: u32, best: &mut usize) {
+            if bins.len() >= *best {
+                return;
+            }
+            let Some((&first, rest)) = items.split_first() else {
+                *best = bins.len();
+                return;
+            };
+            for i in 0..bins.len() {
+                if bins[i] + first <= capacity {
+                    bins[i] += first;
+                    place(rest, bins, capacity, best);
+                    bins[i] -= first;
+                }
+            }
+            bins.push(first);
+            place(rest, bins, capacity, best);
+            bins.pop();
+        }
+        let items: Vec<u32> = decreasing(lengths, capacity)
+            .into_iter()
+            .filter(|&l| l > 0)
+            .collect();
+        let mut best = items.len();
+        place(&items, &mut Vec::new(), capacity, &mut best);
+        best as u64
+    }
+
     proptest! {
+        /// Dósa 2007: FFD uses at most 11/9 OPT + 6/9 bins (tight); checked against the exact
+        /// optimum of small instances.
+        #[test]
+        fn ffd_within_dosa_bound(lengths in prop::collection::vec(1u32..=100, 0..10)) {
+            let opt = optimum(&lengths, 100);
+            let ffd = first_fit_decreasing(&lengths, 100);
+            prop_assert!(ffd >= opt);
+            prop_assert!(9 * ffd <= 11 * opt + 6, "ffd {} opt {}", ffd, opt);
+            prop_assert!(best_fit_decreasing(&lengths, 100) >= opt);
+        }
+
+
         /// The tree gives exactly first fit; both heuristics respect the lower bound
         /// ceil(sum / C) and FFD's guarantee (Dósa 2007) against it (OPT >= the bound).
         #[test]
