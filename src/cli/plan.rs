@@ -4,6 +4,7 @@ use super::Outcome;
 use crate::model::Bytes;
 use crate::plan::activations::{ActivationSettings, Attention, Recompute};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints};
+use crate::plan::deepspeed::Version;
 use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::kv_sim::{parse_workload, simulate_contiguous, simulate_paged};
 use crate::plan::model::ModelConfig;
@@ -102,6 +103,22 @@ impl PrecisionArg {
     }
 }
 
+/// Parses a fraction in [0, 1].
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("expected a fraction between 0 and 1, got {text:?}")),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeepSpeedArg {
+    /// deepspeedai/DeepSpeed today: 2 P + 18 P / gpus.
+    Current,
+    /// microsoft/DeepSpeed and its docs: 4 P + 16 P / gpus.
+    Legacy,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OptimizerArg {
     Adamw,
@@ -176,6 +193,16 @@ pub struct TrainArgs {
     pub recompute: Option<RecomputeArg>,
     #[arg(long, value_enum, default_value = "flash")]
     pub attention: AttentionArg,
+    /// Memory kept for the CUDA context and library workspaces per GPU.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub cuda_context: u64,
+    /// Share of the estimate kept free for allocator fragmentation (0.05-0.10 with
+    /// expandable segments, more without).
+    #[arg(long, value_name = "F", default_value_t = 0.10, value_parser = parse_fraction)]
+    pub fragmentation: f64,
+    /// DeepSpeed release whose ZeRO-2 estimator is printed for comparison.
+    #[arg(long, value_enum, default_value = "current")]
+    pub deepspeed_version: DeepSpeedArg,
     /// How many candidates to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -316,7 +343,10 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
         seq_len: a.seq_len,
         attention: a.attention.into(),
         gpu_memory: a.gpu_memory,
-        headroom: Headroom::default(),
+        headroom: Headroom {
+            context_bytes: a.cuda_context,
+            fragmentation: a.fragmentation,
+        },
     };
     let space = SearchSpace {
         gpus: a.gpus,
@@ -342,7 +372,11 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
             .context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        stdout.write_all(plan_text::train(&setup, a.gpus, &plan).as_bytes())?;
+        let version = match a.deepspeed_version {
+            DeepSpeedArg::Current => Version::Current,
+            DeepSpeedArg::Legacy => Version::Legacy,
+        };
+        stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)

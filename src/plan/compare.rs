@@ -1,6 +1,6 @@
 //! What other tools' formulas say for a candidate, printed next to memprof's estimate so users
 //! can reconcile the numbers they already know: DeepSpeed's ZeRO-2/3 model-state estimators
-//! (current release) and Megatron-LM's theoretical memory.
+//! (either release's ZeRO-2 formula) and Megatron-LM's theoretical memory.
 
 use super::activations::Recompute;
 use super::cost::GPUS_PER_NODE;
@@ -22,7 +22,11 @@ pub struct Comparison {
 
 /// The figures that apply to `candidate`: DeepSpeed's for ZeRO-2/3 without model
 /// parallelism, Megatron's for DP / distributed optimizer.
-pub fn comparisons(setup: &TrainSetup, candidate: &Candidate) -> Vec<Comparison> {
+pub fn comparisons(
+    setup: &TrainSetup,
+    candidate: &Candidate,
+    deepspeed_version: Version,
+) -> Vec<Comparison> {
     let l = &candidate.layout;
     let counts = setup.model.param_counts();
     let mut out = Vec::new();
@@ -35,7 +39,7 @@ pub fn comparisons(setup: &TrainSetup, candidate: &Candidate) -> Vec<Comparison>
             buffer_factor: 1.5,
         };
         let estimate = if l.zero == ZeroStage::Gradients {
-            deepspeed::zero2(counts.total, &cluster, false, Version::Current)
+            deepspeed::zero2(counts.total, &cluster, false, deepspeed_version)
         } else {
             deepspeed::zero3(
                 counts.total,

@@ -19,6 +19,10 @@ pub enum ConfigError {
         "hidden size {hidden} is not divisible by {heads} attention heads and no head_dim is given"
     )]
     HeadDim { hidden: u64, heads: u64 },
+    #[error(
+        "multi-head latent attention (kv_lora_rank, DeepSeek-V2/V3 style) is not modelled yet"
+    )]
+    LatentAttention,
 }
 
 /// Model types whose MLP is gated (SwiGLU / GeGLU).
@@ -84,6 +88,9 @@ pub fn parse_config(text: &str, name: &str) -> Result<ModelConfig, ConfigError> 
     let f = Fields(map);
     let model_type = f.text(&["model_type"]).unwrap_or("").to_ascii_lowercase();
 
+    if f.get(&["kv_lora_rank"]).is_some() {
+        return Err(ConfigError::LatentAttention);
+    }
     let hidden = f.required(&["hidden_size", "n_embd", "d_model"], "hidden_size")?;
     let encoder_layers = f.required(
         &["num_hidden_layers", "n_layer", "num_layers"],
@@ -235,6 +242,10 @@ mod tests {
             })
         );
         assert_eq!(parse_config("[]", "x"), Err(ConfigError::NotObject));
+        assert_eq!(
+            parse_config(r#"{"kv_lora_rank": 512}"#, "x"),
+            Err(ConfigError::LatentAttention)
+        );
         assert!(matches!(parse_config("{", "x"), Err(ConfigError::Json(_))));
     }
 }

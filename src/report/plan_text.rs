@@ -2,6 +2,7 @@
 
 use crate::model::Bytes;
 use crate::plan::compare::comparisons;
+use crate::plan::deepspeed::Version;
 use crate::plan::kv::{Budget, KvPool, KvSettings};
 use crate::plan::pack::PackReport;
 use crate::plan::search::{explain, Plan};
@@ -18,7 +19,7 @@ fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
 }
 
 /// `plan train` as text: the setup, a table of candidates, and the recommendation.
-pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan) -> String {
+pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> String {
     let counts = setup.model.param_counts();
     let mut out = String::new();
     let active = if counts.active != counts.total {
@@ -94,7 +95,7 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan) -> String {
         Some(0)
     });
     if let Some(c) = shown.and_then(|i| plan.candidates.get(i)) {
-        for cmp in comparisons(setup, c) {
+        for cmp in comparisons(setup, c, deepspeed) {
             let _ = writeln!(
                 out,
                 "For comparison, {} gives {} per GPU ({}; memprof: {}).",
