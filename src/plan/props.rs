@@ -164,6 +164,21 @@ proptest! {
     }
 
     #[test]
+    fn total_memory_grows_with_sequence_and_micro_batch(
+        m in model(), dp in 1u64..=64, k in 0u32..=2, z in zero(), r in recompute(),
+        seq in 1u64..=16384, more in 1u64..=4096, b in 1u64..=8,
+    ) {
+        let total = |seq: u64, b: u64| {
+            let mut l = layout(dp, 1 << k, 1, z, r);
+            l.micro_batch = b;
+            evaluate(&setup(m.clone(), seq), &l).memory.total
+        };
+        let base = total(seq, b);
+        prop_assert!(total(seq + more, b) >= base);
+        prop_assert!(total(seq, b + 1) >= base);
+    }
+
+    #[test]
     fn total_memory_shrinks_with_dp_tp_and_pp(
         m in model(), dp in 1u64..=64, k in 0u32..=2, z in zero(), r in recompute(),
         seq in 1u64..=16384,

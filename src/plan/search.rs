@@ -184,7 +184,8 @@ pub fn search(setup: &TrainSetup, space: &SearchSpace, top: usize) -> Result<Pla
     })
 }
 
-/// Short name of a layout: `dp 8, tp 1, pp 1, cp 1, ZeRO-1, selective recompute`.
+/// Short name of a layout: `dp 8, tp 1, pp 1, cp 1, ZeRO-1, selective recompute,
+/// micro-batch 2, 4 per step`.
 pub fn describe(l: &Layout) -> String {
     let recompute = match l.recompute {
         Recompute::None => "no recompute",
@@ -193,7 +194,7 @@ pub fn describe(l: &Layout) -> String {
     };
     let sp = if l.sp && l.tp > 1 { " (+SP)" } else { "" };
     format!(
-        "dp {}, tp {}{sp}, pp {}, cp {}, ZeRO-{}, {recompute}, micro-batch {} x {} accumulated",
+        "dp {}, tp {}{sp}, pp {}, cp {}, ZeRO-{}, {recompute}, micro-batch {}, {} per step",
         l.dp,
         l.tp,
         l.pp,
