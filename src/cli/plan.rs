@@ -156,18 +156,23 @@ pub struct TrainArgs {
     /// Override the parameter count (7000000000, 7e9, 7B).
     #[arg(long, value_parser = parse_count)]
     pub params: Option<u64>,
+    /// GPUs in the job (dp x tp x pp x cp).
     #[arg(long)]
     pub gpus: u64,
     /// Memory of one GPU (80GiB, 141GB, plain bytes).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub gpu_memory: u64,
+    /// Tokens per sequence.
     #[arg(long)]
     pub seq_len: u64,
+    /// Sequences per micro-batch on each data-parallel rank.
     #[arg(long)]
     pub micro_batch: u64,
-    /// Samples per optimizer step (sets gradient accumulation).
+    /// Samples per optimizer step (sets gradient accumulation; without it each layout
+    /// accumulates pp micro-batches).
     #[arg(long)]
     pub global_batch: Option<u64>,
+    /// Training precision recipe.
     #[arg(long, value_enum, default_value = "bf16")]
     pub precision: PrecisionArg,
     #[arg(long, value_enum, default_value = "adamw")]
@@ -175,12 +180,16 @@ pub struct TrainArgs {
     /// ZeRO stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub zero: Option<u8>,
+    /// Tensor-parallel degree (searched up to 8 when not given).
     #[arg(long)]
     pub tp: Option<u64>,
+    /// Pipeline stages (1F1B schedule).
     #[arg(long)]
     pub pp: Option<u64>,
+    /// Context-parallel degree.
     #[arg(long)]
     pub cp: Option<u64>,
+    /// Data-parallel degree.
     #[arg(long)]
     pub dp: Option<u64>,
     /// Hybrid sharding (HSDP): shard over groups of this many DP ranks, replicate across.
@@ -189,6 +198,7 @@ pub struct TrainArgs {
     /// Tensor parallelism without sequence parallelism.
     #[arg(long)]
     pub no_sp: bool,
+    /// Activation recompute (searched when not given).
     #[arg(long, value_enum)]
     pub recompute: Option<RecomputeArg>,
     #[arg(long, value_enum, default_value = "flash")]
@@ -206,6 +216,7 @@ pub struct TrainArgs {
     /// How many candidates to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
