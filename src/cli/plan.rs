@@ -10,7 +10,7 @@ use crate::plan::kv_sim::{parse_workload, simulate_contiguous, simulate_paged};
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
 use crate::plan::recipe::{Optimizer, Precision};
-use crate::plan::search::{search, SearchSpace};
+use crate::plan::search::{search, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
 use crate::plan::states::ZeroStage;
 use crate::plan::train::{Headroom, TrainSetup};
 use crate::plan::{builtin, hf};
@@ -493,6 +493,9 @@ fn pack(a: &PackArgs) -> anyhow::Result<Outcome> {
 fn checkpoint(a: &CheckpointArgs) -> anyhow::Result<Outcome> {
     if a.seq_len == 0 || a.micro_batch == 0 || a.tp == 0 {
         bail!("--seq-len, --micro-batch and --tp must be at least 1");
+    }
+    if a.seq_len > MAX_SEQ || a.micro_batch > MAX_MICRO_BATCH {
+        bail!("--seq-len is at most {MAX_SEQ} and --micro-batch at most {MAX_MICRO_BATCH}");
     }
     let model = load_model(&a.model)?;
     let settings = ActivationSettings {

@@ -23,7 +23,15 @@ pub enum ConfigError {
         "multi-head latent attention (kv_lora_rank, DeepSeek-V2/V3 style) is not modelled yet"
     )]
     LatentAttention,
+    #[error("implausibly large model (about {0} parameters); check the sizes in the file")]
+    TooLarge(u64),
 }
+
+/// Largest model accepted (parameters), so that counts stay far from `u64::MAX`.
+const MAX_PARAMS: f64 = 1e15;
+
+/// Most transformer blocks accepted.
+const MAX_LAYERS: f64 = 65536.0;
 
 /// Model types whose MLP is gated (SwiGLU / GeGLU).
 const GATED: [&str; 16] = [
@@ -123,7 +131,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<ModelConfig, ConfigError> 
             &["intermediate_size", "n_inner", "ffn_dim", "d_ff"],
             "intermediate_size",
         )?
-        .unwrap_or(4 * hidden);
+        .unwrap_or(hidden.saturating_mul(4));
     let gated = GATED.contains(&model_type.as_str())
         || f.text(&["feed_forward_proj"])
             .is_some_and(|p| p.starts_with("gated"))
@@ -140,7 +148,7 @@ pub fn parse_config(text: &str, name: &str) -> Result<ModelConfig, ConfigError> 
     )?;
     let position_embeddings = if LEARNED_POSITIONS.contains(&model_type.as_str()) {
         let offset = if model_type == "opt" { 2 } else { 0 };
-        max_positions.map(|p| p + offset)
+        max_positions.map(|p| p.saturating_add(offset))
     } else {
         None
     };
@@ -163,6 +171,24 @@ pub fn parse_config(text: &str, name: &str) -> Result<ModelConfig, ConfigError> 
                 .unwrap_or(ffn),
         }),
     };
+    // Keep every later integer product in range: estimate the size in floating point first.
+    let (h, l, v) = (
+        hidden as f64,
+        encoder_layers as f64 + decoder_layers as f64,
+        vocab as f64,
+    );
+    let width = heads.max(kv_heads) as f64 * head_dim as f64;
+    let positions = position_embeddings.map_or(0.0, |p| p as f64);
+    let experts = moe.map_or(1.0, |m| {
+        m.experts as f64 + m.shared as f64 + m.active as f64 + 1.0
+    });
+    let mlp_width = moe.map_or(ffn, |m| m.expert_ffn.max(ffn)) as f64;
+    let estimate =
+        l * (4.0 * h * width + 3.0 * h * mlp_width * experts) + (2.0 * v + positions) * h;
+    if estimate > MAX_PARAMS || width > MAX_PARAMS.sqrt() || h > MAX_PARAMS.sqrt() || l > MAX_LAYERS
+    {
+        return Err(ConfigError::TooLarge(estimate.min(u64::MAX as f64) as u64));
+    }
     Ok(ModelConfig {
         name: name.to_string(),
         hidden_size: hidden,
@@ -242,6 +268,12 @@ mod tests {
             })
         );
         assert_eq!(parse_config("[]", "x"), Err(ConfigError::NotObject));
+        let huge = r#"{"hidden_size": 4000000000, "num_hidden_layers": 4000000000,
+            "num_attention_heads": 1, "vocab_size": 4000000000}"#;
+        assert!(matches!(
+            parse_config(huge, "x"),
+            Err(ConfigError::TooLarge(_))
+        ));
         assert_eq!(
             parse_config(r#"{"kv_lora_rank": 512}"#, "x"),
             Err(ConfigError::LatentAttention)

@@ -35,6 +35,9 @@ pub const WEIGHT_BYTES: u64 = 2;
 /// vLLM's default block size on CUDA (tokens per block).
 pub const DEFAULT_BLOCK_SIZE: u64 = 16;
 
+/// Largest block size accepted.
+pub const MAX_BLOCK_SIZE: u64 = 1 << 20;
+
 /// Memory the pool may use.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Budget {
@@ -77,6 +80,8 @@ pub enum KvError {
     EncoderDecoder(String),
     #[error("--tp and --block-size must be at least 1")]
     Zero,
+    #[error("--block-size {0} is too large (at most {MAX_BLOCK_SIZE})")]
+    BlockSize(u64),
     #[error("--utilization must be in (0, 1], got {0}")]
     Utilization(String),
 }
@@ -95,6 +100,9 @@ pub fn size_pool(model: &ModelConfig, s: &KvSettings, budget: Budget) -> Result<
     }
     if s.tp == 0 || s.block_size == 0 {
         return Err(KvError::Zero);
+    }
+    if s.block_size > MAX_BLOCK_SIZE {
+        return Err(KvError::BlockSize(s.block_size));
     }
     let per_token = bytes_per_token(model, s.dtype, s.tp);
     let block_bytes = per_token * s.block_size;

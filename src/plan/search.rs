@@ -11,6 +11,11 @@ use crate::model::Bytes;
 /// Largest TP degree searched unless fixed: TP stays inside a node.
 pub const MAX_SEARCHED_TP: u64 = 8;
 
+/// Bounds that keep the arithmetic in range and the search short.
+pub const MAX_GPUS: u64 = 1 << 20;
+pub const MAX_SEQ: u64 = 1 << 26;
+pub const MAX_MICRO_BATCH: u64 = 1 << 20;
+
 /// The dimensions of the search; `Some` fixes one.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct SearchSpace {
@@ -34,6 +39,8 @@ pub struct SearchSpace {
 pub enum SearchError {
     #[error("--gpus, --seq-len and --micro-batch must be at least 1")]
     Zero,
+    #[error("--gpus, --seq-len or --micro-batch is implausibly large (at most {MAX_GPUS} GPUs, {MAX_SEQ} tokens, {MAX_MICRO_BATCH} sequences)")]
+    TooLarge,
     #[error("no layout of {gpus} GPUs matches the fixed settings ({why})")]
     NoLayout { gpus: u64, why: String },
 }
@@ -67,6 +74,9 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
     if space.gpus == 0 || space.micro_batch == 0 || setup.seq_len == 0 {
         return Err(SearchError::Zero);
     }
+    if space.gpus > MAX_GPUS || setup.seq_len > MAX_SEQ || space.micro_batch > MAX_MICRO_BATCH {
+        return Err(SearchError::TooLarge);
+    }
     let model = &setup.model;
     let all = divisors(space.gpus);
     let tps = options(space.tp, &all, |t| {
@@ -80,7 +90,10 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
     for &tp in &tps {
         for &pp in &pps {
             for &cp in &cps {
-                let model_parallel = tp * pp * cp;
+                let Some(model_parallel) = tp.checked_mul(pp).and_then(|x| x.checked_mul(cp))
+                else {
+                    continue;
+                };
                 if model_parallel == 0 || !space.gpus.is_multiple_of(model_parallel) {
                     continue;
                 }

@@ -4,6 +4,9 @@
 use serde::Deserialize;
 use std::io::BufRead;
 
+/// Largest prompt, output or arrival step accepted.
+pub const MAX_TOKENS: u64 = 1 << 26;
+
 /// One request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
@@ -72,6 +75,11 @@ pub fn parse_workload(mut reader: impl BufRead) -> Result<Vec<Request>, Workload
         }
         if r.output == 0 {
             return Err(err("output must be at least 1 token".into()));
+        }
+        if r.prompt > MAX_TOKENS || r.output > MAX_TOKENS || r.arrival > MAX_TOKENS as f64 {
+            return Err(err(format!(
+                "prompt, output and arrival must be at most {MAX_TOKENS}"
+            )));
         }
         out.push(Request {
             arrival: r.arrival.ceil() as u64,

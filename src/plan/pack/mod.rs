@@ -14,6 +14,12 @@ pub use lengths::{parse_lengths, LengthsError};
 use super::activations::{activation_memory, ActivationSettings, Attention, Recompute};
 use super::model::ModelConfig;
 
+/// Longest `max_len` planned for (the packer keeps a count per length).
+pub const MAX_LEN: u64 = 1 << 26;
+
+/// Most sequences per micro-batch accepted.
+pub const MAX_MICRO_BATCH: u64 = 1 << 20;
+
 /// What to plan for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackSettings {
@@ -60,8 +66,10 @@ pub struct PackReport {
 pub enum PackError {
     #[error("--max-len and --micro-batch must be at least 1")]
     Zero,
-    #[error("--max-len {0} is too large (at most 4294967295)")]
+    #[error("--max-len {0} is too large (at most {MAX_LEN})")]
     TooLong(u64),
+    #[error("--micro-batch {0} is too large (at most {MAX_MICRO_BATCH})")]
+    MicroBatch(u64),
     #[error("no sequences in the lengths file")]
     Empty,
 }
@@ -79,7 +87,10 @@ pub fn plan_packing(lengths: &[u64], s: &PackSettings) -> Result<PackReport, Pac
     if s.max_len == 0 || s.micro_batch == 0 {
         return Err(PackError::Zero);
     }
-    if s.max_len > u64::from(u32::MAX) {
+    if s.micro_batch > MAX_MICRO_BATCH {
+        return Err(PackError::MicroBatch(s.micro_batch));
+    }
+    if s.max_len > MAX_LEN {
         return Err(PackError::TooLong(s.max_len));
     }
     if lengths.is_empty() {
