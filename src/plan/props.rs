@@ -199,3 +199,30 @@ proptest! {
         }
     }
 }
+
+fn size() -> impl Strategy<Value = u64> {
+    prop_oneof![1u64..=256, 1u64..=1 << 20, any::<u64>()]
+}
+
+proptest! {
+    /// Any sizes in a config.json either parse into a model every planner can use without
+    /// overflowing, or are refused.
+    #[test]
+    fn configs_never_overflow(
+        hidden in size(), layers in size(), heads in size(), kv in size(), head_dim in size(),
+        ffn in size(), vocab in size(), experts in size(), active in size(), positions in size(),
+    ) {
+        let text = format!(
+            r#"{{"model_type": "gpt2", "hidden_size": {hidden}, "num_hidden_layers": {layers},
+               "num_attention_heads": {heads}, "num_key_value_heads": {kv}, "head_dim": {head_dim},
+               "intermediate_size": {ffn}, "vocab_size": {vocab}, "num_local_experts": {experts},
+               "num_experts_per_tok": {active}, "n_positions": {positions}}}"#
+        );
+        if let Ok(model) = super::hf::parse_config(&text, "fuzz") {
+            let counts = model.param_counts();
+            prop_assert!(counts.total >= counts.blocks);
+            let _ = super::kv::bytes_per_token(&model, super::kv::KvDtype::Bf16, 1);
+            let _ = evaluate(&setup(model, 4096), &layout(2, 2, 2, ZeroStage::Optimizer, Recompute::Full));
+        }
+    }
+}
