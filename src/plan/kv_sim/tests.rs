@@ -62,8 +62,9 @@ fn rejects_what_can_never_fit() {
 
 /// Kwon et al. 2023 and the vLLM blog: paged allocation wastes only the last block of each
 /// sequence, "under 4%", while pre-allocating servers keep token states in only 20.4-38.2%
-/// of their KV memory. A workload of 2048-token reservations whose requests use a few
-/// hundred tokens lands in both ranges.
+/// of their KV memory (the blog: 60-80% wasted). A synthetic workload of 2048-token
+/// reservations whose requests use a few hundred tokens lands in those ranges; the
+/// published figures come from the paper's traces, which are not reproduced here.
 #[test]
 fn vllm_waste_bounds() {
     let mut state = 12345u64;
@@ -84,7 +85,7 @@ fn vllm_waste_bounds() {
     );
     let contiguous = simulate_contiguous(&requests, 4096 * 16, 2048);
     assert!(
-        (0.15..0.40).contains(&contiguous.utilization),
+        (0.204..=0.382).contains(&contiguous.utilization),
         "contiguous utilisation {}",
         contiguous.utilization
     );
