@@ -435,3 +435,59 @@ fn plan_kv_workload_compares_paged_and_contiguous() {
         "line 1",
     );
 }
+
+#[test]
+fn plan_checkpoint_takes_measured_layers() {
+    let mut layers = Vec::new();
+    for i in 0..12 {
+        let stored = if i % 3 == 0 { 400 } else { 100 };
+        layers.push(format!(
+            "{{\"name\": \"block.{i}\", \"stored_bytes\": {stored}, \"input_bytes\": 10, \"forward_cost\": 1.0}}"
+        ));
+    }
+    let path = temp_file("layers.json", &format!("[{}]", layers.join(",")));
+    let p = path.display().to_string();
+    // Storing all: 4 x 400 + 8 x 100 = 2400 bytes; 1500 forces recompute of the big layers.
+    let doc = json(&[
+        "plan",
+        "checkpoint",
+        "--layers",
+        &p,
+        "--budget",
+        "1500",
+        "--json",
+    ]);
+    assert_eq!(doc["layers"], 12);
+    let optimal = &doc["optimal"];
+    assert!(optimal["activation_bytes"].as_u64() <= Some(1500));
+    let full: Vec<u64> = optimal["full"]
+        .as_array()
+        .expect("full")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert!(full.iter().all(|i| i % 3 == 0), "{full:?}");
+    let tight = json(&[
+        "plan",
+        "checkpoint",
+        "--layers",
+        &p,
+        "--budget",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(tight["layers"], 12);
+    assert_eq!(tight["optimal"], Value::Null);
+    assert_eq!(
+        memprof(&["plan", "checkpoint", "--budget", "1GiB"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let bad = temp_file("bad-layers.json", "[{\"stored_bytes\": 1}]");
+    let b = bad.display().to_string();
+    fails_with_one_line(
+        &["plan", "checkpoint", "--layers", &b, "--budget", "1GiB"],
+        "missing field `input_bytes`",
+    );
+}

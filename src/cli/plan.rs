@@ -3,10 +3,11 @@
 use super::Outcome;
 use crate::model::Bytes;
 use crate::plan::activations::{ActivationSettings, Attention, Recompute};
-use crate::plan::checkpoint::{layers_from_model, plan_checkpoints};
+use crate::plan::checkpoint::{layers_from_model, plan_checkpoints, LayerCost};
 use crate::plan::deepspeed::Version;
 use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::kv_sim::{parse_workload, simulate_contiguous, simulate_paged};
+use crate::plan::layer_costs::parse_layer_costs;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
 use crate::plan::recipe::{Optimizer, Precision};
@@ -284,10 +285,18 @@ pub struct PackArgs {
 #[derive(Debug, Args)]
 pub struct CheckpointArgs {
     /// A Hugging Face config.json or a built-in name.
-    #[arg(long)]
-    pub model: String,
-    #[arg(long)]
-    pub seq_len: u64,
+    #[arg(long, required_unless_present = "layers", conflicts_with = "layers")]
+    pub model: Option<String>,
+    /// Measured per-layer costs instead of a model: a JSON array (or JSON Lines) of
+    /// {"stored_bytes", "input_bytes", "forward_cost", "selective_bytes"?, "selective_cost"?}.
+    #[arg(long, value_name = "FILE")]
+    pub layers: Option<PathBuf>,
+    /// Activation bytes outside the layers (with --layers).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]
+    pub fixed: u64,
+    /// Tokens per sequence (with --model).
+    #[arg(long, required_unless_present = "layers")]
+    pub seq_len: Option<u64>,
     #[arg(long, default_value_t = 1)]
     pub micro_batch: u64,
     /// Memory one GPU has for activations (what is left after weights and optimizer).
@@ -491,15 +500,46 @@ fn pack(a: &PackArgs) -> anyhow::Result<Outcome> {
 }
 
 fn checkpoint(a: &CheckpointArgs) -> anyhow::Result<Outcome> {
-    if a.seq_len == 0 || a.micro_batch == 0 || a.tp == 0 {
+    let (name, layers, fixed, step_flops) = match (&a.layers, &a.model, a.seq_len) {
+        (Some(path), _, _) => {
+            let shown = path.display().to_string();
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("{shown}: cannot read"))?;
+            let layers = parse_layer_costs(&text).with_context(|| shown.clone())?;
+            let step = 3.0 * layers.iter().map(|l| l.full_flops).sum::<f64>();
+            (shown, layers, a.fixed as f64, step)
+        }
+        (None, Some(model), Some(seq_len)) => model_layers(a, model, seq_len)?,
+        _ => bail!("plan checkpoint needs --model and --seq-len, or --layers FILE"),
+    };
+    let plan = plan_checkpoints(&layers, fixed, a.budget as f64);
+    let doc = plan_json::CheckpointJson::new(&name, &plan, step_flops);
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::checkpoint(&doc).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// The layers of a model config: (name, layers, bytes outside them, step FLOPs).
+fn model_layers(
+    a: &CheckpointArgs,
+    spec: &str,
+    seq_len: u64,
+) -> anyhow::Result<(String, Vec<LayerCost>, f64, f64)> {
+    if seq_len == 0 || a.micro_batch == 0 || a.tp == 0 {
         bail!("--seq-len, --micro-batch and --tp must be at least 1");
     }
-    if a.seq_len > MAX_SEQ || a.micro_batch > MAX_MICRO_BATCH {
+    if seq_len > MAX_SEQ || a.micro_batch > MAX_MICRO_BATCH {
         bail!("--seq-len is at most {MAX_SEQ} and --micro-batch at most {MAX_MICRO_BATCH}");
     }
-    let model = load_model(&a.model)?;
+    let model = load_model(spec)?;
     let settings = ActivationSettings {
-        seq_len: a.seq_len,
+        seq_len,
         micro_batch: a.micro_batch,
         tp: a.tp,
         sp: !a.no_sp && a.tp > 1,
@@ -511,15 +551,5 @@ fn checkpoint(a: &CheckpointArgs) -> anyhow::Result<Outcome> {
         element_bytes: 2.0,
     };
     let (layers, fixed, step_flops) = layers_from_model(&model, &settings);
-    let plan = plan_checkpoints(&layers, fixed, a.budget as f64);
-    let doc = plan_json::CheckpointJson::new(&model.name, &plan, step_flops);
-    let mut stdout = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        stdout.write_all(plan_text::checkpoint(&doc).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok((model.name, layers, fixed, step_flops))
 }

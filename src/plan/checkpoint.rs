@@ -56,6 +56,7 @@ pub struct Optimal {
 /// Everything `plan checkpoint` reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckpointPlan {
+    pub layers: usize,
     pub budget: f64,
     pub strategies: Vec<Strategy>,
     /// `None` when even full recompute does not fit.
@@ -239,6 +240,7 @@ pub fn plan_checkpoints(layers: &[LayerCost], fixed: f64, budget: f64) -> Checkp
         .filter(|o| o.bytes <= budget)
         .min_by(|a, b| a.extra_flops.total_cmp(&b.extra_flops));
     CheckpointPlan {
+        layers: n,
         budget,
         strategies,
         optimal,

@@ -11,6 +11,7 @@ pub mod deepspeed;
 pub mod hf;
 pub mod kv;
 pub mod kv_sim;
+pub mod layer_costs;
 pub mod layout;
 pub mod megatron;
 pub mod model;

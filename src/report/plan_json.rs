@@ -329,11 +329,10 @@ impl CheckpointJson {
                 0.0
             }
         };
-        let layers = plan.optimal.as_ref().map_or(0, |o| o.choices.len());
         CheckpointJson {
             schema_version: SCHEMA_VERSION,
             model: model.to_string(),
-            layers,
+            layers: plan.layers,
             budget_bytes: plan.budget.round() as u64,
             strategies: plan
                 .strategies
