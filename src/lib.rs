@@ -11,5 +11,6 @@
 pub mod analysis;
 pub mod cli;
 pub mod model;
+pub mod plan;
 pub mod report;
 pub mod source;

@@ -4,11 +4,10 @@ use crate::util::{memprof, stderr};
 
 #[test]
 fn unbuilt_subcommands_refuse_with_exit_2() {
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 4] = [
         &["simulate", "x.pickle"],
         &["diagnose", "x.pickle"],
         &["top"],
-        &["plan", "kv", "--model", "llama-3-8b"],
         &["agent"],
     ];
     for args in cases {

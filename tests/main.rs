@@ -5,5 +5,6 @@ mod analyze_fixtures;
 mod bad_input;
 mod commands;
 mod gate;
+mod plan;
 mod real_snapshots;
 mod util;

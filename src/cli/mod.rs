@@ -4,6 +4,7 @@
 mod analyze;
 mod gate;
 mod input;
+mod plan;
 mod unbuilt;
 
 use clap::{Args, Parser, Subcommand};
@@ -48,7 +49,7 @@ pub enum Command {
     /// Browse a snapshot or recording interactively.
     View(unbuilt::ViewArgs),
     /// Memory planners: training, checkpointing, sequence packing, KV cache.
-    Plan(unbuilt::PlanArgs),
+    Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
     Gate(gate::GateArgs),
     /// Convert a snapshot or recording for other tools.
@@ -86,7 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Attach(_) => unbuilt::refuse("attach"),
         Command::Top => unbuilt::refuse("top"),
         Command::View(_) => unbuilt::refuse("view"),
-        Command::Plan(_) => unbuilt::refuse("plan"),
+        Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
         Command::Export(_) => unbuilt::refuse("export"),
         Command::Agent(_) => unbuilt::refuse("agent"),

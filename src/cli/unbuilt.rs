@@ -2,7 +2,7 @@
 //! documents the contract, and running one says plainly that it does not work yet (exit 2).
 
 use super::Outcome;
-use clap::{Args, Subcommand};
+use clap::Args;
 use std::path::PathBuf;
 
 /// Says the subcommand is not built and fails with exit code 2.
@@ -63,49 +63,6 @@ pub struct AttachArgs {
 #[derive(Debug, Args)]
 pub struct ViewArgs {
     pub file: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct PlanArgs {
-    #[command(subcommand)]
-    pub planner: Planner,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Planner {
-    /// Training memory per GPU for a model and parallelism.
-    Train {
-        #[arg(long)]
-        model: String,
-        #[arg(long)]
-        gpus: Option<u32>,
-        #[arg(long, value_name = "SIZE")]
-        gpu_memory: Option<String>,
-        #[arg(long)]
-        seq_len: Option<u64>,
-        #[arg(long)]
-        micro_batch: Option<u64>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Which layers to recompute under a memory budget.
-    Checkpoint,
-    /// Sequence packing against padding.
-    Pack {
-        #[arg(long)]
-        lengths: PathBuf,
-        #[arg(long)]
-        max_len: u64,
-        #[arg(long)]
-        json: bool,
-    },
-    /// KV-cache pool sizing for serving.
-    Kv {
-        #[arg(long)]
-        model: String,
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[derive(Debug, Args)]

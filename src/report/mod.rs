@@ -5,3 +5,5 @@ pub mod analyze_json;
 pub mod analyze_text;
 pub mod gate;
 pub mod gate_output;
+pub mod plan_json;
+pub mod plan_text;

@@ -1,0 +1,329 @@
+//! Activation memory per GPU after Korthikanti et al. 2022 ("Reducing Activation Recomputation
+//! in Large Transformer Models"), generalised to GQA, gated and MoE MLPs: per-layer bytes under
+//! tensor / sequence / context parallelism, none / selective / full recompute, eager or flash
+//! attention, and the first pipeline stage of a 1F1B schedule. `reference/planner-math.md` §2.
+
+use super::model::{Mlp, ModelConfig};
+use serde::Serialize;
+
+/// What the backward pass recomputes instead of storing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    None,
+    /// The attention core (scores, softmax, dropout): Korthikanti's selective recompute.
+    Selective,
+    /// Every layer from its input (activation checkpointing per layer).
+    Full,
+}
+
+impl Recompute {
+    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+}
+
+/// How the attention core runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Fused attention: no s x s matrices, only fp32 softmax statistics (4 bytes per head and
+    /// query).
+    Flash,
+    /// Materialised scores, softmax and dropout: 5 a s^2 b bytes per layer.
+    Eager,
+}
+
+/// The settings activation memory depends on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActivationSettings {
+    pub seq_len: u64,
+    pub micro_batch: u64,
+    pub tp: u64,
+    /// Sequence parallelism: the parts TP replicates are split along the sequence instead.
+    pub sp: bool,
+    pub cp: u64,
+    pub pp: u64,
+    /// Micro-batches per step (gradient accumulation); 1F1B keeps min(pp, this) in flight.
+    pub micro_batches: u64,
+    pub recompute: Recompute,
+    pub attention: Attention,
+    /// Bytes of an activation element (2 for 16-bit training; the formulas' unit).
+    pub element_bytes: f64,
+}
+
+/// Activation bytes on the first pipeline stage, by origin.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct ActivationMemory {
+    /// The transformer blocks' stored activations, all micro-batches in flight.
+    pub layers: f64,
+    /// Embedding dropout masks (s b h per micro-batch in flight).
+    pub embedding: f64,
+    /// Final norm, output projection input and fp32 logits (only when one stage holds them).
+    pub output: f64,
+    /// One layer's activations rebuilt during the backward pass of full recompute.
+    pub recompute_peak: f64,
+}
+
+impl ActivationMemory {
+    pub fn total(&self) -> f64 {
+        self.layers + self.embedding + self.output + self.recompute_peak
+    }
+}
+
+impl ActivationSettings {
+    /// Sequence length each GPU holds after context parallelism.
+    fn local_seq(&self) -> f64 {
+        self.seq_len as f64 / self.cp.max(1) as f64
+    }
+
+    /// Micro-batches the first 1F1B stage holds at its peak.
+    fn in_flight(&self) -> f64 {
+        self.pp.max(1).min(self.micro_batches.max(1)) as f64
+    }
+}
+
+/// Stored activation bytes of one transformer layer for one micro-batch.
+///
+/// With `t` = TP, 16-bit elements and an MHA / GeLU 4h MLP this is Korthikanti's Table 2:
+/// `sbh(10 + 24/t + 5as/(ht))`, with SP `sbh/t (34 + 5as/h)`, selective drops the `5as/h`
+/// term, and full recompute stores the `2sbh` layer input.
+pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompute) -> f64 {
+    let seq = s.local_seq();
+    let b = s.micro_batch as f64;
+    let h = model.hidden_size as f64;
+    let t = s.tp.max(1) as f64;
+    let scale = s.element_bytes / 2.0;
+    let sbh = seq * b * h;
+    if recompute == Recompute::Full {
+        let stored = 2.0 * sbh * scale;
+        return if s.sp { stored / t } else { stored };
+    }
+    // Norm inputs (4), attention and MLP inputs (2 + 2), two dropout masks (1 + 1).
+    let replicated = 10.0 * sbh;
+    let q = (model.heads * model.head_dim) as f64;
+    let kv = (model.kv_heads * model.head_dim) as f64;
+    // Q, K, V and the output projection's input.
+    let attention = 2.0 * seq * b * (2.0 * q + 2.0 * kv);
+    let ffn = match model.moe {
+        None => model.ffn as f64,
+        Some(m) => ((m.active + m.shared) * m.expert_ffn) as f64,
+    };
+    // Plain: activation input and second matmul input; gated: gate, up and their product.
+    let mlp = match model.mlp {
+        Mlp::Plain => 4.0 * seq * b * ffn,
+        Mlp::Gated => 6.0 * seq * b * ffn,
+    };
+    let a = model.heads as f64;
+    let core = match (recompute, s.attention) {
+        (Recompute::Selective, _) => 0.0,
+        // Softmax output (2), dropout mask (1) and dropout output (2) per score; keys span
+        // the whole sequence under context parallelism.
+        (_, Attention::Eager) => 5.0 * a * seq * s.seq_len as f64 * b,
+        // fp32 log-sum-exp per head and query, independent of the element size.
+        (_, Attention::Flash) => 4.0 * a * seq * b / scale,
+    };
+    let split = attention + mlp + core;
+    let bytes = if s.sp {
+        (replicated + split) / t
+    } else {
+        replicated + split / t
+    };
+    bytes * scale
+}
+
+/// Activation memory of the first pipeline stage (the heaviest under 1F1B: it holds `pp`
+/// micro-batches of `ceil(L / pp)` layers, so the total is per-layer x L when L divides).
+pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> ActivationMemory {
+    let pp = s.pp.max(1);
+    let layers_here = model.layers.div_ceil(pp) as f64;
+    let in_flight = s.in_flight();
+    let t = s.tp.max(1) as f64;
+    let sbh = s.local_seq() * s.micro_batch as f64 * model.hidden_size as f64;
+    let per_layer_stored = per_layer(model, s, s.recompute);
+    let embedding = if s.sp { sbh / t } else { sbh } * in_flight;
+    let output = if pp == 1 {
+        // Final norm input and output projection input (2sbh/t each), fp32 logits 4sbv/t.
+        let h = model.hidden_size as f64;
+        4.0 * sbh / t * (1.0 + model.vocab as f64 / h)
+    } else {
+        0.0
+    };
+    let recompute_peak = if s.recompute == Recompute::Full {
+        per_layer(model, s, Recompute::None)
+    } else {
+        0.0
+    };
+    ActivationMemory {
+        layers: per_layer_stored * layers_here * in_flight,
+        embedding,
+        output,
+        recompute_peak,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::builtin;
+    use crate::plan::model::Norm;
+
+    /// A GPT-shaped model (MHA, 4h GeLU MLP) as Korthikanti et al. and the Playbook assume.
+    fn gpt_shape(h: u64, a: u64, layers: u64, vocab: u64) -> ModelConfig {
+        ModelConfig {
+            name: "gpt".into(),
+            hidden_size: h,
+            layers,
+            cross_attention_layers: 0,
+            heads: a,
+            kv_heads: a,
+            head_dim: h / a,
+            ffn: 4 * h,
+            mlp: Mlp::Plain,
+            norm: Norm::LayerNorm,
+            bias: true,
+            vocab,
+            tied_embeddings: true,
+            position_embeddings: None,
+            max_positions: None,
+            moe: None,
+            params_override: None,
+        }
+    }
+
+    fn settings(seq: u64, b: u64, tp: u64, sp: bool, recompute: Recompute) -> ActivationSettings {
+        ActivationSettings {
+            seq_len: seq,
+            micro_batch: b,
+            tp,
+            sp,
+            cp: 1,
+            pp: 1,
+            micro_batches: 1,
+            recompute,
+            attention: Attention::Eager,
+            element_bytes: 2.0,
+        }
+    }
+
+    const GIB: f64 = (1u64 << 30) as f64;
+
+    fn round3(x: f64) -> f64 {
+        (x * 1000.0).round() / 1000.0
+    }
+
+    /// Playbook `memusage_activations`, Llama-3.1-8B shape (h 4096, L 32, a 32), bs 1, bf16,
+    /// no recompute: L s h (34 + 5as/h) + s h, in GiB (the plots' "GB" hold GiB).
+    #[test]
+    fn playbook_activations_without_recompute() {
+        let model = gpt_shape(4096, 32, 32, 128256);
+        for (seq, want) in [
+            (1024, 9.254),
+            (2048, 28.508),
+            (4096, 97.016),
+            (8192, 354.031),
+            (16384, 1348.063),
+        ] {
+            let m = activation_memory(&model, &settings(seq, 1, 1, false, Recompute::None));
+            assert_eq!(round3((m.layers + m.embedding) / GIB), want, "s={seq}");
+        }
+    }
+
+    /// Playbook `memory-recomputation`, same shape: selective 34 s h L + s h and full
+    /// 2 s h L + s h, in GiB.
+    #[test]
+    fn playbook_recomputation() {
+        let model = gpt_shape(4096, 32, 32, 128256);
+        for (seq, selective, full) in [
+            (1024, 4.254, 0.254),
+            (2048, 8.508, 0.508),
+            (4096, 17.016, 1.016),
+            (8192, 34.031, 2.031),
+        ] {
+            for (recompute, want) in [(Recompute::Selective, selective), (Recompute::Full, full)] {
+                let m = activation_memory(&model, &settings(seq, 1, 1, false, recompute));
+                assert_eq!(round3((m.layers + m.embedding) / GIB), want, "s={seq}");
+            }
+        }
+    }
+
+    /// Korthikanti et al. 2022 (quoted by the Playbook): for GPT-3 175B at s = 2048,
+    /// selective recompute removes 70% of activation memory (5as/h = 80 of 114).
+    #[test]
+    fn gpt3_selective_saves_70_percent() {
+        let model = gpt_shape(12288, 96, 96, 51200);
+        let s = settings(2048, 1, 1, false, Recompute::None);
+        let none = per_layer(&model, &s, Recompute::None);
+        let selective = per_layer(&model, &s, Recompute::Selective);
+        assert_eq!(((1.0 - selective / none) * 100.0).round(), 70.0);
+    }
+
+    /// Korthikanti et al. Table 2 on the Table 3 configurations (s 2048), per GPU, first
+    /// stage, GB = 1e9: derived values of `reference/planner-math.md` §2.1 (regression
+    /// oracles for the formulas, not measurements).
+    #[test]
+    fn korthikanti_table_2_on_table_3_models() {
+        // (h, a, L, t, p, b): TP only, TP+SP, TP+sel, TP+SP+sel, full (2sbhL).
+        let cases = [
+            ((6144, 64, 48, 8, 1, 4), [63.6, 42.5, 31.4, 10.3, 4.83]),
+            ((12288, 96, 96, 8, 8, 1), [55.6, 34.4, 31.4, 10.3, 4.83]),
+            ((20480, 128, 105, 8, 35, 1), [92.5, 53.9, 57.3, 18.7, 8.81]),
+            (
+                (25600, 160, 128, 8, 64, 1),
+                [140.9, 82.2, 87.2, 28.5, 13.42],
+            ),
+        ];
+        for ((h, a, layers, t, p, b), want) in cases {
+            let model = gpt_shape(h, a, layers, 51200);
+            let variants = [
+                (false, Recompute::None),
+                (true, Recompute::None),
+                (false, Recompute::Selective),
+                (true, Recompute::Selective),
+                (false, Recompute::Full),
+            ];
+            for ((sp, recompute), want) in variants.into_iter().zip(want) {
+                let mut s = settings(2048, b, t, sp, recompute);
+                s.pp = p;
+                s.micro_batches = p;
+                let got = per_layer(&model, &s, recompute) * layers as f64 / 1e9;
+                let decimals = want.to_string().split('.').nth(1).map_or(0, str::len);
+                let digits = 10f64.powi(decimals as i32);
+                assert_eq!(
+                    (got * digits).round() / digits,
+                    want,
+                    "h={h} {sp} {recompute:?}"
+                );
+                // Through the first stage of 1F1B: p micro-batches of L/p layers.
+                if layers.is_multiple_of(p) {
+                    let stage = activation_memory(&model, &s).layers / 1e9;
+                    assert!((stage - got).abs() < 1e-9, "h={h}");
+                }
+            }
+        }
+    }
+
+    /// Playbook CP figure, Llama-3.1-8B: activations with CP = 4 are those with CP = 1
+    /// divided by 4: 352 -> 88 GiB at s = 131072 with TP = 2 (the Playbook's parallelism
+    /// plots use 34 s h L, scaled by (10 + 24/t)/34 for TP without SP).
+    #[test]
+    fn context_parallel_divides_by_c() {
+        let model = gpt_shape(4096, 32, 32, 128256);
+        let mut s = settings(131072, 1, 2, false, Recompute::Selective);
+        let one = activation_memory(&model, &s).layers;
+        s.cp = 4;
+        let four = activation_memory(&model, &s).layers;
+        assert_eq!((one / GIB).round(), 352.0);
+        assert_eq!((four / GIB).round(), 88.0);
+    }
+
+    #[test]
+    fn flash_removes_the_quadratic_term() {
+        let model = builtin::find("llama-3-8b").expect("built-in");
+        let mut s = settings(8192, 1, 1, false, Recompute::None);
+        let eager = per_layer(&model, &s, Recompute::None);
+        s.attention = Attention::Flash;
+        let flash = per_layer(&model, &s, Recompute::None);
+        let selective = per_layer(&model, &s, Recompute::Selective);
+        assert!(flash < eager / 3.0);
+        assert!(selective < flash && flash < selective * 1.01);
+    }
+}

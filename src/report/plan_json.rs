@@ -1,0 +1,366 @@
+//! The `plan ... --json` documents (`design/CLI.md`, `schema_version` 1).
+
+use super::analyze_json::SCHEMA_VERSION;
+use crate::plan::activations::Recompute;
+use crate::plan::checkpoint::{CheckpointPlan, Choice};
+use crate::plan::kv::KvPool;
+use crate::plan::kv_sim::SimResult;
+use crate::plan::model::ModelConfig;
+use crate::plan::pack::{PackReport, PackSettings};
+use crate::plan::search::Plan;
+use crate::plan::train::Candidate;
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct ModelJson {
+    pub name: String,
+    pub hidden_size: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub vocab: u64,
+    pub params: u64,
+    /// Parameters a token passes through (differs from `params` for MoE).
+    pub active_params: u64,
+}
+
+impl ModelJson {
+    pub fn new(model: &ModelConfig) -> ModelJson {
+        let counts = model.param_counts();
+        ModelJson {
+            name: model.name.clone(),
+            hidden_size: model.hidden_size,
+            layers: model.layers,
+            heads: model.heads,
+            kv_heads: model.kv_heads,
+            vocab: model.vocab,
+            params: counts.total,
+            active_params: counts.active,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemoryJson {
+    pub params_bytes: u64,
+    pub grads_bytes: u64,
+    pub optimizer_bytes: u64,
+    pub activations_bytes: u64,
+    pub total_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CandidateJson {
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub cp: u64,
+    pub zero: u8,
+    pub recompute: Recompute,
+    pub micro_batch: u64,
+    pub grad_accum: u64,
+    pub memory: MemoryJson,
+    pub fits: bool,
+    pub comm_bytes_per_step: u64,
+}
+
+impl CandidateJson {
+    fn new(c: &Candidate) -> CandidateJson {
+        let l = &c.layout;
+        CandidateJson {
+            dp: l.dp,
+            tp: l.tp,
+            pp: l.pp,
+            cp: l.cp,
+            zero: l.zero.number(),
+            recompute: l.recompute,
+            micro_batch: l.micro_batch,
+            grad_accum: l.grad_accum,
+            memory: MemoryJson {
+                params_bytes: c.memory.params,
+                grads_bytes: c.memory.grads,
+                optimizer_bytes: c.memory.optimizer,
+                activations_bytes: c.memory.activations,
+                total_bytes: c.memory.total,
+            },
+            fits: c.fits,
+            comm_bytes_per_step: c.cost.comm_bytes.round() as u64,
+        }
+    }
+}
+
+/// `plan train --json`.
+#[derive(Debug, Serialize)]
+pub struct TrainJson {
+    pub schema_version: u32,
+    pub model: ModelJson,
+    pub candidates: Vec<CandidateJson>,
+    pub recommended: Option<usize>,
+}
+
+impl TrainJson {
+    pub fn new(model: &ModelConfig, plan: &Plan) -> TrainJson {
+        TrainJson {
+            schema_version: SCHEMA_VERSION,
+            model: ModelJson::new(model),
+            candidates: plan.candidates.iter().map(CandidateJson::new).collect(),
+            recommended: plan.recommended,
+        }
+    }
+}
+
+/// `plan kv --json`.
+#[derive(Debug, Serialize)]
+pub struct KvJson {
+    pub schema_version: u32,
+    pub kv_bytes_per_token: u64,
+    pub block_bytes: u64,
+    pub num_blocks: u64,
+    pub max_tokens: u64,
+    /// Full-length requests the pool holds at once; null when the length is unknown.
+    pub max_concurrent_sequences: Option<u64>,
+    /// The `--workload` simulation, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadJson>,
+}
+
+/// One point of the concurrency-over-time series.
+#[derive(Debug, Serialize)]
+pub struct SampleJson {
+    pub step: u64,
+    pub running: u64,
+    pub waiting: u64,
+    pub used_tokens: u64,
+    pub allocated_tokens: u64,
+}
+
+/// One allocation policy's simulation.
+#[derive(Debug, Serialize)]
+pub struct SimJson {
+    pub steps: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub preemptions: u64,
+    pub mean_concurrency: f64,
+    pub max_concurrency: u64,
+    pub utilization: f64,
+    pub waste_fraction: f64,
+    pub peak_allocated_tokens: u64,
+    pub series: Vec<SampleJson>,
+}
+
+impl SimJson {
+    pub fn new(r: &SimResult) -> SimJson {
+        SimJson {
+            steps: r.steps,
+            completed: r.completed,
+            rejected: r.rejected,
+            preemptions: r.preemptions,
+            mean_concurrency: r.mean_running,
+            max_concurrency: r.max_running,
+            utilization: r.utilization,
+            waste_fraction: 1.0 - r.utilization,
+            peak_allocated_tokens: r.peak_allocated_tokens,
+            series: r
+                .series
+                .iter()
+                .map(|s| SampleJson {
+                    step: s.step,
+                    running: s.running,
+                    waiting: s.waiting,
+                    used_tokens: s.used_tokens,
+                    allocated_tokens: s.allocated_tokens,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Paged against contiguous on the same request stream.
+#[derive(Debug, Serialize)]
+pub struct WorkloadJson {
+    pub requests: u64,
+    /// Tokens each request reserves under contiguous allocation.
+    pub reservation_tokens: u64,
+    pub paged: SimJson,
+    pub contiguous: SimJson,
+}
+
+impl KvJson {
+    pub fn new(pool: &KvPool, workload: Option<WorkloadJson>) -> KvJson {
+        KvJson {
+            schema_version: SCHEMA_VERSION,
+            kv_bytes_per_token: pool.kv_bytes_per_token,
+            block_bytes: pool.block_bytes,
+            num_blocks: pool.num_blocks,
+            max_tokens: pool.max_tokens,
+            max_concurrent_sequences: pool.max_concurrent_sequences,
+            workload,
+        }
+    }
+}
+
+/// Activation bytes of each strategy's largest micro-batch, when a model was given.
+#[derive(Debug, Default)]
+pub struct MicroBatches {
+    pub padded: Option<u64>,
+    pub bucketed: Option<u64>,
+    pub packed: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PaddedJson {
+    pub batches: u64,
+    pub padding_fraction: f64,
+    pub micro_batch_tokens: u64,
+    pub micro_batch_activation_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BucketedJson {
+    pub edges: Vec<u64>,
+    pub counts: Vec<u64>,
+    pub batches: u64,
+    pub padding_fraction: f64,
+    /// Tokens of the largest micro-batch (the top bucket's).
+    pub micro_batch_tokens: u64,
+    pub micro_batch_activation_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PackedJson {
+    pub bins: u64,
+    pub padding_fraction: f64,
+    pub efficiency: f64,
+    pub algorithm: &'static str,
+    pub batches: u64,
+    pub micro_batch_tokens: u64,
+    pub micro_batch_activation_bytes: Option<u64>,
+}
+
+/// `plan pack --json`.
+#[derive(Debug, Serialize)]
+pub struct PackJson {
+    pub schema_version: u32,
+    pub sequences: u64,
+    pub tokens: u64,
+    pub truncated: u64,
+    pub max_len: u64,
+    pub padded: PaddedJson,
+    pub bucketed: BucketedJson,
+    pub packed: PackedJson,
+    pub lower_bound_bins: u64,
+}
+
+impl PackJson {
+    pub fn new(r: &PackReport, s: &PackSettings, micro: &MicroBatches) -> PackJson {
+        let b = s.micro_batch;
+        PackJson {
+            schema_version: SCHEMA_VERSION,
+            sequences: r.sequences,
+            tokens: r.tokens,
+            truncated: r.truncated,
+            max_len: s.max_len,
+            padded: PaddedJson {
+                batches: r.padded.batches,
+                padding_fraction: r.padded.padding_fraction,
+                micro_batch_tokens: b * s.max_len,
+                micro_batch_activation_bytes: micro.padded,
+            },
+            bucketed: BucketedJson {
+                edges: r.bucketed.edges.clone(),
+                counts: r.bucketed.counts.clone(),
+                batches: r.bucketed.batches,
+                padding_fraction: r.bucketed.padding_fraction,
+                micro_batch_tokens: b * r.bucketed.edges.last().copied().unwrap_or(0),
+                micro_batch_activation_bytes: micro.bucketed,
+            },
+            packed: PackedJson {
+                bins: r.packed.bins,
+                padding_fraction: r.packed.padding_fraction,
+                efficiency: r.packed.efficiency,
+                algorithm: r.packed.algorithm,
+                batches: r.packed.batches,
+                micro_batch_tokens: b * s.max_len,
+                micro_batch_activation_bytes: micro.packed,
+            },
+            lower_bound_bins: r.lower_bound_bins,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct StrategyJson {
+    pub name: &'static str,
+    pub activation_bytes: u64,
+    /// Extra FLOPs as a fraction of the step's forward and backward FLOPs.
+    pub recompute_flops_fraction: f64,
+    pub fits: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OptimalJson {
+    pub activation_bytes: u64,
+    pub recompute_flops_fraction: f64,
+    /// Layer indices (from 0) by choice.
+    pub store: Vec<usize>,
+    pub selective: Vec<usize>,
+    pub full: Vec<usize>,
+}
+
+/// `plan checkpoint --json`.
+#[derive(Debug, Serialize)]
+pub struct CheckpointJson {
+    pub schema_version: u32,
+    pub model: String,
+    pub layers: usize,
+    pub budget_bytes: u64,
+    pub strategies: Vec<StrategyJson>,
+    /// The least-compute plan that fits; null when none does.
+    pub optimal: Option<OptimalJson>,
+}
+
+impl CheckpointJson {
+    pub fn new(model: &str, plan: &CheckpointPlan, step_flops: f64) -> CheckpointJson {
+        let share = |flops: f64| {
+            if step_flops > 0.0 {
+                flops / step_flops
+            } else {
+                0.0
+            }
+        };
+        CheckpointJson {
+            schema_version: SCHEMA_VERSION,
+            model: model.to_string(),
+            layers: plan.layers,
+            budget_bytes: plan.budget.round() as u64,
+            strategies: plan
+                .strategies
+                .iter()
+                .map(|s| StrategyJson {
+                    name: s.name,
+                    activation_bytes: s.bytes.round() as u64,
+                    recompute_flops_fraction: share(s.extra_flops),
+                    fits: s.fits,
+                })
+                .collect(),
+            optimal: plan.optimal.as_ref().map(|o| {
+                let pick = |want: Choice| {
+                    o.choices
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| **c == want)
+                        .map(|(i, _)| i)
+                        .collect()
+                };
+                OptimalJson {
+                    activation_bytes: o.bytes.round() as u64,
+                    recompute_flops_fraction: share(o.extra_flops),
+                    store: pick(Choice::Store),
+                    selective: pick(Choice::Selective),
+                    full: pick(Choice::Full),
+                }
+            }),
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! `memprof plan ...` end to end: the JSON contract of `design/CLI.md`, fixed settings,
+//! searches, and bad input (exit 2 with one line).
+
+use crate::util::{memprof, stderr, stdout};
+use serde_json::Value;
+
+fn json(args: &[&str]) -> Value {
+    let out = memprof(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON document")
+}
+
+fn fails_with_one_line(args: &[&str], needle: &str) {
+    let out = memprof(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+const TRAIN_8B: [&str; 11] = [
+    "plan",
+    "train",
+    "--model",
+    "llama-3-8b",
+    "--gpus",
+    "8",
+    "--gpu-memory",
+    "80GiB",
+    "--seq-len",
+    "4096",
+    "--micro-batch",
+];
+
+#[test]
+fn plan_train_json_has_the_contract_shape() {
+    let mut args = TRAIN_8B.to_vec();
+    args.extend(["1", "--json"]);
+    let doc = json(&args);
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["model"]["params"], 8_030_261_248u64);
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    assert!(!candidates.is_empty());
+    assert_eq!(doc["recommended"], 0);
+    for c in candidates {
+        for key in [
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "zero",
+            "micro_batch",
+            "grad_accum",
+            "comm_bytes_per_step",
+        ] {
+            assert!(c[key].is_u64(), "{key}: {c}");
+        }
+        assert!(
+            ["none", "selective", "full"].contains(&c["recompute"].as_str().expect("recompute"))
+        );
+        let m = &c["memory"];
+        let parts: u64 = [
+            "params_bytes",
+            "grads_bytes",
+            "optimizer_bytes",
+            "activations_bytes",
+        ]
+        .iter()
+        .map(|k| m[k].as_u64().expect("bytes"))
+        .sum();
+        assert_eq!(m["total_bytes"].as_u64(), Some(parts));
+        assert_eq!(c["fits"], true);
+        let product: u64 = ["dp", "tp", "pp", "cp"]
+            .iter()
+            .map(|k| c[k].as_u64().unwrap_or(0))
+            .product();
+        assert_eq!(product, 8);
+    }
+}
+
+#[test]
+fn plan_train_evaluates_fixed_settings() {
+    let mut args = TRAIN_8B.to_vec();
+    args.extend([
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--zero",
+        "0",
+        "--recompute",
+        "none",
+        "--json",
+    ]);
+    let doc = json(&args);
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    assert_eq!(candidates.len(), 1);
+    // 8.03B x 16 B/param of replicated model states cannot fit 80 GiB.
+    assert_eq!(candidates[0]["fits"], false);
+    assert_eq!(
+        candidates[0]["memory"]["params_bytes"],
+        2 * 8_030_261_248u64
+    );
+    assert_eq!(doc["recommended"], Value::Null);
+}
+
+#[test]
+fn plan_train_text_explains_the_choice() {
+    let mut args = TRAIN_8B.to_vec();
+    args.push("2");
+    let out = memprof(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Recommended: dp "), "{text}");
+    assert!(text.contains("headroom"), "{text}");
+}
+
+#[test]
+fn plan_train_reads_a_config_json() {
+    let dir = std::env::temp_dir().join(format!("memprof-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("config.json");
+    std::fs::write(
+        &path,
+        r#"{"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+          "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-05,
+          "tie_word_embeddings": false, "vocab_size": 32000}"#,
+    )
+    .expect("write config");
+    let p = path.display().to_string();
+    let doc = json(&[
+        "plan",
+        "train",
+        "--model",
+        &p,
+        "--gpus",
+        "16",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--json",
+    ]);
+    assert!(doc["model"]["params"].as_u64() > doc["model"]["active_params"].as_u64());
+    std::fs::write(&path, "{\"hidden_size\": 4096}").expect("write config");
+    fails_with_one_line(
+        &[
+            "plan",
+            "train",
+            "--model",
+            &p,
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--seq-len",
+            "1",
+            "--micro-batch",
+            "1",
+        ],
+        "missing num_hidden_layers",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plan_train_bad_input_exits_2() {
+    let base = [
+        "plan",
+        "train",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+    ];
+    let mut unknown = base.to_vec();
+    unknown.extend(["--model", "no-such-model"]);
+    fails_with_one_line(&unknown, "not a built-in model");
+    let mut bad_tp = base.to_vec();
+    bad_tp.extend(["--model", "llama-3-8b", "--tp", "3"]);
+    fails_with_one_line(&bad_tp, "no layout of 8 GPUs");
+    let bad_size = [
+        "plan",
+        "train",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "lots",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+    ];
+    assert_eq!(memprof(&bad_size).status.code(), Some(2));
+}
+
+#[test]
+fn plan_kv_json_sizes_the_pool_like_vllm() {
+    // reference/planner-math.md §3.3 worked check: Llama-3-8B bf16, block 16, 50 GiB.
+    let doc = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-8b",
+        "--kv-memory",
+        "50GiB",
+        "--max-model-len",
+        "8192",
+        "--json",
+    ]);
+    assert_eq!(doc["kv_bytes_per_token"], 131_072);
+    assert_eq!(doc["block_bytes"], 2 << 20);
+    assert_eq!(doc["num_blocks"], 25_600);
+    assert_eq!(doc["max_tokens"], 409_600);
+    assert_eq!(doc["max_concurrent_sequences"], 50);
+    let tp = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-70b",
+        "--gpu-memory",
+        "80GiB",
+        "--tp",
+        "4",
+        "--dtype",
+        "fp8",
+        "--json",
+    ]);
+    assert_eq!(tp["kv_bytes_per_token"], 327_680 / 2 / 4);
+}
+
+#[test]
+fn plan_kv_text_and_errors() {
+    let out = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "mistral-7b",
+        "--gpu-memory",
+        "24GiB",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("KV per token per GPU: 128.00 KiB"));
+    fails_with_one_line(&["plan", "kv", "--model", "llama-3-8b"], "--gpu-memory");
+    fails_with_one_line(
+        &["plan", "kv", "--model", "t5-large", "--kv-memory", "1GiB"],
+        "encoder-decoder",
+    );
+    fails_with_one_line(
+        &[
+            "plan",
+            "kv",
+            "--model",
+            "llama-3-8b",
+            "--gpu-memory",
+            "80GiB",
+            "--utilization",
+            "2",
+        ],
+        "--utilization",
+    );
+}
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-plan-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn plan_pack_json_has_the_contract_shape() {
+    // HF blog "Packing with Flash Attention": lengths 4, 8, 5, 11 flatten to 28 tokens.
+    let path = temp_file("lengths.txt", "4\n8\n5\n11\n");
+    let p = path.display().to_string();
+    let doc = json(&["plan", "pack", "--lengths", &p, "--max-len", "16", "--json"]);
+    assert_eq!(doc["sequences"], 4);
+    assert_eq!(doc["tokens"], 28);
+    assert_eq!(doc["padded"]["batches"], 4);
+    assert_eq!(doc["padded"]["padding_fraction"], 1.0 - 28.0 / 64.0);
+    assert!(doc["bucketed"]["edges"].is_array());
+    assert!(doc["bucketed"]["padding_fraction"].is_f64());
+    assert_eq!(doc["packed"]["bins"], 2);
+    assert_eq!(doc["packed"]["efficiency"], 28.0 / 32.0);
+    assert_eq!(doc["lower_bound_bins"], 2);
+}
+
+#[test]
+fn plan_pack_reads_jsonl_and_reports_bad_lines() {
+    let path = temp_file(
+        "data.jsonl",
+        "{\"input_ids\": [1, 2, 3]}\n{\"length\": 9}\n{\"text\": \"no length\"}\n",
+    );
+    let p = path.display().to_string();
+    fails_with_one_line(
+        &["plan", "pack", "--lengths", &p, "--max-len", "8"],
+        "line 3",
+    );
+    let good = temp_file(
+        "good.jsonl",
+        "{\"input_ids\": [1, 2, 3]}\n{\"length\": 9}\n",
+    );
+    let g = good.display().to_string();
+    let out = memprof(&[
+        "plan",
+        "pack",
+        "--lengths",
+        &g,
+        "--max-len",
+        "8",
+        "--model",
+        "llama-3-8b",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("1 longer sequences truncated"), "{text}");
+    assert!(text.contains("activations"), "{text}");
+    fails_with_one_line(
+        &[
+            "plan",
+            "pack",
+            "--lengths",
+            "/no/such/file",
+            "--max-len",
+            "8",
+        ],
+        "cannot open",
+    );
+}
+
+#[test]
+fn plan_checkpoint_finds_the_cheapest_plan_under_a_budget() {
+    let doc = json(&[
+        "plan",
+        "checkpoint",
+        "--model",
+        "llama-3-8b",
+        "--seq-len",
+        "8192",
+        "--budget",
+        "30GiB",
+        "--json",
+    ]);
+    let names: Vec<&str> = doc["strategies"]
+        .as_array()
+        .expect("strategies")
+        .iter()
+        .map(|s| s["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["none", "selective", "full", "sqrt_n"]);
+    let optimal = &doc["optimal"];
+    assert!(optimal["activation_bytes"].as_u64() <= Some(30 << 30));
+    let chosen = ["store", "selective", "full"]
+        .iter()
+        .map(|k| optimal[k].as_array().expect("indices").len())
+        .sum::<usize>();
+    assert_eq!(chosen, 32);
+    let out = memprof(&[
+        "plan",
+        "checkpoint",
+        "--model",
+        "llama-3-8b",
+        "--seq-len",
+        "8192",
+        "--budget",
+        "1MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Nothing fits"));
+}
+
+#[test]
+fn plan_kv_workload_compares_paged_and_contiguous() {
+    let mut lines = String::new();
+    for i in 0..200u64 {
+        lines.push_str(&format!(
+            "{{\"arrival\": {}, \"prompt\": {}, \"output\": {}}}\n",
+            i / 4,
+            100 + (i * 37) % 300,
+            50 + (i * 53) % 200
+        ));
+    }
+    let path = temp_file("workload.jsonl", &lines);
+    let p = path.display().to_string();
+    let doc = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-8b",
+        "--kv-memory",
+        "2GiB",
+        "--max-model-len",
+        "2048",
+        "--workload",
+        &p,
+        "--json",
+    ]);
+    let w = &doc["workload"];
+    assert_eq!(w["requests"], 200);
+    for policy in ["paged", "contiguous"] {
+        assert_eq!(w[policy]["completed"], 200, "{policy}");
+        assert!(w[policy]["series"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty()));
+    }
+    let util = |p: &str| w[p]["utilization"].as_f64().expect("utilization");
+    assert!(util("paged") > util("contiguous"));
+    assert!(w["paged"]["max_concurrency"].as_u64() > w["contiguous"]["max_concurrency"].as_u64());
+    let bad = temp_file("bad.jsonl", "{\"prompt\": 3}\n");
+    let b = bad.display().to_string();
+    fails_with_one_line(
+        &[
+            "plan",
+            "kv",
+            "--model",
+            "llama-3-8b",
+            "--kv-memory",
+            "1GiB",
+            "--workload",
+            &b,
+        ],
+        "line 1",
+    );
+}
+
+#[test]
+fn plan_checkpoint_takes_measured_layers() {
+    let mut layers = Vec::new();
+    for i in 0..12 {
+        let stored = if i % 3 == 0 { 400 } else { 100 };
+        layers.push(format!(
+            "{{\"name\": \"block.{i}\", \"stored_bytes\": {stored}, \"input_bytes\": 10, \"forward_cost\": 1.0}}"
+        ));
+    }
+    let path = temp_file("layers.json", &format!("[{}]", layers.join(",")));
+    let p = path.display().to_string();
+    // Storing all: 4 x 400 + 8 x 100 = 2400 bytes; 1500 forces recompute of the big layers.
+    let doc = json(&[
+        "plan",
+        "checkpoint",
+        "--layers",
+        &p,
+        "--budget",
+        "1500",
+        "--json",
+    ]);
+    assert_eq!(doc["layers"], 12);
+    let optimal = &doc["optimal"];
+    assert!(optimal["activation_bytes"].as_u64() <= Some(1500));
+    let full: Vec<u64> = optimal["full"]
+        .as_array()
+        .expect("full")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert!(full.iter().all(|i| i % 3 == 0), "{full:?}");
+    let tight = json(&[
+        "plan",
+        "checkpoint",
+        "--layers",
+        &p,
+        "--budget",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(tight["layers"], 12);
+    assert_eq!(tight["optimal"], Value::Null);
+    assert_eq!(
+        memprof(&["plan", "checkpoint", "--budget", "1GiB"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let bad = temp_file("bad-layers.json", "[{\"stored_bytes\": 1}]");
+    let b = bad.display().to_string();
+    fails_with_one_line(
+        &["plan", "checkpoint", "--layers", &b, "--budget", "1GiB"],
+        "missing field `input_bytes`",
+    );
+}
