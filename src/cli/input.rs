@@ -31,7 +31,7 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
     let mut head = [0u8; 8];
     let n = file.read(&mut head).context("cannot read")?;
     if head[..n].starts_with(RECORDING_MAGIC) {
-        bail!("memprof recordings are not supported by analyze yet; only PyTorch snapshots are");
+        bail!("memprof recordings are not supported yet; only PyTorch snapshots are");
     }
     let file = File::open(path).context("cannot open")?;
     let bytes = meta.len();

@@ -2,6 +2,7 @@
 //! One file per built subcommand; `main.rs` maps the outcome to an exit code.
 
 mod analyze;
+mod export;
 mod gate;
 mod input;
 mod plan;
@@ -53,7 +54,7 @@ pub enum Command {
     /// Fail a CI job when peak memory regresses against a baseline.
     Gate(gate::GateArgs),
     /// Convert a snapshot or recording for other tools.
-    Export(unbuilt::ExportArgs),
+    Export(export::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
     Agent(unbuilt::AgentArgs),
 }
@@ -89,7 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::View(_) => unbuilt::refuse("view"),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
-        Command::Export(_) => unbuilt::refuse("export"),
+        Command::Export(args) => export::run(&args),
         Command::Agent(_) => unbuilt::refuse("agent"),
     }
 }

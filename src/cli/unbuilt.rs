@@ -66,15 +66,6 @@ pub struct ViewArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ExportArgs {
-    pub file: PathBuf,
-    #[arg(long, value_name = "torch-snapshot|perfetto|json")]
-    pub to: String,
-    #[arg(short = 'o', value_name = "OUT")]
-    pub output: PathBuf,
-}
-
-#[derive(Debug, Args)]
 pub struct AgentArgs {
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub listen: String,

@@ -1,8 +1,9 @@
-//! Sinks that do not interact: the JSON document and the human text of each report, and the
-//! CI gate's verdict.
+//! Sinks that do not interact: the JSON document and the human text of each report, the
+//! CI gate's verdict, and the exports for other tools.
 
 pub mod analyze_json;
 pub mod analyze_text;
+pub mod export;
 pub mod gate;
 pub mod gate_output;
 pub mod plan_json;
