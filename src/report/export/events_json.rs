@@ -1,11 +1,13 @@
 //! memprof's own JSON event stream (`kind: memprof_events`, `schema_version` 1): every trace
-//! entry of every device with its stack, and the final segments, for people's own scripts.
-//! Entries are streamed, never collected.
+//! entry of every device, the final segments and blocks, settings and annotations, for
+//! people's own scripts. Stacks are lists of indices into one top-level `frames` table (frames
+//! inline would make the file some 30 times the size of the pickle). Entries are streamed.
 
 use crate::model::{
     AllocatorSettings, Annotation, Block, BlockState, Frame, PoolKind, Segment, Snapshot,
-    SnapshotFormat, StackId, StackTable, Timeline, TraceEntry,
+    SnapshotFormat, StackId, Timeline, TraceEntry,
 };
+use rustc_hash::FxHashMap;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -17,18 +19,73 @@ pub const KIND: &str = "memprof_events";
 
 /// Writes the event stream of `snapshot` as one JSON document.
 pub fn write<W: Write>(snapshot: &Snapshot, out: W) -> io::Result<()> {
-    let doc = Document { snapshot };
+    let doc = Document {
+        snapshot,
+        frames: FrameTable::new(snapshot),
+    };
     serde_json::to_writer(out, &doc).map_err(io::Error::from)
 }
 
 struct Document<'a> {
     snapshot: &'a Snapshot,
+    frames: FrameTable<'a>,
+}
+
+/// Every distinct frame used by an entry, block or segment, and each stack as indices into it.
+struct FrameTable<'a> {
+    frames: Vec<&'a Frame>,
+    stacks: FxHashMap<StackId, Vec<u32>>,
+}
+
+impl<'a> FrameTable<'a> {
+    fn new(s: &'a Snapshot) -> FrameTable<'a> {
+        let mut table = FrameTable {
+            frames: Vec::new(),
+            stacks: FxHashMap::default(),
+        };
+        let mut index: FxHashMap<&'a Frame, u32> = FxHashMap::default();
+        let used = s
+            .devices()
+            .into_iter()
+            .flat_map(|d| s.timeline.device(d as usize))
+            .filter_map(|e| e.stack)
+            .chain(s.segments.iter().filter_map(|seg| seg.stack))
+            .chain(
+                s.segments
+                    .iter()
+                    .flat_map(|seg| &seg.blocks)
+                    .filter_map(|b| b.stack),
+            );
+        for id in used {
+            if table.stacks.contains_key(&id) {
+                continue;
+            }
+            let indices = s
+                .stacks
+                .frames(id)
+                .map(|frame| {
+                    *index.entry(frame).or_insert_with(|| {
+                        table.frames.push(frame);
+                        table.frames.len() as u32 - 1
+                    })
+                })
+                .collect();
+            table.stacks.insert(id, indices);
+        }
+        table
+    }
+
+    /// The frame indices of a stack, innermost first; empty when not recorded.
+    fn stack(&self, id: Option<StackId>) -> &[u32] {
+        id.and_then(|id| self.stacks.get(&id))
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 impl Serialize for Document<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let s = self.snapshot;
-        let mut map = serializer.serialize_map(Some(7))?;
+        let mut map = serializer.serialize_map(Some(8))?;
         map.serialize_entry("schema_version", &SCHEMA_VERSION)?;
         map.serialize_entry("kind", KIND)?;
         map.serialize_entry(
@@ -39,6 +96,8 @@ impl Serialize for Document<'_> {
                 SnapshotFormat::SegmentsOnly => "segments_only",
             },
         )?;
+        let frames: Vec<FrameOut> = self.frames.frames.iter().map(|f| FrameOut(f)).collect();
+        map.serialize_entry("frames", &frames)?;
         let devices: Vec<DeviceOut> = s
             .devices()
             .into_iter()
@@ -46,7 +105,7 @@ impl Serialize for Document<'_> {
                 device,
                 entries: EntriesOut {
                     timeline: &s.timeline,
-                    stacks: &s.stacks,
+                    frames: &self.frames,
                     entries: s.timeline.device(device as usize),
                 },
             })
@@ -57,7 +116,7 @@ impl Serialize for Document<'_> {
             .iter()
             .map(|segment| SegmentOut {
                 segment,
-                stacks: &s.stacks,
+                frames: &self.frames,
             })
             .collect();
         map.serialize_entry("segments", &segments)?;
@@ -76,7 +135,7 @@ struct DeviceOut<'a> {
 
 struct EntriesOut<'a> {
     timeline: &'a Timeline,
-    stacks: &'a StackTable,
+    frames: &'a FrameTable<'a>,
     entries: &'a [TraceEntry],
 }
 
@@ -92,7 +151,7 @@ impl Serialize for EntriesOut<'_> {
                 stream: self.timeline.stream(e.stream),
                 time_us: e.time_us(),
                 device_free: e.device_free(),
-                frames: FramesOut(self.stacks, e.stack),
+                frames: self.frames.stack(e.stack),
                 compile_context: extra.and_then(|x| x.compile_context.as_deref()),
                 user_metadata: extra.and_then(|x| x.user_metadata.as_deref()),
                 forward_frames: extra.map_or(&[][..], |x| &x.forward_frames[..]),
@@ -110,22 +169,10 @@ struct EntryOut<'a> {
     stream: u64,
     time_us: Option<i64>,
     device_free: Option<u64>,
-    frames: FramesOut<'a>,
+    frames: &'a [u32],
     compile_context: Option<&'a str>,
     user_metadata: Option<&'a str>,
     forward_frames: &'a [String],
-}
-
-/// A stack as a list of `{filename, line, name}`, innermost first; `[]` when not recorded.
-struct FramesOut<'a>(&'a StackTable, Option<StackId>);
-
-impl Serialize for FramesOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self.1 {
-            Some(id) => serializer.collect_seq(self.0.frames(id).map(FrameOut)),
-            None => serializer.collect_seq(std::iter::empty::<FrameOut>()),
-        }
-    }
 }
 
 struct FrameOut<'a>(&'a Frame);
@@ -142,7 +189,7 @@ impl Serialize for FrameOut<'_> {
 
 struct SegmentOut<'a> {
     segment: &'a Segment,
-    stacks: &'a StackTable,
+    frames: &'a FrameTable<'a>,
 }
 
 impl Serialize for SegmentOut<'_> {
@@ -156,13 +203,13 @@ impl Serialize for SegmentOut<'_> {
         map.serialize_entry::<_, PoolKind>("pool", &s.pool)?;
         map.serialize_entry("pool_id", &[s.pool_id.0, s.pool_id.1])?;
         map.serialize_entry("is_expandable", &s.is_expandable)?;
-        map.serialize_entry("frames", &FramesOut(self.stacks, s.stack))?;
+        map.serialize_entry("frames", self.frames.stack(s.stack))?;
         let blocks: Vec<BlockOut> = s
             .blocks
             .iter()
             .map(|block| BlockOut {
                 block,
-                stacks: self.stacks,
+                frames: self.frames,
             })
             .collect();
         map.serialize_entry("blocks", &blocks)?;
@@ -172,7 +219,7 @@ impl Serialize for SegmentOut<'_> {
 
 struct BlockOut<'a> {
     block: &'a Block,
-    stacks: &'a StackTable,
+    frames: &'a FrameTable<'a>,
 }
 
 impl Serialize for BlockOut<'_> {
@@ -183,7 +230,7 @@ impl Serialize for BlockOut<'_> {
         map.serialize_entry("size", &b.size)?;
         map.serialize_entry("requested_size", &b.requested_size)?;
         map.serialize_entry::<_, BlockState>("state", &b.state)?;
-        map.serialize_entry("frames", &FramesOut(self.stacks, b.stack))?;
+        map.serialize_entry("frames", self.frames.stack(b.stack))?;
         map.end()
     }
 }

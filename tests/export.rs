@@ -1,0 +1,524 @@
+//! `memprof export`: every committed fixture and the real snapshots in
+//! `../shared/fixtures/real/` go through `--to torch-snapshot` and come back with the same
+//! figures (from `analyze` and from Python's `pickle` with `fixtures/gen/expected_stats.py`);
+//! `--to perfetto` is a valid Chrome trace whose counters peak where `analyze` says; `--to json`
+//! reads back into the entries and segments of the source.
+
+use crate::util::{analyze_json, fixture, memprof, real_fixtures, repo, stderr};
+use memprof::model::{Action, Snapshot};
+use memprof::source::torch_snapshot;
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FIXTURES: [&str; 12] = [
+    "v2_0_history",
+    "v2_1_basic",
+    "expandable",
+    "oom",
+    "multi_device",
+    "private_pool",
+    "pending_free",
+    "v2_11_full",
+    "segments_only",
+    "protocol2",
+    "protocol5",
+    "demo_oom",
+];
+
+/// A scratch directory of this test process, removed and made again.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-export-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn export(input: &Path, to: &str, output: &Path) {
+    let out = memprof(&[
+        "export",
+        &input.display().to_string(),
+        "--to",
+        to,
+        "-o",
+        &output.display().to_string(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "export {} --to {to}: {}",
+        input.display(),
+        stderr(&out)
+    );
+}
+
+fn python(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("python3 runs (it is on every machine)");
+    assert!(
+        out.status.success(),
+        "python3 {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `expected_stats.py FILE`'s per-device figures.
+fn python_stats(file: &Path) -> Value {
+    let text = python(&[
+        "fixtures/gen/expected_stats.py",
+        &file.display().to_string(),
+    ]);
+    let doc: Value = serde_json::from_str(&text).expect("expected_stats prints JSON");
+    let (_, report) = doc
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .expect("one file");
+    report["devices"].clone()
+}
+
+/// analyze's devices and format, which must survive an export unchanged.
+fn analyze_figures(file: &Path) -> (Value, Value) {
+    let doc = analyze_json(&[file.to_path_buf()]);
+    let input = &doc["inputs"][0];
+    (input["devices"].clone(), input["format"].clone())
+}
+
+fn load(file: &Path) -> Snapshot {
+    let bytes = std::fs::read(file).expect("readable");
+    torch_snapshot::read(&bytes[..])
+        .expect("a snapshot")
+        .snapshot
+}
+
+/// Exports `source` to a snapshot pickle and checks analyze and the Python oracle agree.
+fn round_trip(name: &str, source: &Path, dir: &Path) -> PathBuf {
+    let exported = dir.join(format!("{name}.pickle"));
+    export(source, "torch-snapshot", &exported);
+    let head = std::fs::read(&exported).expect("export written");
+    assert_eq!(&head[..3], b"\x80\x04\x95", "{name}: protocol 4, framed");
+
+    let (devices, format) = analyze_figures(source);
+    let (again, again_format) = analyze_figures(&exported);
+    assert_eq!(
+        again, devices,
+        "{name}: analyze figures after the round trip"
+    );
+    // A 2.0 file is written in the modern layout; everything else keeps its layout.
+    if format != "history" {
+        assert_eq!(again_format, format, "{name}: layout");
+    }
+    assert_eq!(
+        python_stats(&exported),
+        python_stats(source),
+        "{name}: expected_stats.py on the export"
+    );
+    exported
+}
+
+#[test]
+fn torch_snapshot_round_trips_every_fixture() {
+    let dir = scratch("fixtures");
+    for name in FIXTURES {
+        let source = fixture(&format!("snapshots/{name}.pickle"));
+        round_trip(name, &source, &dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn torch_snapshot_round_trips_the_real_snapshots() {
+    let Some(real) = real_fixtures() else {
+        eprintln!("../shared/fixtures/real is absent here: real-snapshot round trips skipped");
+        return;
+    };
+    let dir = scratch("real");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&real)
+        .expect("readable dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pickle"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        eprintln!(
+            "no pickle in {}: real-snapshot round trips skipped",
+            real.display()
+        );
+    }
+    for (i, file) in files.iter().enumerate() {
+        round_trip(&format!("real{i}"), file, &dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Python loads the export and finds the recording in it: segments, blocks, every trace entry
+/// with its frames, settings; and frame lists are shared objects, as in PyTorch's files.
+const PY_COMPARE: &str = r#"
+import pickle, sys
+orig = pickle.load(open(sys.argv[1], "rb"))
+new = pickle.load(open(sys.argv[2], "rb"))
+def frames(fs):
+    return [(f["filename"], f["line"], f["name"]) for f in fs or []]
+SEG = ("device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+       "stream", "segment_type", "is_expandable")
+assert len(orig["segments"]) == len(new["segments"])
+for a, b in zip(orig["segments"], new["segments"]):
+    for k in SEG:
+        assert a.get(k, False) == b[k], (k, a.get(k), b[k])
+    assert tuple(a.get("segment_pool_id", (0, 0))) == b["segment_pool_id"]
+    assert frames(a.get("frames")) == frames(b["frames"])
+    assert len(a["blocks"]) == len(b["blocks"])
+    for x, y in zip(a["blocks"], b["blocks"]):
+        for k in ("address", "size", "requested_size", "state"):
+            assert x[k] == y[k], (k, x[k], y[k])
+        assert frames(x.get("frames")) == frames(y["frames"])
+ta, tb = orig["device_traces"], new["device_traces"]
+assert len(ta) == len(tb)
+n = 0
+for la, lb in zip(ta, tb):
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        for k in ("action", "addr", "device_free", "size", "stream", "time_us"):
+            assert x.get(k) == y.get(k), (k, x.get(k), y.get(k))
+        assert frames(x.get("frames")) == frames(y.get("frames"))
+        n += 1
+sa, sb = orig.get("allocator_settings"), new.get("allocator_settings")
+assert (sa is None) == (sb is None)
+if sa:
+    for k in ("PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "expandable_segments"):
+        assert sa[k] == sb[k], k
+lists = [e["frames"] for l in tb for e in l if "frames" in e]
+if lists:
+    assert len({id(l) for l in lists}) < len(lists), "frame lists are shared"
+    dicts = [f for l in lists for f in l]
+    assert len({id(f) for f in dicts}) < len(dicts), "frame dicts are shared"
+print(n)
+"#;
+
+#[test]
+fn python_pickle_loads_the_export_and_finds_the_recording() {
+    let dir = scratch("python");
+    for name in [
+        "v2_1_basic",
+        "expandable",
+        "oom",
+        "multi_device",
+        "private_pool",
+        "pending_free",
+        "v2_11_full",
+        "demo_oom",
+    ] {
+        let source = fixture(&format!("snapshots/{name}.pickle"));
+        let exported = dir.join(format!("{name}.pickle"));
+        export(&source, "torch-snapshot", &exported);
+        let compared = python(&[
+            "-c",
+            PY_COMPARE,
+            &source.display().to_string(),
+            &exported.display().to_string(),
+        ]);
+        let entries: usize = compared.trim().parse().expect("a count");
+        let want: usize = {
+            let s = load(&source);
+            (0..s.timeline.device_count())
+                .map(|d| s.timeline.device(d).len())
+                .sum()
+        };
+        assert_eq!(entries, want, "{name}: entries compared");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perfetto_counters_peak_where_analyze_says() {
+    let dir = scratch("perfetto");
+    for name in [
+        "v2_1_basic",
+        "oom",
+        "multi_device",
+        "v2_11_full",
+        "segments_only",
+        "demo_oom",
+        "expandable",
+    ] {
+        let source = fixture(&format!("snapshots/{name}.pickle"));
+        let out = dir.join(format!("{name}.json"));
+        export(&source, "perfetto", &out);
+        let trace: Value =
+            serde_json::from_slice(&std::fs::read(&out).expect("written")).expect("valid JSON");
+        let events = trace["traceEvents"].as_array().expect("traceEvents");
+        let snapshot = load(&source);
+        let devices = snapshot.devices();
+        let count = |ph: &str| events.iter().filter(|e| e["ph"] == ph).count();
+        assert_eq!(count("M"), 3 * devices.len(), "{name}: metadata events");
+        let markers = devices
+            .iter()
+            .flat_map(|&d| snapshot.timeline.device(d as usize))
+            .filter(|e| matches!(e.action, Action::Oom | Action::Snapshot))
+            .count();
+        assert_eq!(count("i"), markers, "{name}: instant events");
+        let oom_events = events
+            .iter()
+            .filter(|e| e["ph"] == "i" && e["name"] == "OOM")
+            .count();
+        if name.contains("oom") {
+            assert!(oom_events > 0, "{name}: an OOM marker");
+        }
+
+        let first_ts = events
+            .iter()
+            .filter(|e| e["ph"] == "C")
+            .filter_map(|e| e["ts"].as_i64())
+            .min();
+        assert_eq!(first_ts, Some(0), "{name}: time starts at the first entry");
+
+        let first_ts = events
+            .iter()
+            .filter(|e| e["ph"] == "C")
+            .filter_map(|e| e["ts"].as_i64())
+            .min();
+        assert_eq!(first_ts, Some(0), "{name}: time starts at the first entry");
+
+        let (analyzed, _) = analyze_figures(&source);
+        for dev in analyzed.as_array().expect("devices") {
+            let pid = &dev["device"];
+            let track = |counter: &str| -> Vec<(i64, u64)> {
+                events
+                    .iter()
+                    .filter(|e| e["ph"] == "C" && e["pid"] == *pid && e["name"] == counter)
+                    .map(|e| {
+                        (
+                            e["ts"].as_i64().expect("ts"),
+                            e["args"]["bytes"].as_u64().expect("bytes"),
+                        )
+                    })
+                    .collect()
+            };
+            let max = |t: &[(i64, u64)]| t.iter().map(|&(_, v)| v).max();
+            let active = track("active bytes");
+            let reserved = track("reserved bytes");
+            assert_eq!(
+                max(&active),
+                dev["trace"]["peak_active_bytes"].as_u64(),
+                "{name} device {pid}: active peak"
+            );
+            assert_eq!(
+                max(&reserved),
+                dev["trace"]["peak_reserved_bytes"].as_u64(),
+                "{name} device {pid}: reserved peak"
+            );
+            for t in [&active, &reserved] {
+                assert!(t.windows(2).all(|w| w[0].0 <= w[1].0), "{name}: time order");
+                // Coalesced: at most a high-water mark and an end value per timestamp.
+                assert!(
+                    t.windows(3)
+                        .all(|w| !(w[0].0 == w[1].0 && w[1].0 == w[2].0)),
+                    "{name}: coalesced"
+                );
+                assert!(
+                    t.windows(2).all(|w| w[0].1 != w[1].1),
+                    "{name}: only changes"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The reader of `--to json` documents: what a script would declare.
+#[derive(Deserialize)]
+struct EventsDoc {
+    schema_version: u32,
+    kind: String,
+    frames: Vec<JsonFrame>,
+    devices: Vec<JsonDevice>,
+    segments: Vec<JsonSegment>,
+}
+
+#[derive(Deserialize)]
+struct JsonFrame {
+    filename: String,
+    line: i64,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct JsonDevice {
+    device: u32,
+    entries: Vec<JsonEntry>,
+}
+
+#[derive(Deserialize)]
+struct JsonEntry {
+    index: usize,
+    action: String,
+    addr: Option<u64>,
+    size: u64,
+    stream: u64,
+    time_us: Option<i64>,
+    device_free: Option<u64>,
+    frames: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct JsonSegment {
+    device: u32,
+    address: u64,
+    total_size: u64,
+    stream: u64,
+    pool_id: (i64, i64),
+    is_expandable: bool,
+    blocks: Vec<JsonBlock>,
+}
+
+#[derive(Deserialize)]
+struct JsonBlock {
+    address: u64,
+    size: u64,
+    requested_size: u64,
+    state: String,
+    frames: Vec<u32>,
+}
+
+type FrameKey = (String, i64, String);
+
+fn model_frames(s: &Snapshot, stack: Option<memprof::model::StackId>) -> Vec<FrameKey> {
+    stack.map_or_else(Vec::new, |id| {
+        s.stacks
+            .frames(id)
+            .map(|f| (f.filename.clone(), f.line, f.name.clone()))
+            .collect()
+    })
+}
+
+fn json_frames(doc: &EventsDoc, indices: &[u32]) -> Vec<FrameKey> {
+    indices
+        .iter()
+        .map(|&i| {
+            let f = &doc.frames[i as usize];
+            (f.filename.clone(), f.line, f.name.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn json_events_read_back_into_the_source() {
+    let dir = scratch("json");
+    for name in FIXTURES {
+        let source = fixture(&format!("snapshots/{name}.pickle"));
+        let out = dir.join(format!("{name}.json"));
+        export(&source, "json", &out);
+        let doc: EventsDoc =
+            serde_json::from_slice(&std::fs::read(&out).expect("written")).expect("the schema");
+        assert_eq!(doc.schema_version, 1);
+        assert_eq!(doc.kind, "memprof_events");
+        let s = load(&source);
+
+        let devices: Vec<u32> = doc.devices.iter().map(|d| d.device).collect();
+        assert_eq!(devices, s.devices(), "{name}: devices");
+        for dev in &doc.devices {
+            let entries = s.timeline.device(dev.device as usize);
+            assert_eq!(dev.entries.len(), entries.len(), "{name}: entry count");
+            for (i, (j, e)) in dev.entries.iter().zip(entries).enumerate() {
+                let at = format!("{name} device {} entry {i}", dev.device);
+                assert_eq!(j.index, i, "{at}");
+                assert_eq!(j.action, e.action.torch_name(), "{at}");
+                assert_eq!(j.addr, e.addr(), "{at}");
+                assert_eq!(j.size, e.size, "{at}");
+                assert_eq!(j.stream, s.timeline.stream(e.stream), "{at}");
+                assert_eq!(j.time_us, e.time_us(), "{at}");
+                assert_eq!(j.device_free, e.device_free(), "{at}");
+                assert_eq!(
+                    json_frames(&doc, &j.frames),
+                    model_frames(&s, e.stack),
+                    "{at}"
+                );
+            }
+        }
+
+        assert_eq!(doc.segments.len(), s.segments.len(), "{name}: segments");
+        for (j, seg) in doc.segments.iter().zip(&s.segments) {
+            let at = format!("{name} segment 0x{:x}", seg.address);
+            assert_eq!(
+                (
+                    j.device,
+                    j.address,
+                    j.total_size,
+                    j.stream,
+                    j.pool_id,
+                    j.is_expandable
+                ),
+                (
+                    seg.device,
+                    seg.address,
+                    seg.total_size,
+                    seg.stream,
+                    seg.pool_id,
+                    seg.is_expandable
+                ),
+                "{at}"
+            );
+            assert_eq!(j.blocks.len(), seg.blocks.len(), "{at}");
+            for (jb, b) in j.blocks.iter().zip(&seg.blocks) {
+                let state = serde_json::to_value(b.state).expect("state");
+                assert_eq!(
+                    (jb.address, jb.size, jb.requested_size, jb.state.as_str()),
+                    (
+                        b.address,
+                        b.size,
+                        b.requested_size,
+                        state.as_str().unwrap_or("")
+                    ),
+                    "{at}"
+                );
+                assert_eq!(
+                    json_frames(&doc, &jb.frames),
+                    model_frames(&s, b.stack),
+                    "{at}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_format_and_unreadable_input_exit_2_with_one_line() {
+    let dir = scratch("errors");
+    let out_path = dir.join("out");
+    let out_arg = out_path.display().to_string();
+    let good = fixture("snapshots/oom.pickle").display().to_string();
+    let missing = dir.join("missing.pickle").display().to_string();
+    let truncated = fixture("invalid/truncated.pickle").display().to_string();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["export", &good, "--to", "svg", "-o", &out_arg],
+            "unknown --to 'svg'",
+        ),
+        (
+            &["export", &missing, "--to", "json", "-o", &out_arg],
+            "cannot open",
+        ),
+        (
+            &["export", &truncated, "--to", "perfetto", "-o", &out_arg],
+            "truncated pickle",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = memprof(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!out_path.exists(), "{args:?}: no output left behind");
+    }
+    let unwritable = dir.join("no-such-dir/out").display().to_string();
+    let out = memprof(&["export", &good, "--to", "json", "-o", &unwritable]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
