@@ -366,6 +366,53 @@ mod tests {
     }
 
     #[test]
+    fn an_independent_decoder_reads_every_kind_of_value() {
+        use serde_pickle::{DeOptions, HashableValue as H, Value as V};
+        let mut w = PickleWriter::new(Vec::new()).expect("writer");
+        w.begin_dict(2).expect("dict");
+        w.key("values").expect("key");
+        w.begin_list(9).expect("list");
+        for step in 0..9 {
+            w.item().expect("item");
+            match step {
+                0 => w.int(-5),
+                1 => w.int(1 << 40),
+                2 => w.float(3.5),
+                3 => w.bool(true),
+                4 => w.bool(false),
+                5 => w.none(),
+                6 | 7 => w.str("shared é"),
+                _ => w.int_pair(1, 2),
+            }
+            .expect("value");
+        }
+        w.end().expect("end list");
+        w.key("long").expect("key");
+        w.str(&"z".repeat(300)).expect("long string");
+        w.end().expect("end dict");
+        let bytes = w.finish().expect("finish");
+        let value = serde_pickle::value_from_slice(&bytes, DeOptions::new())
+            .expect("serde-pickle reads it");
+        let V::Dict(top) = value else {
+            panic!("a dict: {value:?}")
+        };
+        let values = &top[&H::String("values".into())];
+        let want = V::List(vec![
+            V::I64(-5),
+            V::I64(1 << 40),
+            V::F64(3.5),
+            V::Bool(true),
+            V::Bool(false),
+            V::None,
+            V::String("shared é".into()),
+            V::String("shared é".into()),
+            V::Tuple(vec![V::I64(1), V::I64(2)]),
+        ]);
+        assert_eq!(values, &want);
+        assert_eq!(top[&H::String("long".into())], V::String("z".repeat(300)));
+    }
+
+    #[test]
     fn a_miscounted_container_is_an_error() {
         let mut w = PickleWriter::new(Vec::new()).expect("writer");
         w.begin_dict(2).expect("dict");

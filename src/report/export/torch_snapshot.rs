@@ -102,15 +102,15 @@ impl<'a, W: Write> Writer<'a, W> {
         p.int_pair(s.pool_id.0.into(), s.pool_id.1.into())?;
         p.key("is_expandable")?;
         p.bool(s.is_expandable)?;
-        p.key("frames")?;
-        self.frames(s.stack)?;
-        self.pickle.key("blocks")?;
-        self.pickle.begin_list(s.blocks.len())?;
+        p.key("blocks")?;
+        p.begin_list(s.blocks.len())?;
         for block in &s.blocks {
             self.pickle.item()?;
             self.block(block)?;
         }
         self.pickle.end()?;
+        self.pickle.key("frames")?;
+        self.frames(s.stack)?;
         self.pickle.end()
     }
 
@@ -278,9 +278,18 @@ impl<'a, W: Write> Writer<'a, W> {
             p.key("expandable_segments")?;
             p.bool(expandable)?;
         }
-        p.key("roundup_power2_divisions")?;
-        p.begin_dict(s.roundup_power2_divisions.len())?;
+        // PyTorch lists every power-of-two interval from 1 to 32768 MiB, 0 where unset.
+        let mut intervals: Vec<(u64, u64)> = (0..16).map(|k| (1u64 << k, 0)).collect();
         for &(interval, divisions) in &s.roundup_power2_divisions {
+            match intervals.iter_mut().find(|(i, _)| *i == interval) {
+                Some(slot) => slot.1 = divisions,
+                None => intervals.push((interval, divisions)),
+            }
+        }
+        intervals.sort_unstable();
+        p.key("roundup_power2_divisions")?;
+        p.begin_dict(intervals.len())?;
+        for (interval, divisions) in intervals {
             p.key(&interval.to_string())?;
             p.int(divisions.into())?;
         }
@@ -315,15 +324,15 @@ impl<'a, W: Write> Writer<'a, W> {
     }
 }
 
-/// `{"filename", "line", "name"}`; returns its memo index.
+/// `{"name", "filename", "line"}` (PyTorch's key order); returns its memo index.
 fn frame_dict<W: Write>(p: &mut PickleWriter<W>, frame: &Frame) -> io::Result<u32> {
     let index = p.begin_dict(3)?;
+    p.key("name")?;
+    p.str(&frame.name)?;
     p.key("filename")?;
     p.str(&frame.filename)?;
     p.key("line")?;
     p.int(frame.line.into())?;
-    p.key("name")?;
-    p.str(&frame.name)?;
     p.end()?;
     Ok(index)
 }
