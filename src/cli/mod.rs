@@ -53,7 +53,7 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
     Gate(gate::GateArgs),
-    /// Convert a snapshot or recording for other tools.
+    /// Convert a PyTorch snapshot for other tools: memory_viz pickle, Perfetto trace, JSON.
     Export(export::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
     Agent(unbuilt::AgentArgs),

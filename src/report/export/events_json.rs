@@ -2,6 +2,20 @@
 //! entry of every device, the final segments and blocks, settings and annotations, for
 //! people's own scripts. Stacks are lists of indices into one top-level `frames` table (frames
 //! inline would make the file some 30 times the size of the pickle). Entries are streamed.
+//!
+//! ```text
+//! {"schema_version": 1, "kind": "memprof_events", "format": "modern|history|segments_only",
+//!  "frames": [{"filename", "line", "name"}],
+//!  "devices": [{"device", "entries": [{"index", "action", "addr"|null, "size", "stream",
+//!               "time_us"|null, "device_free"|null, "frames": [frame index, innermost first],
+//!               "compile_context"|null, "user_metadata"|null, "forward_frames": [text]}]}],
+//!  "segments": [{"device", "address", "total_size", "stream", "pool": "small|large",
+//!                "pool_id": [a, b], "is_expandable", "frames",
+//!                "blocks": [{"address", "size", "requested_size", "state", "frames"}]}],
+//!  "allocator_settings": null | {"alloc_conf", "expandable_segments", "max_split_size",
+//!                                "garbage_collection_threshold", "roundup_power2_divisions"},
+//!  "annotations": [{"device", "time_us", "stage", "name"}]}
+//! ```
 
 use crate::model::{
     AllocatorSettings, Annotation, Block, BlockState, Frame, PoolKind, Segment, Snapshot,

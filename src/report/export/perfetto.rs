@@ -92,7 +92,7 @@ impl<W: Write> Events<'_, W> {
         let clock = |index: usize, last: i64| -> i64 {
             match (has_times, entries[index].time_us(), origin) {
                 (false, _, _) => index as i64,
-                (true, Some(t), Some(o)) => t - o,
+                (true, Some(t), Some(o)) => t.saturating_sub(o),
                 // An entry without a time in a timed trace stays at the previous time.
                 (true, _, _) => last,
             }
