@@ -412,6 +412,37 @@ mod tests {
         assert_eq!(top[&H::String("long".into())], V::String("z".repeat(300)));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+        #[test]
+        fn serde_pickle_reads_back_any_ints_and_strings(
+            items in proptest::collection::vec((proptest::num::i64::ANY, "[a-c]{0,3}"), 0..1200)
+        ) {
+            use serde_pickle::{DeOptions, Value as V};
+            let mut w = PickleWriter::new(Vec::new()).expect("writer");
+            w.begin_list(items.len()).expect("list");
+            for (n, text) in &items {
+                w.item().expect("item");
+                w.begin_list(2).expect("pair");
+                for step in 0..2 {
+                    w.item().expect("item");
+                    if step == 0 { w.int((*n).into()) } else { w.str(text) }.expect("value");
+                }
+                w.end().expect("end pair");
+            }
+            w.end().expect("end");
+            let bytes = w.finish().expect("finish");
+            let got = serde_pickle::value_from_slice(&bytes, DeOptions::new()).expect("decodes");
+            let want = V::List(
+                items
+                    .iter()
+                    .map(|(n, t)| V::List(vec![V::I64(*n), V::String(t.clone())]))
+                    .collect(),
+            );
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn a_miscounted_container_is_an_error() {
         let mut w = PickleWriter::new(Vec::new()).expect("writer");

@@ -30,8 +30,9 @@ pub fn write<W: Write>(snapshot: &Snapshot, out: W) -> io::Result<()> {
 struct Writer<'a, W: Write> {
     snapshot: &'a Snapshot,
     pickle: PickleWriter<W>,
-    /// Memo index of each frame dict and frame list already written.
+    /// Memo index of each frame dict already written.
     frames: FxHashMap<&'a Frame, u32>,
+    /// Memo index of each frame list already written.
     stacks: FxHashMap<StackId, u32>,
 }
 
