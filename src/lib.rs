@@ -12,4 +12,5 @@ pub mod analysis;
 pub mod cli;
 pub mod model;
 pub mod report;
+pub mod sim;
 pub mod source;
