@@ -8,7 +8,9 @@ mod blocks;
 mod caching_allocator;
 mod driver;
 mod expandable;
+mod initial;
 mod layout;
+pub mod replay;
 pub mod rounding;
 
 pub use alloc_conf::{AllocatorConfig, Backend, ConfError};
