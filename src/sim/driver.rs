@@ -60,9 +60,24 @@ impl Driver {
         self.reserved = self.reserved.saturating_sub(size);
     }
 
-    /// Reserves an address range without backing memory (`cuMemAddressReserve`).
-    pub fn reserve_address_range(&mut self, size: u64) -> u64 {
-        self.place(size)
+    /// Reserves an address range without backing memory (`cuMemAddressReserve`), of `size`
+    /// bytes or, at a hinted address with less room before the next range, of as many whole
+    /// `page`s as fit there. Returns the base and the size.
+    pub fn reserve_address_range(&mut self, size: u64, page: u64) -> (u64, u64) {
+        if let Some((address, None)) = self.hint {
+            let room = self
+                .ranges
+                .range(address..)
+                .next()
+                .map_or(u64::MAX - address, |(&b, _)| b - address);
+            let fitted = size.min(room / page.max(1) * page.max(1));
+            if fitted > 0 && self.is_free(address, fitted) {
+                self.hint = None;
+                self.insert(address, fitted);
+                return (address, fitted);
+            }
+        }
+        (self.place(size), size)
     }
 
     /// Releases an address range (`cuMemAddressFree`).
@@ -161,6 +176,15 @@ mod tests {
         assert_ne!(d.malloc(0x20_0000), Some(0x3000_0000));
         d.free(0x2000_0000, 0x40_0000);
         d.set_hint(Some((0x2000_0000, None)));
-        assert_eq!(d.reserve_address_range(0x10_0000), 0x2000_0000);
+        assert_eq!(
+            d.reserve_address_range(0x10_0000, 0x1000),
+            (0x2000_0000, 0x10_0000)
+        );
+        // A hinted range is cut to the pages that fit below the next range.
+        d.set_hint(Some((0x0fe0_0000, None)));
+        assert_eq!(
+            d.reserve_address_range(0x100_0000, 0x10_0000),
+            (0x0fe0_0000, 0x20_0000)
+        );
     }
 }

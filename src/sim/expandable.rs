@@ -64,7 +64,7 @@ impl CachingAllocator {
         let page = page_size(req.pool, &self.config);
         let memory = self.driver.capacity.unwrap_or(DEFAULT_DEVICE_MEMORY);
         let size = round_up(memory.saturating_add(memory / 8), page);
-        let base = self.driver.reserve_address_range(size);
+        let (base, size) = self.driver.reserve_address_range(size, page);
         Some(self.add_expandable_segment(base, size, page, req.stream, req.pool))
     }
 

@@ -263,6 +263,14 @@ pub fn prepare(
     let mut engine = Engine::new(recorded, capacity, &initial, &mut issues);
     let mut validation = Validation::default();
     let ops = plan_and_validate(trace, &mut engine, &mut validation);
+    if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
+        if let Some(m) = validation.first_mismatch.as_mut() {
+            m.reason.push_str(
+                "; this device has private-pool segments (CUDA graphs, MemPool), and trace \
+                 entries do not say which pool they used",
+            );
+        }
+    }
     Prepared {
         device: trace.device,
         initial,
