@@ -2,3 +2,4 @@
 
 pub mod analyze_json;
 pub mod analyze_text;
+pub mod simulate;

@@ -344,7 +344,10 @@ mod tests {
     #[test]
     fn empty_string_is_the_defaults() {
         assert_eq!(AllocatorConfig::parse(""), Ok(AllocatorConfig::default()));
-        assert_eq!(AllocatorConfig::parse(" , "), Ok(AllocatorConfig::default()));
+        assert_eq!(
+            AllocatorConfig::parse(" , "),
+            Ok(AllocatorConfig::default())
+        );
     }
 
     #[test]

@@ -376,7 +376,10 @@ impl CachingAllocator {
     /// Marks an allocated block as used by another stream (`record_stream`): its free then
     /// waits until `free_completed` or a synchronizing release.
     pub fn record_stream(&mut self, addr: u64, stream: u64) -> Result<(), FreeError> {
-        let &id = self.active.get(&addr).ok_or(FreeError::NotAllocated(addr))?;
+        let &id = self
+            .active
+            .get(&addr)
+            .ok_or(FreeError::NotAllocated(addr))?;
         if self.blocks[id].stream != stream {
             self.blocks[id].cross_stream = true;
         }
@@ -386,7 +389,10 @@ impl CachingAllocator {
     /// `free`: the program frees the block at `addr`. Without other-stream uses it goes back
     /// to the cache at once; with them it stays pending.
     pub fn free(&mut self, addr: u64) -> Result<(), FreeError> {
-        let &id = self.active.get(&addr).ok_or(FreeError::NotAllocated(addr))?;
+        let &id = self
+            .active
+            .get(&addr)
+            .ok_or(FreeError::NotAllocated(addr))?;
         let b = &mut self.blocks[id];
         if b.state != Use::Allocated {
             return Err(FreeError::AlreadyFreed(addr));
@@ -405,7 +411,10 @@ impl CachingAllocator {
 
     /// Completes a pending free (its streams' events finished).
     pub fn free_completed(&mut self, addr: u64) -> Result<(), FreeError> {
-        let &id = self.active.get(&addr).ok_or(FreeError::NotAllocated(addr))?;
+        let &id = self
+            .active
+            .get(&addr)
+            .ok_or(FreeError::NotAllocated(addr))?;
         if self.blocks[id].state != Use::Pending {
             return Err(FreeError::NotPending(addr));
         }

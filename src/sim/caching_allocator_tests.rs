@@ -301,7 +301,10 @@ fn garbage_collection_needs_a_fraction_and_frees_old_blocks() {
     b.free(x).expect("allocated");
     b.take_events();
     ok(&mut b, 32 * MIB);
-    assert_eq!(actions(&mut b), [(SegmentAlloc, 32 * MIB), (Alloc, 32 * MIB)]);
+    assert_eq!(
+        actions(&mut b),
+        [(SegmentAlloc, 32 * MIB), (Alloc, 32 * MIB)]
+    );
 }
 
 #[test]
@@ -318,11 +321,7 @@ fn expandable_segments_unmap_whole_free_pages_on_empty_cache() {
     let y = ok(&mut a, 5 * MIB);
     assert_eq!(
         actions(&mut a),
-        [
-            (SegmentMap, 40 * MIB),
-            (Alloc, 30 * MIB),
-            (Alloc, 5 * MIB)
-        ]
+        [(SegmentMap, 40 * MIB), (Alloc, 30 * MIB), (Alloc, 5 * MIB)]
     );
     a.free(x).expect("allocated");
     a.take_events();

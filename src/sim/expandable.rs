@@ -102,7 +102,10 @@ impl CachingAllocator {
     /// `map_block`: maps the pages covering `[ptr, ptr + size)` of an unmapped block.
     pub(super) fn map_block(&mut self, id: BlockId, size: u64) -> bool {
         let b = &self.blocks[id];
-        let Some(seg) = self.expandable.get(b.expandable as usize).and_then(Option::as_ref)
+        let Some(seg) = self
+            .expandable
+            .get(b.expandable as usize)
+            .and_then(Option::as_ref)
         else {
             return false;
         };
@@ -111,7 +114,8 @@ impl CachingAllocator {
         if !self.driver.map(mapped) {
             return false;
         }
-        let (addr, stream, pool, total, expandable) = (b.addr, b.stream, b.pool, b.size, b.expandable);
+        let (addr, stream, pool, total, expandable) =
+            (b.addr, b.stream, b.pool, b.size, b.expandable);
         let pi = pool_index(pool);
         self.pools[pi].unmapped.remove(&(stream, addr, id));
         self.blocks[id].mapped = true;
@@ -146,7 +150,10 @@ impl CachingAllocator {
     /// at either end stay mapped as free blocks. Drops the segment when nothing is left.
     pub(super) fn unmap_block(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let Some(seg) = self.expandable.get(b.expandable as usize).and_then(Option::as_ref)
+        let Some(seg) = self
+            .expandable
+            .get(b.expandable as usize)
+            .and_then(Option::as_ref)
         else {
             return;
         };
@@ -156,7 +163,8 @@ impl CachingAllocator {
         if begin >= end {
             return;
         }
-        let (addr, size, stream, pool, expandable) = (b.addr, b.size, b.stream, b.pool, b.expandable);
+        let (addr, size, stream, pool, expandable) =
+            (b.addr, b.size, b.stream, b.pool, b.expandable);
         let pi = pool_index(pool);
         let key = b.key(id);
         self.pools[pi].free.remove(&key);

@@ -68,7 +68,10 @@ pub fn state_before(
         match e.action {
             Action::Alloc => {
                 if live.remove(&addr).is_none() {
-                    issue(i, format!("alloc at 0x{addr:x}, but nothing is there afterwards"));
+                    issue(
+                        i,
+                        format!("alloc at 0x{addr:x}, but nothing is there afterwards"),
+                    );
                 }
             }
             Action::FreeRequested => match live.get_mut(&addr) {
@@ -99,7 +102,10 @@ pub fn state_before(
             }
             Action::SegmentAlloc => {
                 if ranges.remove(&addr).is_none() {
-                    issue(i, format!("segment_alloc at 0x{addr:x}, but no such segment afterwards"));
+                    issue(
+                        i,
+                        format!("segment_alloc at 0x{addr:x}, but no such segment afterwards"),
+                    );
                 }
             }
             Action::SegmentFree => {
@@ -123,12 +129,23 @@ pub fn state_before(
                     .filter(|(&b, r)| r.expandable && addr + e.size <= b + r.size)
                     .map(|(&b, &r)| (b, r));
                 let Some((base, r)) = found else {
-                    issue(i, format!("segment_map at 0x{addr:x}, but that range is not mapped afterwards"));
+                    issue(
+                        i,
+                        format!(
+                            "segment_map at 0x{addr:x}, but that range is not mapped afterwards"
+                        ),
+                    );
                     continue;
                 };
                 ranges.remove(&base);
                 if addr > base {
-                    ranges.insert(base, Range { size: addr - base, ..r });
+                    ranges.insert(
+                        base,
+                        Range {
+                            size: addr - base,
+                            ..r
+                        },
+                    );
                 }
                 let end = base + r.size;
                 if addr + e.size < end {
@@ -183,7 +200,10 @@ pub fn state_before(
     for (&base, r) in &ranges {
         let end = base + r.size;
         while let Some((a, _)) = next_live.next_if(|&(a, _)| a < base) {
-            issue(0, format!("block at 0x{a:x} lies outside every segment before the trace"));
+            issue(
+                0,
+                format!("block at 0x{a:x} lies outside every segment before the trace"),
+            );
         }
         let mut inside = Vec::new();
         while let Some(l) = next_live.next_if(|&(a, _)| a < end) {
@@ -201,7 +221,10 @@ pub fn state_before(
                 None => rounded,
             };
             if a < at || a + size > next {
-                issue(0, format!("block at 0x{a:x} overlaps its neighbour before the trace"));
+                issue(
+                    0,
+                    format!("block at 0x{a:x} overlaps its neighbour before the trace"),
+                );
                 continue;
             }
             if a > at {
@@ -232,7 +255,10 @@ pub fn state_before(
         });
     }
     for (a, _) in next_live {
-        issue(0, format!("block at 0x{a:x} lies outside every segment before the trace"));
+        issue(
+            0,
+            format!("block at 0x{a:x} lies outside every segment before the trace"),
+        );
     }
     out
 }

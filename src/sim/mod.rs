@@ -12,6 +12,7 @@ mod initial;
 mod layout;
 pub mod replay;
 pub mod rounding;
+pub mod sweep;
 
 pub use alloc_conf::{AllocatorConfig, Backend, ConfError};
 pub use caching_allocator::{CachingAllocator, FreeError, OutOfMemory, Stats};

@@ -226,9 +226,14 @@ pub fn recorded_config(snapshot: &Snapshot) -> Result<AllocatorConfig, ConfError
         Some(s) => AllocatorConfig::from_settings(s)?,
         None => AllocatorConfig::default(),
     };
-    if snapshot.settings.as_ref().and_then(|s| s.expandable_segments).is_none() {
-        let entries = (0..snapshot.timeline.device_count())
-            .flat_map(|d| snapshot.timeline.device(d).iter());
+    if snapshot
+        .settings
+        .as_ref()
+        .and_then(|s| s.expandable_segments)
+        .is_none()
+    {
+        let entries =
+            (0..snapshot.timeline.device_count()).flat_map(|d| snapshot.timeline.device(d).iter());
         config.expandable_segments = snapshot.segments.iter().any(|s| s.is_expandable)
             || entries
                 .into_iter()
@@ -540,9 +545,9 @@ fn plan_and_validate(
                 i += 1;
             }
             Action::FreeRequested => {
-                let paired = entries.get(i + 1).is_some_and(|n| {
-                    n.action == Action::FreeCompleted && n.addr() == Some(addr)
-                });
+                let paired = entries
+                    .get(i + 1)
+                    .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr));
                 let (op, used) = if paired {
                     (Op::Free { entry: i, addr }, 2)
                 } else {
@@ -576,7 +581,8 @@ fn plan_and_validate(
                     .find(|&j| !is_growth(entries[j].action))
                     .map(|j| &entries[j])
                     .filter(|r| matches!(r.action, Action::Alloc | Action::Oom));
-                let retry = request.is_some_and(|r| !engine.model.would_fit(r.size, trace.stream(r)));
+                let retry =
+                    request.is_some_and(|r| !engine.model.would_fit(r.size, trace.stream(r)));
                 for &(_, addr) in &completions {
                     step(Op::Detach { addr }, engine, &mut ops);
                 }

@@ -31,7 +31,14 @@ fn validate_file(path: &Path) -> Vec<Prepared> {
 fn assert_reproduced(name: &str, p: &Prepared) {
     let v = &p.validation;
     assert!(v.all_match(), "{name} device {}: {:?}", p.device, v);
-    for t in [v.alloc, v.segment_alloc, v.segment_free, v.segment_map, v.segment_unmap, v.oom] {
+    for t in [
+        v.alloc,
+        v.segment_alloc,
+        v.segment_free,
+        v.segment_map,
+        v.segment_unmap,
+        v.oom,
+    ] {
         assert_eq!(t.events, t.matches, "{name}");
     }
     assert_eq!(
@@ -39,7 +46,11 @@ fn assert_reproduced(name: &str, p: &Prepared) {
         "{name}: peak reserved"
     );
     assert!(p.issues.is_empty(), "{name}: {:?}", p.issues);
-    assert!(p.recorded_run.issues.is_empty(), "{name}: {:?}", p.recorded_run.issues);
+    assert!(
+        p.recorded_run.issues.is_empty(),
+        "{name}: {:?}",
+        p.recorded_run.issues
+    );
 }
 
 #[test]
@@ -73,7 +84,13 @@ fn synthetic_fixtures_replay_retries_ooms_pending_and_expandable() {
             assert_reproduced(&name, &p);
             if name.ends_with("oom.pickle") {
                 assert_eq!(p.capacity_source, CapacitySource::Inferred);
-                assert_eq!(p.validation.oom, Tally { events: 1, matches: 1 });
+                assert_eq!(
+                    p.validation.oom,
+                    Tally {
+                        events: 1,
+                        matches: 1
+                    }
+                );
                 assert!(p.recorded_run.oom.is_some());
             }
         }
@@ -128,7 +145,13 @@ fn contradictions_are_issues_with_the_entry_index() {
         .collect();
     assert!(!all.is_empty());
     assert!(all.iter().all(|&i| i < entries.len()));
-    assert_eq!(p.validation.alloc, Tally { events: 1, matches: 1 });
+    assert_eq!(
+        p.validation.alloc,
+        Tally {
+            events: 1,
+            matches: 1
+        }
+    );
 }
 
 #[test]
@@ -138,10 +161,17 @@ fn what_if_replays_the_same_requests() {
     let p = &prepared[0];
     let same = run(p, &AllocatorConfig::default().clone(), p.capacity);
     assert!(same.peak_reserved_bytes > 0);
-    let expandable =
-        run(p, &AllocatorConfig::parse("expandable_segments:True").expect("valid"), None);
+    let expandable = run(
+        p,
+        &AllocatorConfig::parse("expandable_segments:True").expect("valid"),
+        None,
+    );
     assert!(expandable.peak_reserved_bytes <= same.peak_reserved_bytes + 20 * MIB);
     // Capacity below the peak: the model runs out of memory at some entry.
-    let tight = run(p, &AllocatorConfig::default(), Some(p.recorded_peak_reserved_bytes / 2));
+    let tight = run(
+        p,
+        &AllocatorConfig::default(),
+        Some(p.recorded_peak_reserved_bytes / 2),
+    );
     assert!(tight.oom.is_some());
 }
