@@ -4,8 +4,7 @@ use crate::util::{memprof, stderr};
 
 #[test]
 fn unbuilt_subcommands_refuse_with_exit_2() {
-    let cases: [&[&str]; 6] = [
-        &["simulate", "x.pickle"],
+    let cases: [&[&str]; 5] = [
         &["diagnose", "x.pickle"],
         &["top"],
         &["gate", "x.json", "--baseline", "b.json"],

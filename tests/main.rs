@@ -5,4 +5,5 @@ mod analyze_fixtures;
 mod bad_input;
 mod commands;
 mod real_snapshots;
+mod simulate;
 mod util;
