@@ -88,6 +88,7 @@ pub struct CachingAllocator {
     pub(super) expandable: Vec<Option<ExpandableSegment>>,
     pub(super) stats: Stats,
     events: Vec<TraceEntry>,
+    recording: bool,
     streams: Vec<u64>,
 }
 
@@ -103,6 +104,7 @@ impl CachingAllocator {
             expandable: Vec::new(),
             stats: Stats::default(),
             events: Vec::new(),
+            recording: true,
             streams: vec![0],
         }
     }
@@ -134,6 +136,11 @@ impl CachingAllocator {
         self.driver.set_hint(hint);
     }
 
+    /// Turns the recording of trace entries on or off (off: only the state is kept).
+    pub fn set_recording(&mut self, on: bool) {
+        self.recording = on;
+    }
+
     /// Entries recorded since the last call, oldest first.
     pub fn take_events(&mut self) -> Vec<TraceEntry> {
         std::mem::take(&mut self.events)
@@ -155,6 +162,9 @@ impl CachingAllocator {
     }
 
     pub(super) fn emit(&mut self, action: Action, addr: u64, size: u64, stream: u64) {
+        if !self.recording {
+            return;
+        }
         let index = match self.streams.iter().position(|&s| s == stream) {
             Some(i) => i,
             None => {
@@ -212,11 +222,13 @@ impl CachingAllocator {
                 .capacity
                 .map(|c| c.saturating_sub(self.driver.reserved));
             let index = self.streams.iter().position(|&s| s == stream).unwrap_or(0);
-            self.events.push(TraceEntry::oom(
-                req.size,
-                device_free,
-                StreamIndex(u16::try_from(index).unwrap_or(u16::MAX)),
-            ));
+            if self.recording {
+                self.events.push(TraceEntry::oom(
+                    req.size,
+                    device_free,
+                    StreamIndex(u16::try_from(index).unwrap_or(u16::MAX)),
+                ));
+            }
             return Err(OutOfMemory {
                 size: req.size,
                 alloc_size: req.alloc_size,
