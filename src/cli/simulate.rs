@@ -41,8 +41,10 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
     for w in &loaded.parsed.warnings {
         eprintln!("memprof: warning: {shown}: {w}");
     }
-    let recorded = replay::recorded_config(snapshot)
-        .map_err(|e| anyhow!("{shown}: the recorded allocator settings: {e}"))?;
+    let (recorded, warning) = replay::recorded_config(snapshot);
+    if let Some(w) = warning {
+        eprintln!("memprof: warning: {shown}: {w}");
+    }
     if recorded.backend == Backend::CudaMallocAsync {
         bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to simulate");
     }

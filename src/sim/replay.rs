@@ -7,12 +7,14 @@
 //! address the driver returned (rule 8). It compares every decision with the record. What-if
 //! runs replay the same requests under other settings.
 
-use super::alloc_conf::{AllocatorConfig, ConfError};
+use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
 use super::driver::Driver;
 use super::initial::state_before;
 use super::rounding::{allocation_size, round_size};
-use crate::model::{Action, ReplayIssue, Segment, Snapshot, StreamIndex, TraceEntry};
+use crate::model::{
+    Action, AllocatorSettings, ReplayIssue, Segment, Snapshot, StreamIndex, TraceEntry,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -220,10 +222,19 @@ pub struct Prepared {
 }
 
 /// The settings a snapshot's allocator ran with: the recorded ones, else the defaults with
-/// expandable segments when the file shows them.
-pub fn recorded_config(snapshot: &Snapshot) -> Result<AllocatorConfig, ConfError> {
+/// expandable segments when the file shows them. A recorded settings string this parser
+/// refuses is set aside (the structured values PyTorch wrote still apply), with a warning.
+pub fn recorded_config(snapshot: &Snapshot) -> (AllocatorConfig, Option<String>) {
+    let mut warning = None;
     let mut config = match &snapshot.settings {
-        Some(s) => AllocatorConfig::from_settings(s)?,
+        Some(s) => AllocatorConfig::from_settings(s).unwrap_or_else(|e| {
+            warning = Some(format!("recorded PYTORCH_CUDA_ALLOC_CONF set aside: {e}"));
+            let structured = AllocatorSettings {
+                alloc_conf: None,
+                ..s.clone()
+            };
+            AllocatorConfig::from_settings(&structured).unwrap_or_default()
+        }),
         None => AllocatorConfig::default(),
     };
     if snapshot
@@ -232,14 +243,12 @@ pub fn recorded_config(snapshot: &Snapshot) -> Result<AllocatorConfig, ConfError
         .and_then(|s| s.expandable_segments)
         .is_none()
     {
-        let entries =
+        let mut entries =
             (0..snapshot.timeline.device_count()).flat_map(|d| snapshot.timeline.device(d).iter());
         config.expandable_segments = snapshot.segments.iter().any(|s| s.is_expandable)
-            || entries
-                .into_iter()
-                .any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap));
+            || entries.any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap));
     }
-    Ok(config)
+    (config, warning)
 }
 
 /// Rebuilds the state before the trace, infers the capacity unless `capacity` is given,

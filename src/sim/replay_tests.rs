@@ -21,7 +21,8 @@ fn validate_file(path: &Path) -> Vec<Prepared> {
     let file = std::fs::File::open(path).expect("opens");
     let parsed = torch_snapshot::read(std::io::BufReader::new(file)).expect("parses");
     let snapshot = parsed.snapshot;
-    let config = recorded_config(&snapshot).expect("recorded settings parse");
+    let (config, warning) = recorded_config(&snapshot);
+    assert_eq!(warning, None);
     DeviceTrace::all(&snapshot)
         .iter()
         .map(|t| prepare(t, &config, None))
