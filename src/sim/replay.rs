@@ -268,15 +268,47 @@ pub fn prepare(
         &mut issues,
     );
     let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
-    let bracket = capacity_bracket(trace.entries, initial_reserved, recorded);
-    let (capacity, capacity_source) = match (capacity, bracket.capacity) {
-        (Some(c), _) => (Some(c), CapacitySource::Given),
-        (None, Some(c)) => (Some(c), CapacitySource::Inferred),
-        (None, None) => (None, CapacitySource::Unlimited),
+    // The bracket counts the bursts that were OOM retries, which the replay tells apart from
+    // empty_cache() calls; a second replay runs when that changes the capacity.
+    let mut empty_cache_bursts = FxHashSet::default();
+    let mut attempt = 0;
+    let (bracket, capacity, capacity_source, engine, validation, ops, load_issues) = loop {
+        attempt += 1;
+        let bracket = capacity_bracket(
+            trace.entries,
+            initial_reserved,
+            recorded,
+            &empty_cache_bursts,
+        );
+        let (capacity, capacity_source) = match (capacity, bracket.capacity) {
+            (Some(c), _) => (Some(c), CapacitySource::Given),
+            (None, Some(c)) => (Some(c), CapacitySource::Inferred),
+            (None, None) => (None, CapacitySource::Unlimited),
+        };
+        let mut load_issues = Vec::new();
+        let mut engine = Engine::new(recorded, capacity, &initial, &mut load_issues);
+        let mut validation = Validation::default();
+        let (ops, empties) = plan_and_validate(trace, &mut engine, &mut validation);
+        let again = capacity_source == CapacitySource::Inferred
+            && attempt == 1
+            && empties != empty_cache_bursts
+            && capacity_bracket(trace.entries, initial_reserved, recorded, &empties).capacity
+                != capacity;
+        if !again {
+            break (
+                bracket,
+                capacity,
+                capacity_source,
+                engine,
+                validation,
+                ops,
+                load_issues,
+            );
+        }
+        empty_cache_bursts = empties;
     };
-    let mut engine = Engine::new(recorded, capacity, &initial, &mut issues);
-    let mut validation = Validation::default();
-    let ops = plan_and_validate(trace, &mut engine, &mut validation);
+    issues.extend(load_issues);
+    let mut validation = validation;
     if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
@@ -508,11 +540,13 @@ fn is_growth(a: Action) -> bool {
 
 /// Walks the trace, turning it into requests, applying each to the model and comparing the
 /// model's entries with the recorded ones.
+/// Also returns the index of the first release of every burst it took for `empty_cache()`.
 fn plan_and_validate(
     trace: &DeviceTrace<'_>,
     engine: &mut Engine,
     validation: &mut Validation,
-) -> Vec<Op> {
+) -> (Vec<Op>, FxHashSet<usize>) {
+    let mut empty_cache_bursts = FxHashSet::default();
     let entries = trace.entries;
     let n = entries.len();
     let mut ops = Vec::with_capacity(n);
@@ -620,6 +654,7 @@ fn plan_and_validate(
                     i = burst_end;
                     continue;
                 }
+                empty_cache_bursts.insert(lone_end);
                 step(Op::EmptyCache, engine, &mut ops);
                 compare(
                     entries,
@@ -636,7 +671,7 @@ fn plan_and_validate(
         }
     }
     compare(entries, group_start, n, &[], validation);
-    ops
+    (ops, empty_cache_bursts)
 }
 
 /// Compares the recorded decisions in `entries[from..to]` with the model's, action by
@@ -727,12 +762,28 @@ struct Bracket {
     capacity: Option<u64>,
 }
 
-fn capacity_bracket(entries: &[TraceEntry], initial: u64, config: &AllocatorConfig) -> Bracket {
+/// Bursts starting at an index of `empty_cache_bursts` were not retries.
+fn capacity_bracket(
+    entries: &[TraceEntry],
+    initial: u64,
+    config: &AllocatorConfig,
+    empty_cache_bursts: &FxHashSet<usize>,
+) -> Bracket {
     let mut reserved = initial;
     let mut lower = initial;
     let mut uppers = Vec::new();
     let mut burst_from: Option<u64> = None;
-    for e in entries {
+    let (mut in_burst, mut skipping) = (false, false);
+    for (i, e) in entries.iter().enumerate() {
+        if is_burst(e.action) && !in_burst {
+            skipping = empty_cache_bursts.contains(&i);
+        }
+        in_burst = is_burst(e.action);
+        if in_burst && skipping {
+            burst_from = None;
+            reserved = reserved.saturating_sub(e.size);
+            continue;
+        }
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
                 if let Some(before) = burst_from.take() {

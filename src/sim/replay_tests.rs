@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::{BlockState, PoolKind, StreamIndex};
+use crate::sim::{CachingAllocator, Driver};
 use crate::source::torch_snapshot;
 use std::path::{Path, PathBuf};
 
@@ -175,4 +176,177 @@ fn what_if_replays_the_same_requests() {
         Some(p.recorded_peak_reserved_bytes / 2),
     );
     assert!(tight.oom.is_some());
+}
+
+/// Ring-buffer windows: the same traces cut to start at 10% ... 90% of their length (the
+/// state before each window is rebuilt from the final segments, block sizes inferred).
+#[test]
+fn windows_cut_from_real_and_synthetic_traces_replay_exactly() {
+    let mut files =
+        pickles(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/real"));
+    for name in [
+        "demo_oom",
+        "oom",
+        "expandable",
+        "pending_free",
+        "v2_11_full",
+    ] {
+        files.push(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("fixtures/snapshots/{name}.pickle")),
+        );
+    }
+    for path in files {
+        let file = std::fs::File::open(&path).expect("opens");
+        let snapshot = torch_snapshot::read(std::io::BufReader::new(file))
+            .expect("parses")
+            .snapshot;
+        let (config, _) = recorded_config(&snapshot);
+        for full in DeviceTrace::all(&snapshot) {
+            for tenth in 1..10 {
+                let start = full.entries.len() * tenth / 10;
+                let cut = DeviceTrace {
+                    entries: &full.entries[start..],
+                    ..full.clone()
+                };
+                let p = prepare(&cut, &config, None);
+                let name = format!("{} from entry {start}", path.display());
+                assert_reproduced(&name, &p);
+            }
+        }
+    }
+}
+
+/// Drives a model as "the real allocator" and returns its trace as a recording.
+fn record(
+    conf: &str,
+    capacity: Option<u64>,
+    program: impl FnOnce(&mut CachingAllocator),
+) -> (Vec<TraceEntry>, Vec<u64>, Vec<Segment>) {
+    let config = AllocatorConfig::parse(conf).expect("valid settings");
+    let mut real = CachingAllocator::new(config, Driver::new(capacity));
+    program(&mut real);
+    (real.take_events(), real.streams().to_vec(), real.layout(0))
+}
+
+fn replay_recording(conf: &str, rec: &(Vec<TraceEntry>, Vec<u64>, Vec<Segment>)) -> Prepared {
+    let trace = DeviceTrace {
+        device: 0,
+        entries: &rec.0,
+        streams: rec.1.clone(),
+        segments: rec.2.clone(),
+    };
+    prepare(&trace, &AllocatorConfig::parse(conf).expect("valid"), None)
+}
+
+fn ok(a: &mut CachingAllocator, size: u64) -> u64 {
+    a.malloc(size, 0).expect("fits")
+}
+
+#[test]
+fn rule_1_empty_cache_burst_before_a_request_that_fits_the_cache() {
+    let rec = record("", None, |a| {
+        let x = ok(a, 30 * MIB);
+        let y = ok(a, 12 * MIB);
+        a.free(x).expect("allocated");
+        a.free(y).expect("allocated");
+        a.empty_cache();
+        ok(a, 12 * MIB);
+    });
+    let p = replay_recording("", &rec);
+    assert_reproduced("empty_cache", &p);
+    assert_eq!(
+        p.validation.segment_free,
+        Tally {
+            events: 2,
+            matches: 2
+        }
+    );
+    assert_eq!(p.capacity_source, CapacitySource::Unlimited);
+}
+
+#[test]
+fn rules_1_3_4_oom_retry_with_a_completion_inside_it() {
+    let rec = record("", Some(120 * MIB), |a| {
+        let x = ok(a, 80 * MIB);
+        a.record_stream(x, 0x99).expect("allocated");
+        a.free(x).expect("allocated");
+        let y = ok(a, 30 * MIB);
+        a.free(y).expect("allocated");
+        // Best fit fails (x is still pending), the device is full: the retry completes x,
+        // frees both cached segments and allocates.
+        ok(a, 70 * MIB);
+    });
+    let actions: Vec<Action> = rec.0.iter().map(|e| e.action).collect();
+    let burst = actions
+        .iter()
+        .position(|&a| a == Action::SegmentFree)
+        .expect("a burst");
+    assert_eq!(actions[burst - 1], Action::FreeCompleted);
+    let p = replay_recording("", &rec);
+    assert_reproduced("retry", &p);
+    assert_eq!(p.capacity_source, CapacitySource::Inferred);
+    assert_eq!(p.capacity, Some(110 * MIB));
+    assert_eq!(
+        p.validation.segment_free,
+        Tally {
+            events: 2,
+            matches: 2
+        }
+    );
+}
+
+#[test]
+fn rule_2_partial_release_then_full_release_with_max_split_size() {
+    let conf = "max_split_size_mb:20";
+    let rec = record(conf, Some(120 * MIB), |a| {
+        let x = ok(a, 30 * MIB);
+        let y = ok(a, 25 * MIB);
+        let z = ok(a, 2000);
+        let w = ok(a, 40 * MIB);
+        for b in [x, y, z] {
+            a.free(b).expect("allocated");
+        }
+        a.free(w).expect("allocated");
+        // Takes the 26 MiB block. Then 90 MiB: release_available_cached_blocks frees the
+        // 40 and 30 MiB blocks (not enough: they stay freed), release_cached_blocks the small
+        // segment, and the retry fits.
+        ok(a, 20 * MIB);
+        ok(a, 90 * MIB);
+    });
+    let frees: Vec<u64> = rec
+        .0
+        .iter()
+        .filter(|e| e.action == Action::SegmentFree)
+        .map(|e| e.size)
+        .collect();
+    assert_eq!(frees, [40 * MIB, 30 * MIB, 2 * MIB]);
+    let p = replay_recording(conf, &rec);
+    assert_reproduced("release order", &p);
+    // 26 MiB (the 25 MiB segment, rounded to 2 MiB) + 90 MiB.
+    assert_eq!(p.capacity, Some(116 * MIB));
+}
+
+#[test]
+fn expandable_oom_retry_unmaps_and_maps_again() {
+    let conf = "expandable_segments:True";
+    let rec = record(conf, Some(100 * MIB), |a| {
+        let x = ok(a, 50 * MIB);
+        let s = ok(a, 1000);
+        ok(a, 10 * MIB);
+        a.free(x).expect("allocated");
+        a.free(s).expect("allocated");
+        a.malloc(200 * MIB, 0).expect_err("too big");
+        ok(a, 70 * MIB);
+    });
+    let p = replay_recording(conf, &rec);
+    assert_reproduced("expandable retry", &p);
+    assert_eq!(
+        p.validation.oom,
+        Tally {
+            events: 1,
+            matches: 1
+        }
+    );
+    assert!(p.validation.segment_unmap.events > 0);
 }
