@@ -7,7 +7,9 @@
 use super::alloc_conf::AllocatorConfig;
 use super::blocks::{pool_index, Block, BlockId, Pool, Slab, Use, NONE};
 use super::driver::Driver;
-use super::rounding::{allocation_size, pool_for, round_size, MIN_BLOCK_SIZE, SMALL_SIZE};
+use super::rounding::{
+    allocation_size, page_size, pool_for, round_size, round_up, MIN_BLOCK_SIZE, SMALL_SIZE,
+};
 use crate::model::{Action, Bytes, PoolKind, StreamIndex, TraceEntry};
 use rustc_hash::FxHashMap;
 
@@ -239,10 +241,31 @@ impl CachingAllocator {
         Ok(self.alloc_found_block(block, &req))
     }
 
-    /// Whether best fit alone would serve the request now (no side effects).
-    pub fn would_fit(&self, orig: u64, stream: u64) -> bool {
+    /// Whether `malloc` would release cached memory itself now (no side effects): best fit
+    /// fails, and either the garbage collector would run or the driver has no room for a
+    /// new segment, so an OOM retry follows.
+    pub fn would_release(&self, orig: u64, stream: u64) -> bool {
         let req = self.request(orig, stream);
-        self.best_fit(&req).is_some()
+        if self.best_fit(&req).is_some() {
+            return false;
+        }
+        if let (Some(t), Some(max)) = (
+            self.config.garbage_collection_threshold,
+            self.allowed_maximum(),
+        ) {
+            if self.driver.reserved > (t * max as f64) as u64 {
+                return true;
+            }
+        }
+        let fraction_ok = self
+            .allowed_maximum()
+            .is_none_or(|m| self.driver.reserved.saturating_add(req.alloc_size) <= m);
+        let need = if self.config.expandable_segments {
+            round_up(req.size, page_size(req.pool, &self.config))
+        } else {
+            req.alloc_size
+        };
+        !(fraction_ok && self.driver.fits(need))
     }
 
     /// `get_free_block`: the single best-fit candidate, removed from the pool.

@@ -364,7 +364,7 @@ fn layout_round_trips() {
     a.free(x).expect("allocated");
     let layout = a.layout(0);
     let mut b = model("", None);
-    b.load_layout(&layout).expect("loads");
+    b.load_layout(&layout, &[]).expect("loads");
     checked(&b);
     assert_eq!(b.layout(0), layout);
     assert_eq!(b.reserved(), a.reserved());
@@ -375,7 +375,7 @@ fn layout_round_trips() {
     e.empty_cache();
     let layout = e.layout(0);
     let mut f = model("expandable_segments:True", None);
-    f.load_layout(&layout).expect("loads");
+    f.load_layout(&layout, &[]).expect("loads");
     checked(&f);
     assert_eq!(f.layout(0), layout);
 }

@@ -193,6 +193,7 @@ pub fn state_before(
             Action::Snapshot | Action::Oom => {}
         }
     }
+    let slivers = slivers_found_later(entries, &live, config);
     let mut sorted: Vec<(u64, Live)> = live.into_iter().collect();
     sorted.sort_unstable_by_key(|&(a, _)| a);
     let mut next_live = sorted.into_iter().peekable();
@@ -215,10 +216,20 @@ pub fn state_before(
             let next = inside.get(k + 1).map_or(end, |n| n.0);
             let rounded = round_size(l.requested, config);
             let absorbs = r.pool == PoolKind::Large && !r.expandable && !config.expandable_segments;
-            let size = match l.size {
-                Some(s) => s,
-                None if absorbs && next.saturating_sub(a + rounded) <= SMALL_SIZE => next - a,
-                None => rounded,
+            let size = match (l.size, slivers.get(&a)) {
+                (Some(s), _) => s,
+                (None, _) if absorbs && next.saturating_sub(a + rounded) <= SMALL_SIZE => next - a,
+                // Oversize blocks are never split: the block is all the space it was taken
+                // from, which was less than the request plus max_non_split_rounding.
+                (None, _)
+                    if absorbs
+                        && config.max_split_size.is_some_and(|m| rounded >= m)
+                        && next.saturating_sub(a + rounded) < config.max_non_split_rounding =>
+                {
+                    next - a
+                }
+                (None, Some(&s)) if absorbs && a + s <= next => s,
+                (None, _) => rounded,
             };
             if a < at || a + size > next {
                 issue(
@@ -261,6 +272,54 @@ pub fn state_before(
         );
     }
     out
+}
+
+/// Sizes of large blocks alive before the trace, learned from the trace: a block never
+/// splits off a remainder of 1 MiB or less, so an `alloc` within 1 MiB after the rounded end
+/// of a still-live block shows where the free space after it starts.
+fn slivers_found_later(
+    entries: &[TraceEntry],
+    live: &FxHashMap<u64, Live>,
+    config: &AllocatorConfig,
+) -> FxHashMap<u64, u64> {
+    let mut open: BTreeMap<u64, u64> = live
+        .iter()
+        .filter(|(_, l)| l.size.is_none())
+        .map(|(&a, l)| (a, round_size(l.requested, config)))
+        .filter(|&(_, r)| r > SMALL_SIZE)
+        .map(|(a, r)| (a + r, a))
+        .collect();
+    let mut ends: FxHashMap<u64, u64> = open.iter().map(|(&end, &a)| (a, end)).collect();
+    let mut found = FxHashMap::default();
+    for e in entries {
+        if open.is_empty() {
+            break;
+        }
+        let Some(addr) = e.addr() else { continue };
+        match e.action {
+            Action::FreeRequested | Action::FreeCompleted => {
+                if let Some(end) = ends.remove(&addr) {
+                    open.remove(&end);
+                }
+            }
+            Action::Alloc => {
+                let hit = open
+                    .range(..=addr)
+                    .next_back()
+                    .map(|(&end, &a)| (end, a))
+                    .filter(|&(end, _)| addr - end <= SMALL_SIZE);
+                if let Some((end, a)) = hit {
+                    open.remove(&end);
+                    ends.remove(&a);
+                    if addr > end {
+                        found.insert(a, addr - a);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 fn free_block(address: u64, size: u64) -> Block {

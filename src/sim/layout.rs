@@ -5,7 +5,7 @@
 use super::blocks::{pool_index, Block, BlockId, Use, NONE};
 use super::caching_allocator::CachingAllocator;
 use super::rounding::{page_size, round_up};
-use crate::model::{BlockState, Segment};
+use crate::model::{BlockState, PoolKind, Segment};
 use std::collections::BTreeMap;
 
 /// Address range given to an expandable segment beyond its last mapped byte when nothing
@@ -23,7 +23,14 @@ pub enum LayoutError {
 
 impl CachingAllocator {
     /// Loads a device's segments (non-expandable ones and mapped expandable ranges).
-    pub fn load_layout(&mut self, segments: &[Segment]) -> Result<(), LayoutError> {
+    /// `mapped_later` lists (stream, address, size) of pages mapped after this state: an
+    /// expandable segment's range starts at the lowest of them below its first mapped byte
+    /// (and above the segments below it).
+    pub fn load_layout(
+        &mut self,
+        segments: &[Segment],
+        mapped_later: &[(u64, u64, u64)],
+    ) -> Result<(), LayoutError> {
         let mut starts: Vec<u64> = segments.iter().map(|s| s.address).collect();
         starts.sort_unstable();
         let mut groups: BTreeMap<(u64, usize), Vec<&Segment>> = BTreeMap::new();
@@ -48,7 +55,26 @@ impl CachingAllocator {
             };
             let pool = first.pool;
             let page = page_size(pool, &self.config);
-            let base = first.address;
+            let floor = segments
+                .iter()
+                .map(|s| s.address + s.total_size)
+                .filter(|&end| end <= first.address)
+                .max()
+                .unwrap_or(0);
+            // Maps of this pool: page multiples, on the segment's page grid.
+            let base = mapped_later
+                .iter()
+                .filter(|&&(s, a, size)| {
+                    s == stream
+                        && a >= floor
+                        && a < first.address
+                        && size % page == 0
+                        && (first.address - a) % page == 0
+                        && (pool == PoolKind::Large || size % self.config.large_segment_size != 0)
+                })
+                .map(|&(_, a, _)| a)
+                .min()
+                .unwrap_or(first.address);
             let last_end = last.address + last.total_size;
             let limit = starts
                 .iter()

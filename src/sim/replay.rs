@@ -209,6 +209,8 @@ pub enum CapacitySource {
 pub struct Prepared {
     pub device: u32,
     initial: Vec<Segment>,
+    /// (stream, address, size) of every `segment_map` in the trace.
+    mapped_later: Vec<(u64, u64, u64)>,
     ops: Vec<Op>,
     pub capacity: Option<u64>,
     pub capacity_source: CapacitySource,
@@ -268,6 +270,12 @@ pub fn prepare(
         &mut issues,
     );
     let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
+    let mapped_later: Vec<(u64, u64, u64)> = trace
+        .entries
+        .iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .filter_map(|e| Some((trace.stream(e), e.addr()?, e.size)))
+        .collect();
     // The bracket counts the bursts that were OOM retries, which the replay tells apart from
     // empty_cache() calls; a second replay runs when that changes the capacity.
     let mut empty_cache_bursts = FxHashSet::default();
@@ -286,7 +294,13 @@ pub fn prepare(
             (None, None) => (None, CapacitySource::Unlimited),
         };
         let mut load_issues = Vec::new();
-        let mut engine = Engine::new(recorded, capacity, &initial, &mut load_issues);
+        let mut engine = Engine::new(
+            recorded,
+            capacity,
+            &initial,
+            &mapped_later,
+            &mut load_issues,
+        );
         let mut validation = Validation::default();
         let (ops, empties) = plan_and_validate(trace, &mut engine, &mut validation);
         let again = capacity_source == CapacitySource::Inferred
@@ -320,6 +334,7 @@ pub fn prepare(
     Prepared {
         device: trace.device,
         initial,
+        mapped_later,
         ops,
         capacity,
         capacity_source,
@@ -333,7 +348,13 @@ pub fn prepare(
 /// Replays the prepared requests under `config` with device `capacity`.
 pub fn run(prepared: &Prepared, config: &AllocatorConfig, capacity: Option<u64>) -> RunResult {
     let mut issues = Vec::new();
-    let mut engine = Engine::new(config, capacity, &prepared.initial, &mut issues);
+    let mut engine = Engine::new(
+        config,
+        capacity,
+        &prepared.initial,
+        &prepared.mapped_later,
+        &mut issues,
+    );
     engine.model.set_recording(false);
     for op in &prepared.ops {
         engine.apply(op);
@@ -363,10 +384,11 @@ impl Engine {
         config: &AllocatorConfig,
         capacity: Option<u64>,
         initial: &[Segment],
+        mapped_later: &[(u64, u64, u64)],
         issues: &mut Vec<ReplayIssue>,
     ) -> Engine {
         let mut model = CachingAllocator::new(config.clone(), Driver::new(None));
-        if let Err(e) = model.load_layout(initial) {
+        if let Err(e) = model.load_layout(initial, mapped_later) {
             issues.push(ReplayIssue {
                 entry_index: 0,
                 message: format!("the state before the trace cannot be loaded: {e}"),
@@ -595,9 +617,16 @@ fn plan_and_validate(
                 i += 1;
             }
             Action::FreeRequested => {
-                let paired = entries
-                    .get(i + 1)
-                    .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr));
+                // A pair right before an `oom` (after any releases) is a cross-stream free
+                // completed by that OOM retry's synchronization, not before its search.
+                let before_oom = (i + 2..n)
+                    .find(|&j| !is_burst(entries[j].action))
+                    .is_some_and(|j| entries[j].action == Action::Oom);
+                let paired = !before_oom
+                    && entries.get(i + 1).is_some_and(|n| {
+                        n.action == Action::FreeCompleted && n.addr() == Some(addr)
+                    })
+                    && !completed_by_retry(engine, trace, i);
                 let (op, used) = if paired {
                     (Op::Free { entry: i, addr }, 2)
                 } else {
@@ -618,13 +647,39 @@ fn plan_and_validate(
                 let lone_end = (i..n)
                     .find(|&j| entries[j].action != Action::FreeCompleted)
                     .unwrap_or(n);
-                let burst_end = (lone_end..n)
-                    .find(|&j| !is_burst(entries[j].action))
+                // The releases, with the completions of a synchronization between them
+                // (release_available_cached_blocks releases before release_cached_blocks
+                // synchronizes).
+                let run_end = (lone_end..n)
+                    .find(|&j| {
+                        !(is_burst(entries[j].action) || entries[j].action == Action::FreeCompleted)
+                    })
                     .unwrap_or(n);
-                let completions: Vec<(usize, u64)> = (i..lone_end)
+                let burst_end = if (lone_end..run_end).any(|j| is_burst(entries[j].action)) {
+                    run_end
+                } else {
+                    lone_end
+                };
+                let completions: Vec<(usize, u64)> = (i..burst_end)
+                    .filter(|&j| entries[j].action == Action::FreeCompleted)
                     .map(|j| (j, entries[j].addr().unwrap_or(0)))
                     .collect();
-                if burst_end == lone_end {
+                let has_burst = burst_end != lone_end;
+                let request = (burst_end..n)
+                    .find(|&j| !is_growth(entries[j].action))
+                    .map(|j| (j, &entries[j]))
+                    .filter(|(_, r)| matches!(r.action, Action::Alloc | Action::Oom));
+                // Rule 1: an OOM retry only if best fit fails before the burst and, with the
+                // capacity known, the device had no room without it. Then the model's own
+                // retry, run on a copy, must make exactly the recorded releases and growth;
+                // otherwise the burst was an empty_cache() call (and completions before an
+                // `oom` came first).
+                let retry = request.is_some_and(|(j, r)| {
+                    let candidate = r.action == Action::Oom
+                        || (has_burst && engine.model.would_release(r.size, trace.stream(r)));
+                    candidate && retry_reproduces(&engine.model, trace, lone_end, j)
+                });
+                if !has_burst && !retry {
                     for (j, addr) in completions {
                         step(Op::FreeCompleted { entry: j, addr }, engine, &mut ops);
                         compare(
@@ -639,12 +694,6 @@ fn plan_and_validate(
                     i = lone_end;
                     continue;
                 }
-                let request = (burst_end..n)
-                    .find(|&j| !is_growth(entries[j].action))
-                    .map(|j| &entries[j])
-                    .filter(|r| matches!(r.action, Action::Alloc | Action::Oom));
-                let retry =
-                    request.is_some_and(|r| !engine.model.would_fit(r.size, trace.stream(r)));
                 for &(_, addr) in &completions {
                     step(Op::Detach { addr }, engine, &mut ops);
                 }
@@ -672,6 +721,71 @@ fn plan_and_validate(
     }
     compare(entries, group_start, n, &[], validation);
     (ops, empty_cache_bursts)
+}
+
+/// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free
+/// whose completion came from the OOM retry right after it: the retry the record shows is
+/// reproduced with the block pending during the search, and not with it freed first.
+fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: usize) -> bool {
+    let entries = trace.entries;
+    let burst = i + 2;
+    if !entries.get(burst).is_some_and(|e| is_burst(e.action)) {
+        return false;
+    }
+    let burst_end = (burst..entries.len())
+        .find(|&j| !is_burst(entries[j].action))
+        .unwrap_or(entries.len());
+    let Some(request) = (burst_end..entries.len())
+        .find(|&j| !is_growth(entries[j].action))
+        .filter(|&j| j > burst_end && entries[j].action == Action::Alloc)
+    else {
+        return false;
+    };
+    let Some(&addr) = entries[i].addr().and_then(|a| engine.addresses.get(&a)) else {
+        return false;
+    };
+    let mut freed = engine.model.clone();
+    let mut pending = engine.model.clone();
+    if freed.free(addr).is_err()
+        || pending.record_stream(addr, OTHER_STREAM).is_err()
+        || pending.free(addr).is_err()
+    {
+        return false;
+    }
+    !retry_reproduces(&freed, trace, burst, request)
+        && retry_reproduces(&pending, trace, burst, request)
+}
+
+/// Whether the model's malloc for the request at `entries[request]`, run on a copy of its
+/// state, makes exactly the recorded releases and growth of `entries[from..=request]`.
+fn retry_reproduces(
+    model: &CachingAllocator,
+    trace: &DeviceTrace<'_>,
+    from: usize,
+    request: usize,
+) -> bool {
+    let entries = &trace.entries[from..=request];
+    let r = &trace.entries[request];
+    let mut copy = model.clone();
+    copy.clear_events();
+    copy.set_recording(true);
+    let hint = entries.iter().find(|e| is_growth(e.action)).and_then(|e| {
+        Some((
+            e.addr()?,
+            (e.action == Action::SegmentAlloc).then_some(e.size),
+        ))
+    });
+    copy.set_address_hint(hint);
+    let _ = copy.malloc(r.size, trace.stream(r));
+    let decision = |e: &&TraceEntry| {
+        is_burst(e.action) || is_growth(e.action) || matches!(e.action, Action::Alloc | Action::Oom)
+    };
+    let view = |e: &TraceEntry| (e.action, e.addr(), e.size);
+    entries
+        .iter()
+        .filter(decision)
+        .map(view)
+        .eq(copy.events().iter().filter(decision).map(view))
 }
 
 /// Compares the recorded decisions in `entries[from..to]` with the model's, action by

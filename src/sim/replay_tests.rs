@@ -350,3 +350,125 @@ fn expandable_oom_retry_unmaps_and_maps_again() {
     );
     assert!(p.validation.segment_unmap.events > 0);
 }
+
+mod generated {
+    //! Property: any program run through the model as "the real allocator", recorded from
+    //! its start, replays with every decision reproduced.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Malloc(u64, bool),
+        Free(usize),
+        FreeCrossStream(usize),
+        Complete(usize),
+        EmptyCache,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (1u64..40 * MIB, any::<bool>()).prop_map(|(s, t)| Step::Malloc(s, t)),
+            2 => (1u64..2 * MIB, any::<bool>()).prop_map(|(s, t)| Step::Malloc(s, t)),
+            4 => any::<usize>().prop_map(Step::Free),
+            1 => any::<usize>().prop_map(Step::FreeCrossStream),
+            1 => any::<usize>().prop_map(Step::Complete),
+            1 => Just(Step::EmptyCache),
+        ]
+    }
+
+    fn run_steps(
+        a: &mut CachingAllocator,
+        steps: &[Step],
+        live: &mut Vec<u64>,
+        pending: &mut Vec<u64>,
+    ) {
+        for s in steps {
+            match *s {
+                Step::Malloc(size, other) => {
+                    if let Ok(addr) = a.malloc(size, if other { 0x2000 } else { 0 }) {
+                        live.push(addr);
+                    }
+                }
+                Step::Free(i) if !live.is_empty() => {
+                    let addr = live.swap_remove(i % live.len());
+                    a.free(addr).ok();
+                }
+                Step::FreeCrossStream(i) if !live.is_empty() => {
+                    let addr = live.swap_remove(i % live.len());
+                    a.record_stream(addr, 0x77).ok();
+                    a.free(addr).ok();
+                    pending.push(addr);
+                }
+                // PyTorch completes cross-stream frees at the start of a malloc
+                // (`process_events`) or when it synchronizes.
+                Step::Complete(i) if !pending.is_empty() => {
+                    let addr = pending.swap_remove(i % pending.len());
+                    if a.is_pending(addr) {
+                        a.free_completed(addr).ok();
+                        if let Ok(addr) = a.malloc(4096, 0) {
+                            live.push(addr);
+                        }
+                    }
+                }
+                Step::EmptyCache => a.empty_cache(),
+                _ => {}
+            }
+        }
+    }
+
+    fn check(conf: &str, capacity: Option<u64>, steps: &[Step]) -> Result<(), TestCaseError> {
+        let rec = record(conf, capacity, |a| {
+            run_steps(a, steps, &mut Vec::new(), &mut Vec::new());
+        });
+        let trace = DeviceTrace {
+            device: 0,
+            entries: &rec.0,
+            streams: rec.1.clone(),
+            segments: rec.2.clone(),
+        };
+        let config = AllocatorConfig::parse(conf).expect("valid");
+        let p = prepare(&trace, &config, capacity);
+        prop_assert!(
+            p.validation.all_match(),
+            "{:?}",
+            p.validation.first_mismatch
+        );
+        prop_assert!(p.issues.is_empty(), "{:?}", p.issues);
+        prop_assert!(
+            p.recorded_run.issues.is_empty(),
+            "{:?}",
+            p.recorded_run.issues
+        );
+        prop_assert_eq!(
+            p.recorded_run.peak_reserved_bytes,
+            p.recorded_peak_reserved_bytes
+        );
+        Ok(())
+    }
+
+    proptest! {
+        // A fixed seed: CI runs the same programs every time (PROPTEST_CASES explores more).
+        #![proptest_config(ProptestConfig {
+            cases: 64,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed),
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn default_settings(steps in prop::collection::vec(step(), 1..150)) {
+            check("", Some(300 * MIB), &steps)?;
+        }
+
+        #[test]
+        fn max_split_and_rounding(steps in prop::collection::vec(step(), 1..150)) {
+            check("max_split_size_mb:24,roundup_power2_divisions:4", Some(250 * MIB), &steps)?;
+        }
+
+        #[test]
+        fn expandable(steps in prop::collection::vec(step(), 1..150)) {
+            check("expandable_segments:True", Some(300 * MIB), &steps)?;
+        }
+    }
+}
