@@ -111,10 +111,6 @@ impl CachingAllocator {
         }
     }
 
-    pub fn config(&self) -> &AllocatorConfig {
-        &self.config
-    }
-
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
@@ -122,10 +118,6 @@ impl CachingAllocator {
     /// Bytes reserved from the driver now.
     pub fn reserved(&self) -> u64 {
         self.driver.reserved
-    }
-
-    pub fn capacity(&self) -> Option<u64> {
-        self.driver.capacity
     }
 
     /// Sets what the allocator may reserve in total (`None` = unlimited).
