@@ -49,6 +49,7 @@ fn every_decision_of_the_real_snapshots_is_reproduced() {
             }
             assert_eq!(d["alloc_events"], d["alloc_address_matches"], "{shown}");
             assert_eq!(d["first_mismatch"], Value::Null, "{shown}");
+            assert_eq!(d["final_layout_matches"], true, "{shown}");
             assert_eq!(
                 d["recorded_peak_reserved_bytes"], d["simulated_peak_reserved_bytes"],
                 "{shown}"

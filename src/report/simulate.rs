@@ -26,6 +26,7 @@ pub struct ValidateDevice {
     pub oom_events: u64,
     pub oom_matches: u64,
     pub first_mismatch: Option<Mismatch>,
+    pub final_layout_matches: bool,
     pub recorded_peak_reserved_bytes: u64,
     pub simulated_peak_reserved_bytes: u64,
     pub capacity_bytes: Option<u64>,
@@ -51,6 +52,7 @@ impl ValidateDevice {
             oom_events: v.oom.events,
             oom_matches: v.oom.matches,
             first_mismatch: v.first_mismatch.clone(),
+            final_layout_matches: v.final_layout_matches,
             recorded_peak_reserved_bytes: p.recorded_peak_reserved_bytes,
             simulated_peak_reserved_bytes: p.recorded_run.peak_reserved_bytes,
             capacity_bytes: p.capacity,
@@ -108,7 +110,12 @@ impl ValidateReport {
             );
             match &d.first_mismatch {
                 None => {
-                    let _ = writeln!(out, "  every decision reproduced");
+                    let layout = if d.final_layout_matches {
+                        "and the final layout"
+                    } else {
+                        "but the final layout differs"
+                    };
+                    let _ = writeln!(out, "  every decision reproduced, {layout}");
                 }
                 Some(m) => {
                     let _ = writeln!(

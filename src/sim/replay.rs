@@ -130,6 +130,9 @@ pub struct Validation {
     pub segment_unmap: Tally,
     pub oom: Tally,
     pub first_mismatch: Option<Mismatch>,
+    /// The model's segments and blocks at the end equal the snapshot's (addresses, sizes,
+    /// states).
+    pub final_layout_matches: bool,
 }
 
 impl Validation {
@@ -323,6 +326,8 @@ pub fn prepare(
     };
     issues.extend(load_issues);
     let mut validation = validation;
+    validation.final_layout_matches =
+        same_layout(&engine.model.layout(trace.device), &trace.segments);
     if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
@@ -721,6 +726,24 @@ fn plan_and_validate(
     }
     compare(entries, group_start, n, &[], validation);
     (ops, empty_cache_bursts)
+}
+
+/// Segments and blocks equal in address, size and state (what a replay can know).
+fn same_layout(model: &[Segment], recorded: &[Segment]) -> bool {
+    let key = |s: &Segment| {
+        (
+            s.address,
+            s.total_size,
+            s.is_expandable,
+            s.blocks
+                .iter()
+                .map(|b| (b.address, b.size, b.state))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut recorded: Vec<_> = recorded.iter().map(key).collect();
+    recorded.sort_by_key(|k| k.0);
+    model.iter().map(key).eq(recorded)
 }
 
 /// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free

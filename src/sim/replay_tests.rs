@@ -33,6 +33,11 @@ fn validate_file(path: &Path) -> Vec<Prepared> {
 fn assert_reproduced(name: &str, p: &Prepared) {
     let v = &p.validation;
     assert!(v.all_match(), "{name} device {}: {:?}", p.device, v);
+    assert!(
+        v.final_layout_matches,
+        "{name} device {}: final layout",
+        p.device
+    );
     for t in [
         v.alloc,
         v.segment_alloc,
@@ -435,6 +440,7 @@ mod generated {
             "{:?}",
             p.validation.first_mismatch
         );
+        prop_assert!(p.validation.final_layout_matches);
         prop_assert!(p.issues.is_empty(), "{:?}", p.issues);
         prop_assert!(
             p.recorded_run.issues.is_empty(),
