@@ -622,15 +622,9 @@ fn plan_and_validate(
                 i += 1;
             }
             Action::FreeRequested => {
-                // A pair right before an `oom` (after any releases) is a cross-stream free
-                // completed by that OOM retry's synchronization, not before its search.
-                let before_oom = (i + 2..n)
-                    .find(|&j| !is_burst(entries[j].action))
-                    .is_some_and(|j| entries[j].action == Action::Oom);
-                let paired = !before_oom
-                    && entries.get(i + 1).is_some_and(|n| {
-                        n.action == Action::FreeCompleted && n.addr() == Some(addr)
-                    })
+                let paired = entries
+                    .get(i + 1)
+                    .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr))
                     && !completed_by_retry(engine, trace, i);
                 let (op, used) = if paired {
                     (Op::Free { entry: i, addr }, 2)
@@ -747,20 +741,24 @@ fn same_layout(model: &[Segment], recorded: &[Segment]) -> bool {
 }
 
 /// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free
-/// whose completion came from the OOM retry right after it: the retry the record shows is
-/// reproduced with the block pending during the search, and not with it freed first.
+/// whose completion came from the OOM retry right after it (rule 3's exception): the retry
+/// the record shows (releases then growth and `alloc`, or an `oom`) is reproduced with the
+/// block pending during the search, and not with it freed first.
 fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: usize) -> bool {
     let entries = trace.entries;
+    let n = entries.len();
     let burst = i + 2;
-    if !entries.get(burst).is_some_and(|e| is_burst(e.action)) {
-        return false;
-    }
-    let burst_end = (burst..entries.len())
-        .find(|&j| !is_burst(entries[j].action))
-        .unwrap_or(entries.len());
-    let Some(request) = (burst_end..entries.len())
+    let burst_end = (burst..n)
+        .find(|&j| !(is_burst(entries[j].action) || entries[j].action == Action::FreeCompleted))
+        .unwrap_or(n);
+    let released = (burst..burst_end).any(|j| is_burst(entries[j].action));
+    let Some(request) = (burst_end..n)
         .find(|&j| !is_growth(entries[j].action))
-        .filter(|&j| j > burst_end && entries[j].action == Action::Alloc)
+        .filter(|&j| match entries[j].action {
+            Action::Oom => true,
+            Action::Alloc => released,
+            _ => false,
+        })
     else {
         return false;
     };
