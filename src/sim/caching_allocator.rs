@@ -120,11 +120,6 @@ impl CachingAllocator {
         self.driver.reserved
     }
 
-    /// Sets what the allocator may reserve in total (`None` = unlimited).
-    pub fn set_capacity(&mut self, capacity: Option<u64>) {
-        self.driver.capacity = capacity;
-    }
-
     /// Offers the address the next new segment should get (see `Driver::set_hint`).
     pub fn set_address_hint(&mut self, hint: Option<(u64, Option<u64>)>) {
         self.driver.set_hint(hint);

@@ -5,7 +5,7 @@
 use super::alloc_conf::AllocatorConfig;
 use super::rounding::{round_size, SMALL_BUFFER, SMALL_SIZE};
 use crate::model::{Action, Block, BlockState, PoolKind, ReplayIssue, Segment, TraceEntry};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug)]
@@ -25,14 +25,17 @@ struct Live {
 }
 
 /// Rebuilds the segments alive before `entries[0]` from the `last` segments of one device.
-/// `stream_of` turns an entry's stream index into the `cudaStream_t` value.
+/// `stream_of` turns an entry's stream index into the `cudaStream_t` value. Also returns
+/// the addresses of large blocks whose size stayed ambiguous (assumed without remainder
+/// before more than 1 MiB of free space).
 pub fn state_before(
     entries: &[TraceEntry],
     stream_of: &dyn Fn(&TraceEntry) -> u64,
     last: &[Segment],
     config: &AllocatorConfig,
     issues: &mut Vec<ReplayIssue>,
-) -> Vec<Segment> {
+) -> (Vec<Segment>, FxHashSet<u64>) {
+    let mut ambiguous = FxHashSet::default();
     let device = last.first().map_or(0, |s| s.device);
     let mut ranges: BTreeMap<u64, Range> = BTreeMap::new();
     let mut live: FxHashMap<u64, Live> = FxHashMap::default();
@@ -229,7 +232,12 @@ pub fn state_before(
                     next - a
                 }
                 (None, Some(&s)) if absorbs && a + s <= next => s,
-                (None, _) => rounded,
+                (None, _) => {
+                    if absorbs {
+                        ambiguous.insert(a);
+                    }
+                    rounded
+                }
             };
             if a < at || a + size > next {
                 issue(
@@ -271,7 +279,7 @@ pub fn state_before(
             format!("block at 0x{a:x} lies outside every segment before the trace"),
         );
     }
-    out
+    (out, ambiguous)
 }
 
 /// Sizes of large blocks alive before the trace, learned from the trace: a block never

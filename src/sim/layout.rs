@@ -8,7 +8,7 @@ use super::rounding::{page_size, round_up};
 use crate::model::{BlockState, PoolKind, Segment};
 use std::collections::BTreeMap;
 
-/// Address range given to an expandable segment beyond its last mapped byte when nothing
+/// Address range of an expandable segment when the device memory is unknown and nothing
 /// else bounds it.
 const EXPANDABLE_HEADROOM: u64 = 1 << 40;
 
@@ -81,11 +81,16 @@ impl CachingAllocator {
                 .find(|&&a| a >= last_end)
                 .copied()
                 .unwrap_or(u64::MAX);
+            // PyTorch reserves 1 1/8 of the device memory per segment.
+            let reserve = self.driver.capacity.map_or(EXPANDABLE_HEADROOM, |c| {
+                round_up(c.saturating_add(c / 8), page)
+            });
+            let mapped = round_up(last_end - base, page);
             let end = base
-                + round_up(last_end - base, page)
-                    .saturating_add(EXPANDABLE_HEADROOM)
+                + reserve
+                    .max(mapped)
                     .min(limit.saturating_sub(base) / page * page)
-                    .max(round_up(last_end - base, page));
+                    .max(mapped);
             if !self.driver.adopt(base, end - base) {
                 return Err(LayoutError::Overlap(base));
             }

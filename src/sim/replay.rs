@@ -11,9 +11,9 @@ use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
 use super::driver::Driver;
 use super::initial::state_before;
-use super::rounding::{allocation_size, round_size};
+use super::rounding::{allocation_size, round_size, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::model::{
-    Action, AllocatorSettings, ReplayIssue, Segment, Snapshot, StreamIndex, TraceEntry,
+    Action, AllocatorSettings, BlockState, ReplayIssue, Segment, Snapshot, StreamIndex, TraceEntry,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
@@ -265,67 +265,51 @@ pub fn prepare(
 ) -> Prepared {
     let mut issues = Vec::new();
     let stream_of = |e: &TraceEntry| trace.stream(e);
-    let initial = state_before(
+    let (mut initial, ambiguous) = state_before(
         trace.entries,
         &stream_of,
         &trace.segments,
         recorded,
         &mut issues,
     );
-    let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
     let mapped_later: Vec<(u64, u64, u64)> = trace
         .entries
         .iter()
         .filter(|e| e.action == Action::SegmentMap)
         .filter_map(|e| Some((trace.stream(e), e.addr()?, e.size)))
         .collect();
-    // The bracket counts the bursts that were OOM retries, which the replay tells apart from
-    // empty_cache() calls; a second replay runs when that changes the capacity.
-    let mut empty_cache_bursts = FxHashSet::default();
-    let mut attempt = 0;
-    let (bracket, capacity, capacity_source, engine, validation, ops, load_issues) = loop {
-        attempt += 1;
-        let bracket = capacity_bracket(
-            trace.entries,
-            initial_reserved,
-            recorded,
-            &empty_cache_bursts,
-        );
-        let (capacity, capacity_source) = match (capacity, bracket.capacity) {
-            (Some(c), _) => (Some(c), CapacitySource::Given),
-            (None, Some(c)) => (Some(c), CapacitySource::Inferred),
-            (None, None) => (None, CapacitySource::Unlimited),
+    let mut attempt = Attempt::run(trace, recorded, capacity, &initial, &mapped_later);
+    // Rule 5's "absorb a sliver found later": where the first mismatch shows that a block
+    // alive before the trace had an unsplit remainder, give it one and replay again.
+    for _ in 0..MAX_SLIVER_REPAIRS {
+        let Some(m) = &attempt.validation.first_mismatch else {
+            break;
         };
-        let mut load_issues = Vec::new();
-        let mut engine = Engine::new(
-            recorded,
-            capacity,
-            &initial,
-            &mapped_later,
-            &mut load_issues,
-        );
-        let mut validation = Validation::default();
-        let (ops, empties) = plan_and_validate(trace, &mut engine, &mut validation);
-        let again = capacity_source == CapacitySource::Inferred
-            && attempt == 1
-            && empties != empty_cache_bursts
-            && capacity_bracket(trace.entries, initial_reserved, recorded, &empties).capacity
-                != capacity;
-        if !again {
-            break (
-                bracket,
-                capacity,
-                capacity_source,
-                engine,
-                validation,
-                ops,
-                load_issues,
-            );
+        let Some(repaired) = absorb_sliver(&initial, &ambiguous, m) else {
+            break;
+        };
+        let again = Attempt::run(trace, recorded, capacity, &repaired, &mapped_later);
+        let better = again
+            .validation
+            .first_mismatch
+            .as_ref()
+            .is_none_or(|n| n.entry_index > m.entry_index);
+        if !better {
+            break;
         }
-        empty_cache_bursts = empties;
-    };
+        initial = repaired;
+        attempt = again;
+    }
+    let Attempt {
+        bracket,
+        capacity,
+        capacity_source,
+        engine,
+        mut validation,
+        ops,
+        load_issues,
+    } = attempt;
     issues.extend(load_issues);
-    let mut validation = validation;
     validation.final_layout_matches =
         same_layout(&engine.model.layout(trace.device), &trace.segments);
     if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
@@ -348,6 +332,115 @@ pub fn prepare(
         recorded_run: engine.finish(),
         issues,
     }
+}
+
+/// How many blocks of the rebuilt state a replay may correct.
+const MAX_SLIVER_REPAIRS: usize = 16;
+
+/// One validating replay from a given start state.
+struct Attempt {
+    bracket: Bracket,
+    capacity: Option<u64>,
+    capacity_source: CapacitySource,
+    engine: Engine,
+    validation: Validation,
+    ops: Vec<Op>,
+    load_issues: Vec<ReplayIssue>,
+}
+
+impl Attempt {
+    /// The bracket counts the bursts that were OOM retries, which the replay tells apart
+    /// from empty_cache() calls; a second replay runs when that changes the capacity.
+    fn run(
+        trace: &DeviceTrace<'_>,
+        recorded: &AllocatorConfig,
+        capacity: Option<u64>,
+        initial: &[Segment],
+        mapped_later: &[(u64, u64, u64)],
+    ) -> Attempt {
+        let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
+        let mut empty_cache_bursts = FxHashSet::default();
+        let mut first = true;
+        loop {
+            let bracket = capacity_bracket(
+                trace.entries,
+                initial_reserved,
+                recorded,
+                &empty_cache_bursts,
+            );
+            let (capacity, capacity_source) = match (capacity, bracket.capacity) {
+                (Some(c), _) => (Some(c), CapacitySource::Given),
+                (None, Some(c)) => (Some(c), CapacitySource::Inferred),
+                (None, None) => (None, CapacitySource::Unlimited),
+            };
+            let mut load_issues = Vec::new();
+            let mut engine =
+                Engine::new(recorded, capacity, initial, mapped_later, &mut load_issues);
+            let mut validation = Validation::default();
+            let (ops, empties) = plan_and_validate(trace, &mut engine, &mut validation);
+            let again = capacity_source == CapacitySource::Inferred
+                && first
+                && empties != empty_cache_bursts
+                && capacity_bracket(trace.entries, initial_reserved, recorded, &empties).capacity
+                    != capacity;
+            if !again {
+                return Attempt {
+                    bracket,
+                    capacity,
+                    capacity_source,
+                    engine,
+                    validation,
+                    ops,
+                    load_issues,
+                };
+            }
+            first = false;
+            empty_cache_bursts = empties;
+        }
+    }
+}
+
+/// For an `alloc` the model placed at X where the record shows Y: if a block alive before
+/// the trace, of inferred size and followed by free space, ends at X, or Y lies within
+/// 1 MiB after its end, that block had an unsplit remainder. Returns the state with it.
+fn absorb_sliver(
+    initial: &[Segment],
+    ambiguous: &FxHashSet<u64>,
+    m: &Mismatch,
+) -> Option<Vec<Segment>> {
+    let (Some(want), Some(got)) = (&m.expected, &m.got) else {
+        return None;
+    };
+    if want.action != Action::Alloc || got.action != Action::Alloc {
+        return None;
+    }
+    let (y, x) = (want.addr?, got.addr?);
+    let mut out = initial.to_vec();
+    for seg in &mut out {
+        for k in 0..seg.blocks.len().saturating_sub(1) {
+            let (b, f) = (&seg.blocks[k], &seg.blocks[k + 1]);
+            if !ambiguous.contains(&b.address) || f.state != BlockState::Inactive {
+                continue;
+            }
+            let end = b.address + b.size;
+            let grow = if y > end && y - end <= SMALL_SIZE {
+                y - end
+            } else if x == end && f.size > SMALL_SIZE + MIN_BLOCK_SIZE {
+                (f.size - SMALL_SIZE - MIN_BLOCK_SIZE).min(SMALL_SIZE) / MIN_BLOCK_SIZE
+                    * MIN_BLOCK_SIZE
+            } else {
+                continue;
+            };
+            if grow == 0 || grow >= f.size {
+                continue;
+            }
+            seg.blocks[k].size += grow;
+            seg.blocks[k + 1].address += grow;
+            seg.blocks[k + 1].size -= grow;
+            return Some(out);
+        }
+    }
+    None
 }
 
 /// Replays the prepared requests under `config` with device `capacity`.
@@ -392,14 +485,13 @@ impl Engine {
         mapped_later: &[(u64, u64, u64)],
         issues: &mut Vec<ReplayIssue>,
     ) -> Engine {
-        let mut model = CachingAllocator::new(config.clone(), Driver::new(None));
+        let mut model = CachingAllocator::new(config.clone(), Driver::new(capacity));
         if let Err(e) = model.load_layout(initial, mapped_later) {
             issues.push(ReplayIssue {
                 entry_index: 0,
                 message: format!("the state before the trace cannot be loaded: {e}"),
             });
         }
-        model.set_capacity(capacity);
         let addresses = initial
             .iter()
             .flat_map(|s| &s.blocks)
