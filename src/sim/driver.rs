@@ -50,7 +50,7 @@ impl Driver {
         if !self.fits(size) {
             return None;
         }
-        self.reserved += size;
+        self.reserved = self.reserved.saturating_add(size);
         Some(self.place(size))
     }
 
@@ -90,7 +90,7 @@ impl Driver {
         if !self.fits(bytes) {
             return false;
         }
-        self.reserved += bytes;
+        self.reserved = self.reserved.saturating_add(bytes);
         true
     }
 

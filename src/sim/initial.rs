@@ -8,6 +8,9 @@ use crate::model::{Action, Block, BlockState, PoolKind, ReplayIssue, Segment, Tr
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
+/// Addresses at or above this (2^56) are taken for damage: device addresses are 48-bit.
+const ADDRESS_LIMIT: u64 = 1 << 56;
+
 #[derive(Clone, Copy, Debug)]
 struct Range {
     size: u64,
@@ -39,7 +42,8 @@ pub fn state_before(
     let device = last.first().map_or(0, |s| s.device);
     let mut ranges: BTreeMap<u64, Range> = BTreeMap::new();
     let mut live: FxHashMap<u64, Live> = FxHashMap::default();
-    for s in last {
+    let fits = |addr: u64, size: u64| addr.checked_add(size).is_some_and(|e| e < ADDRESS_LIMIT);
+    for s in last.iter().filter(|s| fits(s.address, s.total_size)) {
         ranges.insert(
             s.address,
             Range {
@@ -68,6 +72,16 @@ pub fn state_before(
     };
     for (i, e) in entries.iter().enumerate().rev() {
         let Some(addr) = e.addr() else { continue };
+        if !fits(addr, e.size) {
+            issue(
+                i,
+                format!(
+                    "{} of {} bytes at 0x{addr:x} runs past the address space",
+                    e.action, e.size
+                ),
+            );
+            continue;
+        }
         match e.action {
             Action::Alloc => {
                 if live.remove(&addr).is_none() {
@@ -221,17 +235,22 @@ pub fn state_before(
             let absorbs = r.pool == PoolKind::Large && !r.expandable && !config.expandable_segments;
             let size = match (l.size, slivers.get(&a)) {
                 (Some(s), _) => s,
-                (None, _) if absorbs && next.saturating_sub(a + rounded) <= SMALL_SIZE => next - a,
+                (None, _)
+                    if absorbs && next.saturating_sub(a.saturating_add(rounded)) <= SMALL_SIZE =>
+                {
+                    next - a
+                }
                 // Oversize blocks are never split: the block is all the space it was taken
                 // from, which was less than the request plus max_non_split_rounding.
                 (None, _)
                     if absorbs
                         && config.max_split_size.is_some_and(|m| rounded >= m)
-                        && next.saturating_sub(a + rounded) < config.max_non_split_rounding =>
+                        && next.saturating_sub(a.saturating_add(rounded))
+                            < config.max_non_split_rounding =>
                 {
                     next - a
                 }
-                (None, Some(&s)) if absorbs && a + s <= next => s,
+                (None, Some(&s)) if absorbs && a.saturating_add(s) <= next => s,
                 (None, _) => {
                     if absorbs {
                         ambiguous.insert(a);
@@ -239,7 +258,7 @@ pub fn state_before(
                     rounded
                 }
             };
-            if a < at || a + size > next {
+            if a < at || a.saturating_add(size) > next {
                 issue(
                     0,
                     format!("block at 0x{a:x} overlaps its neighbour before the trace"),
@@ -295,7 +314,7 @@ fn slivers_found_later(
         .filter(|(_, l)| l.size.is_none())
         .map(|(&a, l)| (a, round_size(l.requested, config)))
         .filter(|&(_, r)| r > SMALL_SIZE)
-        .map(|(a, r)| (a + r, a))
+        .map(|(a, r)| (a.saturating_add(r), a))
         .collect();
     let mut ends: FxHashMap<u64, u64> = open.iter().map(|(&end, &a)| (a, end)).collect();
     let mut found = FxHashMap::default();

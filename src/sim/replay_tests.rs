@@ -162,6 +162,31 @@ fn contradictions_are_issues_with_the_entry_index() {
 }
 
 #[test]
+fn absurd_sizes_and_addresses_give_issues_not_panics() {
+    let entries = [
+        entry(Action::SegmentAlloc, u64::MAX - 10, 2 * MIB),
+        entry(Action::Alloc, 0x1000_0000, u64::MAX),
+        entry(Action::Alloc, 0x2000_0000, 1 << 62),
+        entry(Action::FreeRequested, 0x2000_0000, 1 << 62),
+        entry(Action::FreeCompleted, 0x2000_0000, 1 << 62),
+        entry(Action::SegmentFree, 0x3000_0000, u64::MAX),
+        TraceEntry::oom(u64::MAX, Some(u64::MAX), StreamIndex(0)),
+    ];
+    let trace = DeviceTrace {
+        device: 0,
+        entries: &entries,
+        streams: vec![0],
+        segments: Vec::new(),
+    };
+    for capacity in [None, Some(80 << 30)] {
+        let p = prepare(&trace, &AllocatorConfig::default(), capacity);
+        assert!(!p.issues.is_empty() || !p.validation.all_match());
+        let conf = AllocatorConfig::parse("expandable_segments:True").expect("valid");
+        run(&p, &conf, capacity);
+    }
+}
+
+#[test]
 fn what_if_replays_the_same_requests() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/snapshots");
     let prepared = validate_file(&dir.join("v2_11_full.pickle"));
