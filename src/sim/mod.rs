@@ -6,13 +6,17 @@
 pub mod alloc_conf;
 mod blocks;
 mod caching_allocator;
+mod capacity;
 mod driver;
+mod engine;
 mod expandable;
 mod initial;
 mod layout;
+mod plan;
 pub mod replay;
 pub mod rounding;
 pub mod sweep;
+mod validation;
 
 pub use alloc_conf::{AllocatorConfig, Backend, ConfError};
 pub use caching_allocator::{CachingAllocator, FreeError, OutOfMemory, Stats};
