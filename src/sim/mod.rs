@@ -13,6 +13,7 @@ mod expandable;
 mod initial;
 mod layout;
 mod plan;
+mod release;
 pub mod replay;
 pub mod rounding;
 pub mod sweep;
