@@ -3,9 +3,10 @@
 //! Data flows one way:
 //!
 //! ```text
-//!  source/  ──►  model/  ──►  analysis/  ──►  report/  ──►  cli/
-//!  (bytes -> model)  (events, layout,  (pure computations)  (JSON, text)  (one file per
-//!                     replayed state)                                      subcommand)
+//!  source/  ──►  model/  ──►  analysis/, sim/  ──►  report/  ──►  cli/
+//!  (bytes -> model)  (events, layout,  (pure computations;  (JSON, text)  (one file per
+//!                     replayed state)   sim/ = allocator                   subcommand)
+//!                                       model and replay)
 //! ```
 
 pub mod analysis;
@@ -13,4 +14,5 @@ pub mod cli;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod sim;
 pub mod source;

@@ -4,12 +4,7 @@ use crate::util::{memprof, stderr};
 
 #[test]
 fn unbuilt_subcommands_refuse_with_exit_2() {
-    let cases: [&[&str]; 4] = [
-        &["simulate", "x.pickle"],
-        &["diagnose", "x.pickle"],
-        &["top"],
-        &["agent"],
-    ];
+    let cases: [&[&str]; 3] = [&["diagnose", "x.pickle"], &["top"], &["agent"]];
     for args in cases {
         let out = memprof(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

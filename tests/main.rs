@@ -8,4 +8,5 @@ mod export;
 mod gate;
 mod plan;
 mod real_snapshots;
+mod simulate;
 mod util;

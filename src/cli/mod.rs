@@ -6,6 +6,7 @@ mod export;
 mod gate;
 mod input;
 mod plan;
+mod simulate;
 mod unbuilt;
 
 use clap::{Args, Parser, Subcommand};
@@ -82,7 +83,7 @@ pub struct AnalyzeArgs {
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Analyze(args) => analyze::run(&args),
-        Command::Simulate(_) => unbuilt::refuse("simulate"),
+        Command::Simulate(args) => simulate::run(&args),
         Command::Diagnose(_) => unbuilt::refuse("diagnose"),
         Command::Run(_) => unbuilt::refuse("run"),
         Command::Attach(_) => unbuilt::refuse("attach"),

@@ -52,6 +52,11 @@ impl Timeline {
         self.streams[index.0 as usize]
     }
 
+    /// The number of distinct streams in the trace.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
     /// The metadata of an entry that has some.
     pub fn extra(&self, id: ExtraId) -> &EntryExtra {
         &self.extras[id.0.get() as usize - 1]

@@ -8,3 +8,4 @@ pub mod gate;
 pub mod gate_output;
 pub mod plan_json;
 pub mod plan_text;
+pub mod simulate;

@@ -1,0 +1,114 @@
+//! `memprof simulate FILE`: replays a snapshot's trace through the caching-allocator model,
+//! validates it against the record (`--validate`) or reports what other settings would do.
+
+use super::input::load_snapshot;
+use super::unbuilt::SimulateArgs;
+use super::Outcome;
+use crate::model::Bytes;
+use crate::report::simulate::{
+    warnings, Run, RunDevice, RunSource, RunsReport, ValidateDevice, ValidateReport,
+};
+use crate::sim::replay::{self, DeviceTrace, Prepared};
+use crate::sim::{sweep, AllocatorConfig, Backend};
+use anyhow::{anyhow, bail, Context};
+use std::io::Write;
+
+pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
+    let capacity = match &args.capacity {
+        Some(text) => Some(
+            text.parse::<Bytes>()
+                .map_err(|e| anyhow!("--capacity: {e}"))?
+                .0,
+        ),
+        None => None,
+    };
+    let given = match &args.alloc_conf {
+        Some(conf) => Some(AllocatorConfig::parse(conf).map_err(|e| anyhow!("--alloc-conf: {e}"))?),
+        None => None,
+    };
+    if given
+        .as_ref()
+        .is_some_and(|c| c.backend == Backend::CudaMallocAsync)
+    {
+        bail!("--alloc-conf: backend:cudaMallocAsync has no caching rules to simulate");
+    }
+    if args.validate && (given.is_some() || args.sweep) {
+        bail!("--validate replays the recorded settings; drop --alloc-conf and --sweep");
+    }
+    let shown = args.file.display().to_string();
+    let loaded = load_snapshot(&args.file, !args.json).with_context(|| shown.clone())?;
+    let snapshot = &loaded.parsed.snapshot;
+    for w in &loaded.parsed.warnings {
+        eprintln!("memprof: warning: {shown}: {w}");
+    }
+    let (recorded, warning) = replay::recorded_config(snapshot);
+    if let Some(w) = warning {
+        eprintln!("memprof: warning: {shown}: {w}");
+    }
+    if recorded.backend == Backend::CudaMallocAsync {
+        bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to simulate");
+    }
+    let prepared: Vec<Prepared> = DeviceTrace::all(snapshot)
+        .iter()
+        .map(|t| replay::prepare(t, &recorded, capacity))
+        .collect();
+    for p in &prepared {
+        for w in warnings(p.issues.iter().chain(&p.recorded_run.issues)) {
+            eprintln!("memprof: warning: {shown}: device {}: {w}", p.device);
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.validate {
+        let report = ValidateReport::new(prepared.iter().map(ValidateDevice::new).collect());
+        if args.json {
+            serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+            stdout.write_all(b"\n")?;
+        } else {
+            stdout.write_all(report.text().as_bytes())?;
+        }
+        stdout.flush()?;
+        return Ok(Outcome::Ok);
+    }
+    let recorded_run = Run {
+        alloc_conf: recorded.to_conf_string(),
+        source: RunSource::Recorded,
+        devices: prepared
+            .iter()
+            .map(|p| RunDevice::new(p.device, &p.recorded_run, p.capacity))
+            .collect(),
+    };
+    let recorded_peak = recorded_run.peak_reserved();
+    let replay_with = |config: &AllocatorConfig, source: RunSource| Run {
+        alloc_conf: config.to_conf_string(),
+        source,
+        devices: prepared
+            .iter()
+            .map(|p| RunDevice::new(p.device, &replay::run(p, config, p.capacity), p.capacity))
+            .collect(),
+    };
+    let mut runs = Vec::new();
+    if let Some(config) = &given {
+        runs.push(replay_with(config, RunSource::Given));
+    }
+    runs.push(recorded_run);
+    if args.sweep {
+        let known = prepared.iter().all(|p| p.capacity.is_some());
+        let mut skip = vec![&recorded];
+        skip.extend(given.as_ref());
+        let mut swept: Vec<Run> = sweep::configs(known, &skip)
+            .iter()
+            .map(|c| replay_with(c, RunSource::Sweep))
+            .collect();
+        swept.sort_by_key(|r| (r.has_oom(), r.peak_reserved()));
+        runs.extend(swept);
+    }
+    let report = RunsReport::new(runs);
+    if args.json {
+        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(report.text(recorded_peak).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,226 @@
+//! The replay engine: the program's requests (`Op`s) applied to the allocator model, with
+//! recorded addresses mapped to the model's, peaks, fragmentation at the peak and the first
+//! OOM tracked as they happen.
+
+use super::alloc_conf::AllocatorConfig;
+use super::caching_allocator::CachingAllocator;
+use super::driver::Driver;
+use super::replay::{FragmentationAtPeak, OomAt, RunResult};
+use crate::model::{ReplayIssue, Segment};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// A stream that is never an allocation stream: marks deferred (cross-stream) frees.
+pub(super) const OTHER_STREAM: u64 = u64::MAX;
+
+/// A request of the program, in trace order.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Op {
+    /// `alloc` (recorded address) or `oom` (none): a malloc of `size` on `stream`.
+    Malloc {
+        entry: usize,
+        size: u64,
+        stream: u64,
+        recorded: Option<u64>,
+        hint: Option<(u64, Option<u64>)>,
+    },
+    /// `free_requested` directly followed by its `free_completed`.
+    Free { entry: usize, addr: u64 },
+    /// A `free_requested` whose completion comes later (other streams used the block).
+    FreeRequested { entry: usize, addr: u64 },
+    /// The completion of a deferred free.
+    FreeCompleted { entry: usize, addr: u64 },
+    /// A completion the allocator makes itself while synchronizing (an OOM retry or
+    /// `empty_cache()`): the block leaves the recorded-address map before the request...
+    Detach { addr: u64 },
+    /// ...and, if the model's own synchronization did not complete it, is completed after.
+    CompleteDetached,
+    /// `torch.cuda.empty_cache()`.
+    EmptyCache,
+}
+
+/// The requests of a trace and the model's state while replaying them.
+pub(super) struct Engine {
+    pub(super) model: CachingAllocator,
+    /// Recorded address of each live allocation -> the model's address.
+    pub(super) addresses: FxHashMap<u64, u64>,
+    /// Recorded allocations the model could not make (their frees are skipped).
+    pub(super) failed: FxHashSet<u64>,
+    /// Model addresses of detached blocks.
+    pub(super) detached: Vec<u64>,
+    pub(super) peak_reserved: u64,
+    pub(super) fragmentation: FragmentationAtPeak,
+    pub(super) oom: Option<OomAt>,
+    pub(super) issues: Vec<ReplayIssue>,
+}
+
+impl Engine {
+    pub(super) fn new(
+        config: &AllocatorConfig,
+        capacity: Option<u64>,
+        initial: &[Segment],
+        mapped_later: &[(u64, u64, u64)],
+        issues: &mut Vec<ReplayIssue>,
+    ) -> Engine {
+        let mut model = CachingAllocator::new(config.clone(), Driver::new(capacity));
+        if let Err(e) = model.load_layout(initial, mapped_later) {
+            issues.push(ReplayIssue {
+                entry_index: 0,
+                message: format!("the state before the trace cannot be loaded: {e}"),
+            });
+        }
+        let addresses = initial
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state.is_active())
+            .map(|b| (b.address, b.address))
+            .collect();
+        let mut engine = Engine {
+            model,
+            addresses,
+            failed: FxHashSet::default(),
+            detached: Vec::new(),
+            peak_reserved: 0,
+            fragmentation: FragmentationAtPeak::default(),
+            oom: None,
+            issues: Vec::new(),
+        };
+        engine.note_peak();
+        engine
+    }
+
+    fn issue(&mut self, entry_index: usize, message: String) {
+        self.issues.push(ReplayIssue {
+            entry_index,
+            message,
+        });
+    }
+
+    fn note_peak(&mut self) {
+        let reserved = self.model.reserved();
+        if reserved > self.peak_reserved || (reserved == 0 && self.peak_reserved == 0) {
+            self.peak_reserved = reserved;
+            let s = self.model.stats();
+            self.fragmentation = FragmentationAtPeak {
+                internal_bytes: s.allocated_bytes.saturating_sub(s.requested_bytes),
+                external_bytes: reserved.saturating_sub(s.active_bytes),
+                largest_free_block_bytes: self.model.largest_free_block(),
+            };
+        }
+    }
+
+    /// The model address of a recorded one; `None` (with an issue unless the allocation
+    /// failed in this run) when unknown.
+    fn model_address(&mut self, entry: usize, addr: u64, remove: bool) -> Option<u64> {
+        let found = if remove {
+            self.addresses.remove(&addr)
+        } else {
+            self.addresses.get(&addr).copied()
+        };
+        if found.is_none() {
+            let failed = if remove {
+                self.failed.remove(&addr)
+            } else {
+                self.failed.contains(&addr)
+            };
+            if !failed {
+                self.issue(
+                    entry,
+                    format!("free of 0x{addr:x}, which is not allocated at that point"),
+                );
+            }
+        }
+        found
+    }
+
+    pub(super) fn apply(&mut self, op: &Op) {
+        match *op {
+            Op::Malloc {
+                entry,
+                size,
+                stream,
+                recorded,
+                hint,
+            } => {
+                self.model.set_address_hint(hint);
+                match self.model.malloc(size, stream) {
+                    Ok(addr) => match recorded {
+                        Some(r) => {
+                            if self.addresses.insert(r, addr).is_some() {
+                                self.issue(
+                                    entry,
+                                    format!("alloc at 0x{r:x}, which is already allocated"),
+                                );
+                            }
+                        }
+                        // The recorded request failed; here it did not. The program never
+                        // got the memory, so give it back.
+                        None => {
+                            let _ = self.model.free(addr);
+                        }
+                    },
+                    Err(oom) => {
+                        if let Some(r) = recorded {
+                            self.failed.insert(r);
+                        }
+                        self.oom.get_or_insert(OomAt {
+                            entry_index: entry,
+                            request_bytes: oom.size,
+                            alloc_size_bytes: oom.alloc_size,
+                            reserved_bytes: oom.reserved,
+                            allocated_bytes: oom.allocated,
+                        });
+                    }
+                }
+            }
+            Op::Free { entry, addr } => {
+                if let Some(a) = self.model_address(entry, addr, true) {
+                    if let Err(e) = self.model.free(a) {
+                        self.issue(entry, e.to_string());
+                    }
+                }
+            }
+            Op::FreeRequested { entry, addr } => {
+                if let Some(a) = self.model_address(entry, addr, false) {
+                    let done = self
+                        .model
+                        .record_stream(a, OTHER_STREAM)
+                        .and_then(|()| self.model.free(a));
+                    if let Err(e) = done {
+                        self.issue(entry, e.to_string());
+                    }
+                }
+            }
+            Op::FreeCompleted { entry, addr } => {
+                if let Some(a) = self.model_address(entry, addr, true) {
+                    if let Err(e) = self.model.free_completed(a) {
+                        self.issue(entry, e.to_string());
+                    }
+                }
+            }
+            Op::Detach { addr } => {
+                if let Some(a) = self.addresses.remove(&addr) {
+                    self.detached.push(a);
+                }
+            }
+            Op::CompleteDetached => {
+                for a in std::mem::take(&mut self.detached) {
+                    if self.model.is_pending(a) {
+                        let _ = self.model.free_completed(a);
+                    }
+                }
+            }
+            Op::EmptyCache => self.model.empty_cache(),
+        }
+        self.note_peak();
+    }
+
+    pub(super) fn finish(self) -> RunResult {
+        RunResult {
+            peak_reserved_bytes: self.peak_reserved,
+            peak_allocated_bytes: self.model.stats().peak_allocated_bytes,
+            fragmentation_at_peak: self.fragmentation,
+            oom: self.oom,
+            issues: self.issues,
+        }
+    }
+}

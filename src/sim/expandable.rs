@@ -1,0 +1,217 @@
+//! Expandable segments (reference §1.10): one reserved address range per (stream, pool),
+//! mapped in 2 MiB / `large_segment_size` pages for the rounded request (`segment_map`),
+//! and unmapped page-wise by `release_cached_blocks` (`segment_unmap`).
+
+use super::blocks::{pool_index, Block, BlockId, Use, NONE};
+use super::caching_allocator::{CachingAllocator, ExpandableSegment, Request};
+use super::rounding::{page_size, round_up};
+use crate::model::{Action, PoolKind};
+
+/// Device memory assumed for the address range of a segment when the capacity is unknown.
+const DEFAULT_DEVICE_MEMORY: u64 = 1 << 40;
+
+impl CachingAllocator {
+    /// `try_allocate_expandable_block`: maps enough pages after a free block for the request.
+    pub(super) fn try_allocate_expandable_block(&mut self, req: &Request) -> Option<BlockId> {
+        let mut candidate = self.find_expandable_block(req)?;
+        if !self.blocks[candidate].mapped {
+            let size = self.blocks[candidate].size.min(req.size);
+            if !self.map_block(candidate, size) {
+                return None;
+            }
+        }
+        while self.blocks[candidate].size < req.size {
+            let remaining = req.size - self.blocks[candidate].size;
+            let next = self.blocks[candidate].next;
+            if next == NONE {
+                return None;
+            }
+            let size = remaining.min(self.blocks[next].size);
+            if !self.map_block(next, size) {
+                return None;
+            }
+            candidate = next;
+        }
+        let key = self.blocks[candidate].key(candidate);
+        self.pools[pool_index(req.pool)].free.remove(&key);
+        Some(candidate)
+    }
+
+    fn allocatable(&self, id: BlockId) -> bool {
+        id != NONE && self.blocks[id].state == Use::Free
+    }
+
+    /// `find_expandable_block`: the lowest unmapped block of this stream (with the free block
+    /// before it) that has room, else a new segment.
+    fn find_expandable_block(&mut self, req: &Request) -> Option<BlockId> {
+        let pi = pool_index(req.pool);
+        let found = self.pools[pi]
+            .unmapped
+            .range((req.stream, 0, 0)..)
+            .take_while(|k| k.0 == req.stream)
+            .map(|k| {
+                let prev = self.blocks[k.2].prev;
+                if self.allocatable(prev) {
+                    prev
+                } else {
+                    k.2
+                }
+            })
+            .find(|&c| self.has_room(c, req.size));
+        if found.is_some() {
+            return found;
+        }
+        let page = page_size(req.pool, &self.config);
+        let memory = self.driver.capacity.unwrap_or(DEFAULT_DEVICE_MEMORY);
+        let size = round_up(memory.saturating_add(memory / 8), page);
+        let (base, size) = self.driver.reserve_address_range(size, page);
+        Some(self.add_expandable_segment(base, size, page, req.stream, req.pool))
+    }
+
+    /// Creates an expandable segment whose whole range is one unmapped block.
+    pub(super) fn add_expandable_segment(
+        &mut self,
+        base: u64,
+        size: u64,
+        page: u64,
+        stream: u64,
+        pool: PoolKind,
+    ) -> BlockId {
+        let index = self.expandable.len() as u32;
+        self.expandable
+            .push(Some(ExpandableSegment { base, size, page }));
+        let mut block = Block::new(base, size, stream, pool);
+        block.mapped = false;
+        block.expandable = index;
+        let id = self.blocks.insert(block);
+        self.pools[pool_index(pool)]
+            .unmapped
+            .insert((stream, base, id));
+        id
+    }
+
+    fn has_room(&self, mut id: BlockId, size: u64) -> bool {
+        let mut bytes = 0u64;
+        while bytes < size && self.allocatable(id) {
+            bytes += self.blocks[id].size;
+            id = self.blocks[id].next;
+        }
+        bytes >= size
+    }
+
+    /// `map_block`: maps the pages covering `[ptr, ptr + size)` of an unmapped block.
+    pub(super) fn map_block(&mut self, id: BlockId, size: u64) -> bool {
+        let b = &self.blocks[id];
+        let Some(seg) = self
+            .expandable
+            .get(b.expandable as usize)
+            .and_then(Option::as_ref)
+        else {
+            return false;
+        };
+        let end = seg.base + round_up(b.addr + size - seg.base, seg.page);
+        let mapped = (end - b.addr).min(b.size);
+        if !self.driver.map(mapped) {
+            return false;
+        }
+        let (addr, stream, pool, total, expandable) =
+            (b.addr, b.stream, b.pool, b.size, b.expandable);
+        let pi = pool_index(pool);
+        self.pools[pi].unmapped.remove(&(stream, addr, id));
+        self.blocks[id].mapped = true;
+        if mapped < total {
+            let mut rest = Block::new(addr + mapped, total - mapped, stream, pool);
+            rest.mapped = false;
+            rest.expandable = expandable;
+            rest.prev = id;
+            rest.next = self.blocks[id].next;
+            let rest_id = self.blocks.insert(rest);
+            if self.blocks[rest_id].next != NONE {
+                let n = self.blocks[rest_id].next;
+                self.blocks[n].prev = rest_id;
+            }
+            self.blocks[id].next = rest_id;
+            self.blocks[id].size = mapped;
+            self.pools[pi]
+                .unmapped
+                .insert((stream, addr + mapped, rest_id));
+        }
+        let (prev, next) = (self.blocks[id].prev, self.blocks[id].next);
+        self.try_merge_blocks(id, prev);
+        self.try_merge_blocks(id, next);
+        self.insert_free(id);
+        self.stats.num_device_alloc += 1;
+        self.note_reserved();
+        self.emit(Action::SegmentMap, addr, mapped, stream);
+        true
+    }
+
+    /// `unmap_block`: unmaps the whole pages inside a free mapped block; the partial pages
+    /// at either end stay mapped as free blocks. Drops the segment when nothing is left.
+    pub(super) fn unmap_block(&mut self, id: BlockId) {
+        let b = &self.blocks[id];
+        let Some(seg) = self
+            .expandable
+            .get(b.expandable as usize)
+            .and_then(Option::as_ref)
+        else {
+            return;
+        };
+        let (base, page, seg_size) = (seg.base, seg.page, seg.size);
+        let begin = base + round_up(b.addr - base, page);
+        let end = base + (b.addr + b.size - base) / page * page;
+        if begin >= end {
+            return;
+        }
+        let (addr, size, stream, pool, expandable) =
+            (b.addr, b.size, b.stream, b.pool, b.expandable);
+        let pi = pool_index(pool);
+        let key = b.key(id);
+        self.pools[pi].free.remove(&key);
+        if begin > addr {
+            let mut before = Block::new(addr, begin - addr, stream, pool);
+            before.expandable = expandable;
+            before.prev = self.blocks[id].prev;
+            before.next = id;
+            let before_id = self.blocks.insert(before);
+            if self.blocks[before_id].prev != NONE {
+                let p = self.blocks[before_id].prev;
+                self.blocks[p].next = before_id;
+            }
+            self.blocks[id].prev = before_id;
+            self.insert_free(before_id);
+        }
+        if end < addr + size {
+            let mut after = Block::new(end, addr + size - end, stream, pool);
+            after.expandable = expandable;
+            after.prev = id;
+            after.next = self.blocks[id].next;
+            let after_id = self.blocks.insert(after);
+            if self.blocks[after_id].next != NONE {
+                let n = self.blocks[after_id].next;
+                self.blocks[n].prev = after_id;
+            }
+            self.blocks[id].next = after_id;
+            self.insert_free(after_id);
+        }
+        let b = &mut self.blocks[id];
+        b.addr = begin;
+        b.size = end - begin;
+        b.mapped = false;
+        let (prev, next) = (b.prev, b.next);
+        self.try_merge_blocks(id, prev);
+        self.try_merge_blocks(id, next);
+        let b = &self.blocks[id];
+        let (whole, new_addr) = (!b.is_split() && b.size == seg_size, b.addr);
+        self.pools[pi].unmapped.insert((stream, new_addr, id));
+        self.driver.unmap(end - begin);
+        self.stats.num_device_free += 1;
+        self.emit(Action::SegmentUnmap, begin, end - begin, stream);
+        if whole {
+            self.pools[pi].unmapped.remove(&(stream, new_addr, id));
+            self.blocks.remove(id);
+            self.expandable[expandable as usize] = None;
+            self.driver.free_address_range(base);
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The allocator state before a trace's first entry, rebuilt from the final segments by
+//! undoing the trace newest to oldest (reference §2.11, §2.12 rule 5): segments and live
+//! blocks at their addresses; sizes of blocks freed in the window are inferred.
+
+use super::alloc_conf::AllocatorConfig;
+use super::rounding::{round_size, SMALL_BUFFER, SMALL_SIZE};
+use crate::model::{Action, Block, BlockState, PoolKind, ReplayIssue, Segment, TraceEntry};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
+
+/// Addresses at or above this (2^56) are taken for damage: device addresses are 48-bit.
+const ADDRESS_LIMIT: u64 = 1 << 56;
+
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    size: u64,
+    stream: u64,
+    pool: PoolKind,
+    expandable: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    requested: u64,
+    /// Known exactly when the block is in the final snapshot.
+    size: Option<u64>,
+    state: BlockState,
+}
+
+/// Rebuilds the segments alive before `entries[0]` from the `last` segments of one device.
+/// `stream_of` turns an entry's stream index into the `cudaStream_t` value. Also returns
+/// the addresses of large blocks whose size stayed ambiguous (assumed without remainder
+/// before more than 1 MiB of free space).
+pub fn state_before(
+    entries: &[TraceEntry],
+    stream_of: &dyn Fn(&TraceEntry) -> u64,
+    last: &[Segment],
+    config: &AllocatorConfig,
+    issues: &mut Vec<ReplayIssue>,
+) -> (Vec<Segment>, FxHashSet<u64>) {
+    let mut ambiguous = FxHashSet::default();
+    let device = last.first().map_or(0, |s| s.device);
+    let mut ranges: BTreeMap<u64, Range> = BTreeMap::new();
+    let mut live: FxHashMap<u64, Live> = FxHashMap::default();
+    let fits = |addr: u64, size: u64| addr.checked_add(size).is_some_and(|e| e < ADDRESS_LIMIT);
+    for s in last.iter().filter(|s| fits(s.address, s.total_size)) {
+        ranges.insert(
+            s.address,
+            Range {
+                size: s.total_size,
+                stream: s.stream,
+                pool: s.pool,
+                expandable: s.is_expandable,
+            },
+        );
+        for b in s.blocks.iter().filter(|b| b.state.is_active()) {
+            live.insert(
+                b.address,
+                Live {
+                    requested: b.requested_size,
+                    size: Some(b.size),
+                    state: b.state,
+                },
+            );
+        }
+    }
+    let mut issue = |entry_index: usize, message: String| {
+        issues.push(ReplayIssue {
+            entry_index,
+            message,
+        })
+    };
+    for (i, e) in entries.iter().enumerate().rev() {
+        let Some(addr) = e.addr() else { continue };
+        if !fits(addr, e.size) {
+            issue(
+                i,
+                format!(
+                    "{} of {} bytes at 0x{addr:x} runs past the address space",
+                    e.action, e.size
+                ),
+            );
+            continue;
+        }
+        match e.action {
+            Action::Alloc => {
+                if live.remove(&addr).is_none() {
+                    issue(
+                        i,
+                        format!("alloc at 0x{addr:x}, but nothing is there afterwards"),
+                    );
+                }
+            }
+            Action::FreeRequested => match live.get_mut(&addr) {
+                Some(l) => l.state = BlockState::ActiveAllocated,
+                None => {
+                    live.insert(
+                        addr,
+                        Live {
+                            requested: e.size,
+                            size: None,
+                            state: BlockState::ActiveAllocated,
+                        },
+                    );
+                }
+            },
+            Action::FreeCompleted => {
+                let freed = Live {
+                    requested: e.size,
+                    size: None,
+                    state: BlockState::ActivePendingFree,
+                };
+                if live.insert(addr, freed).is_some() {
+                    issue(
+                        i,
+                        format!("free_completed at 0x{addr:x}, which is allocated again later without an alloc"),
+                    );
+                }
+            }
+            Action::SegmentAlloc => {
+                if ranges.remove(&addr).is_none() {
+                    issue(
+                        i,
+                        format!("segment_alloc at 0x{addr:x}, but no such segment afterwards"),
+                    );
+                }
+            }
+            Action::SegmentFree => {
+                let pool = if e.size == SMALL_BUFFER {
+                    PoolKind::Small
+                } else {
+                    PoolKind::Large
+                };
+                let range = Range {
+                    size: e.size,
+                    stream: stream_of(e),
+                    pool,
+                    expandable: false,
+                };
+                ranges.insert(addr, range);
+            }
+            Action::SegmentMap => {
+                let found = ranges
+                    .range(..=addr)
+                    .next_back()
+                    .filter(|(&b, r)| r.expandable && addr + e.size <= b + r.size)
+                    .map(|(&b, &r)| (b, r));
+                let Some((base, r)) = found else {
+                    issue(
+                        i,
+                        format!(
+                            "segment_map at 0x{addr:x}, but that range is not mapped afterwards"
+                        ),
+                    );
+                    continue;
+                };
+                ranges.remove(&base);
+                if addr > base {
+                    ranges.insert(
+                        base,
+                        Range {
+                            size: addr - base,
+                            ..r
+                        },
+                    );
+                }
+                let end = base + r.size;
+                if addr + e.size < end {
+                    let size = end - addr - e.size;
+                    ranges.insert(addr + e.size, Range { size, ..r });
+                }
+            }
+            Action::SegmentUnmap => {
+                let (mut base, mut size) = (addr, e.size);
+                let stream = stream_of(e);
+                let mut pool = None;
+                let below = ranges
+                    .range(..addr)
+                    .next_back()
+                    .map(|(&b, &r)| (b, r))
+                    .filter(|(b, r)| r.expandable && r.stream == stream && b + r.size == addr);
+                if let Some((b, r)) = below {
+                    ranges.remove(&b);
+                    base = b;
+                    size += r.size;
+                    pool = Some(r.pool);
+                }
+                if let Some(r) = ranges
+                    .get(&(addr + e.size))
+                    .copied()
+                    .filter(|r| r.expandable && r.stream == stream)
+                {
+                    ranges.remove(&(addr + e.size));
+                    size += r.size;
+                    pool = pool.or(Some(r.pool));
+                }
+                let pool = pool.unwrap_or(if e.size % config.large_segment_size == 0 {
+                    PoolKind::Large
+                } else {
+                    PoolKind::Small
+                });
+                let range = Range {
+                    size,
+                    stream,
+                    pool,
+                    expandable: true,
+                };
+                ranges.insert(base, range);
+            }
+            Action::Snapshot | Action::Oom => {}
+        }
+    }
+    let slivers = slivers_found_later(entries, &live, config);
+    let mut sorted: Vec<(u64, Live)> = live.into_iter().collect();
+    sorted.sort_unstable_by_key(|&(a, _)| a);
+    let mut next_live = sorted.into_iter().peekable();
+    let mut out = Vec::with_capacity(ranges.len());
+    for (&base, r) in &ranges {
+        let end = base + r.size;
+        while let Some((a, _)) = next_live.next_if(|&(a, _)| a < base) {
+            issue(
+                0,
+                format!("block at 0x{a:x} lies outside every segment before the trace"),
+            );
+        }
+        let mut inside = Vec::new();
+        while let Some(l) = next_live.next_if(|&(a, _)| a < end) {
+            inside.push(l);
+        }
+        let mut blocks = Vec::with_capacity(inside.len() * 2 + 1);
+        let mut at = base;
+        for (k, &(a, l)) in inside.iter().enumerate() {
+            let next = inside.get(k + 1).map_or(end, |n| n.0);
+            let rounded = round_size(l.requested, config);
+            let absorbs = r.pool == PoolKind::Large && !r.expandable && !config.expandable_segments;
+            let size = match (l.size, slivers.get(&a)) {
+                (Some(s), _) => s,
+                (None, _)
+                    if absorbs && next.saturating_sub(a.saturating_add(rounded)) <= SMALL_SIZE =>
+                {
+                    next - a
+                }
+                // Oversize blocks are never split: the block is all the space it was taken
+                // from, which was less than the request plus max_non_split_rounding.
+                (None, _)
+                    if absorbs
+                        && config.max_split_size.is_some_and(|m| rounded >= m)
+                        && next.saturating_sub(a.saturating_add(rounded))
+                            < config.max_non_split_rounding =>
+                {
+                    next - a
+                }
+                (None, Some(&s)) if absorbs && a.saturating_add(s) <= next => s,
+                (None, _) => {
+                    if absorbs {
+                        ambiguous.insert(a);
+                    }
+                    rounded
+                }
+            };
+            if a < at || a.saturating_add(size) > next {
+                issue(
+                    0,
+                    format!("block at 0x{a:x} overlaps its neighbour before the trace"),
+                );
+                continue;
+            }
+            if a > at {
+                blocks.push(free_block(at, a - at));
+            }
+            blocks.push(Block {
+                address: a,
+                size,
+                requested_size: l.requested,
+                state: l.state,
+                stack: None,
+            });
+            at = a + size;
+        }
+        if at < end {
+            blocks.push(free_block(at, end - at));
+        }
+        out.push(Segment {
+            device,
+            address: base,
+            total_size: r.size,
+            stream: r.stream,
+            pool: r.pool,
+            pool_id: (0, 0),
+            is_expandable: r.expandable,
+            stack: None,
+            blocks,
+        });
+    }
+    for (a, _) in next_live {
+        issue(
+            0,
+            format!("block at 0x{a:x} lies outside every segment before the trace"),
+        );
+    }
+    (out, ambiguous)
+}
+
+/// Sizes of large blocks alive before the trace, learned from the trace: a block never
+/// splits off a remainder of 1 MiB or less, so an `alloc` within 1 MiB after the rounded end
+/// of a still-live block shows where the free space after it starts.
+fn slivers_found_later(
+    entries: &[TraceEntry],
+    live: &FxHashMap<u64, Live>,
+    config: &AllocatorConfig,
+) -> FxHashMap<u64, u64> {
+    let mut open: BTreeMap<u64, u64> = live
+        .iter()
+        .filter(|(_, l)| l.size.is_none())
+        .map(|(&a, l)| (a, round_size(l.requested, config)))
+        .filter(|&(_, r)| r > SMALL_SIZE)
+        .map(|(a, r)| (a.saturating_add(r), a))
+        .collect();
+    let mut ends: FxHashMap<u64, u64> = open.iter().map(|(&end, &a)| (a, end)).collect();
+    let mut found = FxHashMap::default();
+    for e in entries {
+        if open.is_empty() {
+            break;
+        }
+        let Some(addr) = e.addr() else { continue };
+        match e.action {
+            Action::FreeRequested | Action::FreeCompleted => {
+                if let Some(end) = ends.remove(&addr) {
+                    open.remove(&end);
+                }
+            }
+            Action::Alloc => {
+                let hit = open
+                    .range(..=addr)
+                    .next_back()
+                    .map(|(&end, &a)| (end, a))
+                    .filter(|&(end, _)| addr - end <= SMALL_SIZE);
+                if let Some((end, a)) = hit {
+                    open.remove(&end);
+                    ends.remove(&a);
+                    if addr > end {
+                        found.insert(a, addr - a);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+fn free_block(address: u64, size: u64) -> Block {
+    Block {
+        address,
+        size,
+        requested_size: 0,
+        state: BlockState::Inactive,
+        stack: None,
+    }
+}

@@ -1,0 +1,25 @@
+//! The caching-allocator simulator: PyTorch's native CUDA caching allocator as a model
+//! (`reference/pytorch-allocator.md` §1), its settings, and the replay of a recorded trace
+//! through it (§2.11-2.12) for validation and what-if runs. The model emits the same
+//! `TraceEntry` vocabulary as snapshots.
+
+pub mod alloc_conf;
+mod blocks;
+mod caching_allocator;
+mod capacity;
+mod driver;
+mod engine;
+mod expandable;
+mod initial;
+mod layout;
+mod plan;
+mod release;
+pub mod replay;
+pub mod rounding;
+pub mod sweep;
+mod validation;
+
+pub use alloc_conf::{AllocatorConfig, Backend, ConfError};
+pub use caching_allocator::{CachingAllocator, FreeError, OutOfMemory, Stats};
+pub use driver::Driver;
+pub use layout::LayoutError;

@@ -1,0 +1,246 @@
+//! The first pass over a recorded trace: turns it into the program's requests, telling OOM
+//! retries from `empty_cache()` bursts (rule 1, verified by running the model's own retry on
+//! a copy), leaving a retry's releases and the completions inside it to the model (rules
+//! 2-3), offering each new segment the recorded address (rule 8), and comparing every
+//! decision with the record.
+
+use super::caching_allocator::CachingAllocator;
+use super::engine::{Engine, Op, OTHER_STREAM};
+use super::replay::DeviceTrace;
+use super::validation::{compare, Validation};
+use crate::model::{Action, TraceEntry};
+use rustc_hash::FxHashSet;
+
+pub(super) fn is_burst(a: Action) -> bool {
+    matches!(a, Action::SegmentFree | Action::SegmentUnmap)
+}
+
+pub(super) fn is_growth(a: Action) -> bool {
+    matches!(a, Action::SegmentAlloc | Action::SegmentMap)
+}
+
+/// Walks the trace, turning it into requests, applying each to the model and comparing the
+/// model's entries with the recorded ones.
+/// Also returns the index of the first release of every burst it took for `empty_cache()`.
+pub(super) fn plan_and_validate(
+    trace: &DeviceTrace<'_>,
+    engine: &mut Engine,
+    validation: &mut Validation,
+) -> (Vec<Op>, FxHashSet<usize>) {
+    let mut empty_cache_bursts = FxHashSet::default();
+    let entries = trace.entries;
+    let n = entries.len();
+    let mut ops = Vec::with_capacity(n);
+    let mut group_start = 0;
+    let mut detached = false;
+    let mut hint: Option<(u64, Option<u64>)> = None;
+    let mut i = 0;
+    // Applies an op; the model's entries for it stay in `engine.model.events()`.
+    let step = |op: Op, engine: &mut Engine, ops: &mut Vec<Op>| {
+        engine.model.clear_events();
+        engine.apply(&op);
+        ops.push(op);
+    };
+    while i < n {
+        let e = &entries[i];
+        let addr = e.addr().unwrap_or(0);
+        match e.action {
+            Action::Alloc | Action::Oom => {
+                let op = Op::Malloc {
+                    entry: i,
+                    size: e.size,
+                    stream: trace.stream(e),
+                    recorded: (e.action == Action::Alloc).then_some(addr),
+                    hint: hint.take(),
+                };
+                step(op, engine, &mut ops);
+                compare(
+                    entries,
+                    group_start,
+                    i + 1,
+                    engine.model.events(),
+                    validation,
+                );
+                if std::mem::take(&mut detached) {
+                    step(Op::CompleteDetached, engine, &mut ops);
+                }
+                i += 1;
+                group_start = i;
+            }
+            Action::SegmentAlloc => {
+                hint = Some((addr, Some(e.size)));
+                i += 1;
+            }
+            Action::SegmentMap => {
+                hint = hint.or(Some((addr, None)));
+                i += 1;
+            }
+            Action::FreeRequested => {
+                let paired = entries
+                    .get(i + 1)
+                    .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr))
+                    && !completed_by_retry(engine, trace, i);
+                let (op, used) = if paired {
+                    (Op::Free { entry: i, addr }, 2)
+                } else {
+                    (Op::FreeRequested { entry: i, addr }, 1)
+                };
+                step(op, engine, &mut ops);
+                compare(
+                    entries,
+                    group_start,
+                    i + used,
+                    engine.model.events(),
+                    validation,
+                );
+                i += used;
+                group_start = i;
+            }
+            Action::FreeCompleted | Action::SegmentFree | Action::SegmentUnmap => {
+                let lone_end = (i..n)
+                    .find(|&j| entries[j].action != Action::FreeCompleted)
+                    .unwrap_or(n);
+                // The releases, with the completions of a synchronization between them
+                // (release_available_cached_blocks releases before release_cached_blocks
+                // synchronizes).
+                let run_end = (lone_end..n)
+                    .find(|&j| {
+                        !(is_burst(entries[j].action) || entries[j].action == Action::FreeCompleted)
+                    })
+                    .unwrap_or(n);
+                let burst_end = if (lone_end..run_end).any(|j| is_burst(entries[j].action)) {
+                    run_end
+                } else {
+                    lone_end
+                };
+                let completions: Vec<(usize, u64)> = (i..burst_end)
+                    .filter(|&j| entries[j].action == Action::FreeCompleted)
+                    .map(|j| (j, entries[j].addr().unwrap_or(0)))
+                    .collect();
+                let has_burst = burst_end != lone_end;
+                let request = (burst_end..n)
+                    .find(|&j| !is_growth(entries[j].action))
+                    .map(|j| (j, &entries[j]))
+                    .filter(|(_, r)| matches!(r.action, Action::Alloc | Action::Oom));
+                // Rule 1: an OOM retry only if best fit fails before the burst and, with the
+                // capacity known, the device had no room without it. Then the model's own
+                // retry, run on a copy, must make exactly the recorded releases and growth;
+                // otherwise the burst was an empty_cache() call (and completions before an
+                // `oom` came first).
+                let retry = request.is_some_and(|(j, r)| {
+                    let candidate = r.action == Action::Oom
+                        || (has_burst && engine.model.would_release(r.size, trace.stream(r)));
+                    candidate && retry_reproduces(&engine.model, trace, lone_end, j)
+                });
+                if !has_burst && !retry {
+                    for (j, addr) in completions {
+                        step(Op::FreeCompleted { entry: j, addr }, engine, &mut ops);
+                        compare(
+                            entries,
+                            group_start,
+                            j + 1,
+                            engine.model.events(),
+                            validation,
+                        );
+                        group_start = j + 1;
+                    }
+                    i = lone_end;
+                    continue;
+                }
+                for &(_, addr) in &completions {
+                    step(Op::Detach { addr }, engine, &mut ops);
+                }
+                if retry {
+                    // The model's own retry releases and completes; compare at the request.
+                    detached = true;
+                    i = burst_end;
+                    continue;
+                }
+                empty_cache_bursts.insert(lone_end);
+                step(Op::EmptyCache, engine, &mut ops);
+                compare(
+                    entries,
+                    group_start,
+                    burst_end,
+                    engine.model.events(),
+                    validation,
+                );
+                step(Op::CompleteDetached, engine, &mut ops);
+                i = burst_end;
+                group_start = i;
+            }
+            Action::Snapshot => i += 1,
+        }
+    }
+    compare(entries, group_start, n, &[], validation);
+    (ops, empty_cache_bursts)
+}
+
+/// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free
+/// whose completion came from the OOM retry right after it (rule 3's exception): the retry
+/// the record shows (releases then growth and `alloc`, or an `oom`) is reproduced with the
+/// block pending during the search, and not with it freed first.
+pub(super) fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: usize) -> bool {
+    let entries = trace.entries;
+    let n = entries.len();
+    let burst = i + 2;
+    let burst_end = (burst..n)
+        .find(|&j| !(is_burst(entries[j].action) || entries[j].action == Action::FreeCompleted))
+        .unwrap_or(n);
+    let released = (burst..burst_end).any(|j| is_burst(entries[j].action));
+    let Some(request) = (burst_end..n)
+        .find(|&j| !is_growth(entries[j].action))
+        .filter(|&j| match entries[j].action {
+            Action::Oom => true,
+            Action::Alloc => released,
+            _ => false,
+        })
+    else {
+        return false;
+    };
+    let Some(&addr) = entries[i].addr().and_then(|a| engine.addresses.get(&a)) else {
+        return false;
+    };
+    let mut freed = engine.model.clone();
+    let mut pending = engine.model.clone();
+    if freed.free(addr).is_err()
+        || pending.record_stream(addr, OTHER_STREAM).is_err()
+        || pending.free(addr).is_err()
+    {
+        return false;
+    }
+    !retry_reproduces(&freed, trace, burst, request)
+        && retry_reproduces(&pending, trace, burst, request)
+}
+
+/// Whether the model's malloc for the request at `entries[request]`, run on a copy of its
+/// state, makes exactly the recorded releases and growth of `entries[from..=request]`.
+pub(super) fn retry_reproduces(
+    model: &CachingAllocator,
+    trace: &DeviceTrace<'_>,
+    from: usize,
+    request: usize,
+) -> bool {
+    let entries = &trace.entries[from..=request];
+    let r = &trace.entries[request];
+    let mut copy = model.clone();
+    copy.clear_events();
+    copy.set_recording(true);
+    let hint = entries.iter().find(|e| is_growth(e.action)).and_then(|e| {
+        Some((
+            e.addr()?,
+            (e.action == Action::SegmentAlloc).then_some(e.size),
+        ))
+    });
+    copy.set_address_hint(hint);
+    let _ = copy.malloc(r.size, trace.stream(r));
+    let decision = |e: &&TraceEntry| {
+        is_burst(e.action) || is_growth(e.action) || matches!(e.action, Action::Alloc | Action::Oom)
+    };
+    let view = |e: &TraceEntry| (e.action, e.addr(), e.size);
+    entries
+        .iter()
+        .filter(decision)
+        .map(view)
+        .eq(copy.events().iter().filter(decision).map(view))
+}

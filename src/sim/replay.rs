@@ -1,0 +1,358 @@
+//! Replays one device's recorded trace through the allocator model (reference §2.12).
+//!
+//! `prepare` rebuilds the state before the trace (`initial`), infers the capacity
+//! (`capacity`) and runs the validating first pass (`plan`), which turns the trace into the
+//! program's requests; where the first mismatch shows a block alive before the trace had an
+//! unsplit remainder, it corrects the start state and replays again. `run` replays the same
+//! requests under other settings (what-if).
+
+use super::alloc_conf::AllocatorConfig;
+use super::capacity::{capacity_bracket, Bracket};
+use super::engine::{Engine, Op};
+use super::initial::state_before;
+use super::plan::plan_and_validate;
+use super::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE};
+use super::validation::same_layout;
+pub use super::validation::{EntryView, Mismatch, Tally, Validation};
+use crate::model::{
+    Action, AllocatorSettings, BlockState, ReplayIssue, Segment, Snapshot, StreamIndex, TraceEntry,
+};
+use rustc_hash::FxHashSet;
+use serde::Serialize;
+
+/// One device's recording: its trace, stream table and final segments.
+#[derive(Clone, Debug)]
+pub struct DeviceTrace<'a> {
+    pub device: u32,
+    pub entries: &'a [TraceEntry],
+    /// `cudaStream_t` of each `StreamIndex`.
+    pub streams: Vec<u64>,
+    /// Segments at the end of the trace.
+    pub segments: Vec<Segment>,
+}
+
+impl<'a> DeviceTrace<'a> {
+    /// Every device of a snapshot that has a trace or segments.
+    pub fn all(snapshot: &'a Snapshot) -> Vec<DeviceTrace<'a>> {
+        let t = &snapshot.timeline;
+        let streams: Vec<u64> = (0..t.stream_count())
+            .map(|i| t.stream(StreamIndex(i as u16)))
+            .collect();
+        snapshot
+            .devices()
+            .into_iter()
+            .map(|device| DeviceTrace {
+                device,
+                entries: t.device(device as usize),
+                streams: streams.clone(),
+                segments: snapshot.device_segments(device).cloned().collect(),
+            })
+            .collect()
+    }
+
+    pub(super) fn stream(&self, e: &TraceEntry) -> u64 {
+        self.streams.get(e.stream.0 as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Fragmentation when reserved memory peaked (the fields of `analyze`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FragmentationAtPeak {
+    /// Allocated minus requested bytes.
+    pub internal_bytes: u64,
+    /// Reserved bytes not in active blocks.
+    pub external_bytes: u64,
+    pub largest_free_block_bytes: u64,
+}
+
+/// Where a run first ran out of memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OomAt {
+    pub entry_index: usize,
+    /// The rounded request.
+    pub request_bytes: u64,
+    /// The segment it needed.
+    pub alloc_size_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+}
+
+/// What one replay produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunResult {
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub fragmentation_at_peak: FragmentationAtPeak,
+    pub oom: Option<OomAt>,
+    /// Requests that contradict the model's state (free of an unknown address, ...).
+    pub issues: Vec<ReplayIssue>,
+}
+
+/// Where the device capacity used by a replay came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    Given,
+    /// Bracketed by the trace's OOM retries and `oom` entries (rule 4).
+    Inferred,
+    Unlimited,
+}
+
+/// A device's trace turned into requests, validated with the recorded settings.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub device: u32,
+    initial: Vec<Segment>,
+    /// (stream, address, size) of every `segment_map` in the trace.
+    mapped_later: Vec<(u64, u64, u64)>,
+    ops: Vec<Op>,
+    pub capacity: Option<u64>,
+    pub capacity_source: CapacitySource,
+    /// Highest reserved total the record shows.
+    pub recorded_peak_reserved_bytes: u64,
+    pub validation: Validation,
+    /// The replay with the recorded settings.
+    pub recorded_run: RunResult,
+    /// Problems met while rebuilding the state before the trace.
+    pub issues: Vec<ReplayIssue>,
+}
+
+/// The settings a snapshot's allocator ran with: the recorded ones, else the defaults with
+/// expandable segments when the file shows them. A recorded settings string this parser
+/// refuses is set aside (the structured values PyTorch wrote still apply), with a warning.
+pub fn recorded_config(snapshot: &Snapshot) -> (AllocatorConfig, Option<String>) {
+    let mut warning = None;
+    let mut config = match &snapshot.settings {
+        Some(s) => AllocatorConfig::from_settings(s).unwrap_or_else(|e| {
+            warning = Some(format!("recorded PYTORCH_CUDA_ALLOC_CONF set aside: {e}"));
+            let structured = AllocatorSettings {
+                alloc_conf: None,
+                ..s.clone()
+            };
+            AllocatorConfig::from_settings(&structured).unwrap_or_default()
+        }),
+        None => AllocatorConfig::default(),
+    };
+    if snapshot
+        .settings
+        .as_ref()
+        .and_then(|s| s.expandable_segments)
+        .is_none()
+    {
+        let mut entries =
+            (0..snapshot.timeline.device_count()).flat_map(|d| snapshot.timeline.device(d).iter());
+        config.expandable_segments = snapshot.segments.iter().any(|s| s.is_expandable)
+            || entries.any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap));
+    }
+    (config, warning)
+}
+
+/// Rebuilds the state before the trace, infers the capacity unless `capacity` is given,
+/// and replays with the `recorded` settings, comparing every decision with the record.
+pub fn prepare(
+    trace: &DeviceTrace<'_>,
+    recorded: &AllocatorConfig,
+    capacity: Option<u64>,
+) -> Prepared {
+    let mut issues = Vec::new();
+    let stream_of = |e: &TraceEntry| trace.stream(e);
+    let (mut initial, ambiguous) = state_before(
+        trace.entries,
+        &stream_of,
+        &trace.segments,
+        recorded,
+        &mut issues,
+    );
+    let mapped_later: Vec<(u64, u64, u64)> = trace
+        .entries
+        .iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .filter_map(|e| Some((trace.stream(e), e.addr()?, e.size)))
+        .collect();
+    let mut attempt = Attempt::run(trace, recorded, capacity, &initial, &mapped_later);
+    // Rule 5's "absorb a sliver found later": where the first mismatch shows that a block
+    // alive before the trace had an unsplit remainder, give it one and replay again.
+    for _ in 0..MAX_SLIVER_REPAIRS {
+        let Some(m) = &attempt.validation.first_mismatch else {
+            break;
+        };
+        let Some(repaired) = absorb_sliver(&initial, &ambiguous, m) else {
+            break;
+        };
+        let again = Attempt::run(trace, recorded, capacity, &repaired, &mapped_later);
+        let better = again
+            .validation
+            .first_mismatch
+            .as_ref()
+            .is_none_or(|n| n.entry_index > m.entry_index);
+        if !better {
+            break;
+        }
+        initial = repaired;
+        attempt = again;
+    }
+    let Attempt {
+        bracket,
+        capacity,
+        capacity_source,
+        engine,
+        mut validation,
+        ops,
+        load_issues,
+    } = attempt;
+    issues.extend(load_issues);
+    validation.final_layout_matches =
+        same_layout(&engine.model.layout(trace.device), &trace.segments);
+    if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
+        if let Some(m) = validation.first_mismatch.as_mut() {
+            m.reason.push_str(
+                "; this device has private-pool segments (CUDA graphs, MemPool), and trace \
+                 entries do not say which pool they used",
+            );
+        }
+    }
+    Prepared {
+        device: trace.device,
+        initial,
+        mapped_later,
+        ops,
+        capacity,
+        capacity_source,
+        recorded_peak_reserved_bytes: bracket.peak_reserved,
+        validation,
+        recorded_run: engine.finish(),
+        issues,
+    }
+}
+
+/// How many blocks of the rebuilt state a replay may correct.
+const MAX_SLIVER_REPAIRS: usize = 16;
+
+/// One validating replay from a given start state.
+struct Attempt {
+    bracket: Bracket,
+    capacity: Option<u64>,
+    capacity_source: CapacitySource,
+    engine: Engine,
+    validation: Validation,
+    ops: Vec<Op>,
+    load_issues: Vec<ReplayIssue>,
+}
+
+impl Attempt {
+    /// The bracket counts the bursts that were OOM retries, which the replay tells apart
+    /// from empty_cache() calls; a second replay runs when that changes the capacity.
+    fn run(
+        trace: &DeviceTrace<'_>,
+        recorded: &AllocatorConfig,
+        capacity: Option<u64>,
+        initial: &[Segment],
+        mapped_later: &[(u64, u64, u64)],
+    ) -> Attempt {
+        let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
+        let mut empty_cache_bursts = FxHashSet::default();
+        let mut first = true;
+        loop {
+            let bracket = capacity_bracket(
+                trace.entries,
+                initial_reserved,
+                recorded,
+                &empty_cache_bursts,
+            );
+            let (capacity, capacity_source) = match (capacity, bracket.capacity) {
+                (Some(c), _) => (Some(c), CapacitySource::Given),
+                (None, Some(c)) => (Some(c), CapacitySource::Inferred),
+                (None, None) => (None, CapacitySource::Unlimited),
+            };
+            let mut load_issues = Vec::new();
+            let mut engine =
+                Engine::new(recorded, capacity, initial, mapped_later, &mut load_issues);
+            let mut validation = Validation::default();
+            let (ops, empties) = plan_and_validate(trace, &mut engine, &mut validation);
+            let again = capacity_source == CapacitySource::Inferred
+                && first
+                && empties != empty_cache_bursts
+                && capacity_bracket(trace.entries, initial_reserved, recorded, &empties).capacity
+                    != capacity;
+            if !again {
+                return Attempt {
+                    bracket,
+                    capacity,
+                    capacity_source,
+                    engine,
+                    validation,
+                    ops,
+                    load_issues,
+                };
+            }
+            first = false;
+            empty_cache_bursts = empties;
+        }
+    }
+}
+
+/// For an `alloc` the model placed at X where the record shows Y: if a block alive before
+/// the trace, of inferred size and followed by free space, ends at X, or Y lies within
+/// 1 MiB after its end, that block had an unsplit remainder. Returns the state with it.
+fn absorb_sliver(
+    initial: &[Segment],
+    ambiguous: &FxHashSet<u64>,
+    m: &Mismatch,
+) -> Option<Vec<Segment>> {
+    let (Some(want), Some(got)) = (&m.expected, &m.got) else {
+        return None;
+    };
+    if want.action != Action::Alloc || got.action != Action::Alloc {
+        return None;
+    }
+    let (y, x) = (want.addr?, got.addr?);
+    let mut out = initial.to_vec();
+    for seg in &mut out {
+        for k in 0..seg.blocks.len().saturating_sub(1) {
+            let (b, f) = (&seg.blocks[k], &seg.blocks[k + 1]);
+            if !ambiguous.contains(&b.address) || f.state != BlockState::Inactive {
+                continue;
+            }
+            let end = b.address + b.size;
+            let grow = if y > end && y - end <= SMALL_SIZE {
+                y - end
+            } else if x == end && f.size > SMALL_SIZE + MIN_BLOCK_SIZE {
+                (f.size - SMALL_SIZE - MIN_BLOCK_SIZE).min(SMALL_SIZE) / MIN_BLOCK_SIZE
+                    * MIN_BLOCK_SIZE
+            } else {
+                continue;
+            };
+            if grow == 0 || grow >= f.size {
+                continue;
+            }
+            seg.blocks[k].size += grow;
+            seg.blocks[k + 1].address += grow;
+            seg.blocks[k + 1].size -= grow;
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// Replays the prepared requests under `config` with device `capacity`.
+pub fn run(prepared: &Prepared, config: &AllocatorConfig, capacity: Option<u64>) -> RunResult {
+    let mut issues = Vec::new();
+    let mut engine = Engine::new(
+        config,
+        capacity,
+        &prepared.initial,
+        &prepared.mapped_later,
+        &mut issues,
+    );
+    engine.model.set_recording(false);
+    for op in &prepared.ops {
+        engine.apply(op);
+    }
+    let mut result = engine.finish();
+    result.issues.splice(0..0, issues);
+    result
+}
+
+#[cfg(test)]
+#[path = "replay_tests.rs"]
+mod tests;
