@@ -5,6 +5,8 @@ mod analyze;
 mod gate;
 mod input;
 mod plan;
+mod plot;
+mod report;
 mod unbuilt;
 
 use clap::{Args, Parser, Subcommand};
@@ -52,6 +54,10 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
     Gate(gate::GateArgs),
+    /// Draw memory over time, the segment map or fragmentation over time (PNG or SVG).
+    Plot(plot::PlotArgs),
+    /// Write a self-contained HTML report: summary, plots, top sites, the OOM.
+    Report(report::ReportArgs),
     /// Convert a snapshot or recording for other tools.
     Export(unbuilt::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
@@ -72,7 +78,8 @@ pub struct AnalyzeArgs {
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
-    /// Write a plot of the timeline (not built yet).
+    /// Also write a plot of memory over time (the first or --device device); the extension
+    /// picks PNG or SVG.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
 }
@@ -89,6 +96,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::View(_) => unbuilt::refuse("view"),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
+        Command::Plot(args) => plot::run(&args),
+        Command::Report(args) => report::run(&args),
         Command::Export(_) => unbuilt::refuse("export"),
         Command::Agent(_) => unbuilt::refuse("agent"),
     }

@@ -1,9 +1,11 @@
-//! Sinks that do not interact: the JSON document and the human text of each report, and the
-//! CI gate's verdict.
+//! Sinks that do not interact: the JSON document and the human text of each report, the CI
+//! gate's verdict, plots (PNG and SVG) and the HTML report.
 
 pub mod analyze_json;
 pub mod analyze_text;
 pub mod gate;
 pub mod gate_output;
+pub mod html;
 pub mod plan_json;
 pub mod plan_text;
+pub mod plot;
