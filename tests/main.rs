@@ -6,5 +6,6 @@ mod bad_input;
 mod commands;
 mod gate;
 mod plan;
+mod plots;
 mod real_snapshots;
 mod util;
