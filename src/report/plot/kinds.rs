@@ -68,10 +68,10 @@ pub fn plot(
         Kind::Segments => {
             let segments: Vec<_> = snapshot.device_segments(device).collect();
             let shown = segments.len().min(super::segments::MAX_ROWS);
-            let count = if shown < segments.len() {
-                format!("{shown} largest of {} segments", segments.len())
-            } else {
-                format!("{} segments", segments.len())
+            let count = match segments.len() {
+                1 => "1 segment".to_string(),
+                all if shown < all => format!("{shown} largest of {all} segments"),
+                all => format!("{all} segments"),
             };
             let title =
                 format!("Segment map at the end of the trace - {name}, device {device}, {count}");

@@ -4,9 +4,10 @@
 use super::font::FAMILY;
 use super::style::{self, tick, Unit};
 use super::timeline::draw_empty;
-use crate::model::{BlockState, Segment};
+use crate::model::{BlockState, Bytes, Segment};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// At most this many segments are drawn (the largest).
 pub const MAX_ROWS: usize = 48;
@@ -51,38 +52,30 @@ impl super::Figure for SegmentsPlot<'_> {
         area.fill(&WHITE)?;
         let unit = Unit::for_max(largest);
         let x_max = unit.of(largest).max(1e-3);
-        let n = rows.len() as i32;
+        let n = rows.len() as f64;
         let mut chart = ChartBuilder::on(area)
             .caption(&self.title, (FAMILY, style::TITLE_PX))
             .margin(16)
             .x_label_area_size(50)
             .y_label_area_size(110)
-            .build_cartesian_2d(0f64..x_max, (0..n).into_segmented())?;
-        let label_of = |v: &SegmentValue<i32>| match v {
-            SegmentValue::CenterOf(i) => rows
-                .get((n - 1 - i) as usize)
-                .map_or_else(String::new, |s| {
-                    crate::model::Bytes(s.total_size).to_string()
-                }),
-            _ => String::new(),
-        };
-        let tick_px = if n > 30 { 10 } else { style::TICK_PX };
+            .build_cartesian_2d(0f64..x_max, 0f64..n)?;
         chart
             .configure_mesh()
             .disable_y_mesh()
             .light_line_style(WHITE.mix(0.0))
-            .y_labels(rows.len())
+            .y_labels(0)
             .x_desc(format!("offset in the segment ({})", unit.name))
             .y_desc("segment (size)")
             .axis_desc_style((FAMILY, style::LABEL_PX))
-            .x_label_style((FAMILY, style::TICK_PX))
-            .y_label_style((FAMILY, tick_px))
+            .label_style((FAMILY, style::TICK_PX))
             .x_label_formatter(&|v| tick(*v, x_max))
-            .y_label_formatter(&label_of)
             .draw()?;
+        let label_px = if rows.len() > 30 { 10 } else { style::TICK_PX };
+        let label_font = TextStyle::from((FAMILY, label_px).into_font())
+            .pos(Pos::new(HPos::Right, VPos::Center));
         for (row, segment) in rows.iter().enumerate() {
-            let y = n - 1 - row as i32;
-            let (lo, hi) = (SegmentValue::Exact(y), SegmentValue::Exact(y + 1));
+            // The largest segment on top; each row keeps a thin gap below it.
+            let (lo, hi) = (n - row as f64 - 0.92, n - row as f64 - 0.08);
             let mut offset = 0u64;
             let spans: Vec<(f64, f64, BlockState)> = segment
                 .blocks
@@ -94,19 +87,22 @@ impl super::Figure for SegmentsPlot<'_> {
                 })
                 .collect();
             let rect = |start: f64, end: f64, style: ShapeStyle| {
-                Rectangle::new([(start, lo.clone()), (end, hi.clone())], style)
+                Rectangle::new([(start, lo), (end, hi)], style)
             };
             chart.draw_series(
                 spans
                     .iter()
                     .map(|&(a, b, st)| rect(a, b, color(st).filled())),
             )?;
-            // White edges separate neighbouring blocks and rows.
+            // White edges separate neighbouring blocks.
             chart.draw_series(
                 spans
                     .iter()
                     .map(|&(a, b, _)| rect(a, b, WHITE.stroke_width(1))),
             )?;
+            let (x, y) = chart.backend_coord(&(0.0, (lo + hi) / 2.0));
+            let label = Bytes(segment.total_size).to_string();
+            area.draw(&Text::new(label, (x - 8, y), label_font.clone()))?;
         }
         for (label, c) in [
             ("allocated", style::ALLOCATED),
@@ -117,7 +113,7 @@ impl super::Figure for SegmentsPlot<'_> {
             ("free (cached in the segment)", style::FREE),
         ] {
             chart
-                .draw_series(std::iter::empty::<Rectangle<(f64, SegmentValue<i32>)>>())?
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
                 .label(label)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
         }
