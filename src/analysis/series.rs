@@ -120,7 +120,7 @@ pub fn memory_series(
                 bytes: active,
             });
         }
-        if index % bucket == 0 {
+        if index.is_multiple_of(bucket) {
             bucket_reserved = 0;
         }
         bucket_reserved = bucket_reserved.max(replay.reserved());
@@ -131,7 +131,7 @@ pub fn memory_series(
             by_site: by_site.clone(),
         };
         match points.last_mut() {
-            Some(last) if index % bucket != 0 => {
+            Some(last) if !index.is_multiple_of(bucket) => {
                 if active > last.active {
                     *last = point;
                 } else {
@@ -172,7 +172,7 @@ mod tests {
         Snapshot {
             format: SnapshotFormat::Modern,
             segments: Vec::<Segment>::new(),
-            timeline: Timeline::new(entries, vec![0..n]),
+            timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
             stacks,
             settings: Some(AllocatorSettings::default()),
             annotations: Vec::new(),
