@@ -62,7 +62,11 @@ fn every_kind_in_png_and_svg() {
             "Memory over time - demo_oom.pickle, device 0",
             "<polyline",
         ),
-        ("segments", "Segment map at the end of the trace", "<rect"),
+        (
+            "segments",
+            "Segments at the peak (entry 942, rebuilt from the trace)",
+            "<rect",
+        ),
         ("fragmentation", "Fragmentation over time", "<polygon"),
     ];
     for (kind, title, shape) in kinds {
@@ -156,7 +160,7 @@ fn report_is_self_contained_with_summary_plots_sites_and_oom() {
         "Out of memory</strong> at entry 1648: a request of 4.03 GiB",
         "/home/user/train.py:99:train_step",
         "Memory over time - demo_oom.pickle",
-        "Segment map at the end of the trace",
+        "Segments at the peak (entry 942, rebuilt from the trace)",
         "Fragmentation over time",
     ] {
         assert!(page.contains(want), "report has {want:?}");
@@ -210,4 +214,44 @@ fn report_and_plots_escape_names_from_the_file() {
     let text = std::fs::read_to_string(&svg).expect("svg written");
     assert!(!text.contains("<script") && !text.contains("<b>"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The layout rebuilt at the peak holds exactly the peak's live bytes, and no more reserved
+/// bytes than the peak of reserved, on every fixture with a peak.
+#[test]
+fn layout_at_the_peak_holds_the_peak() {
+    use memprof::analysis::{analyze_device, layout_at};
+    use memprof::model::BlockState;
+    for name in [
+        "demo_oom",
+        "expandable",
+        "multi_device",
+        "oom",
+        "pending_free",
+        "v2_1_basic",
+    ] {
+        let file = std::fs::File::open(fixture(&format!("snapshots/{name}.pickle"))).expect("open");
+        let snap = memprof::source::torch_snapshot::read(file)
+            .expect("parse")
+            .snapshot;
+        for device in snap.devices() {
+            let trace = analyze_device(&snap, device, 0).trace;
+            let Some(peak) = trace.peak_entry_index else {
+                continue;
+            };
+            let layout = layout_at(&snap, device, peak);
+            let active: u64 = layout
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .filter(|b| b.state != BlockState::Inactive)
+                .map(|b| b.size)
+                .sum();
+            assert_eq!(active, trace.peak_active_bytes, "{name} device {device}");
+            let reserved: u64 = layout.iter().map(|s| s.total_size).sum();
+            assert!(
+                reserved <= trace.peak_reserved_bytes,
+                "{name} device {device}"
+            );
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! from and its title.
 
 use super::{render, Format, FragmentationPlot, PlotError, SegmentsPlot, TimelinePlot};
-use crate::analysis::{analyze_device, memory_series, MemorySeries};
+use crate::analysis::{analyze_device, layout_at, memory_series, MemorySeries};
 use crate::model::Snapshot;
 
 /// Which picture.
@@ -10,7 +10,8 @@ use crate::model::Snapshot;
 pub enum Kind {
     /// Active memory stacked by site, reserved, the peak and the OOM, over the trace.
     Timeline,
-    /// The segment map of the snapshot, blocks coloured by state.
+    /// The segment map at the peak (at the end when the trace has no peak), blocks coloured
+    /// by state.
     Segments,
     /// Reserved minus active over the trace.
     Fragmentation,
@@ -66,16 +67,33 @@ pub fn plot(
             )
         }
         Kind::Segments => {
-            let segments: Vec<_> = snapshot.device_segments(device).collect();
+            let peak = analyze_device(snapshot, device, 0).trace.peak_entry_index;
+            let (when, free_label, segments) = match peak {
+                Some(i) => (
+                    format!("at the peak (entry {i}, rebuilt from the trace)"),
+                    "free, or rounding of the allocations",
+                    layout_at(snapshot, device, i),
+                ),
+                None => (
+                    "at the end of the trace".to_string(),
+                    "free (cached in the segment)",
+                    snapshot.device_segments(device).cloned().collect(),
+                ),
+            };
             let shown = segments.len().min(super::segments::MAX_ROWS);
             let count = match segments.len() {
                 1 => "1 segment".to_string(),
                 all if shown < all => format!("{shown} largest of {all} segments"),
                 all => format!("{all} segments"),
             };
-            let title =
-                format!("Segment map at the end of the trace - {name}, device {device}, {count}");
-            render(&SegmentsPlot { title, segments }, format)
+            let title = format!("Segments {when} - {name}, device {device}");
+            let plot = SegmentsPlot {
+                title,
+                rows_label: format!("segment size ({count})"),
+                free_label,
+                segments: segments.iter().collect(),
+            };
+            render(&plot, format)
         }
     }
 }

@@ -12,9 +12,13 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 /// At most this many segments are drawn (the largest).
 pub const MAX_ROWS: usize = 48;
 
-/// The segments of one device, as the snapshot holds them.
+/// The segments of one device at one instant.
 pub struct SegmentsPlot<'a> {
     pub title: String,
+    /// The y axis description: which segments are drawn.
+    pub rows_label: String,
+    /// What the free parts of the bars are, in the legend.
+    pub free_label: &'static str,
     pub segments: Vec<&'a Segment>,
 }
 
@@ -65,7 +69,7 @@ impl super::Figure for SegmentsPlot<'_> {
             .light_line_style(WHITE.mix(0.0))
             .y_labels(0)
             .x_desc(format!("offset in the segment ({})", unit.name))
-            .y_desc("segment (size)")
+            .y_desc(&self.rows_label)
             .axis_desc_style((FAMILY, style::LABEL_PX))
             .label_style((FAMILY, style::TICK_PX))
             .x_label_formatter(&|v| tick(*v, x_max))
@@ -110,7 +114,7 @@ impl super::Figure for SegmentsPlot<'_> {
                 "pending free (freed, awaiting other streams)",
                 style::PENDING_FREE,
             ),
-            ("free (cached in the segment)", style::FREE),
+            (self.free_label, style::FREE),
         ] {
             chart
                 .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
