@@ -247,7 +247,8 @@ mod tests {
             annotations: Vec::new(),
         };
         let at = layout_at(&snap, 0, 4);
-        let shape: Vec<(u64, u64, Vec<(u64, u64, BlockState)>)> = at
+        type Shape = (u64, u64, Vec<(u64, u64, BlockState)>);
+        let shape: Vec<Shape> = at
             .iter()
             .map(|s| {
                 let blocks = s.blocks.iter().map(|b| (b.address, b.size, b.state));
