@@ -11,15 +11,8 @@ pub const FAMILY: &str = "sans-serif";
 pub fn register() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
-        let fonts = [
-            (FontStyle::Normal, dejavu::sans::regular()),
-            (FontStyle::Bold, dejavu::sans::bold()),
-        ];
-        for (style, bytes) in fonts {
-            register_font(FAMILY, style, bytes)
-                .map_err(|_| "the embedded plot font could not be read".to_string())?;
-        }
-        Ok(())
+        register_font(FAMILY, FontStyle::Normal, dejavu::sans::regular())
+            .map_err(|_| "the embedded plot font could not be read".to_string())
     })
     .clone()
 }

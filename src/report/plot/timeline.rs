@@ -63,7 +63,7 @@ impl super::Figure for TimelinePlot<'_> {
             .max(s.oom.map_or(0, |o| o.bytes));
         let unit = Unit::for_max(top);
         let y_max = (unit.of(top) * 1.15).max(1e-3);
-        let x_min = first.x;
+        let x_min = first.x.min(0.0);
         let x_max = if last.x > first.x {
             last.x
         } else {
