@@ -255,3 +255,20 @@ fn layout_at_the_peak_holds_the_peak() {
         }
     }
 }
+
+#[test]
+fn report_has_a_section_per_device_and_plot_takes_one_file() {
+    let dir = scratch("multi");
+    let html = dir.join("r.html");
+    let input = path_str(&fixture("snapshots/multi_device.pickle"));
+    let out = memprof(&["report", &input, "-o", &path_str(&html)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).expect("report written");
+    assert!(page.contains("<h2>Device 0</h2>") && page.contains("<h2>Device 2</h2>"));
+    assert_eq!(page.matches("<svg").count(), 6, "three plots per device");
+    let png = path_str(&dir.join("t.png"));
+    let out = memprof(&["analyze", &input, &input, "--plot", &png]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
