@@ -95,7 +95,10 @@ fn row(page: &mut String, label: &str, value: String) {
 fn summary(page: &mut String, d: &DeviceAnalysis) {
     let l = &d.layout;
     let t = &d.trace;
-    page.push_str("<table>\n");
+    page.push_str(
+        "<table><caption class=\"muted\">The layout at the snapshot (the end of the trace), \
+         then the trace's peaks</caption>\n",
+    );
     row(
         page,
         "reserved",
