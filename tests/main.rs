@@ -7,6 +7,7 @@ mod commands;
 mod export;
 mod gate;
 mod plan;
+mod plots;
 mod real_snapshots;
 mod simulate;
 mod util;

@@ -1,12 +1,17 @@
 //! Analyses: pure computations over the model (layout totals, the peak and what was alive at
-//! it, allocation sites). They read `model` only; never `source`, `report` or `cli`.
+//! it, allocation sites, memory over time, the layout at the peak). They read `model` only; never `source`, `report`
+//! or `cli`.
 
 mod device;
 mod layout;
+mod layout_at;
 mod peak;
+mod series;
 mod sites;
 
 pub use device::{analyze_device, analyze_snapshot, DeviceAnalysis, OomEntry, TraceSummary};
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
+pub use layout_at::layout_at;
 pub use peak::{find_peak, Peak};
+pub use series::{memory_series, Mark, MemorySeries, SeriesPoint, XAxis};
 pub use sites::{is_user_label, site_of, top_sites, Site};

@@ -1,17 +1,21 @@
-//! `memprof analyze FILE...`: usage, peak, fragmentation and top sites of snapshots.
+//! `memprof analyze FILE...`: usage, peak, fragmentation and top sites of snapshots, and with
+//! `--plot` a picture of memory over time.
 
 use super::input::load_snapshot;
+use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
 use crate::analysis::analyze_snapshot;
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use crate::report::analyze_text;
+use crate::report::plot::{Format, Kind};
 use anyhow::{bail, Context};
 use std::io::Write;
 
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
-    if args.plot.is_some() {
-        bail!("--plot is not built yet; use --json and plot the numbers elsewhere for now");
+    let plot_format = args.plot.as_deref().map(Format::from_path).transpose()?;
+    if plot_format.is_some() && args.files.len() > 1 {
+        bail!("--plot draws one file; give one FILE (or use `memprof plot` per file)");
     }
     let mut inputs = Vec::with_capacity(args.files.len());
     for path in &args.files {
@@ -22,6 +26,10 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
             if !snapshot.devices().contains(&d) {
                 bail!("{shown}: device {d} has no segments and no trace entries");
             }
+        }
+        if let (Some(format), Some(out)) = (plot_format, &args.plot) {
+            let device = pick_device(snapshot, &shown, args.device)?;
+            write_plot(snapshot, path, device, Kind::Timeline, format, out)?;
         }
         inputs.push(InputReport {
             path: shown,

@@ -6,6 +6,8 @@ mod export;
 mod gate;
 mod input;
 mod plan;
+mod plot;
+mod report;
 mod simulate;
 mod unbuilt;
 
@@ -54,6 +56,10 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
     Gate(gate::GateArgs),
+    /// Draw memory over time, the segment map or fragmentation over time (PNG or SVG).
+    Plot(plot::PlotArgs),
+    /// Write a self-contained HTML report: summary, plots, top sites, the OOM.
+    Report(report::ReportArgs),
     /// Convert a PyTorch snapshot for other tools: memory_viz pickle, Perfetto trace, JSON.
     Export(export::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
@@ -74,7 +80,8 @@ pub struct AnalyzeArgs {
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
-    /// Write a plot of the timeline (not built yet).
+    /// Also write a plot of memory over time (the first or --device device); the extension
+    /// picks PNG or SVG.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
 }
@@ -91,6 +98,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::View(_) => unbuilt::refuse("view"),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
+        Command::Plot(args) => plot::run(&args),
+        Command::Report(args) => report::run(&args),
         Command::Export(args) => export::run(&args),
         Command::Agent(_) => unbuilt::refuse("agent"),
     }

@@ -39,6 +39,11 @@ impl LiveSet {
         self.live.is_empty()
     }
 
+    /// The allocation alive at an address, if any.
+    pub fn get(&self, addr: u64) -> Option<&Live> {
+        self.live.get(&addr)
+    }
+
     /// Live allocations by address, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &Live)> + '_ {
         self.live.iter().map(|(&a, l)| (a, l))

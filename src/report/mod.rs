@@ -1,11 +1,13 @@
 //! Sinks that do not interact: the JSON document and the human text of each report, the
-//! CI gate's verdict, and the exports for other tools.
+//! CI gate's verdict, plots (PNG and SVG), the HTML report and the exports for other tools.
 
 pub mod analyze_json;
 pub mod analyze_text;
 pub mod export;
 pub mod gate;
 pub mod gate_output;
+pub mod html;
 pub mod plan_json;
 pub mod plan_text;
+pub mod plot;
 pub mod simulate;

@@ -1,0 +1,232 @@
+//! `memprof report`: one self-contained HTML page (no script, no external file or font) with
+//! each device's summary, its plots as inline SVG, the top sites with their stacks and the OOM.
+//! Every text that comes from the file is escaped.
+
+use crate::analysis::{analyze_device, DeviceAnalysis};
+use crate::model::{Bytes, Snapshot};
+use crate::report::plot::{self, Format, Kind, PlotError};
+use std::fmt::Write;
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const SVG_NAMESPACE: &str = " xmlns=\"http://www.w3.org/2000/svg\"";
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1300px;color:#222}\
+h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\
+table{border-collapse:collapse;margin:1em 0}td,th{padding:.25em .8em;text-align:left;\
+border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-nums}\
+.oom{background:#fde8e8;border-left:5px solid #d62728;padding:.6em 1em;margin:1em 0}\
+.plot svg{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0}\
+details pre{background:#f6f6f6;padding:.5em;overflow-x:auto;font-size:.85em}\
+code{font-size:.95em}.muted{color:#777}";
+
+/// The page for one snapshot: `name` is the file's name, `top` the sites listed per device,
+/// `only` one device.
+pub fn report(
+    snapshot: &Snapshot,
+    name: &str,
+    top: usize,
+    only: Option<u32>,
+    warnings: &[String],
+) -> Result<String, PlotError> {
+    let mut page = String::new();
+    let title = format!("memprof report: {}", escape(name));
+    let _ = write!(
+        page,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>\n\
+         <p class=\"muted\">Written by memprof {}. Sizes in binary units (1 GiB = 2<sup>30</sup> \
+         bytes). Active memory is the requested size of live allocations; reserved is what the \
+         allocator holds from the driver.</p>\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for warning in warnings {
+        let _ = writeln!(page, "<p class=\"muted\">warning: {}</p>", escape(warning));
+    }
+    let devices: Vec<u32> = snapshot
+        .devices()
+        .into_iter()
+        .filter(|d| only.is_none_or(|o| o == *d))
+        .collect();
+    if devices.is_empty() {
+        page.push_str("<p>No device has segments or trace entries.</p>\n");
+    }
+    for device in devices {
+        let analysis = analyze_device(snapshot, device, top);
+        let _ = writeln!(page, "<h2>Device {device}</h2>");
+        summary(&mut page, &analysis);
+        oom(&mut page, &analysis);
+        for kind in Kind::ALL {
+            let svg = plot::plot(snapshot, name, device, kind, Format::Svg)?;
+            page.push_str("<div class=\"plot\">");
+            // Inline SVG needs no namespace in HTML; dropping it keeps the page free of URLs.
+            let svg = String::from_utf8_lossy(&svg).replacen(SVG_NAMESPACE, "", 1);
+            page.push_str(&svg);
+            page.push_str("</div>\n");
+        }
+        sites(&mut page, &analysis);
+    }
+    page.push_str("</body></html>\n");
+    Ok(page)
+}
+
+fn row(page: &mut String, label: &str, value: String) {
+    let _ = writeln!(
+        page,
+        "<tr><th>{label}</th><td class=\"n\">{}</td></tr>",
+        escape(&value)
+    );
+}
+
+fn summary(page: &mut String, d: &DeviceAnalysis) {
+    let l = &d.layout;
+    let t = &d.trace;
+    page.push_str(
+        "<table><caption class=\"muted\">The layout at the snapshot (the end of the trace), \
+         then the trace's peaks</caption>\n",
+    );
+    row(
+        page,
+        "reserved",
+        format!(
+            "{} in {} segments, {} blocks",
+            Bytes(l.reserved_bytes),
+            l.segments,
+            l.blocks
+        ),
+    );
+    row(page, "allocated", Bytes(l.allocated_bytes).to_string());
+    row(
+        page,
+        "active (allocated + pending free)",
+        Bytes(l.active_bytes).to_string(),
+    );
+    row(page, "requested", Bytes(l.requested_bytes).to_string());
+    let f = &l.fragmentation;
+    row(
+        page,
+        "lost to rounding (internal)",
+        Bytes(f.internal_bytes).to_string(),
+    );
+    row(
+        page,
+        "cached free (external)",
+        Bytes(f.external_bytes).to_string(),
+    );
+    row(
+        page,
+        "largest free block",
+        Bytes(f.largest_free_block_bytes).to_string(),
+    );
+    row(page, "trace entries", t.entries.to_string());
+    let at = match (t.peak_entry_index, t.peak_offset_us) {
+        (Some(i), Some(us)) => format!(" at entry {i}, {:.3} s into the trace", us as f64 / 1e6),
+        (Some(i), None) => format!(" at entry {i}"),
+        (None, _) => String::new(),
+    };
+    row(
+        page,
+        "peak active",
+        format!("{}{at}", Bytes(t.peak_active_bytes)),
+    );
+    if let Some(site) = &t.peak_site {
+        row(page, "peak reached by", site.clone());
+    }
+    row(
+        page,
+        "peak reserved",
+        Bytes(t.peak_reserved_bytes).to_string(),
+    );
+    row(
+        page,
+        "alive before the trace",
+        Bytes(t.before_trace_bytes).to_string(),
+    );
+    if t.inconsistencies > 0 {
+        let first = t.first_inconsistency.clone().unwrap_or_default();
+        row(
+            page,
+            "inconsistent entries",
+            format!("{} (first: {first})", t.inconsistencies),
+        );
+    }
+    page.push_str("</table>\n");
+}
+
+fn oom(page: &mut String, d: &DeviceAnalysis) {
+    let Some(oom) = &d.oom else { return };
+    let free = oom.device_free_bytes.map_or_else(
+        || "an unrecorded amount".to_string(),
+        |b| Bytes(b).to_string(),
+    );
+    let largest = d.layout.fragmentation.largest_free_block_bytes;
+    let cached = d.layout.fragmentation.external_bytes;
+    let why = if cached >= oom.request_bytes && largest < oom.request_bytes {
+        " The allocator held enough cached free memory in all, but no free block was large \
+         enough: fragmentation."
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        page,
+        "<div class=\"oom\"><strong>Out of memory</strong> at entry {}: a request of {} failed \
+         with {} free on the device; cached free {} in all, the largest free block {}.{why}<br>\
+         Site: <code>{}</code></div>",
+        oom.entry_index,
+        Bytes(oom.request_bytes),
+        escape(&free),
+        Bytes(cached),
+        Bytes(largest),
+        escape(&oom.site)
+    );
+}
+
+fn sites(page: &mut String, d: &DeviceAnalysis) {
+    if d.top_sites.is_empty() {
+        return;
+    }
+    page.push_str(
+        "<h3>Alive at the peak, by allocation site</h3>\n<table><tr><th>bytes</th>\
+         <th>allocations</th><th>site and stack (innermost first)</th></tr>\n",
+    );
+    for site in &d.top_sites {
+        let stack: Vec<String> = site.stack.iter().map(|f| escape(f)).collect();
+        let _ = writeln!(
+            page,
+            "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td><details><summary><code>{}\
+             </code></summary><pre>{}</pre></details></td></tr>",
+            Bytes(site.bytes),
+            site.count,
+            escape(&site.frame),
+            stack.join("\n")
+        );
+    }
+    page.push_str("</table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            escape("<script>\"a\" & 'b'</script>"),
+            "&lt;script&gt;&quot;a&quot; &amp; &#39;b&#39;&lt;/script&gt;"
+        );
+    }
+}

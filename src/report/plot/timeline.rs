@@ -1,0 +1,166 @@
+//! Memory over time: active memory stacked by allocation site, reserved memory as a line, the
+//! peak and the OOM marked.
+
+use super::font::FAMILY;
+use super::style::{self, short_site, tick, Unit};
+use crate::analysis::{MemorySeries, XAxis};
+use crate::model::Bytes;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// Memory over time for one device.
+pub struct TimelinePlot<'a> {
+    pub title: String,
+    pub series: &'a MemorySeries,
+}
+
+/// The x axis label of a series.
+pub fn x_label(series: &MemorySeries) -> &'static str {
+    match series.x_axis {
+        XAxis::Seconds => "seconds from the first trace entry",
+        XAxis::EntryIndex => "trace entry (the trace has no times)",
+    }
+}
+
+/// Draws a title and a line saying why there is nothing else.
+pub fn draw_empty<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    why: &str,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    area.fill(&WHITE)?;
+    let (w, h) = area.dim_in_pixel();
+    let title_style = (FAMILY, style::TITLE_PX).into_font();
+    area.draw(&Text::new(title.to_string(), (20, 20), title_style))?;
+    let body = (FAMILY, style::LABEL_PX).into_font();
+    area.draw(&Text::new(
+        why.to_string(),
+        (w as i32 / 8, h as i32 / 2),
+        body,
+    ))
+}
+
+impl super::Figure for TimelinePlot<'_> {
+    fn draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+        let s = self.series;
+        let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
+            return draw_empty(
+                area,
+                &self.title,
+                "No trace entries: nothing to plot over time.",
+            );
+        };
+        area.fill(&WHITE)?;
+        let top = s
+            .points
+            .iter()
+            .map(|p| p.reserved.max(p.active))
+            .max()
+            .unwrap_or(0)
+            .max(s.oom.map_or(0, |o| o.bytes));
+        let unit = Unit::for_max(top);
+        let y_max = (unit.of(top) * 1.15).max(1e-3);
+        let x_min = first.x.min(0.0);
+        let x_max = if last.x > first.x {
+            last.x
+        } else {
+            first.x + 1.0
+        };
+        let mut chart = ChartBuilder::on(area)
+            .caption(&self.title, (FAMILY, style::TITLE_PX))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d(x_min..x_max, 0f64..y_max)?;
+        let x_range = x_max - x_min;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE.mix(0.0))
+            .x_desc(x_label(s))
+            .y_desc(format!("memory ({})", unit.name))
+            .axis_desc_style((FAMILY, style::LABEL_PX))
+            .label_style((FAMILY, style::TICK_PX))
+            .x_label_formatter(&|v| tick(*v, x_range))
+            .y_label_formatter(&|v| tick(*v, y_max))
+            .draw()?;
+
+        // Stacked areas: draw the sum of sites 0..=k for k from "other" down, so each band
+        // between two sums shows its own colour.
+        let n = s.sites.len();
+        for k in (0..=n).rev() {
+            let color = if k == n {
+                style::OTHER
+            } else {
+                style::SITE_COLORS[k % style::SITE_COLORS.len()]
+            };
+            let points = s.points.iter().map(|p| {
+                let sum: u64 = p.by_site[..=k]
+                    .iter()
+                    .fold(0u64, |a, b| a.saturating_add(*b));
+                (p.x, unit.of(sum))
+            });
+            let label = match s.sites.get(k) {
+                Some(site) => short_site(site),
+                None => "other sites".to_string(),
+            };
+            chart
+                .draw_series(AreaSeries::new(points, 0.0, color.mix(0.85)))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+                });
+        }
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().map(|p| (p.x, unit.of(p.active))),
+                BLACK.mix(0.6).stroke_width(1),
+            ))?
+            .label("active (live allocations; the areas below split it by site)")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK.mix(0.6)));
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().map(|p| (p.x, unit.of(p.reserved))),
+                style::RESERVED.stroke_width(2),
+            ))?
+            .label("reserved (segments from the driver)")
+            .legend(|(x, y)| {
+                PathElement::new([(x, y), (x + 14, y)], style::RESERVED.stroke_width(2))
+            });
+
+        if let Some(peak) = s.peak {
+            let at = (peak.x, unit.of(peak.bytes));
+            chart.draw_series([Circle::new(at, 6, style::PEAK.filled())])?;
+            let text = format!(
+                "peak active {} (entry {})",
+                Bytes(peak.bytes),
+                peak.entry_index
+            );
+            let font = (FAMILY, style::LABEL_PX).into_font().color(&style::PEAK);
+            let pos = chart.backend_coord(&at);
+            let label_x = if at.0 > x_min + 0.6 * x_range {
+                pos.0 - 300
+            } else {
+                pos.0 + 10
+            };
+            area.draw(&Text::new(text, (label_x, pos.1 - 24), font))?;
+        }
+        if let Some(oom) = s.oom {
+            let line = style::OOM.stroke_width(2);
+            chart
+                .draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?
+                .label(format!("OOM: a request of {} failed", Bytes(oom.bytes)))
+                .legend(move |(x, y)| PathElement::new([(x + 7, y - 7), (x + 7, y + 7)], line));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font((FAMILY, style::TICK_PX))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,274 @@
+//! Plots and the HTML report through the binary: every plot kind in PNG and SVG (format, size,
+//! not blank, titled), `analyze --plot`, bad extensions, and a self-contained, escaped report.
+
+use crate::util::{fixture, memprof, stderr, stdout};
+use serde_json::json;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// A fresh scratch folder for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-plots-{}-{name}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Decodes a PNG and returns its size and how many distinct colours it has.
+fn png_stats(bytes: &[u8]) -> (u32, u32, usize) {
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "PNG magic");
+    let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
+    let mut reader = decoder.read_info().expect("PNG header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
+    let info = reader.next_frame(&mut buf).expect("PNG data");
+    let px = info.color_type.samples();
+    let colors: HashSet<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    (info.width, info.height, colors.len())
+}
+
+fn plot(file: &str, kind: &str, out: &Path, extra: &[&str]) -> std::process::Output {
+    let input = path_str(&fixture(&format!("snapshots/{file}.pickle")));
+    let out_s = path_str(out);
+    let mut args = vec!["plot", input.as_str(), "--kind", kind, "-o", out_s.as_str()];
+    args.extend_from_slice(extra);
+    memprof(&args)
+}
+
+fn assert_png(path: &Path) {
+    let bytes = std::fs::read(path).expect("the PNG was written");
+    let (w, h, colors) = png_stats(&bytes);
+    assert_eq!((w, h), (1280, 720), "{}", path.display());
+    assert!(colors > 16, "{}: only {colors} colours", path.display());
+}
+
+fn assert_svg(path: &Path, title: &str) -> String {
+    let text = std::fs::read_to_string(path).expect("the SVG was written");
+    assert!(text.starts_with("<svg"), "{}: SVG root", path.display());
+    assert!(text.trim_end().ends_with("</svg>"), "{}", path.display());
+    assert!(text.contains(title), "{}: title {title:?}", path.display());
+    text
+}
+
+#[test]
+fn every_kind_in_png_and_svg() {
+    let dir = scratch("kinds");
+    let kinds = [
+        (
+            "timeline",
+            "Memory over time - demo_oom.pickle, device 0",
+            "<polyline",
+        ),
+        (
+            "segments",
+            "Segments at the peak (entry 942, rebuilt from the trace)",
+            "<rect",
+        ),
+        ("fragmentation", "Fragmentation over time", "<polygon"),
+    ];
+    for (kind, title, shape) in kinds {
+        let png = dir.join(format!("{kind}.png"));
+        let out = plot("demo_oom", kind, &png, &[]);
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", stderr(&out));
+        assert_png(&png);
+        let svg = dir.join(format!("{kind}.svg"));
+        let out = plot("demo_oom", kind, &svg, &[]);
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", stderr(&out));
+        let text = assert_svg(&svg, title);
+        assert!(text.contains(shape), "{kind}: has {shape}");
+    }
+    let svg = assert_svg(&dir.join("timeline.svg"), "peak active 20.65 GiB");
+    assert!(svg.contains("OOM: a request of 4.03 GiB failed"));
+    assert!(svg.contains("memory (GiB)"));
+    assert!(svg.contains("seconds from the first trace entry"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn other_fixtures_devices_and_traces_without_times() {
+    let dir = scratch("others");
+    let untimed = dir.join("untimed.svg");
+    let out = plot("v2_1_basic", "timeline", &untimed, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_svg(&untimed, "trace entry (the trace has no times)");
+    let dev2 = dir.join("dev2.png");
+    let out = plot("multi_device", "segments", &dev2, &["--device", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_png(&dev2);
+    let no_trace = dir.join("none.svg");
+    let out = plot("segments_only", "fragmentation", &no_trace, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_svg(&no_trace, "No trace entries: nothing to plot over time.");
+    let missing = plot(
+        "multi_device",
+        "timeline",
+        &dir.join("x.png"),
+        &["--device", "1"],
+    );
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(stderr(&missing).lines().count(), 1, "{}", stderr(&missing));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn analyze_writes_the_timeline_and_still_reports() {
+    let dir = scratch("analyze");
+    let png = dir.join("t.png");
+    let input = path_str(&fixture("snapshots/demo_oom.pickle"));
+    let out = memprof(&["analyze", &input, "--plot", &path_str(&png)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("peak active"));
+    assert_png(&png);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_plot_extension_is_one_line_exit_2() {
+    let dir = scratch("badext");
+    let input = path_str(&fixture("snapshots/demo_oom.pickle"));
+    let jpg = path_str(&dir.join("t.jpg"));
+    for args in [
+        vec!["analyze", input.as_str(), "--plot", jpg.as_str()],
+        vec!["plot", input.as_str(), "-o", jpg.as_str()],
+    ] {
+        let out = memprof(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("must end in .png or .svg"), "{err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!dir.join("t.jpg").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn report_is_self_contained_with_summary_plots_sites_and_oom() {
+    let dir = scratch("report");
+    let html = dir.join("report.html");
+    let input = path_str(&fixture("snapshots/demo_oom.pickle"));
+    let out = memprof(&["report", &input, "-o", &path_str(&html)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).expect("report written");
+    for want in [
+        "<!DOCTYPE html>",
+        "19.27 GiB in 55 segments, 182 blocks",
+        "20.65 GiB at entry 942",
+        "Out of memory</strong> at entry 1648: a request of 4.03 GiB",
+        "/home/user/train.py:99:train_step",
+        "Memory over time - demo_oom.pickle",
+        "Segments at the peak (entry 942, rebuilt from the trace)",
+        "Fragmentation over time",
+    ] {
+        assert!(page.contains(want), "report has {want:?}");
+    }
+    assert_eq!(page.matches("<svg").count(), 3, "three inline plots");
+    let lower = page.to_ascii_lowercase();
+    for banned in ["<script", "http:", "https:", "<link", "@import", "src="] {
+        assert!(!lower.contains(banned), "report has no {banned:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A one-device snapshot whose stack frame names are HTML.
+fn hostile_snapshot() -> Vec<u8> {
+    let frames = json!([{"filename": "/x/<script>alert(1)</script>.py", "line": 1,
+                          "name": "f\"&'<b>"}]);
+    let snap = json!({
+        "segments": [{"device": 0, "address": 4096, "total_size": 2097152,
+            "allocated_size": 1048576, "active_size": 1048576, "requested_size": 1048576,
+            "stream": 0, "segment_type": "large", "segment_pool_id": [0, 0],
+            "is_expandable": false, "frames": [],
+            "blocks": [
+                {"address": 4096, "size": 1048576, "requested_size": 1048576,
+                 "state": "active_allocated", "frames": frames},
+                {"address": 1052672, "size": 1048576, "requested_size": 1048576,
+                 "state": "inactive", "frames": []}]}],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": 4096, "size": 2097152, "stream": 0,
+             "time_us": 1000, "frames": []},
+            {"action": "alloc", "addr": 4096, "size": 1048576, "stream": 0,
+             "time_us": 1001, "frames": frames}]]
+    });
+    serde_pickle::to_vec(&snap, serde_pickle::SerOptions::new()).expect("pickle")
+}
+
+#[test]
+fn report_and_plots_escape_names_from_the_file() {
+    let dir = scratch("escape");
+    let pickle = dir.join("hostile.pickle");
+    std::fs::write(&pickle, hostile_snapshot()).expect("write pickle");
+    let html = dir.join("r.html");
+    let out = memprof(&["report", &path_str(&pickle), "-o", &path_str(&html)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).expect("report written");
+    assert!(!page.contains("<script"), "frame names are escaped");
+    assert!(!page.contains("<b>"));
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;.py"));
+    let svg = dir.join("t.svg");
+    let out = memprof(&["plot", &path_str(&pickle), "-o", &path_str(&svg)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(!text.contains("<script") && !text.contains("<b>"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The layout rebuilt at the peak holds exactly the peak's live bytes, and no more reserved
+/// bytes than the peak of reserved, on every fixture with a peak.
+#[test]
+fn layout_at_the_peak_holds_the_peak() {
+    use memprof::analysis::{analyze_device, layout_at};
+    use memprof::model::BlockState;
+    for name in [
+        "demo_oom",
+        "expandable",
+        "multi_device",
+        "oom",
+        "pending_free",
+        "v2_1_basic",
+    ] {
+        let file = std::fs::File::open(fixture(&format!("snapshots/{name}.pickle"))).expect("open");
+        let snap = memprof::source::torch_snapshot::read(file)
+            .expect("parse")
+            .snapshot;
+        for device in snap.devices() {
+            let trace = analyze_device(&snap, device, 0).trace;
+            let Some(peak) = trace.peak_entry_index else {
+                continue;
+            };
+            let layout = layout_at(&snap, device, peak);
+            let active: u64 = layout
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .filter(|b| b.state != BlockState::Inactive)
+                .map(|b| b.size)
+                .sum();
+            assert_eq!(active, trace.peak_active_bytes, "{name} device {device}");
+            let reserved: u64 = layout.iter().map(|s| s.total_size).sum();
+            assert!(
+                reserved <= trace.peak_reserved_bytes,
+                "{name} device {device}"
+            );
+        }
+    }
+}
+
+#[test]
+fn report_has_a_section_per_device_and_plot_takes_one_file() {
+    let dir = scratch("multi");
+    let html = dir.join("r.html");
+    let input = path_str(&fixture("snapshots/multi_device.pickle"));
+    let out = memprof(&["report", &input, "-o", &path_str(&html)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).expect("report written");
+    assert!(page.contains("<h2>Device 0</h2>") && page.contains("<h2>Device 2</h2>"));
+    assert_eq!(page.matches("<svg").count(), 6, "three plots per device");
+    let png = path_str(&dir.join("t.png"));
+    let out = memprof(&["analyze", &input, &input, "--plot", &png]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
