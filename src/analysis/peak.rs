@@ -1,6 +1,7 @@
 //! The peak of active memory over a trace and what was alive at it.
 
-use crate::model::{LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
+use crate::model::{Action, Live, LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
+use rustc_hash::FxHashMap;
 
 /// The highest total of live requested bytes over a device's trace, and of reserved bytes.
 #[derive(Clone, Debug)]
@@ -20,15 +21,27 @@ pub struct Peak {
     pub issue_count: usize,
 }
 
-/// Replays the trace twice: once to find the peak, once more to stop there.
+/// Replays the trace once, noting when each allocation ended, and rebuilds the live set at
+/// the peak from those notes instead of replaying again.
 pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
-    let start = Replay::new(entries, segments.iter().copied());
-    let mut replay = start.clone();
+    let mut replay = Replay::new(entries, segments.iter().copied());
+    let before: Vec<(u64, Live)> = replay.live().iter().map(|(a, l)| (a, *l)).collect();
     let before_trace_bytes = replay.live().total();
+    // For each alloc entry, the index of the entry that ended it (NEVER while alive).
+    let mut ended_at = vec![NEVER; entries.len()];
+    let mut before_ended: FxHashMap<u64, usize> = FxHashMap::default();
     let mut best = before_trace_bytes;
     let mut best_index = None;
     let mut most_reserved = replay.reserved();
     while let Some(i) = replay.step() {
+        if let Some((addr, ended)) = replay.ended() {
+            match ended.born() {
+                Some(born) => ended_at[born] = i,
+                None => {
+                    before_ended.entry(addr).or_insert(i);
+                }
+            }
+        }
         most_reserved = most_reserved.max(replay.reserved());
         let total = replay.live().total();
         if total > best {
@@ -40,11 +53,20 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
         let (first, count) = replay.issues();
         (first.cloned(), count)
     };
-    let mut again = start;
-    if let Some(i) = best_index {
-        again.run_through(i);
-    }
-    let live = again.live().clone();
+    let live = match best_index {
+        None => before.into_iter().collect(),
+        Some(peak) => {
+            let older = before
+                .into_iter()
+                .filter(|(addr, _)| before_ended.get(addr).is_none_or(|&end| end > peak));
+            let made = entries[..=peak]
+                .iter()
+                .enumerate()
+                .filter(|&(j, e)| e.action == Action::Alloc && ended_at[j] > peak)
+                .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
+            older.chain(made).collect()
+        }
+    };
     Peak {
         bytes: best,
         entry_index: best_index,
@@ -55,3 +77,6 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
         issue_count,
     }
 }
+
+/// `ended_at` of an allocation still alive at the end.
+const NEVER: usize = usize::MAX;

@@ -16,6 +16,26 @@ pub struct Live {
     /// The requested size.
     pub size: u64,
     pub stack: Option<StackId>,
+    /// Index of the `alloc` entry that made it; `BEFORE_TRACE` when it was alive before.
+    born: u32,
+}
+
+const BEFORE_TRACE: u32 = u32::MAX;
+
+impl Live {
+    /// A live allocation made by the `alloc` entry at `index`.
+    pub fn from_alloc(entry: &TraceEntry, index: usize) -> Live {
+        Live {
+            size: entry.size,
+            stack: entry.stack,
+            born: u32::try_from(index).unwrap_or(BEFORE_TRACE - 1),
+        }
+    }
+
+    /// Index of the `alloc` entry that made it; `None` when it was alive before the trace.
+    pub fn born(&self) -> Option<usize> {
+        (self.born != BEFORE_TRACE).then_some(self.born as usize)
+    }
 }
 
 /// The live allocations of one device at one instant.
@@ -69,6 +89,16 @@ impl LiveSet {
     }
 }
 
+impl FromIterator<(u64, Live)> for LiveSet {
+    fn from_iter<I: IntoIterator<Item = (u64, Live)>>(items: I) -> LiveSet {
+        let mut set = LiveSet::default();
+        for (addr, live) in items {
+            set.insert(addr, live);
+        }
+        set
+    }
+}
+
 /// A trace entry that contradicts the state it was applied to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayIssue {
@@ -83,6 +113,8 @@ pub struct Replay<'a> {
     next: usize,
     live: LiveSet,
     reserved: u64,
+    /// What the last step ended, see `ended`.
+    ended: Option<(u64, Live)>,
     first_issue: Option<ReplayIssue>,
     issue_count: usize,
 }
@@ -113,6 +145,7 @@ impl<'a> Replay<'a> {
             next: 0,
             live,
             reserved: 0,
+            ended: None,
             first_issue: None,
             issue_count: 0,
         };
@@ -133,14 +166,15 @@ impl<'a> Replay<'a> {
         let index = self.next;
         let entry = *self.entries.get(index)?;
         self.next += 1;
+        self.ended = None;
         let addr = entry.addr().unwrap_or(0);
         match entry.action {
             Action::Alloc => {
-                let l = Live {
-                    size: entry.size,
-                    stack: entry.stack,
-                };
-                if self.live.insert(addr, l).is_some() {
+                self.ended = self
+                    .live
+                    .insert(addr, Live::from_alloc(&entry, index))
+                    .map(|l| (addr, l));
+                if self.ended.is_some() {
                     self.issue(
                         index,
                         format!("alloc at 0x{addr:x}, which is already allocated"),
@@ -148,7 +182,8 @@ impl<'a> Replay<'a> {
                 }
             }
             Action::FreeCompleted => {
-                if self.live.remove(addr).is_none() {
+                self.ended = self.live.remove(addr).map(|l| (addr, l));
+                if self.ended.is_none() {
                     self.issue(
                         index,
                         format!("free_completed at 0x{addr:x}, which is not allocated"),
@@ -186,6 +221,12 @@ impl<'a> Replay<'a> {
         &self.live
     }
 
+    /// The allocation the last step ended (freed, or replaced by an `alloc` at its address),
+    /// with its address.
+    pub fn ended(&self) -> Option<(u64, Live)> {
+        self.ended
+    }
+
     /// Bytes reserved from the driver (segment totals) at this point.
     pub fn reserved(&self) -> u64 {
         self.reserved
@@ -221,6 +262,7 @@ fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live
                 alive.entry(addr).or_insert(Live {
                     size: e.size,
                     stack: e.stack,
+                    born: BEFORE_TRACE,
                 });
             }
             _ => {}
@@ -231,6 +273,7 @@ fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live
             alive.entry(block.address).or_insert(Live {
                 size: block.requested_size,
                 stack: block.stack,
+                born: BEFORE_TRACE,
             });
         }
     }
