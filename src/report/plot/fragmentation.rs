@@ -5,7 +5,6 @@ use super::font::FAMILY;
 use super::style::{self, tick, Unit};
 use super::timeline::{draw_empty, x_label};
 use crate::analysis::MemorySeries;
-use crate::model::Bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -75,20 +74,6 @@ impl super::Figure for FragmentationPlot<'_> {
             .legend(|(x, y)| {
                 PathElement::new([(x, y), (x + 14, y)], style::RESERVED.stroke_width(2))
             });
-        if let Some(oom) = s.oom {
-            let line = style::OOM.stroke_width(2);
-            chart
-                .draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?
-                .label(format!("OOM: a request of {} failed", Bytes(oom.bytes)))
-                .legend(move |(x, y)| PathElement::new([(x + 7, y - 7), (x + 7, y + 7)], line));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FAMILY, style::TICK_PX))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-        Ok(())
+        style::finish_time_chart(&mut chart, s.oom, y_max)
     }
 }

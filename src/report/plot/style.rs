@@ -1,5 +1,11 @@
-//! What the figures share: colours, fonts sizes, the size unit of an axis, short site labels.
+//! What the figures share: colours, fonts sizes, the size unit of an axis, short site labels,
+//! and the OOM mark and legend of the charts over time.
 
+use super::font::FAMILY;
+use crate::analysis::Mark;
+use crate::model::Bytes;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
 use plotters::style::RGBColor;
 
 /// Colours of the allocation sites in stacked plots; "other" is `OTHER`.
@@ -80,6 +86,29 @@ pub fn short_site(label: &str) -> String {
     } else {
         short
     }
+}
+
+/// Marks the OOM on a chart over time (a vertical line with its legend entry) and draws the
+/// legend box: the last step of the timeline and fragmentation plots.
+pub fn finish_time_chart<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    oom: Option<Mark>,
+    y_max: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if let Some(oom) = oom {
+        let line = OOM.stroke_width(2);
+        chart
+            .draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?
+            .label(format!("OOM: a request of {} failed", Bytes(oom.bytes)))
+            .legend(move |(x, y)| PathElement::new([(x + 7, y - 7), (x + 7, y + 7)], line));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FAMILY, TICK_PX))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
 }
 
 #[cfg(test)]

@@ -147,20 +147,6 @@ impl super::Figure for TimelinePlot<'_> {
             };
             area.draw(&Text::new(text, (label_x, pos.1 - 24), font))?;
         }
-        if let Some(oom) = s.oom {
-            let line = style::OOM.stroke_width(2);
-            chart
-                .draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?
-                .label(format!("OOM: a request of {} failed", Bytes(oom.bytes)))
-                .legend(move |(x, y)| PathElement::new([(x + 7, y - 7), (x + 7, y + 7)], line));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FAMILY, style::TICK_PX))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-        Ok(())
+        style::finish_time_chart(&mut chart, s.oom, y_max)
     }
 }
