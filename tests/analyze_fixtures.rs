@@ -5,21 +5,6 @@
 use crate::util::{analyze_json, assert_devices_match, devices, fixture};
 use serde_json::Value;
 
-const FIXTURES: [&str; 12] = [
-    "v2_0_history",
-    "v2_1_basic",
-    "expandable",
-    "oom",
-    "multi_device",
-    "private_pool",
-    "pending_free",
-    "v2_11_full",
-    "segments_only",
-    "protocol2",
-    "protocol5",
-    "demo_oom",
-];
-
 fn check(name: &str) {
     let pickle = fixture(&format!("snapshots/{name}.pickle"));
     let expected: Value = serde_json::from_slice(
@@ -68,7 +53,10 @@ fn every_fixture_has_a_test() {
         })
         .collect();
     on_disk.sort();
-    let mut listed: Vec<String> = FIXTURES.iter().map(|s| s.to_string()).collect();
+    let mut listed: Vec<String> = crate::util::FIXTURES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     listed.sort();
     assert_eq!(on_disk, listed);
 }

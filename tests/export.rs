@@ -12,21 +12,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FIXTURES: [&str; 12] = [
-    "v2_0_history",
-    "v2_1_basic",
-    "expandable",
-    "oom",
-    "multi_device",
-    "private_pool",
-    "pending_free",
-    "v2_11_full",
-    "segments_only",
-    "protocol2",
-    "protocol5",
-    "demo_oom",
-];
-
 /// A scratch directory of this test process, removed and made again.
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memprof-export-{}-{name}", std::process::id()));
@@ -129,7 +114,7 @@ fn round_trip(name: &str, source: &Path, dir: &Path) {
 #[test]
 fn torch_snapshot_round_trips_every_fixture() {
     let dir = scratch("fixtures");
-    for name in FIXTURES {
+    for name in crate::util::FIXTURES {
         let source = fixture(&format!("snapshots/{name}.pickle"));
         round_trip(name, &source, &dir);
     }
@@ -414,7 +399,7 @@ fn json_frames(doc: &EventsDoc, indices: &[u32]) -> Vec<FrameKey> {
 #[test]
 fn json_events_read_back_into_the_source() {
     let dir = scratch("json");
-    for name in FIXTURES {
+    for name in crate::util::FIXTURES {
         let source = fixture(&format!("snapshots/{name}.pickle"));
         let out = dir.join(format!("{name}.json"));
         export(&source, "json", &out);

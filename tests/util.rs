@@ -4,6 +4,22 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// Every snapshot in fixtures/snapshots (a test checks the list is complete).
+pub const FIXTURES: [&str; 12] = [
+    "v2_0_history",
+    "v2_1_basic",
+    "expandable",
+    "oom",
+    "multi_device",
+    "private_pool",
+    "pending_free",
+    "v2_11_full",
+    "segments_only",
+    "protocol2",
+    "protocol5",
+    "demo_oom",
+];
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
