@@ -5,6 +5,7 @@
 mod device;
 mod layout;
 mod layout_at;
+pub mod oom;
 mod peak;
 mod series;
 mod sites;
