@@ -11,6 +11,7 @@
 
 pub mod analysis;
 pub mod cli;
+pub mod diagnose;
 pub mod model;
 pub mod plan;
 pub mod report;

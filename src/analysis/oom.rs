@@ -82,8 +82,9 @@ pub fn classify(f: &OomFacts) -> (Cause, String) {
     if cached >= f.request_bytes && largest_too_small {
         let largest = match f.largest_free_block_bytes {
             Some(l) => format!("the largest free block was {}", Bytes(l)),
-            None => "no free block was large enough (the message does not give the largest)"
-                .to_string(),
+            None => {
+                "no free block was large enough (the message does not give the largest)".to_string()
+            }
         };
         return (
             Cause::Fragmentation,
@@ -125,13 +126,15 @@ pub fn classify(f: &OomFacts) -> (Cause, String) {
     )
 }
 
-/// Bytes the program must give up at the failing request for it to fit, given everything the
-/// allocator could reach (cached free plus device free).
+/// Bytes the program must give up at the failing request for it to fit: the request less
+/// the most one place could offer it (the device's free memory or the largest free cached
+/// block; free cached blocks do not join with device memory).
 pub fn shortfall_bytes(f: &OomFacts) -> u64 {
-    let reachable = f
-        .cached_free_bytes()
-        .saturating_add(f.device_free_bytes.unwrap_or(0));
-    f.request_bytes.saturating_sub(reachable)
+    let one_place = f
+        .device_free_bytes
+        .unwrap_or(0)
+        .max(f.largest_free_block_bytes.unwrap_or(0));
+    f.request_bytes.saturating_sub(one_place)
 }
 
 /// An allocation site in a diagnosis.
@@ -225,7 +228,7 @@ mod tests {
         let (cause, evidence) = classify(&f);
         assert_eq!(cause, Cause::Exhaustion);
         assert!(evidence.contains("9.00 GiB"), "{evidence}");
-        assert_eq!(shortfall_bytes(&f), GIB);
+        assert_eq!(shortfall_bytes(&f), 2 * GIB);
     }
 
     #[test]

@@ -191,6 +191,8 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].private_bytes, 1 << 30);
         assert_eq!(got[0].reserved_bytes, (6 << 30) + (512 << 20));
-        assert!(parse_log("CUDA out of memory. Tried to allocate more than 1EB memory.").is_empty());
+        assert!(
+            parse_log("CUDA out of memory. Tried to allocate more than 1EB memory.").is_empty()
+        );
     }
 }
