@@ -1,8 +1,8 @@
 //! Diagnoses from OOM messages alone: the message gives the request, the device total, what
 //! is free, allocated and reserved, but neither the largest free block nor the sites.
 
-use crate::analysis::oom::{shortfall_bytes, Cause, Diagnosis, OomFacts};
-use crate::diagnose::remedies::{plan_remedy, unverified};
+use crate::analysis::oom::{Cause, Diagnosis, OomFacts};
+use crate::diagnose::remedies::{program_remedy, unverified};
 use crate::source::oom_log::LoggedOom;
 
 /// One diagnosis per message, with the remedies the numbers support (none verified: a log
@@ -25,7 +25,7 @@ pub fn diagnose_log(messages: &[LoggedOom]) -> Vec<Diagnosis> {
             if d.cause == Cause::Fragmentation {
                 d.remedies.push(unverified("expandable_segments:True"));
             }
-            d.remedies.extend(plan_remedy(shortfall_bytes(&facts)));
+            d.remedies.extend(program_remedy(d.cause, &facts));
             d
         })
         .collect()

@@ -8,3 +8,6 @@ mod snapshot;
 
 pub use log::diagnose_log;
 pub use snapshot::{diagnose_device, Depth};
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,7 @@
 //! Remedies for an OOM: allocator settings replayed through the simulator with the recorded
 //! trace and the inferred capacity, and changes to the program that only a plan can size.
 
-use crate::analysis::oom::Remedy;
+use crate::analysis::oom::{shortfall_bytes, Cause, OomFacts, Remedy};
 use crate::model::Bytes;
 use crate::sim::replay::{self, Prepared};
 use crate::sim::AllocatorConfig;
@@ -19,15 +19,33 @@ pub fn unverified(action: &str) -> Remedy {
     }
 }
 
-/// The program change to plan when `shortfall` bytes must go, if any.
-pub fn plan_remedy(shortfall: u64) -> Option<Remedy> {
-    (shortfall > 0).then(|| {
-        unverified(&format!(
+/// The change to the program (or its surroundings) the numbers call for, for the causes no
+/// allocator setting addresses.
+pub fn program_remedy(cause: Cause, facts: &OomFacts) -> Option<Remedy> {
+    let shortfall = shortfall_bytes(facts);
+    let action = match cause {
+        Cause::Exhaustion => format!(
             "plan: cut live memory at the failing request by at least {} (activation \
              checkpointing, sharding or a smaller batch; size them with `memprof plan`)",
             Bytes(shortfall)
-        ))
-    })
+        ),
+        Cause::OversizedRequest => format!(
+            "plan: make this one request at most {} (a smaller batch or sequence, or a sharded \
+             tensor; size them with `memprof plan`)",
+            Bytes(
+                facts
+                    .reserved_bytes
+                    .saturating_add(facts.device_free_bytes.unwrap_or(0))
+            )
+        ),
+        Cause::OutsideAllocator => format!(
+            "free at least {} held outside the allocator (other processes on the GPU, NCCL or \
+             cuBLAS workspaces)",
+            Bytes(shortfall)
+        ),
+        Cause::Fragmentation => return None,
+    };
+    (shortfall > 0).then(|| unverified(&action))
 }
 
 /// Settings not in force in `recorded`, each replayed with the prepared trace under its

@@ -3,9 +3,9 @@
 //! OOM (exact: the replay matches every allocator decision); otherwise from the trace alone,
 //! with blocks at their requested sizes, and the evidence says so.
 
-use crate::analysis::oom::{shortfall_bytes, Diagnosis, OomFacts, OomSite};
+use crate::analysis::oom::{Diagnosis, OomFacts, OomSite};
 use crate::analysis::{layout_at, site_of, top_sites};
-use crate::diagnose::remedies::{plan_remedy, verified_remedies};
+use crate::diagnose::remedies::{program_remedy, verified_remedies};
 use crate::model::{Action, BlockState, Replay, Snapshot};
 use crate::sim::replay::Prepared;
 use crate::sim::AllocatorConfig;
@@ -92,7 +92,7 @@ pub fn diagnose_device(
     );
     if depth == Depth::WithRemedies {
         d.remedies = verified_remedies(prepared, recorded);
-        d.remedies.extend(plan_remedy(shortfall_bytes(&facts)));
+        d.remedies.extend(program_remedy(d.cause, &facts));
     }
     Some(d)
 }
