@@ -3,6 +3,7 @@
 //! or `cli`.
 
 mod device;
+pub mod growth;
 mod layout;
 mod layout_at;
 pub mod oom;

@@ -2,6 +2,7 @@
 //! in the order of `design/CLI.md` (oversized request, fragmentation, memory held outside the
 //! allocator, exhaustion), and the diagnosis object `diagnose` and `analyze` report.
 
+use super::growth::Growth;
 use crate::model::Bytes;
 use serde::Serialize;
 
@@ -12,6 +13,7 @@ pub enum Cause {
     OversizedRequest,
     Fragmentation,
     OutsideAllocator,
+    Growth,
     Exhaustion,
 }
 
@@ -21,6 +23,7 @@ impl Cause {
             Cause::OversizedRequest => "oversized_request",
             Cause::Fragmentation => "fragmentation",
             Cause::OutsideAllocator => "outside_allocator",
+            Cause::Growth => "growth",
             Cause::Exhaustion => "exhaustion",
         }
     }
@@ -54,8 +57,9 @@ impl OomFacts {
     }
 }
 
-/// The cause of an OOM and one sentence of evidence with the numbers.
-pub fn classify(f: &OomFacts) -> (Cause, String) {
+/// The cause of an OOM and one sentence of evidence with the numbers; `growth` is the climb
+/// of live memory over the iterations before it, when the trace shows one.
+pub fn classify(f: &OomFacts, growth: Option<&Growth>) -> (Cause, String) {
     let request = Bytes(f.request_bytes);
     if let Some(free) = f.device_free_bytes {
         let reachable = f.reserved_bytes.saturating_add(free);
@@ -107,6 +111,22 @@ pub fn classify(f: &OomFacts) -> (Cause, String) {
                 Bytes(f.total_bytes.unwrap_or(0)),
                 Bytes(f.reserved_bytes),
                 Bytes(f.device_free_bytes.unwrap_or(0))
+            ),
+        );
+    }
+    let shortfall = shortfall_bytes(f);
+    if let Some(g) = growth.filter(|g| g.rise_bytes() > 0 && g.rise_bytes() >= shortfall) {
+        return (
+            Cause::Growth,
+            format!(
+                "Live memory at {} climbed in each of {} iterations in a row, from {} to {} \
+                 (+{}), more than the {} the request of {request} lacked.",
+                g.marker,
+                g.iterations,
+                Bytes(g.from_bytes),
+                Bytes(g.to_bytes),
+                Bytes(g.rise_bytes()),
+                Bytes(shortfall)
             ),
         );
     }
@@ -178,8 +198,13 @@ pub struct Diagnosis {
 
 impl Diagnosis {
     /// A diagnosis of `facts` without sites or remedies.
-    pub fn from_facts(device: u32, entry_index: Option<usize>, facts: &OomFacts) -> Diagnosis {
-        let (cause, evidence) = classify(facts);
+    pub fn from_facts(
+        device: u32,
+        entry_index: Option<usize>,
+        facts: &OomFacts,
+        growth: Option<&Growth>,
+    ) -> Diagnosis {
+        let (cause, evidence) = classify(facts, growth);
         Diagnosis {
             device,
             entry_index,
@@ -217,26 +242,38 @@ mod tests {
         let mut f = facts(4 * GIB, 10 * GIB, 5 * GIB);
         f.largest_free_block_bytes = Some(2 * GIB);
         f.device_free_bytes = Some(GIB);
-        assert_eq!(classify(&f).0, Cause::Fragmentation);
+        assert_eq!(classify(&f, None).0, Cause::Fragmentation);
         f.request_bytes = 12 * GIB;
-        assert_eq!(classify(&f).0, Cause::OversizedRequest);
+        assert_eq!(classify(&f, None).0, Cause::OversizedRequest);
         let mut f = facts(3 * GIB, 10 * GIB, 9 * GIB);
         f.device_free_bytes = Some(GIB);
         f.total_bytes = Some(16 * GIB);
-        assert_eq!(classify(&f).0, Cause::OutsideAllocator);
+        assert_eq!(classify(&f, None).0, Cause::OutsideAllocator);
         f.total_bytes = Some(12 * GIB);
-        let (cause, evidence) = classify(&f);
+        let (cause, evidence) = classify(&f, None);
         assert_eq!(cause, Cause::Exhaustion);
         assert!(evidence.contains("9.00 GiB"), "{evidence}");
         assert_eq!(shortfall_bytes(&f), 2 * GIB);
+        let mut g = Growth {
+            marker: "`snapshot` trace entries".into(),
+            iterations: 3,
+            from_bytes: 5 * GIB,
+            to_bytes: 6 * GIB,
+            sites: Vec::new(),
+        };
+        assert_eq!(classify(&f, Some(&g)).0, Cause::Exhaustion);
+        g.to_bytes = 7 * GIB;
+        let (cause, evidence) = classify(&f, Some(&g));
+        assert_eq!(cause, Cause::Growth);
+        assert!(evidence.contains("+2.00 GiB"), "{evidence}");
     }
 
     #[test]
     fn a_large_enough_block_is_not_fragmentation() {
         let mut f = facts(GIB, 4 * GIB, GIB);
         f.largest_free_block_bytes = Some(2 * GIB);
-        assert_eq!(classify(&f).0, Cause::Exhaustion);
+        assert_eq!(classify(&f, None).0, Cause::Exhaustion);
         f.largest_free_block_bytes = None;
-        assert_eq!(classify(&f).0, Cause::Fragmentation);
+        assert_eq!(classify(&f, None).0, Cause::Fragmentation);
     }
 }

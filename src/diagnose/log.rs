@@ -19,7 +19,7 @@ pub fn diagnose_log(messages: &[LoggedOom]) -> Vec<Diagnosis> {
                 device_free_bytes: Some(m.free_bytes),
                 total_bytes: Some(m.total_bytes),
             };
-            let mut d = Diagnosis::from_facts(m.device, None, &facts);
+            let mut d = Diagnosis::from_facts(m.device, None, &facts, None);
             d.evidence
                 .push_str(&format!(" (from a {} message)", m.format.name()));
             if d.cause == Cause::Fragmentation {

@@ -24,6 +24,11 @@ pub fn unverified(action: &str) -> Remedy {
 pub fn program_remedy(cause: Cause, facts: &OomFacts) -> Option<Remedy> {
     let shortfall = shortfall_bytes(facts);
     let action = match cause {
+        Cause::Growth => format!(
+            "stop live memory growing across iterations: at least {} must go (a leak, or \
+             tensors kept in a list: see the growing sites)",
+            Bytes(shortfall)
+        ),
         Cause::Exhaustion => format!(
             "plan: cut live memory at the failing request by at least {} (activation \
              checkpointing, sharding or a smaller batch; size them with `memprof plan`)",

@@ -1,9 +1,11 @@
 //! Diagnoses of a snapshot's `oom` entries. The numbers at the failing request come from the
 //! simulator's replay of the recorded trace with the recorded settings when it reproduces the
 //! OOM (exact: the replay matches every allocator decision); otherwise from the trace alone,
-//! with blocks at their requested sizes, and the evidence says so.
+//! with blocks at their requested sizes, and the evidence says so. Memory held outside the
+//! allocator needs the device's total, which a snapshot does not hold (`--capacity`).
 
-use crate::analysis::oom::{Diagnosis, OomFacts, OomSite};
+use crate::analysis::growth::find_growth;
+use crate::analysis::oom::{Cause, Diagnosis, OomFacts, OomSite};
 use crate::analysis::{layout_at, site_of, top_sites};
 use crate::diagnose::remedies::{program_remedy, verified_remedies};
 use crate::model::{Action, BlockState, Replay, Snapshot};
@@ -70,9 +72,10 @@ pub fn diagnose_device(
                 .to_string()
         }
     };
-    let mut d = Diagnosis::from_facts(device, Some(index), &facts);
+    let growth = find_growth(snapshot, device, index);
+    let mut d = Diagnosis::from_facts(device, Some(index), &facts, growth.as_ref());
     d.evidence.push_str(&note);
-    if total.is_none() {
+    if total.is_none() && matches!(d.cause, Cause::Growth | Cause::Exhaustion) {
         d.evidence.push_str(
             " Memory held outside the allocator is not known: give --capacity (the device's \
              total memory) to test for it.",
@@ -82,14 +85,18 @@ pub fn diagnose_device(
         frame: site_of(&snapshot.stacks, entry.stack),
         bytes: entry.size,
     });
-    d.sites.extend(
-        top_sites(&snapshot.stacks, replay.live(), SITES)
-            .into_iter()
-            .map(|s| OomSite {
-                frame: s.frame,
-                bytes: s.bytes,
-            }),
-    );
+    match growth {
+        // The sites that grew, by how much.
+        Some(g) if d.cause == Cause::Growth => d.sites.extend(g.sites),
+        _ => d.sites.extend(
+            top_sites(&snapshot.stacks, replay.live(), SITES)
+                .into_iter()
+                .map(|s| OomSite {
+                    frame: s.frame,
+                    bytes: s.bytes,
+                }),
+        ),
+    }
     if depth == Depth::WithRemedies {
         d.remedies = verified_remedies(prepared, recorded);
         d.remedies.extend(program_remedy(d.cause, &facts));

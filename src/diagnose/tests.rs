@@ -5,7 +5,10 @@
 use super::*;
 use crate::analysis;
 use crate::analysis::oom::Cause;
-use crate::model::{Action, AllocatorSettings, Snapshot, SnapshotFormat, StackTable, Timeline};
+use crate::model::{
+    Action, AllocatorSettings, Snapshot, SnapshotFormat, StackTable, StreamIndex, Timeline,
+    TraceEntry,
+};
 use crate::sim::replay::{self, DeviceTrace};
 use crate::sim::{AllocatorConfig, CachingAllocator, Driver};
 
@@ -131,4 +134,59 @@ fn generated_oversized_request() {
         .remedies
         .iter()
         .any(|r| r.action.contains("at most 100.00 MiB")));
+}
+
+#[test]
+fn generated_growth() {
+    // Each iteration: a 20 MiB temporary, 12 MiB kept for good; a `snapshot` entry marks the
+    // start of each iteration. The seventh iteration cannot keep its 12 MiB.
+    let mut starts = Vec::new();
+    let mut s = recorded("", 100 * MIB, |a| {
+        for _ in 0..7 {
+            starts.push(a.events().len());
+            let t = ok(a, 20 * MIB);
+            if a.malloc(12 * MIB, 0).is_err() {
+                break;
+            }
+            a.free(t).expect("allocated");
+        }
+    });
+    let mut entries = s.timeline.device(0).to_vec();
+    for &i in starts.iter().rev() {
+        entries.insert(
+            i,
+            TraceEntry::new(Action::Snapshot, Some(0), 0, StreamIndex(0)),
+        );
+    }
+    let n = entries.len();
+    s.timeline = Timeline::new(entries, std::iter::once(0..n).collect());
+    let d = diagnosed(&s, None);
+    assert_eq!(d.cause, Cause::Growth, "{}", d.evidence);
+    assert!(
+        d.evidence.contains("from 0 B to 72.00 MiB"),
+        "{}",
+        d.evidence
+    );
+    // No stacks: the kept tensors and the live temporary share one site.
+    assert_eq!(d.sites[1].bytes, 92 * MIB);
+    let last = d.remedies.last().expect("a program remedy");
+    assert!(
+        last.action.starts_with("stop live memory growing"),
+        "{}",
+        last.action
+    );
+    // Without the markers the same trace is exhaustion: nothing is claimed about iterations.
+    let d = diagnosed(
+        &recorded("", 100 * MIB, |a| {
+            for _ in 0..7 {
+                let t = ok(a, 20 * MIB);
+                if a.malloc(12 * MIB, 0).is_err() {
+                    break;
+                }
+                a.free(t).expect("allocated");
+            }
+        }),
+        None,
+    );
+    assert_eq!(d.cause, Cause::Exhaustion);
 }
