@@ -124,7 +124,8 @@ fn diagnose_exit_codes() {
     assert!(stdout(&out).contains("no out-of-memory error found"));
     let out = memprof(&["diagnose", &path("snapshots/v2_1_basic.pickle")]);
     assert_eq!(out.status.code(), Some(1));
-    let errors: [&[&str]; 5] = [
+    let errors: [&[&str]; 6] = [
+        &["diagnose", "x.pickle", "--capacity", "lots"],
         &["diagnose"],
         &["diagnose", "missing.pickle"],
         &["diagnose", "--log", "missing.log"],

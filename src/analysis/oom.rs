@@ -194,6 +194,9 @@ pub struct Diagnosis {
     /// The failing request's site first, then the sites that hold the most.
     pub sites: Vec<OomSite>,
     pub remedies: Vec<Remedy>,
+    /// The device memory the remedies were replayed under (given, or the bracket the trace
+    /// shows); `None` when none was replayed.
+    pub replay_capacity_bytes: Option<u64>,
 }
 
 impl Diagnosis {
@@ -218,6 +221,7 @@ impl Diagnosis {
             total_bytes: facts.total_bytes,
             sites: Vec::new(),
             remedies: Vec::new(),
+            replay_capacity_bytes: None,
         }
     }
 }

@@ -55,11 +55,15 @@ pub fn program_remedy(cause: Cause, facts: &OomFacts) -> Option<Remedy> {
 
 /// Settings not in force in `recorded`, each replayed with the prepared trace under its
 /// capacity; ranked: OOM avoided first, then by peak reserved. Empty when the capacity is
-/// unknown (without it no replay can run out of memory).
+/// unknown (without it no replay can run out of memory) or when the replay with the recorded
+/// settings does not run out of memory itself (then no other run can say it avoids the OOM).
 pub fn verified_remedies(prepared: &Prepared, recorded: &AllocatorConfig) -> Vec<Remedy> {
     let Some(capacity) = prepared.capacity else {
         return Vec::new();
     };
+    if prepared.recorded_run.oom.is_none() {
+        return Vec::new();
+    }
     let try_one = |action: String, config: AllocatorConfig| {
         let run = replay::run(prepared, &config, Some(capacity));
         Remedy {

@@ -99,6 +99,7 @@ pub fn diagnose_device(
     }
     if depth == Depth::WithRemedies {
         d.remedies = verified_remedies(prepared, recorded);
+        d.replay_capacity_bytes = prepared.capacity.filter(|_| !d.remedies.is_empty());
         d.remedies.extend(program_remedy(d.cause, &facts));
     }
     Some(d)

@@ -71,7 +71,16 @@ fn write_one(out: &mut String, d: &Diagnosis) {
     if d.remedies.is_empty() {
         let _ = writeln!(out, "  remedies: none the evidence supports");
     } else {
-        let _ = writeln!(out, "  remedies, best first:");
+        let replayed = d
+            .replay_capacity_bytes
+            .map(|c| {
+                format!(
+                    " (settings replayed over the recorded trace, {} for the allocator)",
+                    Bytes(c)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(out, "  remedies, best first{replayed}:");
         for (k, r) in d.remedies.iter().enumerate() {
             let _ = writeln!(out, "    {}. {}", k + 1, remedy_line(r));
         }
