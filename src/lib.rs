@@ -8,9 +8,13 @@
 //!                     replayed state)   sim/ = allocator                   subcommand)
 //!                                       model and replay)
 //! ```
+//!
+//! `diagnose/` sits beside `analysis/` and `sim/` and combines them: an OOM's cause from the
+//! analysis, its remedies replayed through the simulator.
 
 pub mod analysis;
 pub mod cli;
+pub mod diagnose;
 pub mod model;
 pub mod plan;
 pub mod report;

@@ -4,6 +4,7 @@
 mod analyze_fixtures;
 mod bad_input;
 mod commands;
+mod diagnose;
 mod export;
 mod gate;
 mod plan;

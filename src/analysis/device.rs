@@ -1,6 +1,7 @@
 //! Everything `analyze` reports for one device of one snapshot.
 
 use super::layout::{layout_totals, LayoutTotals, SegmentUse};
+use super::oom::Diagnosis;
 use super::peak::find_peak;
 use super::sites::{top_sites, Site};
 use crate::model::{Action, Snapshot};
@@ -41,6 +42,9 @@ pub struct OomEntry {
     pub device_free_bytes: Option<u64>,
     pub time_us: Option<i64>,
     pub site: String,
+    /// The cause and its evidence (`diagnose` without remedies); filled by the caller, which
+    /// can replay the trace through the simulator.
+    pub diagnosis: Option<Diagnosis>,
 }
 
 /// One device of one snapshot.
@@ -86,6 +90,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
             device_free_bytes: e.device_free(),
             time_us: e.time_us(),
             site: super::sites::site_of(&snapshot.stacks, e.stack),
+            diagnosis: None,
         });
     let mut mostly_free_segments = std::mem::take(&mut totals.mostly_free);
     let mostly_free_segment_count = mostly_free_segments.len();

@@ -3,8 +3,10 @@
 //! or `cli`.
 
 mod device;
+pub mod growth;
 mod layout;
 mod layout_at;
+pub mod oom;
 mod peak;
 mod series;
 mod sites;

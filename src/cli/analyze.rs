@@ -4,11 +4,15 @@
 use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
-use crate::analysis::analyze_snapshot;
+use crate::analysis::{analyze_snapshot, DeviceAnalysis};
+use crate::diagnose::{diagnose_device, Depth};
+use crate::model::Snapshot;
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
+use crate::sim::replay::{self, DeviceTrace};
+use crate::sim::Backend;
 use anyhow::{bail, Context};
 use std::io::Write;
 
@@ -44,7 +48,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
                 .settings
                 .as_ref()
                 .and_then(|s| s.alloc_conf.clone()),
-            devices: analyze_snapshot(snapshot, args.top, args.device),
+            devices: with_diagnoses(snapshot, analyze_snapshot(snapshot, args.top, args.device)),
             warnings: loaded.parsed.warnings,
         });
     }
@@ -58,4 +62,25 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     }
     stdout.flush()?;
     Ok(Outcome::Ok)
+}
+
+/// Fills the diagnosis of each device's OOM: one replay with the recorded settings per device
+/// that has an `oom` entry (as fast as `simulate --validate`); no remedy replays.
+fn with_diagnoses(snapshot: &Snapshot, mut devices: Vec<DeviceAnalysis>) -> Vec<DeviceAnalysis> {
+    let (recorded, _) = replay::recorded_config(snapshot);
+    if recorded.backend == Backend::CudaMallocAsync {
+        return devices;
+    }
+    for trace in DeviceTrace::all(snapshot) {
+        let Some(oom) = devices
+            .iter_mut()
+            .find(|d| d.device == trace.device)
+            .and_then(|d| d.oom.as_mut())
+        else {
+            continue;
+        };
+        let prepared = replay::prepare(&trace, &recorded, None);
+        oom.diagnosis = diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify);
+    }
+    devices
 }

@@ -2,6 +2,7 @@
 //! One file per built subcommand; `main.rs` maps the outcome to an exit code.
 
 mod analyze;
+mod diagnose;
 mod export;
 mod gate;
 mod input;
@@ -43,7 +44,7 @@ pub enum Command {
     /// Replay an allocation trace through the caching-allocator model under other settings.
     Simulate(unbuilt::SimulateArgs),
     /// Root cause of an out-of-memory error from a snapshot, recording or log.
-    Diagnose(unbuilt::DiagnoseArgs),
+    Diagnose(diagnose::DiagnoseArgs),
     /// Run a program under the recording shim.
     Run(unbuilt::RunArgs),
     /// Live view of a running process.
@@ -91,7 +92,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Analyze(args) => analyze::run(&args),
         Command::Simulate(args) => simulate::run(&args),
-        Command::Diagnose(_) => unbuilt::refuse("diagnose"),
+        Command::Diagnose(args) => diagnose::run(&args),
         Command::Run(_) => unbuilt::refuse("run"),
         Command::Attach(_) => unbuilt::refuse("attach"),
         Command::Top => unbuilt::refuse("top"),

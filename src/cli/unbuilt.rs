@@ -28,18 +28,6 @@ pub struct SimulateArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct DiagnoseArgs {
-    pub file: Option<PathBuf>,
-    /// A log holding a PyTorch OOM error message.
-    #[arg(long, value_name = "LOGFILE")]
-    pub log: Option<PathBuf>,
-    #[arg(long, value_name = "SIZE")]
-    pub capacity: Option<String>,
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
 pub struct RunArgs {
     #[arg(short = 'o', value_name = "OUT.memprof")]
     pub output: Option<PathBuf>,

@@ -148,6 +148,14 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
             Bytes(f.largest_free_block_bytes),
             oom.site
         );
+        if let Some(diag) = &oom.diagnosis {
+            let _ = writeln!(
+                out,
+                "  cause: {}. {} Remedies, replayed: `memprof diagnose`.",
+                diag.cause.name(),
+                diag.evidence
+            );
+        }
     }
 }
 

@@ -168,6 +168,7 @@ impl Engine {
                             alloc_size_bytes: oom.alloc_size,
                             reserved_bytes: oom.reserved,
                             allocated_bytes: oom.allocated,
+                            largest_free_block_bytes: self.model.largest_free_block(),
                         });
                     }
                 }

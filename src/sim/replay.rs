@@ -75,6 +75,8 @@ pub struct OomAt {
     pub alloc_size_bytes: u64,
     pub reserved_bytes: u64,
     pub allocated_bytes: u64,
+    /// The largest free cached block after the allocator's releases.
+    pub largest_free_block_bytes: u64,
 }
 
 /// What one replay produced.
