@@ -27,7 +27,8 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
     let mut replay = Replay::new(entries, segments.iter().copied());
     let before: Vec<(u64, Live)> = replay.live().iter().map(|(a, l)| (a, *l)).collect();
     let before_trace_bytes = replay.live().total();
-    // For each alloc entry, the index of the entry that ended it (NEVER while alive).
+    // For each alloc entry, the index of the entry that ended it (NEVER while alive); u32 to
+    // keep this array, fresh memory the kernel must zero, half the size.
     let mut ended_at = vec![NEVER; entries.len()];
     let mut before_ended: FxHashMap<u64, usize> = FxHashMap::default();
     let mut best = before_trace_bytes;
@@ -36,7 +37,7 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
     while let Some(i) = replay.step() {
         if let Some((addr, ended)) = replay.ended() {
             match ended.born() {
-                Some(born) => ended_at[born] = i,
+                Some(born) => ended_at[born] = u32::try_from(i).unwrap_or(NEVER),
                 None => {
                     before_ended.entry(addr).or_insert(i);
                 }
@@ -62,7 +63,7 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
             let made = entries[..=peak]
                 .iter()
                 .enumerate()
-                .filter(|&(j, e)| e.action == Action::Alloc && ended_at[j] > peak)
+                .filter(|&(j, e)| e.action == Action::Alloc && ended_at[j] as usize > peak)
                 .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
             older.chain(made).collect()
         }
@@ -78,5 +79,6 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
     }
 }
 
-/// `ended_at` of an allocation still alive at the end.
-const NEVER: usize = usize::MAX;
+/// `ended_at` of an allocation still alive at the end (indices past u32 read as never: a trace
+/// of four billion entries would not fit in memory anyway).
+const NEVER: u32 = u32::MAX;
