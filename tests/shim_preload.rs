@@ -277,3 +277,56 @@ fn without_memprof_out_nothing_is_written() {
         .collect();
     assert_eq!(files.len(), 2, "{files:?}");
 }
+
+fn memprof_run(args: &[&str], dir: &Path, shim: Option<&Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memprof"));
+    cmd.arg("run")
+        .args(args)
+        .current_dir(dir)
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env_remove("MEMPROF_OUT")
+        .env_remove("LD_PRELOAD");
+    match shim {
+        Some(shim) => cmd.env("MEMPROF_SHIM", shim),
+        None => cmd.env_remove("MEMPROF_SHIM"),
+    };
+    cmd.output().expect("memprof runs")
+}
+
+#[test]
+fn memprof_run_records_the_command_and_passes_its_exit_code() {
+    let dir = kernels("run");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    let out = memprof_run(&["-o", "rec.memprof", "--", workload], &dir, Some(shim()));
+    check("memprof run", &out);
+    let recording = read(&dir.join("rec.memprof"));
+    assert_eq!(recording.records.len(), 16 + 4 * 2000 * 2);
+    assert_eq!(recording.dropped, Some(0));
+    let summary = String::from_utf8_lossy(&out.stderr);
+    // Every allocation is freed before the next; the largest is the 65536-byte cuMemCreate.
+    assert!(
+        summary.contains("recorded 16016 calls")
+            && summary.contains("1 out-of-memory")
+            && summary.contains("peak live device memory 65536 bytes"),
+        "{summary}"
+    );
+
+    // The command's exit code comes back; no CUDA calls, no recording, and a stale one is gone.
+    std::fs::write(dir.join("stale.memprof"), b"old").expect("write");
+    let out = memprof_run(
+        &["-o", "stale.memprof", "--", "sh", "-c", "exit 7"],
+        &dir,
+        Some(shim()),
+    );
+    assert_eq!(out.status.code(), Some(7));
+    assert!(!dir.join("stale.memprof").exists());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no recording written"));
+
+    // Refusals: a missing shim, and the flags not built yet.
+    let out = memprof_run(&["--", "true"], &dir, Some(&dir.join("nope.so")));
+    assert_eq!(out.status.code(), Some(2));
+    let out = memprof_run(&["--torch", "--", "true"], &dir, Some(shim()));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+}
