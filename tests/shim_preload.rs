@@ -8,8 +8,8 @@
 
 use crate::util::repo;
 use memprof_wire::{
-    decode_recording, Kind, Record, Recording, CUDA_ERROR_OUT_OF_MEMORY, FLAG_PER_THREAD_STREAM,
-    FLAG_VIA_PROC_ADDRESS,
+    decode_recording, Kind, Record, Recording, CUDA_ERROR_OUT_OF_MEMORY, FLAG_LOOKED_UP,
+    FLAG_PER_THREAD_STREAM,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -82,6 +82,14 @@ pub fn kernels(name: &str) -> PathBuf {
         .output()
         .expect("cc runs");
     check("cc alloc_free.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("runtime_style"))
+        .arg(k.join("workloads/runtime_style.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc runs");
+    check("cc runtime_style.c", &out);
     dir
 }
 
@@ -161,16 +169,24 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     };
     let by_symbol = seen("sym ");
     let by_proc_address = seen("gpa ");
+    // dlopen + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
+    let by_dlsym = seen("dlsym ");
     assert_eq!(by_symbol.len(), 10);
     assert_eq!(by_proc_address.len(), 6);
+    assert_eq!(by_dlsym.len(), 2);
     let recorded: Vec<String> = main.iter().map(|r| as_line(r)).collect();
-    let expected: Vec<String> = by_symbol.iter().chain(&by_proc_address).cloned().collect();
+    let expected: Vec<String> = by_symbol
+        .iter()
+        .chain(&by_proc_address)
+        .chain(&by_dlsym)
+        .cloned()
+        .collect();
     assert_eq!(recorded, expected);
 
     // Which path each call came through.
     let (sym, gpa) = main.split_at(10);
     assert!(sym.iter().all(|r| r.flags == 0), "{sym:?}");
-    assert!(gpa.iter().all(|r| r.flags & FLAG_VIA_PROC_ADDRESS != 0));
+    assert!(gpa.iter().all(|r| r.flags & FLAG_LOOKED_UP != 0));
     let ptsz: Vec<Kind> = gpa
         .iter()
         .filter(|r| r.flags & FLAG_PER_THREAD_STREAM != 0)
@@ -203,12 +219,6 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
         "cuMemMap names the handle cuMemCreate returned"
     );
     assert_eq!((sym[9].kind, sym[9].aux), (Kind::VmmRelease, create.aux));
-
-    // Known gap: a handle-scoped dlsym (how libcudart finds cuGetProcAddress_v2) bypasses
-    // LD_PRELOAD, and the shim does not interpose dlsym yet. The workload made those calls (the
-    // fake is built -Bsymbolic like the real driver), and they are not in the recording.
-    assert_eq!(seen("dlsym ").len(), 2);
-    assert!(!main.iter().any(|r| r.size == 3000));
 
     // Four worker threads, 2000 alloc/free pairs each: every event accounted for.
     assert!(printed.contains("threads 4 2000"));
@@ -275,7 +285,33 @@ fn without_memprof_out_nothing_is_written() {
         .expect("dir")
         .map(|e| e.expect("entry").file_name())
         .collect();
-    assert_eq!(files.len(), 2, "{files:?}");
+    assert_eq!(files.len(), 3, "{files:?}");
+}
+
+#[test]
+fn driver_reached_only_through_dlopen_and_lookups_is_recorded() {
+    // libcuda.so.1 dlopen'ed RTLD_LOCAL: not in the global scope, so plain LD_PRELOAD symbol
+    // interposition sees nothing; the shim's dlsym and cuGetProcAddress wrappers must.
+    let dir = kernels("runtime");
+    let out = dir.join("rt.memprof");
+    let output = Command::new(dir.join("runtime_style"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("MEMPROF_OUT", &out)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("runtime_style", &output);
+    let printed = String::from_utf8(output.stdout).expect("utf-8");
+    let recording = read(&out);
+    assert_eq!(recording.dropped, Some(0));
+    let expected: Vec<&str> = printed
+        .lines()
+        .map(|l| l.split_once(' ').expect("via").1)
+        .collect();
+    let recorded: Vec<String> = recording.records.iter().map(as_line).collect();
+    assert_eq!(expected.len(), 6);
+    assert_eq!(recorded, expected);
+    assert!(recording.records.iter().all(|r| r.flags == FLAG_LOOKED_UP));
 }
 
 fn memprof_run(args: &[&str], dir: &Path, shim: Option<&Path>) -> Output {
@@ -301,12 +337,12 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     let out = memprof_run(&["-o", "rec.memprof", "--", workload], &dir, Some(shim()));
     check("memprof run", &out);
     let recording = read(&dir.join("rec.memprof"));
-    assert_eq!(recording.records.len(), 16 + 4 * 2000 * 2);
+    assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2);
     assert_eq!(recording.dropped, Some(0));
     let summary = String::from_utf8_lossy(&out.stderr);
     // Every allocation is freed before the next; the largest is the 65536-byte cuMemCreate.
     assert!(
-        summary.contains("recorded 16016 calls")
+        summary.contains("recorded 16018 calls")
             && summary.contains("1 out-of-memory")
             && summary.contains("peak live device memory 65536 bytes"),
         "{summary}"

@@ -3,11 +3,11 @@
 //! Each hooked function has a module holding: the exported symbol (the real function found with
 //! `dlsym(RTLD_NEXT)`), and two wrappers handed out by `cuGetProcAddress(_v2)` (each forwarding to
 //! the pointer the real lookup returned; two because the legacy and per-thread-stream variants
-//! can both be asked for). The wrapper bodies (`alloc`, `free`, ...) forward the call unchanged and
+//! can both be asked for). The same wrappers serve pointers found by `dlsym(handle, ...)`. The wrapper bodies (`alloc`, `free`, ...) forward the call unchanged and
 //! record it afterwards.
 
 use crate::recorder::{record, Guard};
-use memprof_wire::{Kind, Record, FLAG_PER_THREAD_STREAM, FLAG_VIA_PROC_ADDRESS};
+use memprof_wire::{Kind, Record, FLAG_LOOKED_UP, FLAG_PER_THREAD_STREAM};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 
@@ -129,7 +129,11 @@ macro_rules! hook {
                 // SAFETY: a wrapper is handed out only after its slot holds the real pointer the
                 // driver returned for this function at a version with this ABI.
                 let real = unsafe { std::mem::transmute::<usize, $ty>(real) };
-                $body(real, flags | FLAG_VIA_PROC_ADDRESS, $($arg),*)
+                $body(real, flags | FLAG_LOOKED_UP, $($arg),*)
+            }
+
+            pub(super) fn exported() -> usize {
+                $export as $ty as usize
             }
 
             pub(super) fn wrappers() -> [(&'static Handed, usize); 2] {
@@ -377,6 +381,42 @@ fn read_out(result: u32, out: *mut u64) -> u64 {
 
 static NEXT_PROC_ADDRESS: Next = Next::new();
 static NEXT_PROC_ADDRESS_V2: Next = Next::new();
+/// `cuGetProcAddress` / `_v2` pointers handed out by `dlsym(handle, ...)`.
+static HANDED_PROC_ADDRESS: [Handed; 2] = [Handed::new(), Handed::new()];
+static HANDED_PROC_ADDRESS_V2: [Handed; 2] = [Handed::new(), Handed::new()];
+
+fn proc_address(
+    real: ProcAddressFn,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> u32 {
+    // SAFETY: forwards the caller's arguments unchanged.
+    let result = unsafe { real(symbol, pfn, version, flags) };
+    if result == 0 {
+        redirect(symbol, pfn, version, flags);
+    }
+    result
+}
+
+fn proc_address_v2(
+    real: ProcAddressV2Fn,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> u32 {
+    // SAFETY: forwards the caller's arguments unchanged.
+    let result = unsafe { real(symbol, pfn, version, flags, status) };
+    // SAFETY: a non-NULL status was written by the driver on success.
+    let found = status.is_null() || unsafe { status.read() } == 0;
+    if result == 0 && found {
+        redirect(symbol, pfn, version, flags);
+    }
+    result
+}
 
 /// # Safety
 /// Same contract as the driver's 4-argument `cuGetProcAddress`.
@@ -393,12 +433,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     }
     // SAFETY: the next definition of this symbol has this ABI.
     let real = unsafe { std::mem::transmute::<usize, ProcAddressFn>(real) };
-    // SAFETY: forwards the caller's arguments unchanged.
-    let result = unsafe { real(symbol, pfn, version, flags) };
-    if result == 0 {
-        redirect(symbol, pfn, version, flags);
-    }
-    result
+    proc_address(real, symbol, pfn, version, flags)
 }
 
 /// # Safety
@@ -417,14 +452,120 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     }
     // SAFETY: the next definition of this symbol has this ABI.
     let real = unsafe { std::mem::transmute::<usize, ProcAddressV2Fn>(real) };
-    // SAFETY: forwards the caller's arguments unchanged.
-    let result = unsafe { real(symbol, pfn, version, flags, status) };
-    // SAFETY: a non-NULL status was written by the driver on success.
-    let found = status.is_null() || unsafe { status.read() } == 0;
-    if result == 0 && found {
-        redirect(symbol, pfn, version, flags);
+    proc_address_v2(real, symbol, pfn, version, flags, status)
+}
+
+macro_rules! handed_proc_address {
+    ($name:ident, $slot:expr) => {
+        unsafe extern "C" fn $name(
+            symbol: *const c_char,
+            pfn: *mut *mut c_void,
+            version: c_int,
+            flags: u64,
+        ) -> u32 {
+            let real = $slot.real.load(Ordering::Acquire);
+            // SAFETY: the slot holds what dlsym returned for "cuGetProcAddress".
+            let real = unsafe { std::mem::transmute::<usize, ProcAddressFn>(real) };
+            proc_address(real, symbol, pfn, version, flags)
+        }
+    };
+}
+
+macro_rules! handed_proc_address_v2 {
+    ($name:ident, $slot:expr) => {
+        unsafe extern "C" fn $name(
+            symbol: *const c_char,
+            pfn: *mut *mut c_void,
+            version: c_int,
+            flags: u64,
+            status: *mut c_int,
+        ) -> u32 {
+            let real = $slot.real.load(Ordering::Acquire);
+            // SAFETY: the slot holds what dlsym returned for "cuGetProcAddress_v2".
+            let real = unsafe { std::mem::transmute::<usize, ProcAddressV2Fn>(real) };
+            proc_address_v2(real, symbol, pfn, version, flags, status)
+        }
+    };
+}
+
+handed_proc_address!(handed_proc_address0, HANDED_PROC_ADDRESS[0]);
+handed_proc_address!(handed_proc_address1, HANDED_PROC_ADDRESS[1]);
+handed_proc_address_v2!(handed_proc_address_v2_0, HANDED_PROC_ADDRESS_V2[0]);
+handed_proc_address_v2!(handed_proc_address_v2_1, HANDED_PROC_ADDRESS_V2[1]);
+
+fn proc_address_wrappers() -> [(&'static Handed, usize); 2] {
+    [
+        (
+            &HANDED_PROC_ADDRESS[0],
+            handed_proc_address0 as ProcAddressFn as usize,
+        ),
+        (
+            &HANDED_PROC_ADDRESS[1],
+            handed_proc_address1 as ProcAddressFn as usize,
+        ),
+    ]
+}
+
+fn proc_address_v2_wrappers() -> [(&'static Handed, usize); 2] {
+    [
+        (
+            &HANDED_PROC_ADDRESS_V2[0],
+            handed_proc_address_v2_0 as ProcAddressV2Fn as usize,
+        ),
+        (
+            &HANDED_PROC_ADDRESS_V2[1],
+            handed_proc_address_v2_1 as ProcAddressV2Fn as usize,
+        ),
+    ]
+}
+
+/// The wrapper of the first slot that holds or can take `real`.
+fn claim(wrappers: [(&'static Handed, usize); 2], real: usize, flags: u16) -> Option<usize> {
+    wrappers
+        .into_iter()
+        .find(|(slot, _)| slot.claim(real, flags))
+        .map(|(_, wrapper)| wrapper)
+}
+
+/// The wrapper for a lookup of exported name `name` that found `real` (used by `dlsym`), or
+/// `None` to hand `real` back unchanged: a name this shim does not wrap, or already the shim's.
+pub(crate) fn wrapper_for(name: &CStr, real: usize) -> Option<usize> {
+    let (wrappers, flags, ours) = match name.to_bytes() {
+        b"cuMemAlloc_v2" => (mem_alloc::wrappers(), 0, mem_alloc::exported()),
+        b"cuMemFree_v2" => (mem_free::wrappers(), 0, mem_free::exported()),
+        b"cuMemAllocAsync" => (mem_alloc_async::wrappers(), 0, mem_alloc_async::exported()),
+        b"cuMemAllocAsync_ptsz" => (
+            mem_alloc_async::wrappers(),
+            FLAG_PER_THREAD_STREAM,
+            mem_alloc_async_ptsz::exported(),
+        ),
+        b"cuMemFreeAsync" => (mem_free_async::wrappers(), 0, mem_free_async::exported()),
+        b"cuMemFreeAsync_ptsz" => (
+            mem_free_async::wrappers(),
+            FLAG_PER_THREAD_STREAM,
+            mem_free_async_ptsz::exported(),
+        ),
+        b"cuMemCreate" => (mem_create::wrappers(), 0, mem_create::exported()),
+        b"cuMemMap" => (mem_map::wrappers(), 0, mem_map::exported()),
+        b"cuMemUnmap" => (mem_unmap::wrappers(), 0, mem_unmap::exported()),
+        b"cuMemRelease" => (mem_release::wrappers(), 0, mem_release::exported()),
+        b"cuMemGetInfo_v2" => (mem_get_info::wrappers(), 0, mem_get_info::exported()),
+        b"cuGetProcAddress" => (
+            proc_address_wrappers(),
+            0,
+            cuGetProcAddress as ProcAddressFn as usize,
+        ),
+        b"cuGetProcAddress_v2" => (
+            proc_address_v2_wrappers(),
+            0,
+            cuGetProcAddress_v2 as ProcAddressV2Fn as usize,
+        ),
+        _ => return None,
+    };
+    if real == ours {
+        return None;
     }
-    result
+    claim(wrappers, real, flags)
 }
 
 /// After a successful lookup, swaps the returned pointer for a recording wrapper when the name
@@ -438,36 +579,55 @@ fn redirect(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags:
     if real == 0 {
         return;
     }
-    if name == c"cuGetProcAddress" {
-        // The lookup function itself: hand out ours when the driver returned one of the two
-        // exported ones (so the ABI is known).
-        let ours = if real == NEXT_PROC_ADDRESS_V2.get(c"cuGetProcAddress_v2") {
-            cuGetProcAddress_v2 as ProcAddressV2Fn as usize
-        } else if real == NEXT_PROC_ADDRESS.get(c"cuGetProcAddress") {
-            cuGetProcAddress as ProcAddressFn as usize
+    let ours = if name == c"cuGetProcAddress" {
+        // The lookup function itself: wrap it only when its ABI is known, because it is the
+        // exported one or one that dlsym handed out under a versioned name.
+        let known =
+            |slots: &[Handed; 2]| slots.iter().any(|s| s.real.load(Ordering::Acquire) == real);
+        if real == NEXT_PROC_ADDRESS_V2.get(c"cuGetProcAddress_v2")
+            || known(&HANDED_PROC_ADDRESS_V2)
+        {
+            claim(proc_address_v2_wrappers(), real, 0)
+        } else if real == NEXT_PROC_ADDRESS.get(c"cuGetProcAddress") || known(&HANDED_PROC_ADDRESS)
+        {
+            claim(proc_address_wrappers(), real, 0)
         } else {
-            return;
-        };
-        // SAFETY: `pfn` is the caller's out-parameter, already written by the driver.
-        unsafe { *pfn = ours as *mut c_void };
-        return;
-    }
-    let record_flags = if flags & PER_THREAD_DEFAULT_STREAM != 0 {
-        FLAG_PER_THREAD_STREAM
+            None
+        }
     } else {
-        0
+        let record_flags = if flags & PER_THREAD_DEFAULT_STREAM != 0 {
+            FLAG_PER_THREAD_STREAM
+        } else {
+            0
+        };
+        entries()
+            .into_iter()
+            .find(|entry| entry.base == name && version >= entry.min_version)
+            .and_then(|entry| claim(entry.wrappers, real, record_flags))
     };
-    for entry in entries() {
-        if entry.base != name || version < entry.min_version {
-            continue;
-        }
-        for (slot, wrapper) in entry.wrappers {
-            if slot.claim(real, record_flags) {
-                // SAFETY: as above; the wrapper has the ABI of `real`.
-                unsafe { *pfn = wrapper as *mut c_void };
-                return;
-            }
-        }
-        return;
+    if let Some(ours) = ours {
+        // SAFETY: `pfn` is the caller's out-parameter, already written by the driver; the
+        // wrapper has the ABI of `real`.
+        unsafe { *pfn = ours as *mut c_void };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dlsym_results_get_a_wrapper_per_real_pointer_and_never_more_than_two() {
+        assert_eq!(wrapper_for(c"cuMemRelease", mem_release::exported()), None);
+        assert_eq!(wrapper_for(c"cuDeviceGet", 0x1000), None);
+        let first = wrapper_for(c"cuMemRelease", 0x1000).expect("a slot");
+        assert_eq!(wrapper_for(c"cuMemRelease", 0x1000), Some(first));
+        let second = wrapper_for(c"cuMemRelease", 0x2000).expect("the other slot");
+        assert_ne!(first, second);
+        assert_eq!(
+            wrapper_for(c"cuMemRelease", 0x3000),
+            None,
+            "full: left unwrapped"
+        );
     }
 }

@@ -6,14 +6,18 @@
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
 //! `cuMemRelease`, `cuMemGetInfo_v2`), and calls through pointers handed out by
-//! `cuGetProcAddress` / `cuGetProcAddress_v2` when those are reached by symbol. Not yet: lookups
-//! through a handle-scoped `dlsym(handle, ...)` (how libcudart finds `cuGetProcAddress_v2`), which
-//! needs a `dlsym` interposer; fork handling; stacks.
+//! `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through pointers found by a
+//! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
+//! shim exports `dlsym` (see `dlsym.rs`). Not yet: `dlsym` on other architectures, the other
+//! entry points of the issue (pitch, managed, pool, address reserve, contexts), fork handling,
+//! `_exit`, stacks.
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never blocks or allocates after the first recorded event (which opens the
 //! file and starts the writer thread); a full buffer is a counted drop, written in the trailer.
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
+mod dlsym;
 mod hooks;
 mod recorder;
 pub mod ring;

@@ -35,8 +35,9 @@ pub const CUDA_SUCCESS: u32 = 0;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
 
-/// Flag: the call came through a pointer handed out by `cuGetProcAddress(_v2)`.
-pub const FLAG_VIA_PROC_ADDRESS: u16 = 1;
+/// Flag: the call came through a pointer the program looked up (`cuGetProcAddress(_v2)` or a
+/// handle-scoped `dlsym`), not through the exported symbol.
+pub const FLAG_LOOKED_UP: u16 = 1;
 
 /// Flag: the per-thread-default-stream (`_ptsz`) variant of the call.
 pub const FLAG_PER_THREAD_STREAM: u16 = 2;
@@ -376,7 +377,7 @@ mod tests {
     fn sample(kind: Kind) -> Record {
         Record {
             kind,
-            flags: FLAG_VIA_PROC_ADDRESS | FLAG_PER_THREAD_STREAM,
+            flags: FLAG_LOOKED_UP | FLAG_PER_THREAD_STREAM,
             tid: 0xdead_beef,
             ts_ns: u64::MAX - 1,
             ptr: 0x7f00_0000_1000,
