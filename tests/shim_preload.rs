@@ -366,3 +366,41 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
 }
+
+#[test]
+fn another_rtld_next_interposer_works_before_or_after_the_shim() {
+    let dir = kernels("other");
+    let other = dir.join("libother_preload.so");
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(repo().join("kernels/preload/other_preload.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc runs");
+    check("cc other_preload.c", &out);
+    let shim = shim();
+    for (i, order) in [[shim, other.as_path()], [other.as_path(), shim]]
+        .iter()
+        .enumerate()
+    {
+        let rec = dir.join(format!("order{i}.memprof"));
+        let preload = format!("{} {}", order[0].display(), order[1].display());
+        let output = Command::new(dir.join("alloc_free"))
+            .env("FAKE_CUDA_CAPACITY", "1048576")
+            .env("MEMPROF_OUT", &rec)
+            .env("LD_PRELOAD", &preload)
+            .output()
+            .expect("runs");
+        check(&format!("alloc_free with LD_PRELOAD={preload}"), &output);
+        // 2 calls by symbol in the main thread, 4 x 2000 in the workers.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("other_preload: 8002 cuMemAlloc_v2 calls"),
+            "{stderr}"
+        );
+        let recording = read(&rec);
+        assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2, "{preload}");
+        assert_eq!(recording.dropped, Some(0));
+    }
+}
