@@ -404,3 +404,52 @@ fn another_rtld_next_interposer_works_before_or_after_the_shim() {
         assert_eq!(recording.dropped, Some(0));
     }
 }
+
+#[test]
+fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
+    let dir = kernels("fork");
+    let rec = dir.join("fork.memprof");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_FORK", "1")
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("alloc_free with a forked child", &output);
+    let recording = read(&rec);
+    assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2);
+    assert_eq!(recording.dropped, Some(0));
+    assert!(!recording.records.iter().any(|r| r.size == 12345));
+
+    // Two CUDA programs under one `memprof run`: the second records next to the first.
+    let workload = dir.join("alloc_free");
+    let script = format!("{0} >/dev/null && {0} >/dev/null", workload.display());
+    let out = memprof_run(
+        &["-o", "two.memprof", "--", "sh", "-c", &script],
+        &dir,
+        Some(shim()),
+    );
+    check("memprof run -- sh -c", &out);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.to_string_lossy().contains("two.memprof"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let first = read(&files[0]);
+    let second = read(&files[1]);
+    assert_eq!(
+        files[1].file_name(),
+        Some(std::ffi::OsStr::new(&format!(
+            "two.memprof.{}",
+            second.header.pid
+        )))
+    );
+    assert_ne!(first.header.pid, second.header.pid);
+    for recording in [first, second] {
+        assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2);
+        assert_eq!(recording.dropped, Some(0));
+    }
+}

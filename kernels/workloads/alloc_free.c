@@ -7,6 +7,7 @@
  *      "gpa"   - pointers from cuGetProcAddress / cuGetProcAddress_v2 reached by symbol;
  *      "dlsym" - dlopen("libcuda.so.1") + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
  * Then THREADS threads each do PAIRS cuMemAlloc_v2/cuMemFree_v2 pairs of 256 bytes (not printed).
+ * With ALLOC_FREE_FORK set, a forked child then allocates 12345 bytes and calls exit().
  *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -155,5 +158,17 @@ int main(void) {
     for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
     for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
     printf("threads %d %d\n", THREADS, PAIRS);
+
+    /* ALLOC_FREE_FORK=1: a forked child allocates 12345 bytes and exits through exit(). */
+    if (getenv("ALLOC_FREE_FORK")) {
+        pid_t child = fork();
+        if (child == 0) {
+            CUdeviceptr p = 0;
+            cuMemAlloc_v2(&p, 12345);
+            exit(0);
+        }
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 7;
+    }
     return 0;
 }

@@ -1,7 +1,10 @@
 //! The LD_PRELOAD shim (`libmemprof_shim.so`) that records CUDA device-memory calls.
 //!
 //! Load it with `LD_PRELOAD` and name the recording with `MEMPROF_OUT` (`%p` in the name becomes
-//! the process id). Without `MEMPROF_OUT` the shim forwards every call and records nothing.
+//! the process id). Without `MEMPROF_OUT` the shim forwards every call and records nothing. The
+//! file is created on the first recorded call and never overwritten: when it exists, the process
+//! records to `MEMPROF_OUT.<pid>` (so a CUDA program started by the recorded one gets its own
+//! file). A forked child that does not exec records nothing.
 //!
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
@@ -9,8 +12,8 @@
 //! `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through pointers found by a
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
 //! shim exports `dlsym` (see `dlsym.rs`). Not yet: `dlsym` on other architectures, the other
-//! entry points of the issue (pitch, managed, pool, address reserve, contexts), fork handling,
-//! `_exit`, stacks.
+//! entry points of the issue (pitch, managed, pool, address reserve, contexts), recording in
+//! forked children, a flush on `_exit`, stacks.
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never blocks or allocates after the first recorded event (which opens the

@@ -127,8 +127,17 @@ fn start() -> bool {
     let Some(out) = out.to_str() else {
         return false;
     };
+    // Never overwrite: a second process with the same MEMPROF_OUT (a CUDA program started by
+    // the recorded one) records to `OUT.<pid>` instead.
     let path = out.replace("%p", &pid().to_string());
-    let Ok(mut file) = File::create(&path) else {
+    let create = |path: &str| File::options().write(true).create_new(true).open(path);
+    let file = match create(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            create(&format!("{path}.{}", pid()))
+        }
+        other => other,
+    };
+    let Ok(mut file) = file else {
         return false;
     };
     let header = FileHeader {
@@ -213,9 +222,18 @@ extern "C" fn flush_at_exit() {
     }
 }
 
+/// In a forked child: record nothing. The child shares the parent's file offset and has no
+/// writer thread; a child that execs starts over with its own file (see `start`).
+extern "C" fn forked_child() {
+    STATE.store(OFF, Ordering::Release);
+}
+
 extern "C" fn init() {
-    // SAFETY: registers a plain function with no arguments; called once by the loader.
-    unsafe { libc::atexit(flush_at_exit) };
+    // SAFETY: registers plain functions with no arguments; called once by the loader.
+    unsafe {
+        libc::atexit(flush_at_exit);
+        libc::pthread_atfork(None, None, Some(forked_child));
+    }
 }
 
 #[used]
