@@ -424,7 +424,12 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
 
     // Two CUDA programs under one `memprof run`: the second records next to the first.
     let workload = dir.join("alloc_free");
-    let script = format!("{0} >/dev/null && {0} >/dev/null", workload.display());
+    // The second one runs in a subdirectory: the recording still goes to the path given.
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    let script = format!(
+        "{0} >/dev/null && cd sub && {0} >/dev/null",
+        workload.display()
+    );
     let out = memprof_run(
         &["-o", "two.memprof", "--", "sh", "-c", &script],
         &dir,

@@ -29,6 +29,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
+    // Absolute, so a command that changes directory still records here.
+    let out =
+        std::path::absolute(&out).with_context(|| format!("cannot resolve {}", out.display()))?;
     // A stale recording must not be taken for this run's when CMD makes no CUDA call.
     match std::fs::remove_file(&out) {
         Ok(()) => {}
