@@ -102,11 +102,17 @@ fn summary(path: &Path) -> String {
     match decode_recording(&bytes) {
         Ok(recording) => {
             let s = Summary::of(&recording);
-            let dropped = match recording.dropped {
+            let mut dropped = match recording.dropped {
                 Some(0) => String::new(),
                 Some(n) => format!(", {n} events dropped"),
                 None => ", recording cut short".to_string(),
             };
+            if recording.delayed > 0 {
+                dropped.push_str(&format!(
+                    ", {} events delayed (the program waited for the writer)",
+                    recording.delayed
+                ));
+            }
             format!(
                 "recorded {} calls to {} ({} allocations, {} frees, {} out-of-memory); peak live \
                  device memory {} bytes{dropped}",

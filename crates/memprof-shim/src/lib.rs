@@ -16,8 +16,10 @@
 //! forked children, a flush on `_exit`, stacks.
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
-//! keeps `errno`); it never blocks or allocates after the first recorded event (which opens the
-//! file and starts the writer thread); a full buffer is a counted drop, written in the trailer.
+//! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
+//! the file and starts the writer thread). When the buffer is full the hook yields to the writer
+//! up to 10,000 times (counted as delayed), then drops the event (counted); both counts are in
+//! the trailer.
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
 mod dlsym;

@@ -5,7 +5,7 @@ use memprof_wire::{FileHeader, Kind, Record, RECORD_LEN};
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -15,6 +15,12 @@ const SLOTS: usize = 1 << 16;
 static RING: Ring<SLOTS> = Ring::new();
 /// Events that could not be recorded (full ring, write error, after the final flush).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Events that found the ring full and were written after the hook waited for the writer.
+static DELAYED: AtomicU64 = AtomicU64::new(0);
+/// Whether the writer thread is draining the ring (a hook that finds it full may wait).
+static WRITER_ALIVE: AtomicBool = AtomicBool::new(false);
+/// How many times a hook yields to the writer before it drops an event.
+const MAX_YIELDS: u32 = 10_000;
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -87,12 +93,28 @@ pub fn record(mut event: Record) {
         event.ts_ns = now_ns();
         event.tid = tid();
         event.pid = pid();
-        if !RING.push(&event.encode()) {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
+        let encoded = event.encode();
+        if !RING.push(&encoded) {
+            push_when_drained(&encoded);
         }
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// The ring was full: yield to the writer a bounded number of times, then count a drop.
+fn push_when_drained(encoded: &[u8; memprof_wire::RECORD_LEN]) {
+    let mut yields = 0;
+    while WRITER_ALIVE.load(Ordering::Acquire) && yields < MAX_YIELDS {
+        // SAFETY: sched_yield takes no arguments.
+        unsafe { libc::sched_yield() };
+        if RING.push(encoded) {
+            DELAYED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        yields += 1;
+    }
+    DROPPED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Starts recording on the first event; false when recording is off.
@@ -149,9 +171,14 @@ fn start() -> bool {
     }
     lock().file = Some(file);
     // Without a writer thread the ring is still drained at exit.
-    let _ = std::thread::Builder::new()
+    WRITER_ALIVE.store(true, Ordering::Release);
+    if std::thread::Builder::new()
         .name("memprof-writer".into())
-        .spawn(writer_loop);
+        .spawn(writer_loop)
+        .is_err()
+    {
+        WRITER_ALIVE.store(false, Ordering::Release);
+    }
     true
 }
 
@@ -159,6 +186,7 @@ fn writer_loop() {
     loop {
         let (count, closed) = drain(&mut lock());
         if closed {
+            WRITER_ALIVE.store(false, Ordering::Release);
             return;
         }
         if count == 0 {
@@ -211,9 +239,12 @@ extern "C" fn flush_at_exit() {
         return;
     }
     writer.closed = true;
+    // Hooks called from here on (later exit handlers) must not wait for a writer that is gone.
+    WRITER_ALIVE.store(false, Ordering::Release);
     let mut trailer = Record::new(Kind::Trailer);
     trailer.size = writer.written;
     trailer.aux = DROPPED.load(Ordering::Relaxed);
+    trailer.stream = DELAYED.load(Ordering::Relaxed);
     trailer.ts_ns = now_ns();
     trailer.pid = pid();
     trailer.tid = tid();
@@ -226,6 +257,7 @@ extern "C" fn flush_at_exit() {
 /// writer thread; a child that execs starts over with its own file (see `start`).
 extern "C" fn forked_child() {
     STATE.store(OFF, Ordering::Release);
+    WRITER_ALIVE.store(false, Ordering::Release);
 }
 
 extern "C" fn init() {

@@ -130,7 +130,8 @@ pub enum Kind {
     VmmRelease = 8,
     /// `cuMemGetInfo_v2`: `aux` = free bytes, `size` = total bytes.
     MemGetInfo = 9,
-    /// Last record of a cleanly closed recording: `size` = events written, `aux` = events dropped.
+    /// Last record of a cleanly closed recording: `size` = events written, `aux` = events dropped,
+    /// `stream` = events written late because the hook waited for room.
     Trailer = 10,
 }
 
@@ -252,6 +253,8 @@ pub struct Recording {
     pub records: Vec<Record>,
     /// `Some(dropped)` when the recording ends with a trailer; `None` when it was cut short.
     pub dropped: Option<u64>,
+    /// Events written late because the hook waited for room (0 without a trailer).
+    pub delayed: u64,
     /// Bytes at the end that do not make a whole record (a recording cut mid-write).
     pub trailing_bytes: usize,
 }
@@ -301,12 +304,14 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     let mut chunks = body.chunks_exact(RECORD_LEN);
     let mut records = Vec::with_capacity(body.len() / RECORD_LEN);
     let mut dropped = None;
+    let mut delayed = 0;
     for (index, chunk) in chunks.by_ref().enumerate() {
         let mut raw = [0u8; RECORD_LEN];
         raw.copy_from_slice(chunk);
         let record = Record::decode(&raw).map_err(|error| DecodeError::Record { index, error })?;
         if record.kind == Kind::Trailer {
             dropped = Some(record.aux);
+            delayed = record.stream;
             break;
         }
         records.push(record);
@@ -320,6 +325,7 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
         header,
         records,
         dropped,
+        delayed,
         trailing_bytes,
     })
 }
@@ -434,6 +440,7 @@ mod tests {
             let mut end = Record::new(Kind::Trailer);
             end.size = records.len() as u64;
             end.aux = dropped;
+            end.stream = 4;
             out.extend_from_slice(&end.encode());
         }
         out
@@ -456,6 +463,7 @@ mod tests {
         );
         assert_eq!(decoded.records, records);
         assert_eq!(decoded.dropped, Some(3));
+        assert_eq!(decoded.delayed, 4);
         assert_eq!(decoded.trailing_bytes, 0);
     }
 
