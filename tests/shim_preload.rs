@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+/// Calls alloc_free makes in its main thread and the shim records: 18 by symbol, 6 through
+/// cuGetProcAddress, 2 through dlsym(handle).
+const MAIN_CALLS: usize = 26;
+
 fn tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
@@ -116,6 +120,11 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::VmmRelease => "vmm_release",
         Kind::MemGetInfo => "mem_get_info",
         Kind::Trailer => "trailer",
+        Kind::AllocPitch => "alloc_pitch",
+        Kind::AllocManaged => "alloc_managed",
+        Kind::AllocFromPoolAsync => "alloc_from_pool",
+        Kind::AddressReserve => "address_reserve",
+        Kind::AddressFree => "address_free",
     }
 }
 
@@ -182,7 +191,7 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     let by_proc_address = seen("gpa ");
     // dlopen + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
     let by_dlsym = seen("dlsym ");
-    assert_eq!(by_symbol.len(), 10);
+    assert_eq!(by_symbol.len(), 18);
     assert_eq!(by_proc_address.len(), 6);
     assert_eq!(by_dlsym.len(), 2);
     let recorded: Vec<String> = main.iter().map(|r| as_line(r)).collect();
@@ -195,7 +204,7 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     assert_eq!(recorded, expected);
 
     // Which path each call came through.
-    let (sym, gpa) = main.split_at(10);
+    let (sym, gpa) = main.split_at(18);
     assert!(sym.iter().all(|r| r.flags == 0), "{sym:?}");
     assert!(gpa.iter().all(|r| r.flags & FLAG_LOOKED_UP != 0));
     let ptsz: Vec<Kind> = gpa
@@ -230,6 +239,24 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
         "cuMemMap names the handle cuMemCreate returned"
     );
     assert_eq!((sym[9].kind, sym[9].aux), (Kind::VmmRelease, create.aux));
+    // Pitch: 1000 bytes x 4 rows, rows padded to 1024.
+    assert_eq!(
+        (sym[10].kind, sym[10].size, sym[10].aux),
+        (Kind::AllocPitch, 4096, 1024)
+    );
+    assert_eq!((sym[12].kind, sym[12].aux), (Kind::AllocManaged, 1));
+    assert_eq!(
+        (sym[14].kind, sym[14].aux, sym[14].stream),
+        (Kind::AllocFromPoolAsync, 0x42, 0x1234)
+    );
+    assert_eq!(
+        (sym[16].kind, sym[16].size),
+        (Kind::AddressReserve, 1 << 30)
+    );
+    assert_eq!(
+        (sym[17].kind, sym[17].ptr),
+        (Kind::AddressFree, sym[16].ptr)
+    );
 
     // Four worker threads, 2000 alloc/free pairs each: every event accounted for.
     assert!(printed.contains("threads 4 2000"));
@@ -321,9 +348,19 @@ fn driver_reached_only_through_dlopen_and_lookups_is_recorded() {
         .map(|l| l.split_once(' ').expect("via").1)
         .collect();
     let recorded: Vec<String> = recording.records.iter().map(as_line).collect();
-    assert_eq!(expected.len(), 6);
+    assert_eq!(expected.len(), 10);
     assert_eq!(recorded, expected);
-    assert!(recording.records.iter().all(|r| r.flags == FLAG_LOOKED_UP));
+    assert!(recording
+        .records
+        .iter()
+        .all(|r| r.flags & FLAG_LOOKED_UP != 0));
+    let ptsz: Vec<Kind> = recording
+        .records
+        .iter()
+        .filter(|r| r.flags & FLAG_PER_THREAD_STREAM != 0)
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(ptsz, [Kind::AllocFromPoolAsync, Kind::FreeAsync]);
 }
 
 fn memprof_run(args: &[&str], dir: &Path, shim: Option<&Path>) -> Output {
@@ -349,12 +386,12 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     let out = memprof_run(&["-o", "rec.memprof", "--", workload], &dir, Some(shim()));
     check("memprof run", &out);
     let recording = read(&dir.join("rec.memprof"));
-    assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2);
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
     assert_eq!(recording.dropped, Some(0));
     let summary = String::from_utf8_lossy(&out.stderr);
     // Every allocation is freed before the next; the largest is the 65536-byte cuMemCreate.
     assert!(
-        summary.contains("recorded 16018 calls")
+        summary.contains("recorded 16026 calls")
             && summary.contains("1 out-of-memory")
             && summary.contains("peak live device memory 65536 bytes"),
         "{summary}"
@@ -412,7 +449,11 @@ fn another_rtld_next_interposer_works_before_or_after_the_shim() {
             "{stderr}"
         );
         let recording = read(&rec);
-        assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2, "{preload}");
+        assert_eq!(
+            recording.records.len(),
+            MAIN_CALLS + 4 * 2000 * 2,
+            "{preload}"
+        );
         assert_eq!(recording.dropped, Some(0));
     }
 }
@@ -430,7 +471,7 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
         .expect("runs");
     check("alloc_free with a forked child", &output);
     let recording = read(&rec);
-    assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2);
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
     assert_eq!(recording.dropped, Some(0));
     assert!(!recording.records.iter().any(|r| r.size == 12345));
 
@@ -466,7 +507,7 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
     );
     assert_ne!(first.header.pid, second.header.pid);
     for recording in [first, second] {
-        assert_eq!(recording.records.len(), 18 + 4 * 2000 * 2);
+        assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
         assert_eq!(recording.dropped, Some(0));
     }
 }

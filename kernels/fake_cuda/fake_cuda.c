@@ -109,6 +109,45 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) {
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) { (void)stream; return give(dptr); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) { return cuMemFreeAsync(dptr, stream); }
 
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                            unsigned int element) {
+    (void)element;
+    if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t row = (width + ALIGN - 1) / ALIGN * ALIGN;
+    CUresult r = take(row * height, dptr, 0);
+    if (r == CUDA_SUCCESS) *pitch = row;
+    return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+    (void)flags;
+    return cuMemAlloc_v2(dptr, size);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, void *pool, CUstream stream) {
+    (void)pool;
+    return cuMemAllocAsync(dptr, size, stream);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, void *pool, CUstream stream) {
+    return cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+}
+
+/* Address space only: never counts against the capacity. */
+static unsigned long long next_va = 0x600000000000ULL;
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;
+    if (!ptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    *ptr = next_va;
+    next_va += (size + ALIGN - 1) / ALIGN * ALIGN;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
                      unsigned long long flags) {
     (void)prop; (void)flags;
@@ -149,6 +188,12 @@ static void *lookup(const char *symbol, int version, unsigned long long flags) {
         return ptsz ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
     if (!strcmp(symbol, "cuMemFreeAsync"))
         return ptsz ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
+    if (!strcmp(symbol, "cuMemAllocPitch") && version >= 3020) return (void *)cuMemAllocPitch_v2;
+    if (!strcmp(symbol, "cuMemAllocManaged")) return (void *)cuMemAllocManaged;
+    if (!strcmp(symbol, "cuMemAllocFromPoolAsync"))
+        return ptsz ? (void *)cuMemAllocFromPoolAsync_ptsz : (void *)cuMemAllocFromPoolAsync;
+    if (!strcmp(symbol, "cuMemAddressReserve")) return (void *)cuMemAddressReserve;
+    if (!strcmp(symbol, "cuMemAddressFree")) return (void *)cuMemAddressFree;
     if (!strcmp(symbol, "cuMemCreate")) return (void *)cuMemCreate;
     if (!strcmp(symbol, "cuMemRelease")) return (void *)cuMemRelease;
     if (!strcmp(symbol, "cuMemMap")) return (void *)cuMemMap;

@@ -3,7 +3,7 @@
  *
  *   <via> <kind> <ptr> <size> <stream> <aux> <result>     (numbers in decimal)
  *
- * via: "sym"   - linked against libcuda.so.1, calls by symbol;
+ * via: "sym"   - linked against libcuda.so.1, calls by symbol (18 calls);
  *      "gpa"   - pointers from cuGetProcAddress / cuGetProcAddress_v2 reached by symbol;
  *      "dlsym" - dlopen("libcuda.so.1") + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
  * Then THREADS threads each do PAIRS cuMemAlloc_v2/cuMemFree_v2 pairs of 256 bytes (not printed).
@@ -44,6 +44,11 @@ CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, uns
 CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, void *, CUstream);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 
@@ -128,6 +133,23 @@ int main(void) {
     line("sym", "vmm_unmap", va, 65536, 0, 0, r);
     r = cuMemRelease(h);
     line("sym", "vmm_release", 0, 0, 0, h, r);
+    size_t pitch = 0;
+    r = cuMemAllocPitch_v2(&c, &pitch, 1000, 4, 4);
+    line("sym", "alloc_pitch", c, pitch * 4, 0, pitch, r);
+    r = cuMemFree_v2(c);
+    line("sym", "free", c, 0, 0, 0, r);
+    r = cuMemAllocManaged(&c, 2048, 1);
+    line("sym", "alloc_managed", c, 2048, 0, 1, r);
+    r = cuMemFree_v2(c);
+    line("sym", "free", c, 0, 0, 0, r);
+    r = cuMemAllocFromPoolAsync(&c, 1536, (void *)0x42, stream);
+    line("sym", "alloc_from_pool", c, 1536, 0x1234, 0x42, r);
+    r = cuMemFreeAsync(c, stream);
+    line("sym", "free_async", c, 0, 0x1234, 0, r);
+    r = cuMemAddressReserve(&va, 1ULL << 30, 0, 0, 0);
+    line("sym", "address_reserve", va, 1ULL << 30, 0, 0, r);
+    r = cuMemAddressFree(va, 1ULL << 30);
+    line("sym", "address_free", va, 1ULL << 30, 0, 0, r);
 
     /* Through cuGetProcAddress_v2 reached by symbol, as the runtime would once it holds it. */
     gpa2_fn gpa2 = (gpa2_fn)must(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0);

@@ -57,6 +57,25 @@ int main(void) {
     r = free_async(p, (void *)7);
     line("rt", "free_async", p, 0, 7, r);
 
+    typedef CUresult (*pool_alloc_fn)(CUdeviceptr *, size_t, void *, void *);
+    pool_alloc_fn pool_alloc = (pool_alloc_fn)must(gpa, "cuMemAllocFromPoolAsync", 12000, 2);
+    free_async_fn free_async_ptsz = (free_async_fn)must(gpa, "cuMemFreeAsync", 12000, 2);
+    r = pool_alloc(&p, 9000, NULL, (void *)8);
+    line("rt", "alloc_from_pool", p, 9000, 8, r);
+    r = free_async_ptsz(p, (void *)8);
+    line("rt", "free_async", p, 0, 8, r);
+
+    typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    typedef CUresult (*address_free_fn)(CUdeviceptr, size_t);
+    reserve_fn reserve = (reserve_fn)dlsym(lib, "cuMemAddressReserve");
+    address_free_fn address_free = (address_free_fn)dlsym(lib, "cuMemAddressFree");
+    if (!reserve || !address_free) return 4;
+    CUdeviceptr va = 0;
+    r = reserve(&va, 1 << 21, 0, 0, 0);
+    line("dl", "address_reserve", va, 1 << 21, 0, r);
+    r = address_free(va, 1 << 21);
+    line("dl", "address_free", va, 1 << 21, 0, r);
+
     alloc_fn dl_alloc = (alloc_fn)dlsym(lib, "cuMemAlloc_v2");
     free_fn dl_free = (free_fn)dlsym(lib, "cuMemFree_v2");
     if (!dl_alloc || !dl_free) return 4;

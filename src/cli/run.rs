@@ -128,7 +128,8 @@ fn summary(path: &Path) -> String {
     }
 }
 
-/// Counts and peak of live driver allocations (device allocations and physical VMM memory).
+/// Counts and peak of live driver allocations (device allocations and physical VMM memory;
+/// managed memory and reserved address space are not device memory and are left out of the peak).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     pub allocations: u64,
@@ -150,7 +151,8 @@ impl Summary {
                 continue;
             }
             match r.kind {
-                Kind::Alloc | Kind::AllocAsync => {
+                Kind::AllocManaged => s.allocations += 1,
+                Kind::Alloc | Kind::AllocAsync | Kind::AllocPitch | Kind::AllocFromPoolAsync => {
                     s.allocations += 1;
                     current += r.size;
                     live.insert((false, r.ptr), r.size);

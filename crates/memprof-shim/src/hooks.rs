@@ -24,6 +24,11 @@ type CreateFn = unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> u32
 type MapFn = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32;
 type UnmapFn = unsafe extern "C" fn(u64, usize) -> u32;
 type ReleaseFn = unsafe extern "C" fn(u64) -> u32;
+type PitchFn = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> u32;
+type ManagedFn = unsafe extern "C" fn(*mut u64, usize, u32) -> u32;
+type PoolAllocFn = unsafe extern "C" fn(*mut u64, usize, *mut c_void, *mut c_void) -> u32;
+type ReserveFn = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32;
+type AddressFreeFn = unsafe extern "C" fn(u64, usize) -> u32;
 type GetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
 type ProcAddressFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> u32;
 type ProcAddressV2Fn =
@@ -165,9 +170,198 @@ hook!(mem_release, cuMemRelease, c"cuMemRelease", ReleaseFn, release, 0, (handle
 hook!(mem_get_info, cuMemGetInfo_v2, c"cuMemGetInfo_v2", GetInfoFn, get_info, 0,
     (free: *mut usize, total: *mut usize));
 
+hook!(
+    mem_alloc_pitch,
+    cuMemAllocPitch_v2,
+    c"cuMemAllocPitch_v2",
+    PitchFn,
+    alloc_pitch,
+    0,
+    (dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, element: u32)
+);
+hook!(
+    mem_alloc_managed,
+    cuMemAllocManaged,
+    c"cuMemAllocManaged",
+    ManagedFn,
+    alloc_managed,
+    0,
+    (dptr: *mut u64, size: usize, flags: u32)
+);
+hook!(
+    mem_alloc_from_pool_async,
+    cuMemAllocFromPoolAsync,
+    c"cuMemAllocFromPoolAsync",
+    PoolAllocFn,
+    alloc_from_pool,
+    0,
+    (dptr: *mut u64, size: usize, pool: *mut c_void, stream: *mut c_void)
+);
+hook!(
+    mem_alloc_from_pool_async_ptsz,
+    cuMemAllocFromPoolAsync_ptsz,
+    c"cuMemAllocFromPoolAsync_ptsz",
+    PoolAllocFn,
+    alloc_from_pool,
+    FLAG_PER_THREAD_STREAM,
+    (dptr: *mut u64, size: usize, pool: *mut c_void, stream: *mut c_void)
+);
+hook!(
+    mem_address_reserve,
+    cuMemAddressReserve,
+    c"cuMemAddressReserve",
+    ReserveFn,
+    address_reserve,
+    0,
+    (ptr: *mut u64, size: usize, alignment: usize, addr: u64, flags: u64)
+);
+hook!(
+    mem_address_free,
+    cuMemAddressFree,
+    c"cuMemAddressFree",
+    AddressFreeFn,
+    address_free,
+    0,
+    (ptr: u64, size: usize)
+);
+
+fn alloc_pitch(
+    real: PitchFn,
+    flags: u16,
+    dptr: *mut u64,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: u32,
+) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(dptr, pitch, width, height, element) };
+    if guard.is_some() {
+        let mut event = Record::new(Kind::AllocPitch);
+        event.flags = flags;
+        event.result = result;
+        event.ptr = read_out(result, dptr);
+        let row = read_out(result, pitch.cast::<u64>());
+        event.aux = row;
+        // The request when it failed; pitch x height when it succeeded.
+        event.size = if result == 0 {
+            row.saturating_mul(height as u64)
+        } else {
+            (width as u64).saturating_mul(height as u64)
+        };
+        record(event);
+    }
+    result
+}
+
+fn alloc_managed(real: ManagedFn, flags: u16, dptr: *mut u64, size: usize, f: u32) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(dptr, size, f) };
+    if guard.is_some() {
+        let mut event = Record::new(Kind::AllocManaged);
+        event.flags = flags;
+        event.size = size as u64;
+        event.aux = f as u64;
+        event.result = result;
+        event.ptr = read_out(result, dptr);
+        record(event);
+    }
+    result
+}
+
+fn alloc_from_pool(
+    real: PoolAllocFn,
+    flags: u16,
+    dptr: *mut u64,
+    size: usize,
+    pool: *mut c_void,
+    stream: *mut c_void,
+) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(dptr, size, pool, stream) };
+    if guard.is_some() {
+        let mut event = Record::new(Kind::AllocFromPoolAsync);
+        event.flags = flags;
+        event.size = size as u64;
+        event.stream = stream as u64;
+        event.aux = pool as u64;
+        event.result = result;
+        event.ptr = read_out(result, dptr);
+        record(event);
+    }
+    result
+}
+
+fn address_reserve(
+    real: ReserveFn,
+    flags: u16,
+    ptr: *mut u64,
+    size: usize,
+    alignment: usize,
+    addr: u64,
+    f: u64,
+) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(ptr, size, alignment, addr, f) };
+    if guard.is_some() {
+        let mut event = Record::new(Kind::AddressReserve);
+        event.flags = flags;
+        event.size = size as u64;
+        event.aux = addr;
+        event.result = result;
+        event.ptr = read_out(result, ptr);
+        record(event);
+    }
+    result
+}
+
+fn address_free(real: AddressFreeFn, flags: u16, ptr: u64, size: usize) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(ptr, size) };
+    if guard.is_some() {
+        let mut event = Record::new(Kind::AddressFree);
+        event.flags = flags;
+        event.ptr = ptr;
+        event.size = size as u64;
+        event.result = result;
+        record(event);
+    }
+    result
+}
+
 /// The `cuGetProcAddress` names this shim wraps.
-fn entries() -> [Entry; 9] {
+fn entries() -> [Entry; 14] {
     [
+        Entry {
+            base: c"cuMemAllocPitch",
+            min_version: 3020,
+            wrappers: mem_alloc_pitch::wrappers(),
+        },
+        Entry {
+            base: c"cuMemAllocManaged",
+            min_version: 0,
+            wrappers: mem_alloc_managed::wrappers(),
+        },
+        Entry {
+            base: c"cuMemAllocFromPoolAsync",
+            min_version: 0,
+            wrappers: mem_alloc_from_pool_async::wrappers(),
+        },
+        Entry {
+            base: c"cuMemAddressReserve",
+            min_version: 0,
+            wrappers: mem_address_reserve::wrappers(),
+        },
+        Entry {
+            base: c"cuMemAddressFree",
+            min_version: 0,
+            wrappers: mem_address_free::wrappers(),
+        },
         Entry {
             base: c"cuMemAlloc",
             min_version: 3020,
@@ -550,6 +744,32 @@ pub(crate) fn wrapper_for(name: &CStr, real: usize) -> Option<usize> {
         b"cuMemUnmap" => (mem_unmap::wrappers(), 0, mem_unmap::exported()),
         b"cuMemRelease" => (mem_release::wrappers(), 0, mem_release::exported()),
         b"cuMemGetInfo_v2" => (mem_get_info::wrappers(), 0, mem_get_info::exported()),
+        b"cuMemAllocPitch_v2" => (mem_alloc_pitch::wrappers(), 0, mem_alloc_pitch::exported()),
+        b"cuMemAllocManaged" => (
+            mem_alloc_managed::wrappers(),
+            0,
+            mem_alloc_managed::exported(),
+        ),
+        b"cuMemAllocFromPoolAsync" => (
+            mem_alloc_from_pool_async::wrappers(),
+            0,
+            mem_alloc_from_pool_async::exported(),
+        ),
+        b"cuMemAllocFromPoolAsync_ptsz" => (
+            mem_alloc_from_pool_async::wrappers(),
+            FLAG_PER_THREAD_STREAM,
+            mem_alloc_from_pool_async_ptsz::exported(),
+        ),
+        b"cuMemAddressReserve" => (
+            mem_address_reserve::wrappers(),
+            0,
+            mem_address_reserve::exported(),
+        ),
+        b"cuMemAddressFree" => (
+            mem_address_free::wrappers(),
+            0,
+            mem_address_free::exported(),
+        ),
         b"cuGetProcAddress" => (
             proc_address_wrappers(),
             0,

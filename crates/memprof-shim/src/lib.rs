@@ -8,11 +8,12 @@
 //!
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
-//! `cuMemRelease`, `cuMemGetInfo_v2`), and calls through pointers handed out by
+//! `cuMemRelease`, `cuMemGetInfo_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`,
+//! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls through pointers handed out by
 //! `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through pointers found by a
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
 //! shim exports `dlsym` (see `dlsym.rs`). Not yet: `dlsym` on other architectures, the other
-//! entry points of the issue (pitch, managed, pool, address reserve, contexts), recording in
+//! entry points of the issue (context creation), recording in
 //! forked children, a flush on `_exit`, stacks.
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and

@@ -133,6 +133,17 @@ pub enum Kind {
     /// Last record of a cleanly closed recording: `size` = events written, `aux` = events dropped,
     /// `stream` = events written late because the hook waited for room.
     Trailer = 10,
+    /// `cuMemAllocPitch_v2`: `ptr`, `size` = pitch x height, `aux` = pitch.
+    AllocPitch = 11,
+    /// `cuMemAllocManaged`: `ptr`, `size`, `aux` = flags. Unified memory, not device-resident
+    /// until migrated.
+    AllocManaged = 12,
+    /// `cuMemAllocFromPoolAsync`: `ptr`, `size`, `stream`, `aux` = pool.
+    AllocFromPoolAsync = 13,
+    /// `cuMemAddressReserve`: `ptr` = reserved VA (0 on failure), `size`. Address space only.
+    AddressReserve = 14,
+    /// `cuMemAddressFree`: `ptr`, `size`.
+    AddressFree = 15,
 }
 
 impl Kind {
@@ -149,13 +160,26 @@ impl Kind {
             8 => Kind::VmmRelease,
             9 => Kind::MemGetInfo,
             10 => Kind::Trailer,
+            11 => Kind::AllocPitch,
+            12 => Kind::AllocManaged,
+            13 => Kind::AllocFromPoolAsync,
+            14 => Kind::AddressReserve,
+            15 => Kind::AddressFree,
             _ => return None,
         })
     }
 
     /// Whether the call asks for memory (and so can fail with out-of-memory).
     pub fn allocates(self) -> bool {
-        matches!(self, Kind::Alloc | Kind::AllocAsync | Kind::VmmCreate)
+        matches!(
+            self,
+            Kind::Alloc
+                | Kind::AllocAsync
+                | Kind::VmmCreate
+                | Kind::AllocPitch
+                | Kind::AllocManaged
+                | Kind::AllocFromPoolAsync
+        )
     }
 }
 
