@@ -10,6 +10,7 @@ fn main() -> ExitCode {
     match cli::run(parsed) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Finding) => ExitCode::from(1),
+        Ok(Outcome::Exit(code)) => ExitCode::from(code),
         Err(err) => {
             let broken_pipe = err
                 .chain()

@@ -10,5 +10,6 @@ mod gate;
 mod plan;
 mod plots;
 mod real_snapshots;
+mod shim_preload;
 mod simulate;
 mod util;

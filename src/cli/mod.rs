@@ -9,6 +9,7 @@ mod input;
 mod plan;
 mod plot;
 mod report;
+mod run;
 mod simulate;
 mod unbuilt;
 
@@ -22,6 +23,8 @@ pub enum Outcome {
     Ok,
     /// Exit 1: a finding that fails the command (gate regression, OOM with --fail-on-oom).
     Finding,
+    /// This exit code (not 0): `memprof run` passes its command's code through.
+    Exit(u8),
 }
 
 #[derive(Debug, Parser)]
@@ -93,7 +96,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Analyze(args) => analyze::run(&args),
         Command::Simulate(args) => simulate::run(&args),
         Command::Diagnose(args) => diagnose::run(&args),
-        Command::Run(_) => unbuilt::refuse("run"),
+        Command::Run(args) => run::run(&args),
         Command::Attach(_) => unbuilt::refuse("attach"),
         Command::Top => unbuilt::refuse("top"),
         Command::View(_) => unbuilt::refuse("view"),

@@ -29,12 +29,16 @@ pub struct SimulateArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// Where to write the recording (default memprof-run.memprof).
     #[arg(short = 'o', value_name = "OUT.memprof")]
     pub output: Option<PathBuf>,
+    /// Also turn on PyTorch's memory history (not built yet).
     #[arg(long)]
     pub torch: bool,
+    /// Open the dashboard while CMD runs (not built yet).
     #[arg(long)]
     pub live: bool,
+    /// The program and its arguments; its exit code is passed through.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

@@ -1,8 +1,32 @@
-//! The LD_PRELOAD shim (`libmemprof_shim.so`) that will record CUDA device-memory calls.
+//! The LD_PRELOAD shim (`libmemprof_shim.so`) that records CUDA device-memory calls.
 //!
-//! Not built yet: this crate only fixes its place in the workspace and its dependency rule
-//! (`libc` and `memprof-wire` only). The agent issue fills it in. Loading it today records
-//! nothing and changes nothing.
+//! Load it with `LD_PRELOAD` and name the recording with `MEMPROF_OUT` (`%p` in the name becomes
+//! the process id). Without `MEMPROF_OUT` the shim forwards every call and records nothing. The
+//! file is created on the first recorded call and never overwritten: when it exists, the process
+//! records to `MEMPROF_OUT.<pid>` (so a CUDA program started by the recorded one gets its own
+//! file). A forked child that does not exec records nothing.
+//!
+//! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
+//! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
+//! `cuMemRelease`, `cuMemGetInfo_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`,
+//! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls through pointers handed out by
+//! `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through pointers found by a
+//! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
+//! shim exports `dlsym` (see `dlsym.rs`). Not yet: `dlsym` on other architectures, the other
+//! entry points of the issue (context creation), recording in
+//! forked children, a flush on `_exit`, stacks.
+//!
+//! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
+//! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
+//! the file and starts the writer thread). When the buffer is full the hook yields to the writer
+//! up to 10,000 times (counted as delayed), then drops the event (counted); both counts are in
+//! the trailer.
 
-/// The recording format version this shim will write.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
+mod dlsym;
+mod hooks;
+mod recorder;
+pub mod ring;
+
+/// The recording format version this shim writes.
 pub const WIRE_VERSION: u32 = memprof_wire::VERSION;

@@ -1,8 +1,17 @@
 //! The memprof recording format, shared by the shim (writer) and the tool (reader).
 //!
-//! A recording starts with `MAGIC` and a little-endian `u32` format version. The event records
-//! that follow are defined by the agent work (issue "The agent: LD_PRELOAD shim"); until then
-//! this crate fixes only the header, so the tool can recognise a recording and say it is one.
+//! A recording is a header followed by fixed-size little-endian records:
+//!
+//! ```text
+//! header (32 bytes): MAGIC (8) | version u32 | record length u32 | pid u32 | reserved u32
+//!                    | start time u64 (CLOCK_MONOTONIC, ns)
+//! record (64 bytes): kind u16 | flags u16 | tid u32 | ts_ns u64 | ptr u64 | size u64
+//!                    | stream u64 | aux u64 | pid u32 | device i32 | result u32 | reserved u32
+//! ```
+//!
+//! A recording that was closed cleanly ends with one [`Kind::Trailer`] record carrying the number
+//! of events written and the number dropped. A recording without one was cut short (the program
+//! was killed, or is still running).
 #![forbid(unsafe_code)]
 
 /// First bytes of every recording.
@@ -11,10 +20,29 @@ pub const MAGIC: &[u8; 8] = b"MEMPROF\0";
 /// Version of the record layout written after the header.
 pub const VERSION: u32 = 1;
 
-/// Length of the header: magic plus version.
+/// Length of the magic plus version, the part every version shares.
 pub const HEADER_LEN: usize = MAGIC.len() + 4;
 
-/// Writes the header.
+/// Length of the whole version-1 header.
+pub const FILE_HEADER_LEN: usize = 32;
+
+/// Length of one record.
+pub const RECORD_LEN: usize = 64;
+
+/// `CUDA_SUCCESS`.
+pub const CUDA_SUCCESS: u32 = 0;
+
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub const CUDA_ERROR_OUT_OF_MEMORY: u32 = 2;
+
+/// Flag: the call came through a pointer the program looked up (`cuGetProcAddress(_v2)` or a
+/// handle-scoped `dlsym`), not through the exported symbol.
+pub const FLAG_LOOKED_UP: u16 = 1;
+
+/// Flag: the per-thread-default-stream (`_ptsz`) variant of the call.
+pub const FLAG_PER_THREAD_STREAM: u16 = 2;
+
+/// Writes the magic and version.
 pub fn encode_header() -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
     out[..MAGIC.len()].copy_from_slice(MAGIC);
@@ -29,20 +57,313 @@ pub enum HeaderError {
     NotARecording,
     /// Written by a newer memprof.
     UnknownVersion(u32),
+    /// The header names a record length this reader does not know.
+    BadRecordLength(u32),
 }
 
-/// Reads the header and returns the version.
+/// Reads the magic and version and returns the version.
 pub fn decode_header(bytes: &[u8]) -> Result<u32, HeaderError> {
     let header = bytes.get(..HEADER_LEN).ok_or(HeaderError::TooShort)?;
     if &header[..MAGIC.len()] != MAGIC {
         return Err(HeaderError::NotARecording);
     }
-    let mut version = [0u8; 4];
-    version.copy_from_slice(&header[MAGIC.len()..]);
-    match u32::from_le_bytes(version) {
+    match u32_at(header, MAGIC.len()) {
         VERSION => Ok(VERSION),
         other => Err(HeaderError::UnknownVersion(other)),
     }
+}
+
+/// What the header says about the recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHeader {
+    /// Process id of the recorded process.
+    pub pid: u32,
+    /// `CLOCK_MONOTONIC` when recording started, in nanoseconds.
+    pub start_ns: u64,
+}
+
+impl FileHeader {
+    /// The full header, as written at the start of a recording.
+    pub fn encode(&self) -> [u8; FILE_HEADER_LEN] {
+        let mut out = [0u8; FILE_HEADER_LEN];
+        out[..HEADER_LEN].copy_from_slice(&encode_header());
+        out[12..16].copy_from_slice(&(RECORD_LEN as u32).to_le_bytes());
+        out[16..20].copy_from_slice(&self.pid.to_le_bytes());
+        out[24..32].copy_from_slice(&self.start_ns.to_le_bytes());
+        out
+    }
+
+    /// Reads a full header.
+    pub fn decode(bytes: &[u8]) -> Result<FileHeader, HeaderError> {
+        decode_header(bytes)?;
+        let header = bytes.get(..FILE_HEADER_LEN).ok_or(HeaderError::TooShort)?;
+        let record_len = u32_at(header, 12);
+        if record_len as usize != RECORD_LEN {
+            return Err(HeaderError::BadRecordLength(record_len));
+        }
+        Ok(FileHeader {
+            pid: u32_at(header, 16),
+            start_ns: u64_at(header, 24),
+        })
+    }
+}
+
+/// What a record describes. The numbers are part of the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum Kind {
+    /// `cuMemAlloc_v2`: `ptr` (0 on failure), `size`.
+    Alloc = 1,
+    /// `cuMemFree_v2`: `ptr`.
+    Free = 2,
+    /// `cuMemAllocAsync`: `ptr`, `size`, `stream`.
+    AllocAsync = 3,
+    /// `cuMemFreeAsync`: `ptr`, `stream`.
+    FreeAsync = 4,
+    /// `cuMemCreate`: physical memory; `aux` = handle, `size`.
+    VmmCreate = 5,
+    /// `cuMemMap`: `ptr` = VA, `size`, `aux` = handle, `stream` = offset into the handle.
+    VmmMap = 6,
+    /// `cuMemUnmap`: `ptr` = VA, `size`.
+    VmmUnmap = 7,
+    /// `cuMemRelease`: `aux` = handle.
+    VmmRelease = 8,
+    /// `cuMemGetInfo_v2`: `aux` = free bytes, `size` = total bytes.
+    MemGetInfo = 9,
+    /// Last record of a cleanly closed recording: `size` = events written, `aux` = events dropped,
+    /// `stream` = events written late because the hook waited for room.
+    Trailer = 10,
+    /// `cuMemAllocPitch_v2`: `ptr`, `size` = pitch x height, `aux` = pitch.
+    AllocPitch = 11,
+    /// `cuMemAllocManaged`: `ptr`, `size`, `aux` = flags. Unified memory, not device-resident
+    /// until migrated.
+    AllocManaged = 12,
+    /// `cuMemAllocFromPoolAsync`: `ptr`, `size`, `stream`, `aux` = pool.
+    AllocFromPoolAsync = 13,
+    /// `cuMemAddressReserve`: `ptr` = reserved VA (0 on failure), `size`. Address space only.
+    AddressReserve = 14,
+    /// `cuMemAddressFree`: `ptr`, `size`.
+    AddressFree = 15,
+}
+
+impl Kind {
+    /// The kind with this number.
+    pub fn from_u16(value: u16) -> Option<Kind> {
+        Some(match value {
+            1 => Kind::Alloc,
+            2 => Kind::Free,
+            3 => Kind::AllocAsync,
+            4 => Kind::FreeAsync,
+            5 => Kind::VmmCreate,
+            6 => Kind::VmmMap,
+            7 => Kind::VmmUnmap,
+            8 => Kind::VmmRelease,
+            9 => Kind::MemGetInfo,
+            10 => Kind::Trailer,
+            11 => Kind::AllocPitch,
+            12 => Kind::AllocManaged,
+            13 => Kind::AllocFromPoolAsync,
+            14 => Kind::AddressReserve,
+            15 => Kind::AddressFree,
+            _ => return None,
+        })
+    }
+
+    /// Whether the call asks for memory (and so can fail with out-of-memory).
+    pub fn allocates(self) -> bool {
+        matches!(
+            self,
+            Kind::Alloc
+                | Kind::AllocAsync
+                | Kind::VmmCreate
+                | Kind::AllocPitch
+                | Kind::AllocManaged
+                | Kind::AllocFromPoolAsync
+        )
+    }
+}
+
+/// One recorded event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    pub kind: Kind,
+    /// `FLAG_*` bits.
+    pub flags: u16,
+    /// Kernel thread id of the caller.
+    pub tid: u32,
+    /// `CLOCK_MONOTONIC` after the call returned, in nanoseconds.
+    pub ts_ns: u64,
+    pub ptr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub aux: u64,
+    pub pid: u32,
+    /// Device ordinal, or -1 when the call does not say.
+    pub device: i32,
+    /// The `CUresult` the call returned.
+    pub result: u32,
+}
+
+impl Record {
+    /// A record of this kind with every other field zero (device -1).
+    pub fn new(kind: Kind) -> Record {
+        Record {
+            kind,
+            flags: 0,
+            tid: 0,
+            ts_ns: 0,
+            ptr: 0,
+            size: 0,
+            stream: 0,
+            aux: 0,
+            pid: 0,
+            device: -1,
+            result: CUDA_SUCCESS,
+        }
+    }
+
+    /// An allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY`; `size` is the request.
+    pub fn is_oom(&self) -> bool {
+        self.kind.allocates() && self.result == CUDA_ERROR_OUT_OF_MEMORY
+    }
+
+    pub fn encode(&self) -> [u8; RECORD_LEN] {
+        let mut out = [0u8; RECORD_LEN];
+        out[0..2].copy_from_slice(&(self.kind as u16).to_le_bytes());
+        out[2..4].copy_from_slice(&self.flags.to_le_bytes());
+        out[4..8].copy_from_slice(&self.tid.to_le_bytes());
+        out[8..16].copy_from_slice(&self.ts_ns.to_le_bytes());
+        out[16..24].copy_from_slice(&self.ptr.to_le_bytes());
+        out[24..32].copy_from_slice(&self.size.to_le_bytes());
+        out[32..40].copy_from_slice(&self.stream.to_le_bytes());
+        out[40..48].copy_from_slice(&self.aux.to_le_bytes());
+        out[48..52].copy_from_slice(&self.pid.to_le_bytes());
+        out[52..56].copy_from_slice(&self.device.to_le_bytes());
+        out[56..60].copy_from_slice(&self.result.to_le_bytes());
+        out
+    }
+
+    /// Reads one record from exactly `RECORD_LEN` bytes.
+    pub fn decode(bytes: &[u8; RECORD_LEN]) -> Result<Record, RecordError> {
+        let kind_number = u16::from_le_bytes([bytes[0], bytes[1]]);
+        let kind = Kind::from_u16(kind_number).ok_or(RecordError::UnknownKind(kind_number))?;
+        Ok(Record {
+            kind,
+            flags: u16::from_le_bytes([bytes[2], bytes[3]]),
+            tid: u32_at(bytes, 4),
+            ts_ns: u64_at(bytes, 8),
+            ptr: u64_at(bytes, 16),
+            size: u64_at(bytes, 24),
+            stream: u64_at(bytes, 32),
+            aux: u64_at(bytes, 40),
+            pid: u32_at(bytes, 48),
+            device: u32_at(bytes, 52) as i32,
+            result: u32_at(bytes, 56),
+        })
+    }
+}
+
+/// Why a record could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecordError {
+    UnknownKind(u16),
+}
+
+/// A whole recording read into memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recording {
+    pub header: FileHeader,
+    /// The events, without the trailer.
+    pub records: Vec<Record>,
+    /// `Some(dropped)` when the recording ends with a trailer; `None` when it was cut short.
+    pub dropped: Option<u64>,
+    /// Events written late because the hook waited for room (0 without a trailer).
+    pub delayed: u64,
+    /// Bytes at the end that do not make a whole record (a recording cut mid-write).
+    pub trailing_bytes: usize,
+}
+
+/// Why a recording could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    Header(HeaderError),
+    /// Record number `index` (from 0) is not valid.
+    Record {
+        index: usize,
+        error: RecordError,
+    },
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Header(HeaderError::TooShort) => write!(f, "recording header cut short"),
+            DecodeError::Header(HeaderError::NotARecording) => write!(f, "not a memprof recording"),
+            DecodeError::Header(HeaderError::UnknownVersion(v)) => {
+                write!(f, "recording format version {v} is newer than this memprof")
+            }
+            DecodeError::Header(HeaderError::BadRecordLength(n)) => {
+                write!(
+                    f,
+                    "recording header names record length {n}, expected {RECORD_LEN}"
+                )
+            }
+            DecodeError::Record {
+                index,
+                error: RecordError::UnknownKind(k),
+            } => {
+                write!(f, "record {index} has unknown kind {k}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Reads a recording. Records after a trailer are ignored; a partial last record is counted in
+/// `trailing_bytes`, not an error, since a killed program leaves one.
+pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
+    let header = FileHeader::decode(bytes).map_err(DecodeError::Header)?;
+    let body = bytes.get(FILE_HEADER_LEN..).unwrap_or_default();
+    let mut chunks = body.chunks_exact(RECORD_LEN);
+    let mut records = Vec::with_capacity(body.len() / RECORD_LEN);
+    let mut dropped = None;
+    let mut delayed = 0;
+    for (index, chunk) in chunks.by_ref().enumerate() {
+        let mut raw = [0u8; RECORD_LEN];
+        raw.copy_from_slice(chunk);
+        let record = Record::decode(&raw).map_err(|error| DecodeError::Record { index, error })?;
+        if record.kind == Kind::Trailer {
+            dropped = Some(record.aux);
+            delayed = record.stream;
+            break;
+        }
+        records.push(record);
+    }
+    let trailing_bytes = if dropped.is_some() {
+        0
+    } else {
+        chunks.remainder().len()
+    };
+    Ok(Recording {
+        header,
+        records,
+        dropped,
+        delayed,
+        trailing_bytes,
+    })
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
 }
 
 #[cfg(test)]
@@ -52,6 +373,11 @@ mod tests {
     #[test]
     fn header_round_trips() {
         assert_eq!(decode_header(&encode_header()), Ok(VERSION));
+        let header = FileHeader {
+            pid: 4242,
+            start_ns: 0x0102_0304_0506_0708,
+        };
+        assert_eq!(FileHeader::decode(&header.encode()), Ok(header));
     }
 
     #[test]
@@ -64,5 +390,136 @@ mod tests {
         let mut newer = encode_header();
         newer[8] = 9;
         assert_eq!(decode_header(&newer), Err(HeaderError::UnknownVersion(9)));
+        let full = FileHeader {
+            pid: 1,
+            start_ns: 2,
+        }
+        .encode();
+        assert_eq!(FileHeader::decode(&full[..20]), Err(HeaderError::TooShort));
+        let mut odd = full;
+        odd[12] = 65;
+        assert_eq!(
+            FileHeader::decode(&odd),
+            Err(HeaderError::BadRecordLength(65))
+        );
+    }
+
+    fn sample(kind: Kind) -> Record {
+        Record {
+            kind,
+            flags: FLAG_LOOKED_UP | FLAG_PER_THREAD_STREAM,
+            tid: 0xdead_beef,
+            ts_ns: u64::MAX - 1,
+            ptr: 0x7f00_0000_1000,
+            size: 1 << 40,
+            stream: 0x55,
+            aux: 7,
+            pid: 99,
+            device: -1,
+            result: CUDA_ERROR_OUT_OF_MEMORY,
+        }
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for number in 0..=20u16 {
+            let Some(kind) = Kind::from_u16(number) else {
+                continue;
+            };
+            assert_eq!(kind as u16, number);
+            let record = sample(kind);
+            assert_eq!(Record::decode(&record.encode()), Ok(record));
+        }
+    }
+
+    #[test]
+    fn layout_is_little_endian_at_fixed_offsets() {
+        let bytes = sample(Kind::VmmMap).encode();
+        assert_eq!(&bytes[0..2], &[6, 0]);
+        assert_eq!(&bytes[16..24], &0x7f00_0000_1000u64.to_le_bytes());
+        assert_eq!(&bytes[52..56], &[0xff; 4]);
+        assert_eq!(&bytes[56..60], &[2, 0, 0, 0]);
+        assert_eq!(&bytes[60..64], &[0; 4]);
+    }
+
+    #[test]
+    fn oom_is_a_failed_allocation() {
+        assert!(sample(Kind::Alloc).is_oom());
+        assert!(sample(Kind::VmmCreate).is_oom());
+        assert!(!sample(Kind::Free).is_oom());
+        assert!(!Record::new(Kind::Alloc).is_oom());
+    }
+
+    fn file(records: &[Record], trailer: Option<u64>) -> Vec<u8> {
+        let mut out = FileHeader {
+            pid: 5,
+            start_ns: 6,
+        }
+        .encode()
+        .to_vec();
+        for record in records {
+            out.extend_from_slice(&record.encode());
+        }
+        if let Some(dropped) = trailer {
+            let mut end = Record::new(Kind::Trailer);
+            end.size = records.len() as u64;
+            end.aux = dropped;
+            end.stream = 4;
+            out.extend_from_slice(&end.encode());
+        }
+        out
+    }
+
+    #[test]
+    fn recording_round_trips() {
+        let records = vec![
+            sample(Kind::Alloc),
+            sample(Kind::Free),
+            sample(Kind::MemGetInfo),
+        ];
+        let decoded = decode_recording(&file(&records, Some(3))).expect("decodes");
+        assert_eq!(
+            decoded.header,
+            FileHeader {
+                pid: 5,
+                start_ns: 6
+            }
+        );
+        assert_eq!(decoded.records, records);
+        assert_eq!(decoded.dropped, Some(3));
+        assert_eq!(decoded.delayed, 4);
+        assert_eq!(decoded.trailing_bytes, 0);
+    }
+
+    #[test]
+    fn truncated_recordings_keep_whole_records() {
+        let records = vec![sample(Kind::Alloc), sample(Kind::Free)];
+        let bytes = file(&records, None);
+        for cut in FILE_HEADER_LEN..bytes.len() {
+            let decoded = decode_recording(&bytes[..cut]).expect("a cut recording still decodes");
+            let whole = (cut - FILE_HEADER_LEN) / RECORD_LEN;
+            assert_eq!(decoded.records, records[..whole]);
+            assert_eq!(decoded.dropped, None);
+            assert_eq!(decoded.trailing_bytes, (cut - FILE_HEADER_LEN) % RECORD_LEN);
+        }
+        for cut in 0..FILE_HEADER_LEN {
+            assert!(matches!(
+                decode_recording(&bytes[..cut]),
+                Err(DecodeError::Header(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn unknown_kinds_are_errors() {
+        let mut bytes = file(&[sample(Kind::Alloc)], Some(0));
+        bytes[FILE_HEADER_LEN] = 200;
+        assert_eq!(
+            decode_recording(&bytes),
+            Err(DecodeError::Record {
+                index: 0,
+                error: RecordError::UnknownKind(200)
+            })
+        );
     }
 }

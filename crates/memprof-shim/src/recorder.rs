@@ -1,0 +1,273 @@
+//! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
+
+use crate::ring::Ring;
+use memprof_wire::{FileHeader, Kind, Record, RECORD_LEN};
+use std::cell::Cell;
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Slots in the ring (64 bytes each: 4 MiB, preallocated in .bss).
+const SLOTS: usize = 1 << 16;
+
+static RING: Ring<SLOTS> = Ring::new();
+/// Events that could not be recorded (full ring, write error, after the final flush).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Events that found the ring full and were written after the hook waited for the writer.
+static DELAYED: AtomicU64 = AtomicU64::new(0);
+/// Whether the writer thread is draining the ring (a hook that finds it full may wait).
+static WRITER_ALIVE: AtomicBool = AtomicBool::new(false);
+/// How many times a hook yields to the writer before it drops an event.
+const MAX_YIELDS: u32 = 10_000;
+
+const IDLE: u8 = 0;
+const STARTING: u8 = 1;
+const RUNNING: u8 = 2;
+const OFF: u8 = 3;
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+
+struct Writer {
+    file: Option<File>,
+    written: u64,
+    closed: bool,
+}
+
+static WRITER: Mutex<Writer> = Mutex::new(Writer {
+    file: None,
+    written: 0,
+    closed: false,
+});
+
+thread_local! {
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the current thread as inside a hook; `None` when it already is (a nested call, which
+/// is forwarded without being recorded).
+pub struct Guard(());
+
+impl Guard {
+    pub fn enter() -> Option<Guard> {
+        IN_HOOK
+            .try_with(|inside| (!inside.replace(true)).then_some(Guard(())))
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = IN_HOOK.try_with(|inside| inside.set(false));
+    }
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is always supported.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+fn tid() -> u32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn pid() -> u32 {
+    // SAFETY: getpid takes no arguments and cannot fail.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Records an event; fills in time, thread and process. Keeps `errno`.
+pub fn record(mut event: Record) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    if ensure_started() {
+        event.ts_ns = now_ns();
+        event.tid = tid();
+        event.pid = pid();
+        let encoded = event.encode();
+        if !RING.push(&encoded) {
+            push_when_drained(&encoded);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// The ring was full: yield to the writer a bounded number of times, then count a drop.
+fn push_when_drained(encoded: &[u8; memprof_wire::RECORD_LEN]) {
+    let mut yields = 0;
+    while WRITER_ALIVE.load(Ordering::Acquire) && yields < MAX_YIELDS {
+        // SAFETY: sched_yield takes no arguments.
+        unsafe { libc::sched_yield() };
+        if RING.push(encoded) {
+            DELAYED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        yields += 1;
+    }
+    DROPPED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Starts recording on the first event; false when recording is off.
+fn ensure_started() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        RUNNING | STARTING => true,
+        OFF => false,
+        _ => {
+            if STATE
+                .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return STATE.load(Ordering::Acquire) != OFF;
+            }
+            let on = start();
+            STATE.store(if on { RUNNING } else { OFF }, Ordering::Release);
+            on
+        }
+    }
+}
+
+fn lock() -> MutexGuard<'static, Writer> {
+    WRITER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn start() -> bool {
+    let Some(out) = std::env::var_os("MEMPROF_OUT") else {
+        return false;
+    };
+    let Some(out) = out.to_str() else {
+        return false;
+    };
+    // Never overwrite: a second process with the same MEMPROF_OUT (a CUDA program started by
+    // the recorded one) records to `OUT.<pid>` instead.
+    let path = out.replace("%p", &pid().to_string());
+    let create = |path: &str| File::options().write(true).create_new(true).open(path);
+    let file = match create(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            create(&format!("{path}.{}", pid()))
+        }
+        other => other,
+    };
+    let Ok(mut file) = file else {
+        return false;
+    };
+    let header = FileHeader {
+        pid: pid(),
+        start_ns: now_ns(),
+    };
+    if file.write_all(&header.encode()).is_err() {
+        return false;
+    }
+    lock().file = Some(file);
+    // Without a writer thread the ring is still drained at exit.
+    WRITER_ALIVE.store(true, Ordering::Release);
+    if std::thread::Builder::new()
+        .name("memprof-writer".into())
+        .spawn(writer_loop)
+        .is_err()
+    {
+        WRITER_ALIVE.store(false, Ordering::Release);
+    }
+    true
+}
+
+fn writer_loop() {
+    loop {
+        let (count, closed) = drain(&mut lock());
+        if closed {
+            WRITER_ALIVE.store(false, Ordering::Release);
+            return;
+        }
+        if count == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Writes what the ring holds; returns how many records it took and whether the file is closed.
+fn drain(writer: &mut Writer) -> (u64, bool) {
+    if writer.closed {
+        return (0, true);
+    }
+    let mut taken = 0;
+    let mut buffer = [0u8; 64 * RECORD_LEN];
+    loop {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            let Some(record) = RING.pop() else { break };
+            buffer[filled..filled + RECORD_LEN].copy_from_slice(&record);
+            filled += RECORD_LEN;
+        }
+        if filled == 0 {
+            return (taken, false);
+        }
+        let count = (filled / RECORD_LEN) as u64;
+        taken += count;
+        let ok = match writer.file.as_mut() {
+            Some(file) => file.write_all(&buffer[..filled]).is_ok(),
+            None => false,
+        };
+        if ok {
+            writer.written += count;
+        } else {
+            writer.file = None;
+            DROPPED.fetch_add(count, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Final flush: drains the ring and writes the trailer. Registered with `atexit` from the
+/// constructor, so it runs after handlers registered later (the CUDA runtime's teardown).
+extern "C" fn flush_at_exit() {
+    if STATE.load(Ordering::Acquire) != RUNNING {
+        return;
+    }
+    let mut writer = lock();
+    drain(&mut writer);
+    if writer.closed {
+        return;
+    }
+    writer.closed = true;
+    // Hooks called from here on (later exit handlers) must not wait for a writer that is gone.
+    WRITER_ALIVE.store(false, Ordering::Release);
+    let mut trailer = Record::new(Kind::Trailer);
+    trailer.size = writer.written;
+    trailer.aux = DROPPED.load(Ordering::Relaxed);
+    trailer.stream = DELAYED.load(Ordering::Relaxed);
+    trailer.ts_ns = now_ns();
+    trailer.pid = pid();
+    trailer.tid = tid();
+    if let Some(file) = writer.file.as_mut() {
+        let _ = file.write_all(&trailer.encode());
+    }
+}
+
+/// In a forked child: record nothing. The child shares the parent's file offset and has no
+/// writer thread; a child that execs starts over with its own file (see `start`).
+extern "C" fn forked_child() {
+    STATE.store(OFF, Ordering::Release);
+    WRITER_ALIVE.store(false, Ordering::Release);
+}
+
+extern "C" fn init() {
+    // SAFETY: registers plain functions with no arguments; called once by the loader.
+    unsafe {
+        libc::atexit(flush_at_exit);
+        libc::pthread_atfork(None, None, Some(forked_child));
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

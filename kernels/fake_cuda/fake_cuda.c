@@ -1,0 +1,218 @@
+/* A fake CUDA driver (libcuda.so.1) for testing memprof without a GPU.
+ *
+ * Device pointers are numbers from a bump allocator (nothing is backed by memory), so programs
+ * must not dereference them. Capacity comes from FAKE_CUDA_CAPACITY (bytes, default 1 GiB); an
+ * allocation past it returns CUDA_ERROR_OUT_OF_MEMORY (2). cuGetProcAddress(_v2) returns this
+ * library's own functions, as the real driver does.
+ *
+ * Build it like the real driver, with -Bsymbolic, so its own references (the table that
+ * cuGetProcAddress hands out) cannot be interposed:
+ *   cc -shared -fPIC -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o libcuda.so.1 fake_cuda.c
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef void *CUstream;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_FOUND = 500,
+};
+
+#define MAX_LIVE 4096
+#define ALIGN 512ULL
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long next_address = 0x700000000000ULL;
+static unsigned long long next_handle = 1;
+static unsigned long long used;
+static unsigned long long capacity;
+static int capacity_read;
+
+/* Live allocations and physical handles: key (pointer or handle) -> size. */
+static struct { unsigned long long key, size; } live[MAX_LIVE];
+
+static unsigned long long cap(void) {
+    if (!capacity_read) {
+        const char *env = getenv("FAKE_CUDA_CAPACITY");
+        capacity = env ? strtoull(env, NULL, 10) : (1ULL << 30);
+        capacity_read = 1;
+    }
+    return capacity;
+}
+
+static CUresult take(unsigned long long size, unsigned long long *key, int handle) {
+    CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    if (used + size <= cap()) {
+        for (int i = 0; i < MAX_LIVE; i++) {
+            if (live[i].key == 0) {
+                unsigned long long k;
+                if (handle) {
+                    k = next_handle++;
+                } else {
+                    k = next_address;
+                    next_address += (size + ALIGN - 1) / ALIGN * ALIGN + ALIGN;
+                }
+                live[i].key = k;
+                live[i].size = size;
+                used += size;
+                *key = k;
+                result = CUDA_SUCCESS;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+static CUresult give(unsigned long long key) {
+    CUresult result = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_LIVE && key; i++) {
+        if (live[i].key == key) {
+            used -= live[i].size;
+            live[i].key = 0;
+            result = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+
+CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+    if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    return take(size, dptr, 0);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return give(dptr); }
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
+    (void)stream;
+    return cuMemAlloc_v2(dptr, size);
+}
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream) {
+    return cuMemAllocAsync(dptr, size, stream);
+}
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) { (void)stream; return give(dptr); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) { return cuMemFreeAsync(dptr, stream); }
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                            unsigned int element) {
+    (void)element;
+    if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t row = (width + ALIGN - 1) / ALIGN * ALIGN;
+    CUresult r = take(row * height, dptr, 0);
+    if (r == CUDA_SUCCESS) *pitch = row;
+    return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+    (void)flags;
+    return cuMemAlloc_v2(dptr, size);
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, void *pool, CUstream stream) {
+    (void)pool;
+    return cuMemAllocAsync(dptr, size, stream);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, void *pool, CUstream stream) {
+    return cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+}
+
+/* Address space only: never counts against the capacity. */
+static unsigned long long next_va = 0x600000000000ULL;
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;
+    if (!ptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    *ptr = next_va;
+    next_va += (size + ALIGN - 1) / ALIGN * ALIGN;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
+                     unsigned long long flags) {
+    (void)prop; (void)flags;
+    if (!handle || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    return take(size, handle, 1);
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return give(handle); }
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+    (void)offset; (void)flags; (void)handle;
+    return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    *total = cap();
+    *free_bytes = cap() - used;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
+                             int *status);
+
+/* Base name -> function, as the driver's table; `ptsz` for the per-thread-stream variant. */
+static void *lookup(const char *symbol, int version, unsigned long long flags) {
+    int ptsz = (flags & 2) != 0;
+    if (!strcmp(symbol, "cuInit")) return (void *)cuInit;
+    if (!strcmp(symbol, "cuMemAlloc") && version >= 3020) return (void *)cuMemAlloc_v2;
+    if (!strcmp(symbol, "cuMemFree") && version >= 3020) return (void *)cuMemFree_v2;
+    if (!strcmp(symbol, "cuMemGetInfo") && version >= 3020) return (void *)cuMemGetInfo_v2;
+    if (!strcmp(symbol, "cuMemAllocAsync"))
+        return ptsz ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
+    if (!strcmp(symbol, "cuMemFreeAsync"))
+        return ptsz ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
+    if (!strcmp(symbol, "cuMemAllocPitch") && version >= 3020) return (void *)cuMemAllocPitch_v2;
+    if (!strcmp(symbol, "cuMemAllocManaged")) return (void *)cuMemAllocManaged;
+    if (!strcmp(symbol, "cuMemAllocFromPoolAsync"))
+        return ptsz ? (void *)cuMemAllocFromPoolAsync_ptsz : (void *)cuMemAllocFromPoolAsync;
+    if (!strcmp(symbol, "cuMemAddressReserve")) return (void *)cuMemAddressReserve;
+    if (!strcmp(symbol, "cuMemAddressFree")) return (void *)cuMemAddressFree;
+    if (!strcmp(symbol, "cuMemCreate")) return (void *)cuMemCreate;
+    if (!strcmp(symbol, "cuMemRelease")) return (void *)cuMemRelease;
+    if (!strcmp(symbol, "cuMemMap")) return (void *)cuMemMap;
+    if (!strcmp(symbol, "cuMemUnmap")) return (void *)cuMemUnmap;
+    if (!strcmp(symbol, "cuGetProcAddress"))
+        return version >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+    return NULL;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = lookup(symbol, version, flags);
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
+                             int *status) {
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = lookup(symbol, version, flags);
+    if (status) *status = *pfn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / SYMBOL_NOT_FOUND */
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,196 @@
+/* Reaches the CUDA driver's memory calls the ways real programs do, and prints one line per call
+ * with what the call returned, so a test can compare a recording with what the program saw:
+ *
+ *   <via> <kind> <ptr> <size> <stream> <aux> <result>     (numbers in decimal)
+ *
+ * via: "sym"   - linked against libcuda.so.1, calls by symbol (18 calls);
+ *      "gpa"   - pointers from cuGetProcAddress / cuGetProcAddress_v2 reached by symbol;
+ *      "dlsym" - dlopen("libcuda.so.1") + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
+ * Then THREADS threads each do PAIRS cuMemAlloc_v2/cuMemFree_v2 pairs of 256 bytes (not printed).
+ * With ALLOC_FREE_FORK set, a forked child then allocates 12345 bytes and calls exit().
+ *
+ * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
+ * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef void *CUstream;
+
+typedef struct {
+    int type, requestedHandleTypes;
+    struct { int type, id; } location;
+    void *win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage;
+             unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
+
+CUresult cuInit(unsigned int);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, void *, CUstream);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+typedef CUresult (*gpa1_fn)(const char *, void **, int, unsigned long long);
+typedef CUresult (*gpa2_fn)(const char *, void **, int, unsigned long long, int *);
+
+#define THREADS 4
+#define PAIRS 2000
+
+static void line(const char *via, const char *kind, unsigned long long ptr, unsigned long long size,
+                 unsigned long long stream, unsigned long long aux, int result) {
+    printf("%s %s %llu %llu %llu %llu %d\n", via, kind, ptr, size, stream, aux, result);
+}
+
+static void *must(gpa2_fn gpa, const char *name, int version, unsigned long long flags) {
+    void *fn = NULL;
+    int status = -1;
+    if (gpa(name, &fn, version, flags, &status) != 0 || status != 0 || !fn) {
+        fprintf(stderr, "lookup of %s failed\n", name);
+        exit(3);
+    }
+    return fn;
+}
+
+/* One alloc + free through the given functions. */
+static void pair(const char *via, alloc_fn alloc, free_fn release, size_t size) {
+    CUdeviceptr p = 0;
+    int r = alloc(&p, size);
+    line(via, "alloc", p, size, 0, 0, r);
+    r = release(p);
+    line(via, "free", p, 0, 0, 0, r);
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < PAIRS; i++) {
+        CUdeviceptr p = 0;
+        if (cuMemAlloc_v2(&p, 256) != 0 || cuMemFree_v2(p) != 0) {
+            fprintf(stderr, "thread alloc/free failed\n");
+            exit(4);
+        }
+    }
+    return NULL;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (cuInit(0) != 0) return 2;
+
+    /* By symbol. */
+    CUdeviceptr a = 0, big = 0, c = 0;
+    int r = cuMemAlloc_v2(&a, 4096);
+    line("sym", "alloc", a, 4096, 0, 0, r);
+    r = cuMemAlloc_v2(&big, 2u << 20);
+    line("sym", "alloc", big, 2u << 20, 0, 0, r);
+    size_t free_bytes = 0, total = 0;
+    r = cuMemGetInfo_v2(&free_bytes, &total);
+    line("sym", "mem_get_info", 0, total, 0, free_bytes, r);
+    r = cuMemFree_v2(a);
+    line("sym", "free", a, 0, 0, 0, r);
+    CUstream stream = (CUstream)0x1234;
+    r = cuMemAllocAsync(&c, 8192, stream);
+    line("sym", "alloc_async", c, 8192, 0x1234, 0, r);
+    r = cuMemFreeAsync(c, stream);
+    line("sym", "free_async", c, 0, 0x1234, 0, r);
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = 1;
+    prop.location.id = 3;
+    CUmemGenericAllocationHandle h = 0;
+    r = cuMemCreate(&h, 65536, &prop, 0);
+    line("sym", "vmm_create", 0, 65536, 0, h, r);
+    CUdeviceptr va = 0x7e0000000000ULL;
+    r = cuMemMap(va, 65536, 0, h, 0);
+    line("sym", "vmm_map", va, 65536, 0, h, r);
+    r = cuMemUnmap(va, 65536);
+    line("sym", "vmm_unmap", va, 65536, 0, 0, r);
+    r = cuMemRelease(h);
+    line("sym", "vmm_release", 0, 0, 0, h, r);
+    size_t pitch = 0;
+    r = cuMemAllocPitch_v2(&c, &pitch, 1000, 4, 4);
+    line("sym", "alloc_pitch", c, pitch * 4, 0, pitch, r);
+    r = cuMemFree_v2(c);
+    line("sym", "free", c, 0, 0, 0, r);
+    r = cuMemAllocManaged(&c, 2048, 1);
+    line("sym", "alloc_managed", c, 2048, 0, 1, r);
+    r = cuMemFree_v2(c);
+    line("sym", "free", c, 0, 0, 0, r);
+    r = cuMemAllocFromPoolAsync(&c, 1536, (void *)0x42, stream);
+    line("sym", "alloc_from_pool", c, 1536, 0x1234, 0x42, r);
+    r = cuMemFreeAsync(c, stream);
+    line("sym", "free_async", c, 0, 0x1234, 0, r);
+    r = cuMemAddressReserve(&va, 1ULL << 30, 0, 0, 0);
+    line("sym", "address_reserve", va, 1ULL << 30, 0, 0, r);
+    r = cuMemAddressFree(va, 1ULL << 30);
+    line("sym", "address_free", va, 1ULL << 30, 0, 0, r);
+
+    /* Through cuGetProcAddress_v2 reached by symbol, as the runtime would once it holds it. */
+    gpa2_fn gpa2 = (gpa2_fn)must(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0);
+    pair("gpa", (alloc_fn)must(gpa2, "cuMemAlloc", 12000, 0),
+         (free_fn)must(gpa2, "cuMemFree", 12000, 0), 1024);
+    alloc_async_fn alloc_ptsz = (alloc_async_fn)must(gpa2, "cuMemAllocAsync", 12000, 2);
+    free_async_fn free_ptsz = (free_async_fn)must(gpa2, "cuMemFreeAsync", 12000, 2);
+    r = alloc_ptsz(&c, 2048, (CUstream)0x99);
+    line("gpa", "alloc_async", c, 2048, 0x99, 0, r);
+    r = free_ptsz(c, (CUstream)0x99);
+    line("gpa", "free_async", c, 0, 0x99, 0, r);
+    /* The 4-argument lookup. */
+    void *fn = NULL;
+    if (cuGetProcAddress("cuMemAlloc", &fn, 3020, 0) != 0) return 5;
+    alloc_fn alloc1 = (alloc_fn)fn;
+    if (cuGetProcAddress("cuMemFree", &fn, 3020, 0) != 0) return 5;
+    pair("gpa", alloc1, (free_fn)fn, 512);
+
+    /* As libcudart does: a handle-scoped dlsym, which LD_PRELOAD alone does not see. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) return 6;
+    gpa2_fn dl_gpa2 = (gpa2_fn)dlsym(lib, "cuGetProcAddress_v2");
+    if (!dl_gpa2) return 6;
+    pair("dlsym", (alloc_fn)must(dl_gpa2, "cuMemAlloc", 12000, 0),
+         (free_fn)must(dl_gpa2, "cuMemFree", 12000, 0), 3000);
+
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
+    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+    printf("threads %d %d\n", THREADS, PAIRS);
+
+    /* ALLOC_FREE_FORK=1: a forked child allocates 12345 bytes and exits through exit(). */
+    if (getenv("ALLOC_FREE_FORK")) {
+        pid_t child = fork();
+        if (child == 0) {
+            CUdeviceptr p = 0;
+            cuMemAlloc_v2(&p, 12345);
+            exit(0);
+        }
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 7;
+    }
+    return 0;
+}

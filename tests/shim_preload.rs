@@ -1,0 +1,540 @@
+//! The LD_PRELOAD shim on the fake driver: compiles `kernels/fake_cuda` and
+//! `kernels/workloads/alloc_free.c` with `cc`, runs the workload with the shim preloaded, and
+//! checks the recording against what the workload printed about every call it made.
+//!
+//! `cargo test` does not reliably build cdylibs, so the shim is built here with
+//! `cargo build -p memprof-shim` into its own target directory (under `CARGO_TARGET_TMPDIR`,
+//! so it never waits on the lock of the build that runs this test). Linux only.
+
+use crate::util::repo;
+use memprof_wire::{
+    decode_recording, Kind, Record, Recording, CUDA_ERROR_OUT_OF_MEMORY, FLAG_LOOKED_UP,
+    FLAG_PER_THREAD_STREAM,
+};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// Calls alloc_free makes in its main thread and the shim records: 18 by symbol, 6 through
+/// cuGetProcAddress, 2 through dlsym(handle).
+const MAIN_CALLS: usize = 26;
+
+fn tmp() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+fn check(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the shim (once per test run) and returns the path of `libmemprof_shim.so`.
+pub fn shim() -> &'static Path {
+    static SHIM: OnceLock<PathBuf> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        let target = tmp().join("shim-build");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(repo())
+            .args(["build", "--quiet", "-p", "memprof-shim", "--target-dir"])
+            .arg(&target)
+            .output()
+            .expect("cargo runs");
+        check("cargo build -p memprof-shim", &out);
+        let so = target.join("debug/libmemprof_shim.so");
+        assert!(so.is_file(), "{} was not built", so.display());
+        so
+    })
+}
+
+/// The fake driver and the workload, compiled into a fresh directory named `name`.
+pub fn kernels(name: &str) -> PathBuf {
+    let dir = tmp().join(format!("kernels-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let k = repo().join("kernels");
+    let out = Command::new("cc")
+        .args([
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-Wl,-Bsymbolic",
+        ])
+        .args(["-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(dir.join("libcuda.so.1"))
+        .arg(k.join("fake_cuda/fake_cuda.c"))
+        .arg("-lpthread")
+        .output()
+        .expect("cc runs");
+    check("cc fake_cuda.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("alloc_free"))
+        .arg(k.join("workloads/alloc_free.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .args(["-ldl", "-lpthread"])
+        .output()
+        .expect("cc runs");
+    check("cc alloc_free.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("runtime_style"))
+        .arg(k.join("workloads/runtime_style.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc runs");
+    check("cc runtime_style.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("stress"))
+        .arg(k.join("workloads/stress.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-lpthread")
+        .output()
+        .expect("cc runs");
+    check("cc stress.c", &out);
+    dir
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Alloc => "alloc",
+        Kind::Free => "free",
+        Kind::AllocAsync => "alloc_async",
+        Kind::FreeAsync => "free_async",
+        Kind::VmmCreate => "vmm_create",
+        Kind::VmmMap => "vmm_map",
+        Kind::VmmUnmap => "vmm_unmap",
+        Kind::VmmRelease => "vmm_release",
+        Kind::MemGetInfo => "mem_get_info",
+        Kind::Trailer => "trailer",
+        Kind::AllocPitch => "alloc_pitch",
+        Kind::AllocManaged => "alloc_managed",
+        Kind::AllocFromPoolAsync => "alloc_from_pool",
+        Kind::AddressReserve => "address_reserve",
+        Kind::AddressFree => "address_free",
+    }
+}
+
+/// A record as the workload prints a call: `kind ptr size stream aux result`.
+fn as_line(r: &Record) -> String {
+    format!(
+        "{} {} {} {} {} {}",
+        kind_name(r.kind),
+        r.ptr,
+        r.size,
+        r.stream,
+        r.aux,
+        r.result
+    )
+}
+
+fn run_workload(dir: &Path, out: &Path, preload: bool) -> String {
+    let mut cmd = Command::new(dir.join("alloc_free"));
+    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_OUT", out)
+        .env_remove("LD_PRELOAD");
+    if preload {
+        cmd.env("LD_PRELOAD", shim());
+    }
+    let output = cmd.output().expect("the workload runs");
+    check("alloc_free", &output);
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+fn read(path: &Path) -> Recording {
+    let bytes = std::fs::read(path).expect("the recording was written");
+    decode_recording(&bytes).expect("the recording decodes")
+}
+
+#[test]
+fn preloaded_shim_records_every_call_the_workload_makes() {
+    let dir = kernels("exact");
+    let out = dir.join("run.memprof");
+    let printed = run_workload(&dir, &out, true);
+    let recording = read(&out);
+
+    // Closed cleanly, nothing lost.
+    assert_eq!(recording.dropped, Some(0));
+    assert_eq!(recording.trailing_bytes, 0);
+    assert_ne!(recording.header.pid, 0);
+    assert!(recording
+        .records
+        .iter()
+        .all(|r| r.pid == recording.header.pid));
+
+    // The main thread's calls, in order, exactly as the workload saw them.
+    let main_tid = recording.records[0].tid;
+    let (main, workers): (Vec<&Record>, Vec<&Record>) =
+        recording.records.iter().partition(|r| r.tid == main_tid);
+    let lines: Vec<&str> = printed.lines().collect();
+    let seen = |via: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(via))
+            .map(str::to_string)
+            .collect()
+    };
+    let by_symbol = seen("sym ");
+    let by_proc_address = seen("gpa ");
+    // dlopen + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
+    let by_dlsym = seen("dlsym ");
+    assert_eq!(by_symbol.len(), 18);
+    assert_eq!(by_proc_address.len(), 6);
+    assert_eq!(by_dlsym.len(), 2);
+    let recorded: Vec<String> = main.iter().map(|r| as_line(r)).collect();
+    let expected: Vec<String> = by_symbol
+        .iter()
+        .chain(&by_proc_address)
+        .chain(&by_dlsym)
+        .cloned()
+        .collect();
+    assert_eq!(recorded, expected);
+
+    // Which path each call came through.
+    let (sym, gpa) = main.split_at(18);
+    assert!(sym.iter().all(|r| r.flags == 0), "{sym:?}");
+    assert!(gpa.iter().all(|r| r.flags & FLAG_LOOKED_UP != 0));
+    let ptsz: Vec<Kind> = gpa
+        .iter()
+        .filter(|r| r.flags & FLAG_PER_THREAD_STREAM != 0)
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(ptsz, [Kind::AllocAsync, Kind::FreeAsync]);
+
+    // The specific events.
+    assert_eq!(sym[0].kind, Kind::Alloc);
+    assert_eq!(sym[0].size, 4096);
+    assert_ne!(sym[0].ptr, 0);
+    let oom: Vec<&&Record> = main.iter().filter(|r| r.is_oom()).collect();
+    assert_eq!(oom.len(), 1);
+    assert_eq!((oom[0].size, oom[0].ptr), (2 << 20, 0));
+    assert_eq!(oom[0].result, CUDA_ERROR_OUT_OF_MEMORY);
+    assert_eq!((sym[2].size, sym[2].aux), (1 << 20, (1 << 20) - 4096));
+    assert_eq!((sym[3].kind, sym[3].ptr), (Kind::Free, sym[0].ptr));
+    assert_eq!(sym[4].stream, 0x1234);
+    let create = sym[6];
+    assert_eq!(
+        (create.kind, create.size, create.device),
+        (Kind::VmmCreate, 65536, 3)
+    );
+    assert!(main
+        .iter()
+        .filter(|r| r.kind != Kind::VmmCreate)
+        .all(|r| r.device == -1));
+    assert_eq!(
+        sym[7].aux, create.aux,
+        "cuMemMap names the handle cuMemCreate returned"
+    );
+    assert_eq!((sym[9].kind, sym[9].aux), (Kind::VmmRelease, create.aux));
+    // Pitch: 1000 bytes x 4 rows, rows padded to 1024.
+    assert_eq!(
+        (sym[10].kind, sym[10].size, sym[10].aux),
+        (Kind::AllocPitch, 4096, 1024)
+    );
+    assert_eq!((sym[12].kind, sym[12].aux), (Kind::AllocManaged, 1));
+    assert_eq!(
+        (sym[14].kind, sym[14].aux, sym[14].stream),
+        (Kind::AllocFromPoolAsync, 0x42, 0x1234)
+    );
+    assert_eq!(
+        (sym[16].kind, sym[16].size),
+        (Kind::AddressReserve, 1 << 30)
+    );
+    assert_eq!(
+        (sym[17].kind, sym[17].ptr),
+        (Kind::AddressFree, sym[16].ptr)
+    );
+
+    // Four worker threads, 2000 alloc/free pairs each: every event accounted for.
+    assert!(printed.contains("threads 4 2000"));
+    let mut per_thread: HashMap<u32, (usize, usize)> = HashMap::new();
+    let mut live: HashMap<u32, u64> = HashMap::new();
+    for r in &workers {
+        assert_eq!(r.result, 0);
+        let counts = per_thread.entry(r.tid).or_default();
+        match r.kind {
+            Kind::Alloc => {
+                assert_eq!(r.size, 256);
+                counts.0 += 1;
+                assert!(
+                    live.insert(r.tid, r.ptr).is_none(),
+                    "alloc while one is live"
+                );
+            }
+            Kind::Free => {
+                counts.1 += 1;
+                assert_eq!(live.remove(&r.tid), Some(r.ptr), "frees the pointer it got");
+            }
+            other => panic!("unexpected {other:?} from a worker"),
+        }
+    }
+    assert_eq!(per_thread.len(), 4);
+    assert!(
+        per_thread.values().all(|&c| c == (2000, 2000)),
+        "{per_thread:?}"
+    );
+    assert!(live.is_empty());
+
+    // Timestamps are monotonic per thread.
+    let mut last: HashMap<u32, u64> = HashMap::new();
+    for r in &recording.records {
+        let prev = last.insert(r.tid, r.ts_ns).unwrap_or(0);
+        assert!(r.ts_ns >= prev);
+    }
+}
+
+#[test]
+fn shim_changes_no_result() {
+    let dir = kernels("same");
+    let with = run_workload(&dir, &dir.join("with.memprof"), true);
+    let without = run_workload(&dir, &dir.join("without.memprof"), false);
+    assert_eq!(
+        with, without,
+        "the workload sees the same results with the shim"
+    );
+    assert!(!dir.join("without.memprof").exists());
+}
+
+#[test]
+fn without_memprof_out_nothing_is_written() {
+    let dir = kernels("off");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env_remove("MEMPROF_OUT")
+        .env("LD_PRELOAD", shim())
+        .current_dir(&dir)
+        .output()
+        .expect("runs");
+    check("alloc_free", &output);
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|name| name.to_string_lossy().contains("memprof"))
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
+}
+
+#[test]
+fn driver_reached_only_through_dlopen_and_lookups_is_recorded() {
+    // libcuda.so.1 dlopen'ed RTLD_LOCAL: not in the global scope, so plain LD_PRELOAD symbol
+    // interposition sees nothing; the shim's dlsym and cuGetProcAddress wrappers must.
+    let dir = kernels("runtime");
+    let out = dir.join("rt.memprof");
+    let output = Command::new(dir.join("runtime_style"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("MEMPROF_OUT", &out)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("runtime_style", &output);
+    let printed = String::from_utf8(output.stdout).expect("utf-8");
+    let recording = read(&out);
+    assert_eq!(recording.dropped, Some(0));
+    let expected: Vec<&str> = printed
+        .lines()
+        .map(|l| l.split_once(' ').expect("via").1)
+        .collect();
+    let recorded: Vec<String> = recording.records.iter().map(as_line).collect();
+    assert_eq!(expected.len(), 10);
+    assert_eq!(recorded, expected);
+    assert!(recording
+        .records
+        .iter()
+        .all(|r| r.flags & FLAG_LOOKED_UP != 0));
+    let ptsz: Vec<Kind> = recording
+        .records
+        .iter()
+        .filter(|r| r.flags & FLAG_PER_THREAD_STREAM != 0)
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(ptsz, [Kind::AllocFromPoolAsync, Kind::FreeAsync]);
+}
+
+fn memprof_run(args: &[&str], dir: &Path, shim: Option<&Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memprof"));
+    cmd.arg("run")
+        .args(args)
+        .current_dir(dir)
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env_remove("MEMPROF_OUT")
+        .env_remove("LD_PRELOAD");
+    match shim {
+        Some(shim) => cmd.env("MEMPROF_SHIM", shim),
+        None => cmd.env_remove("MEMPROF_SHIM"),
+    };
+    cmd.output().expect("memprof runs")
+}
+
+#[test]
+fn memprof_run_records_the_command_and_passes_its_exit_code() {
+    let dir = kernels("run");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    let out = memprof_run(&["-o", "rec.memprof", "--", workload], &dir, Some(shim()));
+    check("memprof run", &out);
+    let recording = read(&dir.join("rec.memprof"));
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(recording.dropped, Some(0));
+    let summary = String::from_utf8_lossy(&out.stderr);
+    // Every allocation is freed before the next; the largest is the 65536-byte cuMemCreate.
+    assert!(
+        summary.contains("recorded 16026 calls")
+            && summary.contains("1 out-of-memory")
+            && summary.contains("peak live device memory 65536 bytes"),
+        "{summary}"
+    );
+
+    // The command's exit code comes back; no CUDA calls, no recording, and a stale one is gone.
+    std::fs::write(dir.join("stale.memprof"), b"old").expect("write");
+    let out = memprof_run(
+        &["-o", "stale.memprof", "--", "sh", "-c", "exit 7"],
+        &dir,
+        Some(shim()),
+    );
+    assert_eq!(out.status.code(), Some(7));
+    assert!(!dir.join("stale.memprof").exists());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no recording written"));
+
+    // Refusals: a missing shim, and the flags not built yet.
+    let out = memprof_run(&["--", "true"], &dir, Some(&dir.join("nope.so")));
+    assert_eq!(out.status.code(), Some(2));
+    let out = memprof_run(&["--torch", "--", "true"], &dir, Some(shim()));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+}
+
+#[test]
+fn another_rtld_next_interposer_works_before_or_after_the_shim() {
+    let dir = kernels("other");
+    let other = dir.join("libother_preload.so");
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(repo().join("kernels/preload/other_preload.c"))
+        .arg("-ldl")
+        .output()
+        .expect("cc runs");
+    check("cc other_preload.c", &out);
+    let shim = shim();
+    for (i, order) in [[shim, other.as_path()], [other.as_path(), shim]]
+        .iter()
+        .enumerate()
+    {
+        let rec = dir.join(format!("order{i}.memprof"));
+        let preload = format!("{} {}", order[0].display(), order[1].display());
+        let output = Command::new(dir.join("alloc_free"))
+            .env("FAKE_CUDA_CAPACITY", "1048576")
+            .env("MEMPROF_OUT", &rec)
+            .env("LD_PRELOAD", &preload)
+            .output()
+            .expect("runs");
+        check(&format!("alloc_free with LD_PRELOAD={preload}"), &output);
+        // 2 calls by symbol in the main thread, 4 x 2000 in the workers.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("other_preload: 8002 cuMemAlloc_v2 calls"),
+            "{stderr}"
+        );
+        let recording = read(&rec);
+        assert_eq!(
+            recording.records.len(),
+            MAIN_CALLS + 4 * 2000 * 2,
+            "{preload}"
+        );
+        assert_eq!(recording.dropped, Some(0));
+    }
+}
+
+#[test]
+fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
+    let dir = kernels("fork");
+    let rec = dir.join("fork.memprof");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_FORK", "1")
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("alloc_free with a forked child", &output);
+    let recording = read(&rec);
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(recording.dropped, Some(0));
+    assert!(!recording.records.iter().any(|r| r.size == 12345));
+
+    // Two CUDA programs under one `memprof run`: the second records next to the first.
+    let workload = dir.join("alloc_free");
+    // The second one runs in a subdirectory: the recording still goes to the path given.
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    let script = format!(
+        "{0} >/dev/null && cd sub && {0} >/dev/null",
+        workload.display()
+    );
+    let out = memprof_run(
+        &["-o", "two.memprof", "--", "sh", "-c", &script],
+        &dir,
+        Some(shim()),
+    );
+    check("memprof run -- sh -c", &out);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.to_string_lossy().contains("two.memprof"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let first = read(&files[0]);
+    let second = read(&files[1]);
+    assert_eq!(
+        files[1].file_name(),
+        Some(std::ffi::OsStr::new(&format!(
+            "two.memprof.{}",
+            second.header.pid
+        )))
+    );
+    assert_ne!(first.header.pid, second.header.pid);
+    for recording in [first, second] {
+        assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+        assert_eq!(recording.dropped, Some(0));
+    }
+}
+
+#[test]
+fn eight_threads_of_100k_pairs_every_event_accounted_for() {
+    let dir = kernels("stress");
+    let rec = dir.join("stress.memprof");
+    let output = Command::new(dir.join("stress"))
+        .args(["8", "100000"])
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("stress", &output);
+    let bytes = std::fs::read(&rec).expect("recording");
+    let recording = decode_recording(&bytes).expect("decodes");
+    let _ = std::fs::remove_file(&rec);
+    let dropped = recording.dropped.expect("closed with a trailer");
+    // Full ring: the hook waits for the writer (bounded), so drops are rare; never unaccounted.
+    assert_eq!(recording.records.len() as u64 + dropped, 8 * 100_000 * 2);
+    let mut per_thread: HashMap<u32, i64> = HashMap::new();
+    for r in &recording.records {
+        *per_thread.entry(r.tid).or_default() += 1;
+    }
+    assert_eq!(per_thread.len(), 8);
+    if dropped == 0 {
+        assert!(per_thread.values().all(|&n| n == 200_000), "{per_thread:?}");
+    }
+}
