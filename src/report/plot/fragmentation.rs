@@ -1,9 +1,8 @@
 //! Fragmentation over time: memory reserved from the driver but not holding live
 //! allocations (reserved - active), with reserved for scale and the OOM marked.
 
-use super::font::FAMILY;
-use super::style::{self, tick, Unit};
-use super::timeline::{draw_empty, x_label};
+use super::style;
+use super::timeline::{draw_empty, time_axes};
 use crate::analysis::MemorySeries;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -20,40 +19,17 @@ impl super::Figure for FragmentationPlot<'_> {
         area: &DrawingArea<DB, Shift>,
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let s = self.series;
-        let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
+        if s.points.is_empty() {
             return draw_empty(
                 area,
                 &self.title,
                 "No trace entries: nothing to plot over time.",
             );
-        };
+        }
         area.fill(&WHITE)?;
         let top = s.points.iter().map(|p| p.reserved).max().unwrap_or(0);
-        let unit = Unit::for_max(top);
-        let y_max = (unit.of(top) * 1.15).max(1e-3);
-        let x_min = first.x.min(0.0);
-        let x_max = if last.x > first.x {
-            last.x
-        } else {
-            first.x + 1.0
-        };
-        let x_range = x_max - x_min;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, (FAMILY, style::TITLE_PX))
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x_min..x_max, 0f64..y_max)?;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE.mix(0.0))
-            .x_desc(x_label(s))
-            .y_desc(format!("memory ({})", unit.name))
-            .axis_desc_style((FAMILY, style::LABEL_PX))
-            .label_style((FAMILY, style::TICK_PX))
-            .x_label_formatter(&|v| tick(*v, x_range))
-            .y_label_formatter(&|v| tick(*v, y_max))
-            .draw()?;
+        let axes = time_axes(area, &self.title, s, top)?;
+        let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
         let unused = style::PENDING_FREE;
         chart
             .draw_series(AreaSeries::new(

@@ -5,6 +5,7 @@ use super::font::FAMILY;
 use super::style::{self, short_site, tick, Unit};
 use crate::analysis::{MemorySeries, XAxis};
 use crate::model::Bytes;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -15,6 +16,55 @@ pub struct TimelinePlot<'a> {
 }
 
 /// The x axis label of a series.
+/// The axes of a chart over time, drawn: x over the series (from 0), y from 0 to `top` bytes
+/// with 15% headroom, in the unit that suits `top`.
+pub struct TimeAxes<'a, DB: DrawingBackend> {
+    pub chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    pub unit: Unit,
+    pub y_max: f64,
+    pub x_min: f64,
+    pub x_range: f64,
+}
+
+/// Builds and draws the axes of a chart over time for a non-empty series.
+pub fn time_axes<'a, DB: DrawingBackend + 'a>(
+    area: &'a DrawingArea<DB, Shift>,
+    title: &str,
+    s: &MemorySeries,
+    top: u64,
+) -> Result<TimeAxes<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+    let first = s.points.first().map_or(0.0, |p| p.x);
+    let last = s.points.last().map_or(0.0, |p| p.x);
+    let unit = Unit::for_max(top);
+    let y_max = (unit.of(top) * 1.15).max(1e-3);
+    let x_min = first.min(0.0);
+    let x_max = if last > first { last } else { first + 1.0 };
+    let x_range = x_max - x_min;
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FAMILY, style::TITLE_PX))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x_min..x_max, 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE.mix(0.0))
+        .x_desc(x_label(s))
+        .y_desc(format!("memory ({})", unit.name))
+        .axis_desc_style((FAMILY, style::LABEL_PX))
+        .label_style((FAMILY, style::TICK_PX))
+        .x_label_formatter(&|v| tick(*v, x_range))
+        .y_label_formatter(&|v| tick(*v, y_max))
+        .draw()?;
+    Ok(TimeAxes {
+        chart,
+        unit,
+        y_max,
+        x_min,
+        x_range,
+    })
+}
+
 pub fn x_label(series: &MemorySeries) -> &'static str {
     match series.x_axis {
         XAxis::Seconds => "seconds from the first trace entry",
@@ -46,13 +96,13 @@ impl super::Figure for TimelinePlot<'_> {
         area: &DrawingArea<DB, Shift>,
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let s = self.series;
-        let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
+        if s.points.is_empty() {
             return draw_empty(
                 area,
                 &self.title,
                 "No trace entries: nothing to plot over time.",
             );
-        };
+        }
         area.fill(&WHITE)?;
         let top = s
             .points
@@ -61,32 +111,9 @@ impl super::Figure for TimelinePlot<'_> {
             .max()
             .unwrap_or(0)
             .max(s.oom.map_or(0, |o| o.bytes));
-        let unit = Unit::for_max(top);
-        let y_max = (unit.of(top) * 1.15).max(1e-3);
-        let x_min = first.x.min(0.0);
-        let x_max = if last.x > first.x {
-            last.x
-        } else {
-            first.x + 1.0
-        };
-        let mut chart = ChartBuilder::on(area)
-            .caption(&self.title, (FAMILY, style::TITLE_PX))
-            .margin(16)
-            .x_label_area_size(50)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x_min..x_max, 0f64..y_max)?;
-        let x_range = x_max - x_min;
-        chart
-            .configure_mesh()
-            .light_line_style(WHITE.mix(0.0))
-            .x_desc(x_label(s))
-            .y_desc(format!("memory ({})", unit.name))
-            .axis_desc_style((FAMILY, style::LABEL_PX))
-            .label_style((FAMILY, style::TICK_PX))
-            .x_label_formatter(&|v| tick(*v, x_range))
-            .y_label_formatter(&|v| tick(*v, y_max))
-            .draw()?;
-
+        let axes = time_axes(area, &self.title, s, top)?;
+        let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
+        let (x_min, x_range) = (axes.x_min, axes.x_range);
         // Stacked areas: draw the sum of sites 0..=k for k from "other" down, so each band
         // between two sums shows its own colour.
         let n = s.sites.len();
