@@ -201,3 +201,14 @@ fn flat_and_nested_dicts_reach_the_fold_in_list_order() {
     assert!(fold.staged.is_empty());
     assert_eq!(doc.render(root), "[{\"keep\": 4, \"n\": 0}]");
 }
+
+#[test]
+fn rendering_a_self_referencing_list_is_bounded() {
+    // x = []; x += [x, x]; pickle.dumps(x, 2) then nested deeper through the memo: the
+    // rendering of shared references would double at every level without a bound.
+    let bytes = b"\x80\x02]q\x00(h\x00h\x00e.";
+    let (doc, root) = decode_all(bytes).expect("decodes");
+    let text = doc.render(root);
+    assert!(text.len() < 5000, "{} chars", text.len());
+    assert!(text.ends_with("...]") || text.contains("..."), "{text}");
+}

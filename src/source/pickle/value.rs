@@ -25,6 +25,9 @@ pub enum Value {
     Folded(u32),
 }
 
+/// Longest rendering of a value, see `Document::render`.
+const RENDER_LIMIT: usize = 4096;
+
 /// A container.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
@@ -120,6 +123,8 @@ impl Document {
     }
 
     /// A Python-like rendering of a value, for messages and for free-form metadata.
+    /// At most `RENDER_LIMIT` characters (plus "..."): a container that holds itself through
+    /// the memo would otherwise render exponentially.
     pub fn render(&self, value: Value) -> String {
         let mut out = String::new();
         self.render_into(value, &mut out, 0);
@@ -128,6 +133,12 @@ impl Document {
 
     fn render_into(&self, value: Value, out: &mut String, depth: usize) {
         use std::fmt::Write;
+        if out.len() >= RENDER_LIMIT {
+            if !out.ends_with("...") {
+                out.push_str("...");
+            }
+            return;
+        }
         if depth > 16 {
             out.push_str("...");
             return;
@@ -135,6 +146,10 @@ impl Document {
         let seq = |out: &mut String, items: &[Value], open: &str, close: &str| {
             out.push_str(open);
             for (i, v) in items.iter().enumerate() {
+                if out.len() >= RENDER_LIMIT {
+                    out.push_str("...");
+                    break;
+                }
                 if i > 0 {
                     out.push_str(", ");
                 }
@@ -171,6 +186,10 @@ impl Document {
                 Node::Dict(pairs) => {
                     out.push('{');
                     for (i, (k, v)) in pairs.iter().enumerate() {
+                        if out.len() >= RENDER_LIMIT {
+                            out.push_str("...");
+                            break;
+                        }
                         if i > 0 {
                             out.push_str(", ");
                         }
