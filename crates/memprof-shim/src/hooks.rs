@@ -237,10 +237,7 @@ fn alloc_pitch(
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, pitch, width, height, element) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::AllocPitch);
-        event.flags = flags;
-        event.result = result;
+    emit(&guard, Kind::AllocPitch, flags, result, |event| {
         event.ptr = read_out(result, dptr);
         let row = read_out(result, pitch.cast::<u64>());
         event.aux = row;
@@ -250,8 +247,7 @@ fn alloc_pitch(
         } else {
             (width as u64).saturating_mul(height as u64)
         };
-        record(event);
-    }
+    });
     result
 }
 
@@ -259,15 +255,11 @@ fn alloc_managed(real: ManagedFn, flags: u16, dptr: *mut u64, size: usize, f: u3
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, size, f) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::AllocManaged);
-        event.flags = flags;
+    emit(&guard, Kind::AllocManaged, flags, result, |event| {
         event.size = size as u64;
         event.aux = f as u64;
-        event.result = result;
         event.ptr = read_out(result, dptr);
-        record(event);
-    }
+    });
     result
 }
 
@@ -282,16 +274,12 @@ fn alloc_from_pool(
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, size, pool, stream) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::AllocFromPoolAsync);
-        event.flags = flags;
+    emit(&guard, Kind::AllocFromPoolAsync, flags, result, |event| {
         event.size = size as u64;
         event.stream = stream as u64;
         event.aux = pool as u64;
-        event.result = result;
         event.ptr = read_out(result, dptr);
-        record(event);
-    }
+    });
     result
 }
 
@@ -307,15 +295,11 @@ fn address_reserve(
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(ptr, size, alignment, addr, f) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::AddressReserve);
-        event.flags = flags;
+    emit(&guard, Kind::AddressReserve, flags, result, |event| {
         event.size = size as u64;
         event.aux = addr;
-        event.result = result;
         event.ptr = read_out(result, ptr);
-        record(event);
-    }
+    });
     result
 }
 
@@ -323,14 +307,10 @@ fn address_free(real: AddressFreeFn, flags: u16, ptr: u64, size: usize) -> u32 {
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(ptr, size) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::AddressFree);
-        event.flags = flags;
+    emit(&guard, Kind::AddressFree, flags, result, |event| {
         event.ptr = ptr;
         event.size = size as u64;
-        event.result = result;
-        record(event);
-    }
+    });
     result
 }
 
@@ -414,14 +394,10 @@ fn alloc(real: AllocFn, flags: u16, dptr: *mut u64, size: usize) -> u32 {
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, size) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::Alloc);
-        event.flags = flags;
+    emit(&guard, Kind::Alloc, flags, result, |event| {
         event.size = size as u64;
-        event.result = result;
         event.ptr = read_out(result, dptr);
-        record(event);
-    }
+    });
     result
 }
 
@@ -429,13 +405,9 @@ fn free(real: FreeFn, flags: u16, dptr: u64) -> u32 {
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::Free);
-        event.flags = flags;
+    emit(&guard, Kind::Free, flags, result, |event| {
         event.ptr = dptr;
-        event.result = result;
-        record(event);
-    }
+    });
     result
 }
 
@@ -449,15 +421,11 @@ fn alloc_async(
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, size, stream) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::AllocAsync);
-        event.flags = flags;
+    emit(&guard, Kind::AllocAsync, flags, result, |event| {
         event.size = size as u64;
         event.stream = stream as u64;
-        event.result = result;
         event.ptr = read_out(result, dptr);
-        record(event);
-    }
+    });
     result
 }
 
@@ -465,14 +433,10 @@ fn free_async(real: FreeAsyncFn, flags: u16, dptr: u64, stream: *mut c_void) -> 
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, stream) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::FreeAsync);
-        event.flags = flags;
+    emit(&guard, Kind::FreeAsync, flags, result, |event| {
         event.ptr = dptr;
         event.stream = stream as u64;
-        event.result = result;
-        record(event);
-    }
+    });
     result
 }
 
@@ -487,19 +451,15 @@ fn create(
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(handle, size, prop, f) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::VmmCreate);
-        event.flags = flags;
+    emit(&guard, Kind::VmmCreate, flags, result, |event| {
         event.size = size as u64;
-        event.result = result;
         event.aux = read_out(result, handle);
         if result == 0 && !prop.is_null() {
             // SAFETY: `prop` is a CUmemAllocationProp the driver just accepted; `location.id`
             // (an int) sits at byte 12 (after `type`, `requestedHandleTypes`, `location.type`).
             event.device = unsafe { prop.cast::<u8>().add(12).cast::<i32>().read_unaligned() };
         }
-        record(event);
-    }
+    });
     result
 }
 
@@ -507,16 +467,12 @@ fn map(real: MapFn, flags: u16, ptr: u64, size: usize, offset: usize, handle: u6
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(ptr, size, offset, handle, f) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::VmmMap);
-        event.flags = flags;
+    emit(&guard, Kind::VmmMap, flags, result, |event| {
         event.ptr = ptr;
         event.size = size as u64;
         event.stream = offset as u64;
         event.aux = handle;
-        event.result = result;
-        record(event);
-    }
+    });
     result
 }
 
@@ -524,14 +480,10 @@ fn unmap(real: UnmapFn, flags: u16, ptr: u64, size: usize) -> u32 {
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(ptr, size) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::VmmUnmap);
-        event.flags = flags;
+    emit(&guard, Kind::VmmUnmap, flags, result, |event| {
         event.ptr = ptr;
         event.size = size as u64;
-        event.result = result;
-        record(event);
-    }
+    });
     result
 }
 
@@ -539,13 +491,9 @@ fn release(real: ReleaseFn, flags: u16, handle: u64) -> u32 {
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(handle) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::VmmRelease);
-        event.flags = flags;
+    emit(&guard, Kind::VmmRelease, flags, result, |event| {
         event.aux = handle;
-        event.result = result;
-        record(event);
-    }
+    });
     result
 }
 
@@ -553,15 +501,29 @@ fn get_info(real: GetInfoFn, flags: u16, free: *mut usize, total: *mut usize) ->
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(free, total) };
-    if guard.is_some() {
-        let mut event = Record::new(Kind::MemGetInfo);
-        event.flags = flags;
-        event.result = result;
+    emit(&guard, Kind::MemGetInfo, flags, result, |event| {
         event.aux = read_out(result, free.cast::<u64>());
         event.size = read_out(result, total.cast::<u64>());
+    });
+    result
+}
+
+/// Records the event of a hooked call, unless the call came from inside the shim (no guard):
+/// kind, path flags and the driver's result, plus what `fill` adds. Never allocates.
+fn emit(
+    guard: &Option<Guard>,
+    kind: Kind,
+    flags: u16,
+    result: u32,
+    fill: impl FnOnce(&mut Record),
+) {
+    if guard.is_some() {
+        let mut event = Record::new(kind);
+        event.flags = flags;
+        event.result = result;
+        fill(&mut event);
         record(event);
     }
-    result
 }
 
 /// Reads an out-parameter the driver filled in; 0 when the call failed or it is NULL.
