@@ -13,6 +13,7 @@ pub mod kv;
 pub mod kv_sim;
 pub mod layer_costs;
 pub mod layout;
+pub mod lines;
 pub mod megatron;
 pub mod model;
 pub mod pack;

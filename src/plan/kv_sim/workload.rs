@@ -1,6 +1,7 @@
 //! Reading a serving workload: JSON Lines of requests with an arrival time (in decode steps),
 //! prompt and output lengths, and optionally a shared prefix (group and length).
 
+use crate::plan::lines::for_each_line;
 use serde::Deserialize;
 use std::io::BufRead;
 
@@ -51,20 +52,9 @@ struct Record {
 }
 
 /// Reads requests, one JSON object per line (blank lines skipped), sorted by arrival.
-pub fn parse_workload(mut reader: impl BufRead) -> Result<Vec<Request>, WorkloadError> {
+pub fn parse_workload(reader: impl BufRead) -> Result<Vec<Request>, WorkloadError> {
     let mut out = Vec::new();
-    let mut line = String::new();
-    let mut number = 0u64;
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
-        number += 1;
-        let text = line.trim();
-        if text.is_empty() {
-            continue;
-        }
+    for_each_line(reader, |number, text| {
         let err = |reason: String| WorkloadError::Line {
             line: number,
             reason,
@@ -91,7 +81,8 @@ pub fn parse_workload(mut reader: impl BufRead) -> Result<Vec<Request>, Workload
                 Group::Number(n) => n.to_string(),
             }),
         });
-    }
+        Ok::<(), WorkloadError>(())
+    })?;
     if out.is_empty() {
         return Err(WorkloadError::Empty);
     }

@@ -2,6 +2,7 @@
 //! (`length`, `len`, `num_tokens`, `seq_len`) or a token list (`input_ids`, `tokens`) that is
 //! counted without being kept.
 
+use crate::plan::lines::for_each_line;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -61,20 +62,9 @@ impl Record {
 }
 
 /// Reads every length; blank lines are skipped.
-pub fn parse_lengths(mut reader: impl BufRead) -> Result<Vec<u64>, LengthsError> {
+pub fn parse_lengths(reader: impl BufRead) -> Result<Vec<u64>, LengthsError> {
     let mut out = Vec::new();
-    let mut line = String::new();
-    let mut number = 0u64;
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
-        number += 1;
-        let text = line.trim();
-        if text.is_empty() {
-            continue;
-        }
+    for_each_line(reader, |number, text| {
         let err = |reason: String| LengthsError::Line {
             line: number,
             reason,
@@ -89,7 +79,8 @@ pub fn parse_lengths(mut reader: impl BufRead) -> Result<Vec<u64>, LengthsError>
                 .map_err(|_| err(format!("expected a length or a JSON object, got {text:?}")))?
         };
         out.push(length);
-    }
+        Ok::<(), LengthsError>(())
+    })?;
     Ok(out)
 }
 
