@@ -11,6 +11,19 @@ use crate::model::{Action, PoolKind};
 const DEFAULT_DEVICE_MEMORY: u64 = 1 << 40;
 
 impl CachingAllocator {
+    /// Links a new block into the segment right after `id` and returns its id.
+    fn insert_after(&mut self, id: BlockId, mut block: Block) -> BlockId {
+        block.prev = id;
+        block.next = self.blocks[id].next;
+        let new_id = self.blocks.insert(block);
+        let next = self.blocks[new_id].next;
+        if next != NONE {
+            self.blocks[next].prev = new_id;
+        }
+        self.blocks[id].next = new_id;
+        new_id
+    }
+
     /// `try_allocate_expandable_block`: maps enough pages after a free block for the request.
     pub(super) fn try_allocate_expandable_block(&mut self, req: &Request) -> Option<BlockId> {
         let mut candidate = self.find_expandable_block(req)?;
@@ -123,14 +136,7 @@ impl CachingAllocator {
             let mut rest = Block::new(addr + mapped, total - mapped, stream, pool);
             rest.mapped = false;
             rest.expandable = expandable;
-            rest.prev = id;
-            rest.next = self.blocks[id].next;
-            let rest_id = self.blocks.insert(rest);
-            if self.blocks[rest_id].next != NONE {
-                let n = self.blocks[rest_id].next;
-                self.blocks[n].prev = rest_id;
-            }
-            self.blocks[id].next = rest_id;
+            let rest_id = self.insert_after(id, rest);
             self.blocks[id].size = mapped;
             self.pools[pi]
                 .unmapped
@@ -184,14 +190,7 @@ impl CachingAllocator {
         if end < addr + size {
             let mut after = Block::new(end, addr + size - end, stream, pool);
             after.expandable = expandable;
-            after.prev = id;
-            after.next = self.blocks[id].next;
-            let after_id = self.blocks.insert(after);
-            if self.blocks[after_id].next != NONE {
-                let n = self.blocks[after_id].next;
-                self.blocks[n].prev = after_id;
-            }
-            self.blocks[id].next = after_id;
+            let after_id = self.insert_after(id, after);
             self.insert_free(after_id);
         }
         let b = &mut self.blocks[id];
