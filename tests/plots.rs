@@ -125,6 +125,70 @@ fn analyze_writes_the_timeline_and_still_reports() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `plan train --plot`: one stacked bar per listed candidate against the GPU's memory.
+#[test]
+fn planner_candidates_as_stacked_bars() {
+    let dir = scratch("plan");
+    let plan = |out: &Path, extra: &[&str]| {
+        let out = path_str(out);
+        let mut args = vec![
+            "plan",
+            "train",
+            "--model",
+            "llama-3-8b",
+            "--gpus",
+            "8",
+            "--seq-len",
+            "4096",
+            "--micro-batch",
+            "1",
+            "--plot",
+            out.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        memprof(&args)
+    };
+    let png = dir.join("plan.png");
+    let out = plan(&png, &["--gpu-memory", "80GiB", "--top", "4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Recommended:"),
+        "the text report still prints"
+    );
+    assert_png(&png);
+
+    let svg = dir.join("plan.svg");
+    let out = plan(&svg, &["--gpu-memory", "80GiB", "--top", "4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = assert_svg(
+        &svg,
+        "Memory per GPU by candidate layout - llama-3-8b, 8 GPUs",
+    );
+    // Five parts per bar (the last bar may also be the widest) plus its outline.
+    assert!(text.matches("<rect").count() >= 4 * 6, "bars drawn");
+    for label in [
+        "GPU memory 80.00 GiB",
+        "optimizer states",
+        "#0 dp8 tp1 pp1",
+        "recommended",
+        "#3 ",
+    ] {
+        assert!(text.contains(label), "{label:?} in the SVG");
+    }
+    assert!(
+        !text.contains("#4 "),
+        "only the listed candidates are drawn"
+    );
+
+    // On a GPU too small for any layout, the bars say so.
+    let small = dir.join("small.svg");
+    let out = plan(&small, &["--gpu-memory", "16GiB", "--top", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = assert_svg(&small, "Memory per GPU by candidate layout");
+    assert!(text.contains("does not fit"));
+    assert!(text.contains("GPU memory 16.00 GiB"));
+}
+
 #[test]
 fn bad_plot_extension_is_one_line_exit_2() {
     let dir = scratch("badext");

@@ -11,11 +11,11 @@ use crate::plan::layer_costs::parse_layer_costs;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
 use crate::plan::recipe::{Optimizer, Precision};
-use crate::plan::search::{search, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
+use crate::plan::search::{search, Plan, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
 use crate::plan::states::ZeroStage;
 use crate::plan::train::{Headroom, TrainSetup};
 use crate::plan::{builtin, hf};
-use crate::report::{plan_json, plan_text};
+use crate::report::{plan_json, plan_text, plot};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
@@ -217,6 +217,10 @@ pub struct TrainArgs {
     /// How many candidates to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Also draw the memory breakdown of each listed candidate as a bar chart; the extension
+    /// picks PNG or SVG.
+    #[arg(long, value_name = "OUT.png|OUT.svg")]
+    pub plot: Option<PathBuf>,
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
@@ -386,6 +390,9 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
         global_batch: a.global_batch,
     };
     let plan = search(&setup, &space, a.top)?;
+    if let Some(path) = &a.plot {
+        write_candidates_plot(path, &setup, a.gpus, &plan)?;
+    }
     let mut stdout = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer(&mut stdout, &plan_json::TrainJson::new(&setup.model, &plan))
@@ -400,6 +407,31 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
     }
     stdout.flush()?;
     Ok(Outcome::Ok)
+}
+
+/// Draws `plan train`'s candidates as stacked bars and writes the picture to `path`.
+fn write_candidates_plot(
+    path: &Path,
+    setup: &TrainSetup,
+    gpus: u64,
+    plan: &Plan,
+) -> anyhow::Result<()> {
+    let format = plot::Format::from_path(path)?;
+    let figure = plot::CandidatesPlot {
+        title: format!(
+            "Memory per GPU by candidate layout - {}, {gpus} GPUs, sequence {}",
+            setup.model.name, setup.seq_len
+        ),
+        gpu_memory: setup.gpu_memory,
+        bars: plan
+            .candidates
+            .iter()
+            .map(plan_text::candidate_bar)
+            .collect(),
+        recommended: plan.recommended,
+    };
+    let bytes = plot::render(&figure, format)?;
+    std::fs::write(path, bytes).with_context(|| format!("{}: cannot write", path.display()))
 }
 
 fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {

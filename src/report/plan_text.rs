@@ -6,8 +6,9 @@ use crate::plan::deepspeed::Version;
 use crate::plan::kv::{Budget, KvPool, KvSettings};
 use crate::plan::pack::PackReport;
 use crate::plan::search::{explain, Plan};
-use crate::plan::train::TrainSetup;
+use crate::plan::train::{Candidate, TrainSetup};
 use crate::report::plan_json::{CheckpointJson, PackJson, SimJson, WorkloadJson};
+use crate::report::plot::CandidateBar;
 use std::fmt::Write;
 
 fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
@@ -15,6 +16,32 @@ fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
         crate::plan::activations::Recompute::None => "none",
         crate::plan::activations::Recompute::Selective => "selective",
         crate::plan::activations::Recompute::Full => "full",
+    }
+}
+
+/// One candidate as a bar of the planners' chart, named the way the table names it.
+pub fn candidate_bar(c: &Candidate) -> CandidateBar {
+    let l = &c.layout;
+    let cp = if l.cp > 1 {
+        format!(" cp{}", l.cp)
+    } else {
+        String::new()
+    };
+    CandidateBar {
+        layout: format!("dp{} tp{} pp{}{cp}", l.dp, l.tp, l.pp),
+        setting: format!("ZeRO-{}, mb {}", l.zero.number(), l.micro_batch),
+        recompute: match recompute_name(l) {
+            "none" => "no recompute",
+            "selective" => "sel. recompute",
+            _ => "full recompute",
+        }
+        .to_string(),
+        params: c.memory.params,
+        grads: c.memory.grads,
+        optimizer: c.memory.optimizer,
+        activations: c.memory.activations,
+        headroom: c.headroom,
+        fits: c.fits,
     }
 }
 

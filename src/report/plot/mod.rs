@@ -1,6 +1,8 @@
-//! Plots (plotters, PNG and SVG): memory over time, the segment map and fragmentation over
-//! time. Each figure draws on any backend; `canvas` turns a figure into file bytes.
+//! Plots (plotters, PNG and SVG): memory over time, the segment map, fragmentation over time
+//! and the planners' memory per candidate. Each figure draws on any backend; `canvas` turns a
+//! figure into file bytes.
 
+mod candidates;
 mod canvas;
 mod font;
 mod fragmentation;
@@ -9,6 +11,7 @@ mod segments;
 mod style;
 mod timeline;
 
+pub use candidates::{CandidateBar, CandidatesPlot};
 pub use canvas::{render, Figure, Format, PlotError};
 pub use fragmentation::FragmentationPlot;
 pub use kinds::{device_series, plot, Kind};
