@@ -134,7 +134,9 @@ impl super::Figure for CandidatesPlot {
                 (false, false) => "does not fit",
             };
             let color = if bar.fits { BLACK } else { style::OOM };
-            let font = TextStyle::from((FAMILY, style::TICK_PX).into_font().color(&color))
+            let font = (FAMILY, style::TICK_PX)
+                .into_font()
+                .color(&color)
                 .pos(Pos::new(HPos::Center, VPos::Bottom));
             let total = Bytes(base).to_string();
             area.draw(&Text::new(total, (above.0, above.1 - 4), font.clone()))?;
