@@ -90,6 +90,94 @@ fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
     assert_eq!(loose.status.code(), Some(0), "{}", stdout(&loose));
 }
 
+/// Validates a JUnit file against `fixtures/schemas/junit.xsd` with libxml2's `xmllint`
+/// (`.ci/run` installs it). Returns false, saying so, where xmllint is missing.
+fn junit_is_valid(path: &str) -> Option<bool> {
+    let schema = fixture("schemas/junit.xsd");
+    match std::process::Command::new("xmllint")
+        .args(["--noout", "--schema"])
+        .arg(&schema)
+        .arg(path)
+        .output()
+    {
+        Ok(out) => Some(out.status.success()),
+        Err(_) => {
+            eprintln!("xmllint not found (Debian: libxml2-utils): JUnit schema check skipped");
+            None
+        }
+    }
+}
+
+#[test]
+fn junit_validates_against_the_schema_and_markdown_matches_its_snapshot() {
+    let dir = Scratch::new("formats");
+    let base = dir.path("base.json");
+    let write = memprof(&["gate", &snapshot("v2_1_basic"), "--write-baseline", &base]);
+    assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
+    let (junit, md) = (dir.path("gate.xml"), dir.path("gate.md"));
+    let worse = memprof(&[
+        "gate",
+        &snapshot("v2_11_full"),
+        "--baseline",
+        &base,
+        "--junit",
+        &junit,
+        "--markdown",
+        &md,
+    ]);
+    assert_eq!(worse.status.code(), Some(1), "{}", stderr(&worse));
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert!(
+        xml.contains("/home/user/train.py:96:train_step"),
+        "stacks in the failure: {xml}"
+    );
+    let summary = std::fs::read_to_string(&md).expect("markdown written");
+    insta::assert_snapshot!("markdown_regression", summary);
+
+    // A passing run over two devices, and the failing one above, are valid JUnit; a copy
+    // without the required `errors` count is not (the validator really checks).
+    let two = dir.path("two.xml");
+    let mbase = dir.path("multi.json");
+    assert_eq!(
+        memprof(&[
+            "gate",
+            &snapshot("multi_device"),
+            "--write-baseline",
+            &mbase
+        ])
+        .status
+        .code(),
+        Some(0)
+    );
+    let pass = memprof(&[
+        "gate",
+        &snapshot("multi_device"),
+        "--baseline",
+        &mbase,
+        "--junit",
+        &two,
+    ]);
+    assert_eq!(pass.status.code(), Some(0), "{}", stderr(&pass));
+    let broken = dir.path("broken.xml");
+    std::fs::write(
+        &broken,
+        xml.replacen(" errors=\"0\" skipped", " skipped", 1),
+    )
+    .expect("write broken copy");
+    match (
+        junit_is_valid(&junit),
+        junit_is_valid(&two),
+        junit_is_valid(&broken),
+    ) {
+        (Some(failing), Some(passing), Some(broken)) => {
+            assert!(failing, "the failing run's JUnit is valid");
+            assert!(passing, "the passing run's JUnit is valid");
+            assert!(!broken, "a testsuite without errors= is rejected");
+        }
+        _ => eprintln!("skipped: no xmllint"),
+    }
+}
+
 #[test]
 fn absolute_limit_and_the_reserved_metric() {
     let low = memprof(&["gate", &snapshot("v2_1_basic"), "--limit", "10MiB"]);

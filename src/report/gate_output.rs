@@ -123,6 +123,15 @@ pub fn markdown(checks: &[Check]) -> String {
                 Bytes(g.before),
                 Bytes(g.after)
             );
+            // The stack folds away in a pull-request comment; a fenced block keeps it verbatim.
+            let frames: Vec<&String> = user_frames(&g.stack).collect();
+            if !frames.is_empty() {
+                let _ = writeln!(out, "  <details><summary>stack</summary>\n\n  ```");
+                for frame in frames {
+                    let _ = writeln!(out, "  {}", frame.replace("```", "'''"));
+                }
+                let _ = writeln!(out, "  ```\n  </details>");
+            }
         }
     }
     out
@@ -151,7 +160,7 @@ pub fn junit(checks: &[Check]) -> String {
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         out,
-        "<testsuites name=\"memprof gate\" tests=\"{}\" failures=\"{failed}\">",
+        "<testsuites name=\"memprof gate\" tests=\"{}\" failures=\"{failed}\" errors=\"0\">",
         checks.len()
     );
     let _ = writeln!(
@@ -173,7 +182,17 @@ pub fn junit(checks: &[Check]) -> String {
         let message = xml_escape(&c.failures.join("; "));
         let mut details = String::new();
         for g in &c.grew {
-            let _ = writeln!(details, "{} grew by {}", g.frame, Bytes(g.after - g.before));
+            let _ = writeln!(
+                details,
+                "{} grew by {} ({} -> {})",
+                g.frame,
+                Bytes(g.after - g.before),
+                Bytes(g.before),
+                Bytes(g.after)
+            );
+            for frame in user_frames(&g.stack) {
+                let _ = writeln!(details, "    {frame}");
+            }
         }
         let _ = writeln!(
             out,
