@@ -15,6 +15,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod diagnose;
+pub mod huge_pages;
 pub mod model;
 pub mod plan;
 pub mod report;

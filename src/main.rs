@@ -5,6 +5,9 @@ use clap::Parser;
 use memprof::cli::{self, Cli, Outcome};
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: memprof::huge_pages::HugePageHint = memprof::huge_pages::HugePageHint;
+
 fn main() -> ExitCode {
     let parsed = Cli::parse();
     match cli::run(parsed) {
