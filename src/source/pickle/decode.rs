@@ -8,14 +8,17 @@
 use super::error::{malformed, DecodeError, DecodeErrorKind, Step};
 use super::fast::FLAT_PAIRS;
 use super::fold::Fold;
-use super::input::Input;
+use super::input::{Input, Refill};
 use super::text::{parse_text_int, raw_unicode_escape};
 use super::value::{Document, Node, NodeId, StrId, Value};
 use rustc_hash::FxHashMap;
-use std::io::Read;
 
-/// Decodes one pickle from `reader`, offering dicts appended to lists to `fold`.
-pub fn decode<R: Read, F: Fold>(reader: R, fold: &mut F) -> Result<(Document, Value), DecodeError> {
+/// Decodes one pickle from `reader` (any `Read`, or a `Refill` source), offering dicts appended
+/// to lists to `fold`.
+pub fn decode<R: Refill, F: Fold>(
+    reader: R,
+    fold: &mut F,
+) -> Result<(Document, Value), DecodeError> {
     let mut vm = Machine {
         input: Input::new(reader),
         doc: Document::default(),
@@ -69,7 +72,7 @@ pub(super) struct Machine<'f, R, F> {
     pub(super) fold: &'f mut F,
 }
 
-impl<R: Read, F: Fold> Machine<'_, R, F> {
+impl<R: Refill, F: Fold> Machine<'_, R, F> {
     pub(super) fn run(&mut self) -> Result<Value, DecodeError> {
         loop {
             self.run_fast();

@@ -3,10 +3,10 @@
 
 use super::decode::Machine;
 use super::fold::Fold;
+use super::input::Refill;
 use super::value::Value;
-use std::io::Read;
 
-impl<R: Read, F: Fold> Machine<'_, R, F> {
+impl<R: Refill, F: Fold> Machine<'_, R, F> {
     /// Executes the opcodes that make up almost all of a snapshot (memo gets, small ints,
     /// marks, memoize, setitems) straight from the input buffer, until one needs more bytes
     /// than are buffered, is another opcode, or would fail; the general `step` then takes over
@@ -111,7 +111,7 @@ impl<R: Read, F: Fold> Machine<'_, R, F> {
 /// Most pairs a flat dict may have on the fast path (trace entries have about ten keys).
 pub(super) const FLAT_PAIRS: usize = 16;
 
-impl<R: Read, F: Fold> Machine<'_, R, F> {
+impl<R: Refill, F: Fold> Machine<'_, R, F> {
     /// Tries to decode the dict starting at `buf[start]` (EMPTY_DICT) as a flat dict and offer
     /// it to the fold: `[memo put] MARK (key value [memo put])* SETITEMS`, where keys and values
     /// are small scalars, short strings or memo references. Returns the position after it when

@@ -8,6 +8,47 @@ use std::io::{self, Read};
 
 const CHUNK: usize = 1 << 20;
 
+/// Where the decoder's bytes come from. Every `Read` is one (its bytes are copied into the
+/// buffer); a source that already holds its bytes in buffers (`source::prefetch::Prefetch`)
+/// can hand a whole buffer over instead of copying it.
+pub trait Refill {
+    /// The unconsumed bytes are `buf[start..end]`. Makes at least one more byte available
+    /// right after them and returns where those same bytes and the new ones now are
+    /// (`(new_start, new_end)`), or `None` at the end of the input. Bytes before `start` may be
+    /// dropped and `buf` may be replaced; `buf` grows only by bytes that actually arrived, so a
+    /// bogus length in a damaged file ends in truncation, not in a huge allocation.
+    fn refill(
+        &mut self,
+        buf: &mut Vec<u8>,
+        start: usize,
+        end: usize,
+    ) -> io::Result<Option<(usize, usize)>>;
+}
+
+impl<R: Read> Refill for R {
+    fn refill(
+        &mut self,
+        buf: &mut Vec<u8>,
+        start: usize,
+        end: usize,
+    ) -> io::Result<Option<(usize, usize)>> {
+        buf.copy_within(start..end, 0);
+        let kept = end - start;
+        if kept == buf.len() {
+            // Full of unconsumed bytes: at most doubles what has arrived.
+            buf.resize(buf.len().saturating_mul(2).max(CHUNK), 0);
+        }
+        loop {
+            match self.read(&mut buf[kept..]) {
+                Ok(0) => return Ok(None),
+                Ok(k) => return Ok(Some((0, kept + k))),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 /// Why the input ended early or failed.
 #[derive(Debug)]
 pub enum InputError {
@@ -18,19 +59,20 @@ pub enum InputError {
 
 /// Buffered input with absolute offsets.
 pub struct Input<R> {
-    reader: R,
+    source: R,
     buf: Vec<u8>,
     pos: usize,
     end: usize,
-    /// Absolute offset of `buf[0]`.
+    /// Absolute offset of `buf[0]`, modulo 2^64 (a source may put the first byte of the file
+    /// past `buf[0]`, so this can be "negative").
     base: u64,
 }
 
-impl<R: Read> Input<R> {
-    pub fn new(reader: R) -> Input<R> {
+impl<R: Refill> Input<R> {
+    pub fn new(source: R) -> Input<R> {
         Input {
-            reader,
-            buf: vec![0; CHUNK],
+            source,
+            buf: Vec::new(),
             pos: 0,
             end: 0,
             base: 0,
@@ -40,29 +82,21 @@ impl<R: Read> Input<R> {
     /// Absolute offset of the next byte.
     #[inline]
     pub fn offset(&self) -> u64 {
-        self.base + self.pos as u64
+        self.base.wrapping_add(self.pos as u64)
     }
 
     /// Makes at least `n` bytes available after `pos`, or fails with `Truncated`.
     #[cold]
     fn fill(&mut self, n: usize) -> Result<(), InputError> {
-        if self.pos > 0 {
-            self.buf.copy_within(self.pos..self.end, 0);
-            self.base += self.pos as u64;
-            self.end -= self.pos;
-            self.pos = 0;
-        }
-        while self.end < n {
-            // Grow only as data actually arrives, so a bogus length in a damaged file ends in
-            // `Truncated` instead of a huge allocation.
-            if self.end == self.buf.len() {
-                let grown = self.buf.len().saturating_mul(2).min(n.max(CHUNK));
-                self.buf.resize(grown, 0);
-            }
-            match self.reader.read(&mut self.buf[self.end..]) {
-                Ok(0) => return Err(InputError::Truncated),
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        while self.end - self.pos < n {
+            let at = self.offset();
+            match self.source.refill(&mut self.buf, self.pos, self.end) {
+                Ok(Some((start, end))) => {
+                    self.base = at.wrapping_sub(start as u64);
+                    self.pos = start;
+                    self.end = end;
+                }
+                Ok(None) => return Err(InputError::Truncated),
                 Err(e) => return Err(InputError::Io(e)),
             }
         }

@@ -5,8 +5,7 @@ mod intern;
 mod schema;
 
 use crate::model::Snapshot;
-use crate::source::pickle::{self, DecodeError};
-use std::io::Read;
+use crate::source::pickle::{self, DecodeError, Refill};
 
 pub use schema::ShapeError;
 
@@ -26,8 +25,9 @@ pub struct Parsed {
     pub warnings: Vec<String>,
 }
 
-/// Reads a snapshot pickle from `reader`, streaming: the file is never held in memory whole.
-pub fn read<R: Read>(reader: R) -> Result<Parsed, SnapshotError> {
+/// Reads a snapshot pickle from `reader` (any `Read`, or a `Refill` source such as `Prefetch`),
+/// streaming: the file is never held in memory whole.
+pub fn read<R: Refill>(reader: R) -> Result<Parsed, SnapshotError> {
     let mut folder = fold::TraceFolder::new();
     let (doc, root) = pickle::decode(reader, &mut folder)?;
     let (snapshot, warnings) = schema::build(&doc, root, folder)?;
