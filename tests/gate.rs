@@ -30,17 +30,12 @@ fn snapshot(name: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
-    let dir = Scratch::new("regress");
+/// Writes `base.json` from v2_1_basic in `dir`, then gates v2_11_full (a regression) against
+/// it with `gate.xml` and `gate.md` asked for; returns the run and those two paths.
+fn regression_against_v2_1_basic(dir: &Scratch) -> (std::process::Output, String, String) {
     let base = dir.path("base.json");
     let write = memprof(&["gate", &snapshot("v2_1_basic"), "--write-baseline", &base]);
     assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
-
-    let same = memprof(&["gate", &snapshot("v2_1_basic"), "--baseline", &base]);
-    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
-    assert!(stdout(&same).starts_with("memprof gate: PASS"));
-
     let (junit, md) = (dir.path("gate.xml"), dir.path("gate.md"));
     let worse = memprof(&[
         "gate",
@@ -52,6 +47,18 @@ fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
         "--markdown",
         &md,
     ]);
+    (worse, junit, md)
+}
+
+#[test]
+fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
+    let dir = Scratch::new("regress");
+    let (worse, junit, md) = regression_against_v2_1_basic(&dir);
+    let base = dir.path("base.json");
+    let same = memprof(&["gate", &snapshot("v2_1_basic"), "--baseline", &base]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(stdout(&same).starts_with("memprof gate: PASS"));
+
     assert_eq!(worse.status.code(), Some(1));
     let text = stdout(&worse);
     assert!(
@@ -111,20 +118,7 @@ fn junit_is_valid(path: &str) -> Option<bool> {
 #[test]
 fn junit_validates_against_the_schema_and_markdown_matches_its_snapshot() {
     let dir = Scratch::new("formats");
-    let base = dir.path("base.json");
-    let write = memprof(&["gate", &snapshot("v2_1_basic"), "--write-baseline", &base]);
-    assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
-    let (junit, md) = (dir.path("gate.xml"), dir.path("gate.md"));
-    let worse = memprof(&[
-        "gate",
-        &snapshot("v2_11_full"),
-        "--baseline",
-        &base,
-        "--junit",
-        &junit,
-        "--markdown",
-        &md,
-    ]);
+    let (worse, junit, md) = regression_against_v2_1_basic(&dir);
     assert_eq!(worse.status.code(), Some(1), "{}", stderr(&worse));
     let xml = std::fs::read_to_string(&junit).expect("junit written");
     assert!(
