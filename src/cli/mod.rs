@@ -12,6 +12,7 @@ mod report;
 mod run;
 mod simulate;
 mod unbuilt;
+mod view;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -55,7 +56,7 @@ pub enum Command {
     /// Dashboard of all GPUs and their processes.
     Top,
     /// Browse a snapshot or recording interactively.
-    View(unbuilt::ViewArgs),
+    View(view::ViewArgs),
     /// Memory planners: training, checkpointing, sequence packing, KV cache.
     Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
@@ -99,7 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Run(args) => run::run(&args),
         Command::Attach(_) => unbuilt::refuse("attach"),
         Command::Top => unbuilt::refuse("top"),
-        Command::View(_) => unbuilt::refuse("view"),
+        Command::View(args) => view::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
         Command::Plot(args) => plot::run(&args),
