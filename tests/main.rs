@@ -12,4 +12,5 @@ mod plots;
 mod real_snapshots;
 mod shim_preload;
 mod simulate;
+mod tui;
 mod util;

@@ -151,10 +151,11 @@ pub fn render(summary: &Summary, state: &ViewState, theme: &Theme, area: Rect, b
         .saturating_sub(end_label.chars().count() as u16)
         .max(plot_x);
     put_text(buf, end_x, axis_y, &end_label, right, axis_style);
+    // The cursor first: on the peak or the OOM, their mark shows (the column is reversed).
     let marks = [
+        (Some(state.cursor), "^", theme.title()),
         (state.peak, "▲", theme.peak()),
         (state.oom, "✕", theme.oom()),
-        (Some(state.cursor), "^", theme.title()),
     ];
     for (at, symbol, style) in marks {
         if let Some(c) = spans.iter().position(|&(f, t, _)| mark(f, t, at)) {

@@ -76,24 +76,29 @@ pub fn render(app: &ViewApp, area: Rect, buf: &mut Buffer) {
 fn render_header(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     let state = &app.state;
     let summary = &app.device().summary;
-    let mut text = format!(
-        " memprof view │ {} │ device {} ({} of {}) │ {} entries",
-        app.name,
-        summary.device,
-        state.device + 1,
-        state.devices,
-        summary.len()
-    );
+    let device = if state.devices > 1 {
+        format!(
+            "device {} ({} of {})",
+            summary.device,
+            state.device + 1,
+            state.devices
+        )
+    } else {
+        format!("device {}", summary.device)
+    };
+    let mut parts = vec![
+        app.name.clone(),
+        device,
+        format!("{} entries", summary.len()),
+    ];
     if !summary.is_empty() {
-        text.push_str(&format!(
-            " │ cursor {} │ zoom {:.1}×",
-            chart::position(summary, state.cursor),
-            state.zoom()
-        ));
+        parts.push(format!("cursor {}", chart::position(summary, state.cursor)));
+        parts.push(format!("zoom {:.1}×", state.zoom()));
         if summary.bucket_size() > 1 {
-            text.push_str(&format!(" │ {} entries/bucket", summary.bucket_size()));
+            parts.push(format!("{} entries/bucket", summary.bucket_size()));
         }
     }
+    let text = format!(" {}", parts.join(" │ "));
     Paragraph::new(Line::styled(text, app.theme.title())).render(area, buf);
 }
 
@@ -218,8 +223,11 @@ fn render_map(c: &CursorState, app: &ViewApp, area: Rect, buf: &mut Buffer) {
     if cells == 0 || c.occupancy.is_empty() {
         return;
     }
-    let group = c.occupancy.len().div_ceil(cells);
-    for (i, chunk) in c.occupancy.chunks(group).enumerate() {
+    let n = c.occupancy.len();
+    let shown = cells.min(n);
+    for i in 0..shown {
+        // Display cell i covers occupancy cells [from, to): each once, none left out.
+        let chunk = &c.occupancy[i * n / shown..(i + 1) * n / shown];
         let capacity = c.cell_bytes * chunk.len() as u64;
         let used: u64 = chunk.iter().sum();
         let fraction = used as f64 / capacity.max(1) as f64;

@@ -87,6 +87,8 @@ pub struct CursorState {
 struct Range {
     start: u64,
     size: u64,
+    /// Part of an expandable segment: touching mapped parts are one range.
+    expandable: bool,
 }
 
 impl<'a> Summary<'a> {
@@ -233,6 +235,7 @@ impl<'a> Summary<'a> {
             .map(|s| Range {
                 start: s.address,
                 size: s.total_size,
+                expandable: s.is_expandable,
             })
             .collect();
         let allocated = live.iter().map(|b| b.size).sum();
@@ -248,6 +251,7 @@ impl<'a> Summary<'a> {
             .map(|s| Range {
                 start: s.address,
                 size: s.total_size,
+                expandable: s.is_expandable,
             })
             .collect();
         let later = self.segment_entries.partition_point(|&i| i <= index);
@@ -257,10 +261,15 @@ impl<'a> Summary<'a> {
             let range = Range {
                 start,
                 size: e.size,
+                expandable: matches!(e.action, Action::SegmentMap | Action::SegmentUnmap),
             };
             match e.action {
                 Action::SegmentAlloc => ranges.retain(|r| r.start != start),
-                Action::SegmentFree | Action::SegmentUnmap => ranges.push(range),
+                Action::SegmentFree => ranges.push(range),
+                Action::SegmentUnmap => {
+                    ranges.push(range);
+                    join_expandable(&mut ranges);
+                }
                 Action::SegmentMap => unmap(&mut ranges, range),
                 _ => {}
             }
@@ -268,6 +277,25 @@ impl<'a> Summary<'a> {
         ranges.sort_unstable_by_key(|r| r.start);
         ranges
     }
+}
+
+/// Joins touching ranges of expandable segments into one, as a snapshot shows them.
+fn join_expandable(ranges: &mut Vec<Range>) {
+    ranges.sort_unstable_by_key(|r| r.start);
+    let mut joined: Vec<Range> = Vec::with_capacity(ranges.len());
+    for r in ranges.drain(..) {
+        match joined.last_mut() {
+            Some(last)
+                if last.expandable
+                    && r.expandable
+                    && last.start.saturating_add(last.size) == r.start =>
+            {
+                last.size = last.size.saturating_add(r.size);
+            }
+            _ => joined.push(r),
+        }
+    }
+    *ranges = joined;
 }
 
 /// Removes `gone` from the range that contains it, keeping what is left on either side.
@@ -281,12 +309,13 @@ fn unmap(ranges: &mut Vec<Range>, gone: Range) {
     };
     let r = ranges.swap_remove(i);
     let left = Range {
-        start: r.start,
         size: gone.start - r.start,
+        ..r
     };
     let right = Range {
         start: end,
         size: r.start.saturating_add(r.size) - end,
+        ..r
     };
     ranges.extend([left, right].into_iter().filter(|p| p.size > 0));
 }
@@ -371,5 +400,150 @@ fn fill(cells: &mut [u64], cell_bytes: u64, from: u64, to: u64) {
             *c += upto - at;
         }
         at = upto;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::layout_at;
+    use crate::model::BlockState;
+    use crate::source::torch_snapshot;
+
+    fn load(name: &str) -> Snapshot {
+        let path = format!(
+            "{}/fixtures/snapshots/{name}.pickle",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let file = std::fs::File::open(path).expect("fixture");
+        torch_snapshot::read(file).expect("parses").snapshot
+    }
+
+    /// Entries to check: both ends, the middle, and around every checkpoint.
+    fn probes(summary: &Summary) -> Vec<usize> {
+        let n = summary.len();
+        let mut at = vec![0, n / 2, n - 1];
+        for k in 0..summary.checkpoints.len() {
+            let c = k * summary.spacing;
+            at.extend(
+                [c.saturating_sub(1), c, c + 1]
+                    .into_iter()
+                    .filter(|&i| i < n),
+            );
+        }
+        at
+    }
+
+    #[test]
+    fn the_state_at_any_entry_matches_a_full_replay_and_the_rebuilt_layout() {
+        for name in [
+            "demo_oom",
+            "v2_11_full",
+            "expandable",
+            "multi_device",
+            "pending_free",
+        ] {
+            let snapshot = load(name);
+            for device in snapshot.devices() {
+                let summary = Summary::build(&snapshot, device);
+                if summary.is_empty() {
+                    continue;
+                }
+                for index in probes(&summary) {
+                    let got = summary.state_at(index);
+                    let entries = snapshot.timeline.device(device as usize);
+                    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+                    replay.run_through(index);
+                    let what = format!("{name} device {device} entry {index}");
+                    assert_eq!(got.index, Some(index), "{what}");
+                    assert_eq!(got.allocated, replay.live().total(), "{what}");
+                    assert_eq!(got.reserved, replay.reserved(), "{what}");
+                    assert_eq!(got.live_count, replay.live().len(), "{what}");
+                    let layout = layout_at(&snapshot, device, index);
+                    let ranges = summary.ranges_at(index);
+                    let bytes = |sizes: &mut dyn Iterator<Item = u64>| sizes.sum::<u64>();
+                    assert_eq!(
+                        bytes(&mut ranges.iter().map(|r| r.size)),
+                        bytes(&mut layout.iter().map(|s| s.total_size)),
+                        "{what}: segment bytes"
+                    );
+                    let free = layout
+                        .iter()
+                        .flat_map(|s| &s.blocks)
+                        .filter(|b| b.state == BlockState::Inactive)
+                        .map(|b| b.size)
+                        .max();
+                    assert_eq!(got.largest_free.filter(|&f| f > 0), free, "{what}");
+                    let runs = layout
+                        .iter()
+                        .flat_map(|s| &s.blocks)
+                        .filter(|b| b.state == BlockState::Inactive)
+                        .count();
+                    assert_eq!(got.free_runs, runs, "{what}: free runs");
+                    let mapped: u64 = got.occupancy.iter().sum();
+                    assert!(mapped <= got.allocated, "{what}: map holds live bytes only");
+                    assert!(got.largest.windows(2).all(|w| w[0].size >= w[1].size));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn spans_are_the_extremes_of_the_entries_they_cover() {
+        let snapshot = load("demo_oom");
+        let summary = Summary::build(&snapshot, 0);
+        assert_eq!(summary.bucket_size(), 1, "a small trace keeps every entry");
+        let entries = snapshot.timeline.device(0);
+        let mut replay = Replay::new(entries, snapshot.device_segments(0));
+        let mut after = Vec::new();
+        while replay.step().is_some() {
+            after.push((replay.live().total(), replay.reserved()));
+        }
+        for (from, to) in [(0, 1), (0, entries.len()), (100, 917), (940, 945)] {
+            let want = &after[from..to];
+            let got = summary.span(from, to).expect("non-empty");
+            assert_eq!(got.high, want.iter().map(|a| a.0).max().unwrap_or(0));
+            assert_eq!(got.low, want.iter().map(|a| a.0).min().unwrap_or(0));
+            assert_eq!(got.reserved, want.iter().map(|a| a.1).max().unwrap_or(0));
+        }
+        assert_eq!(summary.span(5, 5), None);
+        assert_eq!(summary.span(entries.len(), entries.len() + 3), None);
+    }
+
+    #[test]
+    fn buckets_stay_bounded_on_long_traces() {
+        use crate::model::{SnapshotFormat, StackTable, StreamIndex, Timeline};
+        let n = 3 * MAX_BUCKETS + 5;
+        let entries: Vec<TraceEntry> = (0..n)
+            .map(|i| {
+                let addr = Some(0x1000 * (i as u64 / 2));
+                let action = if i % 2 == 0 {
+                    Action::Alloc
+                } else {
+                    Action::FreeCompleted
+                };
+                TraceEntry::new(action, addr, 1 + (i as u64 % 7), StreamIndex(0))
+            })
+            .collect();
+        let snapshot = Snapshot {
+            format: SnapshotFormat::Modern,
+            segments: Vec::new(),
+            timeline: Timeline::new(entries, vec![0..n]),
+            stacks: StackTable::default(),
+            settings: None,
+            annotations: Vec::new(),
+        };
+        let summary = Summary::build(&snapshot, 0);
+        assert_eq!(summary.bucket_size(), 4);
+        assert!(summary.buckets.len() <= MAX_BUCKETS);
+        assert!(summary.checkpoints.len() <= MAX_CHECKPOINTS);
+        let whole = summary.span(0, n).expect("non-empty");
+        assert_eq!((whole.low, whole.high), (0, 7));
+        assert_eq!(
+            summary.state_at(n - 1).live_count,
+            1,
+            "the last alloc is alive"
+        );
+        assert_eq!(summary.state_at(n + 100).index, Some(n - 1));
     }
 }
