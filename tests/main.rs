@@ -14,3 +14,4 @@ mod shim_preload;
 mod simulate;
 mod tui;
 mod util;
+mod view_tmux;

@@ -528,7 +528,7 @@ mod tests {
         let snapshot = Snapshot {
             format: SnapshotFormat::Modern,
             segments: Vec::new(),
-            timeline: Timeline::new(entries, vec![0..n]),
+            timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
             stacks: StackTable::default(),
             settings: None,
             annotations: Vec::new(),
