@@ -156,3 +156,101 @@ fn the_cursor_column_moves_with_the_keys() {
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!(after[0] + 2, before[0]);
 }
+
+mod top {
+    use insta::assert_snapshot;
+    use memprof::model::Bytes;
+    use memprof::source::gpu::{DeviceSample, FixedClock, ProcessSample, Sample, Scripted};
+    use memprof::tui::keys::Key;
+    use memprof::tui::theme::Theme;
+    use memprof::tui::top::TopApp;
+    use memprof::tui::Dashboard;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use std::time::Duration;
+
+    const GIB: u64 = 1 << 30;
+    /// 2026-11-30 10:20:00 UTC.
+    const NOW_MS: u64 = 1_796_034_000_000;
+
+    fn gpu(index: u32, used: Option<u64>) -> DeviceSample {
+        DeviceSample {
+            index,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some(format!("GPU-{index}")),
+            total: Some(Bytes(80 * GIB)),
+            used: used.map(Bytes),
+            free: used.map(|u| Bytes(80 * GIB - u)),
+            utilization_gpu_percent: used.map(|_| 37),
+            utilization_memory_percent: None,
+        }
+    }
+
+    fn process(pid: u32, device: u32, used: Option<u64>, command: Option<&str>) -> ProcessSample {
+        ProcessSample {
+            pid,
+            host_pid: None,
+            device,
+            used: used.map(Bytes),
+            command: command.map(str::to_string),
+        }
+    }
+
+    /// Two samples: the trainer grows past the server between them.
+    fn script() -> Scripted {
+        let first = Sample {
+            time_ms: 0,
+            devices: vec![gpu(0, Some(61 * GIB)), gpu(1, None)],
+            processes: vec![
+                process(4242, 0, Some(20 * GIB), Some("python train.py --bs 32")),
+                process(777, 0, Some(40 * GIB), Some("vllm serve llama-3-8b")),
+                process(9, 1, None, None),
+            ],
+        };
+        let mut second = first.clone();
+        second.processes[0].used = Some(Bytes(45 * GIB));
+        Scripted::new(vec![first, second])
+    }
+
+    fn draw(app: &TopApp, width: u16, height: u16) -> Terminal<TestBackend> {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        terminal
+            .draw(|f| app.render(f.area(), f.buffer_mut()))
+            .expect("draws");
+        terminal
+    }
+
+    #[test]
+    fn top_with_the_scripted_sampler_and_a_fixed_clock() {
+        let clock = FixedClock(NOW_MS);
+        let mut app = TopApp::new(
+            Box::new(script()),
+            &clock,
+            Duration::from_secs(1),
+            Theme::colored(),
+        );
+        for (w, h) in [(80, 24), (200, 50)] {
+            assert_snapshot!(format!("top_{w}x{h}"), draw(&app, w, h).backend());
+        }
+        app.on_key(Key::Down);
+        app.on_tick();
+        let t = draw(&app, 80, 24);
+        let screen = t.backend().to_string();
+        assert!(screen.contains("10:20:00 UTC"), "{screen}");
+        let trainer = screen.find("python train.py").expect("trainer row");
+        let server = screen.find("vllm serve").expect("server row");
+        assert!(trainer < server, "resorted by memory:\n{screen}");
+        assert_snapshot!("top_after_second_sample", t.backend());
+        app.on_key(Key::Enter);
+        let screen = draw(&app, 80, 24).backend().to_string();
+        assert!(
+            screen.contains("the attach view (memprof attach 4242) is not built yet"),
+            "the selection followed PID 4242 to the top row:\n{screen}"
+        );
+        app.on_key(Key::Char('?'));
+        assert_snapshot!("top_help", draw(&app, 80, 24).backend());
+        for (w, h) in [(1, 1), (20, 4)] {
+            draw(&app, w, h);
+        }
+    }
+}

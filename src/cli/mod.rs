@@ -11,6 +11,7 @@ mod plot;
 mod report;
 mod run;
 mod simulate;
+mod top;
 mod unbuilt;
 mod view;
 
@@ -54,7 +55,7 @@ pub enum Command {
     /// Live view of a running process.
     Attach(unbuilt::AttachArgs),
     /// Dashboard of all GPUs and their processes.
-    Top,
+    Top(top::TopArgs),
     /// Browse a snapshot or recording interactively.
     View(view::ViewArgs),
     /// Memory planners: training, checkpointing, sequence packing, KV cache.
@@ -99,7 +100,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Diagnose(args) => diagnose::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Attach(_) => unbuilt::refuse("attach"),
-        Command::Top => unbuilt::refuse("top"),
+        Command::Top(args) => top::run(&args),
         Command::View(args) => view::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),

@@ -5,6 +5,7 @@ pub mod help;
 pub mod keys;
 pub mod terminal;
 pub mod theme;
+pub mod top;
 pub mod view;
 
 use keys::Key;
