@@ -13,10 +13,12 @@ cargo build --release --quiet
 socket="memprof-idle-$$"
 tmux -L "$socket" -f /dev/null new-session -d -x 120 -y 40 "target/release/memprof view $file"
 trap 'tmux -L "$socket" kill-server 2>/dev/null || true' EXIT
-for _ in $(seq 600); do
-  tmux -L "$socket" capture-pane -p | grep -q "Memory over time" && break
+drawn=no
+for _ in $(seq 1200); do
+  if tmux -L "$socket" capture-pane -p | grep -q "Memory over time"; then drawn=yes; break; fi
   sleep 0.1
 done
+[ "$drawn" = yes ] || { echo "the dashboard did not draw within 120 s: nothing measured" >&2; exit 2; }
 pid=$(tmux -L "$socket" display -p '#{pane_pid}')
 ticks() { # utime + stime of the process, in clock ticks (fields 14 and 15 after the comm)
   sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}'

@@ -1,5 +1,6 @@
 //! The memory-over-time chart: one column per run of entries, allocated as a bar (eighth-block
-//! resolution), reserved as shading above it, the cursor column marked, peak and OOM marked
+//! resolution; solid up to the column's lowest value, `▓` between its lowest and highest),
+//! reserved as shading above it, the cursor column marked, peak and OOM marked
 //! on the axis. Reads only the summary's buckets: at most `MAX_BUCKETS` per frame.
 
 use super::state::ViewState;
@@ -93,12 +94,15 @@ pub fn render(summary: &Summary, state: &ViewState, theme: &Theme, area: Rect, b
         let x = plot_x + c as u16;
         let filled = (bucket.high as u128 * eighths_total as u128).div_ceil(top as u128) as u64;
         let shaded = (bucket.reserved as u128 * rows as u128).div_ceil(top as u128) as u64;
+        let solid = (bucket.low as u128 * rows as u128 / top as u128) as u64;
         let is_cursor = !cursor_drawn && mark(from, to, Some(state.cursor));
         cursor_drawn |= is_cursor;
         for row in 0..rows as u64 {
             let y = bottom_row - row as u16;
-            let (symbol, style) = if filled >= (row + 1) * 8 {
+            let (symbol, style) = if row < solid {
                 (EIGHTHS[7], theme.allocated())
+            } else if filled >= (row + 1) * 8 {
+                ("▓", theme.allocated())
             } else if filled > row * 8 {
                 (EIGHTHS[(filled - row * 8 - 1) as usize], theme.allocated())
             } else if row < shaded {
