@@ -31,6 +31,17 @@ fn top_without_a_sampler_says_so_and_exits_2() {
 }
 
 #[test]
+fn view_needs_a_terminal_and_says_so() {
+    let out = memprof(&["view", "fixtures/snapshots/demo_oom.pickle"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("needs a terminal; for text or JSON use `memprof analyze`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn usage_errors_exit_2() {
     assert_eq!(memprof(&["analyze"]).status.code(), Some(2));
     assert_eq!(memprof(&["no-such-command"]).status.code(), Some(2));

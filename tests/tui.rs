@@ -108,6 +108,19 @@ fn view_other_fixtures() {
 }
 
 #[test]
+fn the_block_selection_stops_at_the_last_block() {
+    let snap = load("demo_oom");
+    let mut a = app("demo_oom", &snap, Theme::plain());
+    let blocks = a.at_cursor.largest.len();
+    assert!(blocks > 2);
+    for _ in 0..100 {
+        a.on_key(Key::Down);
+    }
+    a.on_key(Key::Up);
+    assert_eq!(a.state.selected_block, blocks - 2);
+}
+
+#[test]
 fn view_survives_tiny_terminals() {
     let snap = load("demo_oom");
     for (w, h) in [(1, 1), (10, 3), (30, 8), (79, 23)] {

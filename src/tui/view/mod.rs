@@ -100,6 +100,8 @@ impl Dashboard for ViewApp<'_> {
             }
         }
         self.refresh_cursor();
+        let blocks = self.at_cursor.largest.len();
+        self.state.selected_block = self.state.selected_block.min(blocks.saturating_sub(1));
         flow
     }
 
