@@ -1,6 +1,6 @@
 //! End to end: the real `memprof view` in a real terminal (tmux), driven with `send-keys` and
 //! read with `capture-pane`, as a person would see it; the terminal must come back in its
-//! normal mode after `q` and after Ctrl-C.
+//! normal mode after `q`, Ctrl-C and SIGTERM.
 
 use crate::util::fixture;
 use std::process::{Command, Output};
@@ -135,6 +135,39 @@ fn view_in_tmux_ctrl_c_restores_the_terminal() {
     tmux.keys(&["C-c"]);
     let screen = tmux.wait_text("end-of-check");
     assert!(screen.contains("exit=0"), "{screen}");
+    assert!(!screen.contains("Memory over time"), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}
+
+/// The PID of the pane's `memprof` (the child of the pane's shell).
+fn memprof_pid(tmux: &Tmux) -> u32 {
+    let out = tmux.run(&["display", "-p", "#{pane_pid}"]);
+    let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let children = std::fs::read_dir("/proc").expect("/proc").filter_map(|e| {
+        let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+        let (pid, rest) = stat.split_once(" (")?;
+        let (comm, fields) = rest.rsplit_once(") ")?;
+        let ppid = fields.split(' ').nth(1)?;
+        (comm == "memprof" && ppid == shell).then(|| pid.parse().ok())?
+    });
+    children
+        .into_iter()
+        .next()
+        .expect("memprof runs in the pane")
+}
+
+#[test]
+fn view_in_tmux_sigterm_restores_the_terminal() {
+    let tmux = Tmux::start(&view_then_report(), 90, 26);
+    tmux.wait_text("Memory over time");
+    let pid = memprof_pid(&tmux).to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=143"), "128 + SIGTERM:\n{screen}");
     assert!(!screen.contains("Memory over time"), "{screen}");
     assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
 }

@@ -1,8 +1,11 @@
 //! The only code that touches the real terminal: raw mode and the alternate screen, the event
-//! loop, and restoring the terminal on every way out (return, error, panic, Ctrl-C).
+//! loop, and restoring the terminal on every way out (return, error, panic, Ctrl-C, SIGTERM,
+//! SIGHUP).
 //!
 //! Ctrl-C reaches us as a key in raw mode (the terminal sends no SIGINT then) and quits like
-//! `q`. A panic restores the terminal before the panic message is printed.
+//! `q`. A panic restores the terminal before the panic message is printed. SIGTERM and SIGHUP
+//! restore it from a watcher thread, then exit with 128 + the signal number, as the default
+//! action would have ended the process.
 
 use super::keys::{self, Key};
 use super::{Dashboard, Flow};
@@ -13,6 +16,8 @@ use ratatui::crossterm::terminal::{
 };
 use ratatui::crossterm::{cursor, execute};
 use ratatui::Terminal;
+use signal_hook::consts::{SIGHUP, SIGTERM};
+use signal_hook::iterator::Signals;
 use std::io::{self, IsTerminal, Stdout};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
@@ -23,7 +28,7 @@ const IDLE_WAIT: Duration = Duration::from_secs(60);
 
 /// Whether the terminal is in our mode now (so restoring twice does nothing).
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-static PANIC_HOOK: Once = Once::new();
+static HOOKS: Once = Once::new();
 
 /// Puts the terminal back: leaves raw mode and the alternate screen, shows the cursor.
 fn restore() {
@@ -34,18 +39,35 @@ fn restore() {
     }
 }
 
+/// Restores the terminal and exits on SIGTERM or SIGHUP, from a thread of its own.
+fn watch_signals() -> io::Result<()> {
+    let mut signals = Signals::new([SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("memprof-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                restore();
+                std::process::exit(128 + signal);
+            }
+        })?;
+    Ok(())
+}
+
 /// Restores the terminal when dropped, however the loop ends.
 struct Session;
 
 impl Session {
     fn start() -> io::Result<Session> {
-        PANIC_HOOK.call_once(|| {
+        let mut hooked = Ok(());
+        HOOKS.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
                 restore();
                 previous(info);
             }));
+            hooked = watch_signals();
         });
+        hooked?;
         ACTIVE.store(true, Ordering::SeqCst);
         let session = Session;
         enable_raw_mode()?;
