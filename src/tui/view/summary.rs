@@ -159,11 +159,6 @@ impl<'a> Summary<'a> {
         self.bucket_size
     }
 
-    /// The trace entry at `index`.
-    pub fn entry(&self, index: usize) -> Option<&TraceEntry> {
-        self.entries.get(index)
-    }
-
     /// Microseconds from the first entry to entry `index`, when the trace has times.
     pub fn offset_us(&self, index: usize) -> Option<i64> {
         Some(self.entries.get(index)?.time_us()? - self.entries.first()?.time_us()?)
