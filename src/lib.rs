@@ -3,9 +3,9 @@
 //! Data flows one way:
 //!
 //! ```text
-//!  source/  ──►  model/  ──►  analysis/, sim/  ──►  report/  ──►  cli/
-//!  (bytes -> model)  (events, layout,  (pure computations;  (JSON, text)  (one file per
-//!                     replayed state)   sim/ = allocator                   subcommand)
+//!  source/  ──►  model/  ──►  analysis/, sim/  ──►  report/, tui/  ──►  cli/
+//!  (bytes -> model)  (events, layout,  (pure computations;  (JSON, text;  (one file per
+//!                     replayed state)   sim/ = allocator     dashboards)   subcommand)
 //!                                       model and replay)
 //! ```
 //!
@@ -21,3 +21,4 @@ pub mod plan;
 pub mod report;
 pub mod sim;
 pub mod source;
+pub mod tui;

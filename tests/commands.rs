@@ -4,7 +4,7 @@ use crate::util::{memprof, stderr};
 
 #[test]
 fn unbuilt_subcommands_refuse_with_exit_2() {
-    let cases: [&[&str]; 3] = [&["view", "x.pickle"], &["top"], &["agent"]];
+    let cases: [&[&str]; 1] = [&["agent"]];
     for args in cases {
         let out = memprof(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -14,6 +14,31 @@ fn unbuilt_subcommands_refuse_with_exit_2() {
             stderr(&out)
         );
     }
+}
+
+#[test]
+fn top_without_a_sampler_says_so_and_exits_2() {
+    let out = memprof(&["top"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot sample GPUs: the NVML sampler is not built"),
+        "{}",
+        stderr(&out)
+    );
+    let out = memprof(&["top", "--interval", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--interval 0"), "{}", stderr(&out));
+}
+
+#[test]
+fn view_needs_a_terminal_and_says_so() {
+    let out = memprof(&["view", "fixtures/snapshots/demo_oom.pickle"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("needs a terminal; for text or JSON use `memprof analyze`"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

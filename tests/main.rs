@@ -12,4 +12,6 @@ mod plots;
 mod real_snapshots;
 mod shim_preload;
 mod simulate;
+mod tui;
 mod util;
+mod view_tmux;

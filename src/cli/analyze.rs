@@ -66,7 +66,10 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
 
 /// Fills the diagnosis of each device's OOM: one replay with the recorded settings per device
 /// that has an `oom` entry (as fast as `simulate --validate`); no remedy replays.
-fn with_diagnoses(snapshot: &Snapshot, mut devices: Vec<DeviceAnalysis>) -> Vec<DeviceAnalysis> {
+pub(super) fn with_diagnoses(
+    snapshot: &Snapshot,
+    mut devices: Vec<DeviceAnalysis>,
+) -> Vec<DeviceAnalysis> {
     let (recorded, _) = replay::recorded_config(snapshot);
     if recorded.backend == Backend::CudaMallocAsync {
         return devices;

@@ -11,7 +11,9 @@ mod plot;
 mod report;
 mod run;
 mod simulate;
+mod top;
 mod unbuilt;
+mod view;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -53,9 +55,9 @@ pub enum Command {
     /// Live view of a running process.
     Attach(unbuilt::AttachArgs),
     /// Dashboard of all GPUs and their processes.
-    Top,
+    Top(top::TopArgs),
     /// Browse a snapshot or recording interactively.
-    View(unbuilt::ViewArgs),
+    View(view::ViewArgs),
     /// Memory planners: training, checkpointing, sequence packing, KV cache.
     Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
@@ -98,8 +100,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Diagnose(args) => diagnose::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Attach(_) => unbuilt::refuse("attach"),
-        Command::Top => unbuilt::refuse("top"),
-        Command::View(_) => unbuilt::refuse("view"),
+        Command::Top(args) => top::run(&args),
+        Command::View(args) => view::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
         Command::Plot(args) => plot::run(&args),

@@ -53,11 +53,6 @@ pub struct AttachArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ViewArgs {
-    pub file: PathBuf,
-}
-
-#[derive(Debug, Args)]
 pub struct AgentArgs {
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub listen: String,

@@ -1,0 +1,44 @@
+//! `memprof top`: the dashboard of every GPU and its processes. It samples through
+//! `open_sampler`, the one place that picks the sampler; until the NVML sampler is built there
+//! is nothing real to sample, and `top` says so (exit 2) instead of showing made-up numbers.
+
+use super::Outcome;
+use crate::source::gpu::{GpuSampler, SystemClock};
+use crate::tui::terminal;
+use crate::tui::theme::Theme;
+use crate::tui::top::TopApp;
+use anyhow::{bail, Context};
+use clap::Args;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between samples.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+}
+
+/// The sampler `top` reads: NVML once it is built.
+fn open_sampler() -> anyhow::Result<Box<dyn GpuSampler>> {
+    bail!("cannot sample GPUs: the NVML sampler is not built in this version of memprof")
+}
+
+pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
+    if !(args.interval.is_finite() && (0.05..=3600.0).contains(&args.interval)) {
+        bail!(
+            "--interval {}: expected seconds between 0.05 and 3600",
+            args.interval
+        );
+    }
+    let sampler = open_sampler()?;
+    if !std::io::stdout().is_terminal() {
+        bail!("`memprof top` is an interactive dashboard and needs a terminal");
+    }
+    let clock = SystemClock;
+    let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
+    let interval = Duration::from_secs_f64(args.interval);
+    let mut app = TopApp::new(sampler, &clock, interval, theme);
+    terminal::run(&mut app).context("terminal")?;
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,111 @@
+//! `memprof view`: browse one snapshot (or recording) on the terminal. `summary` precomputes,
+//! `state` holds what is looked at, `chart` and `render` draw; `ViewApp` ties them together.
+
+pub mod chart;
+pub mod render;
+pub mod state;
+pub mod summary;
+
+use super::keys::Key;
+use super::theme::Theme;
+use super::{Dashboard, Flow};
+use crate::analysis::DeviceAnalysis;
+use crate::model::Snapshot;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use state::ViewState;
+use summary::{CursorState, Summary};
+
+/// One device of the file: its summary and what `analyze` says about it.
+pub struct DeviceView<'a> {
+    pub summary: Summary<'a>,
+    /// Top sites at the peak, the OOM and its diagnosis.
+    pub analysis: DeviceAnalysis,
+}
+
+/// The whole `view` dashboard over one file.
+pub struct ViewApp<'a> {
+    /// The file's name, for the header.
+    pub name: String,
+    pub snapshot: &'a Snapshot,
+    pub devices: Vec<DeviceView<'a>>,
+    pub state: ViewState,
+    /// The state at the cursor, recomputed when the cursor or device changes.
+    pub at_cursor: CursorState,
+    pub theme: Theme,
+}
+
+impl<'a> ViewApp<'a> {
+    /// Builds the summaries of every analysed device; `None` when there is none.
+    pub fn new(
+        name: String,
+        snapshot: &'a Snapshot,
+        analyses: Vec<DeviceAnalysis>,
+        theme: Theme,
+    ) -> Option<ViewApp<'a>> {
+        let devices: Vec<DeviceView<'a>> = analyses
+            .into_iter()
+            .map(|analysis| DeviceView {
+                summary: Summary::build(snapshot, analysis.device),
+                analysis,
+            })
+            .collect();
+        let state = fresh_state(devices.first()?, devices.len());
+        let at_cursor = devices.first()?.summary.state_at(state.cursor);
+        Some(ViewApp {
+            name,
+            snapshot,
+            devices,
+            state,
+            at_cursor,
+            theme,
+        })
+    }
+
+    /// The device being shown.
+    pub fn device(&self) -> &DeviceView<'a> {
+        &self.devices[self.state.device]
+    }
+
+    fn refresh_cursor(&mut self) {
+        if self.at_cursor.index != Some(self.state.cursor) && !self.device().summary.is_empty() {
+            self.at_cursor = self.device().summary.state_at(self.state.cursor);
+        }
+    }
+}
+
+/// The opening state for a device: whole trace, cursor at the peak.
+fn fresh_state(device: &DeviceView, devices: usize) -> ViewState {
+    ViewState::new(
+        device.summary.len(),
+        devices,
+        device.analysis.trace.peak_entry_index,
+        device.analysis.oom.as_ref().map(|o| o.entry_index),
+    )
+}
+
+impl Dashboard for ViewApp<'_> {
+    fn render(&self, area: Rect, buf: &mut Buffer) {
+        render::render(self, area, buf);
+    }
+
+    fn on_key(&mut self, key: Key) -> Flow {
+        let had_help = self.state.help;
+        let flow = self.state.on_key(key);
+        if !had_help && key == Key::Char('d') {
+            if let Some(next) = self.state.next_device() {
+                let fresh = fresh_state(&self.devices[next], self.devices.len());
+                self.state.switch_device(next, fresh);
+                self.at_cursor = self.devices[next].summary.state_at(self.state.cursor);
+            }
+        }
+        self.refresh_cursor();
+        let blocks = self.at_cursor.largest.len();
+        self.state.selected_block = self.state.selected_block.min(blocks.saturating_sub(1));
+        flow
+    }
+
+    fn on_resize(&mut self, width: u16, _height: u16) {
+        self.state.columns = chart::plot_columns(width);
+    }
+}

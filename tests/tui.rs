@@ -1,0 +1,269 @@
+//! The `view` dashboard drawn into ratatui's `TestBackend` from real snapshot fixtures, at
+//! several terminal sizes, after scripted keys; compared with insta snapshots
+//! (`tests/snapshots/`). Styles are checked cell by cell where text cannot show them.
+
+use crate::util::fixture;
+use insta::assert_snapshot;
+use memprof::analysis::{analyze_snapshot, DeviceAnalysis};
+use memprof::diagnose::{diagnose_device, Depth};
+use memprof::model::Snapshot;
+use memprof::sim::replay::{self, DeviceTrace};
+use memprof::source::torch_snapshot;
+use memprof::tui::keys::Key;
+use memprof::tui::theme::Theme;
+use memprof::tui::view::ViewApp;
+use memprof::tui::Dashboard;
+use ratatui::backend::TestBackend;
+use ratatui::style::{Color, Modifier};
+use ratatui::Terminal;
+
+fn load(name: &str) -> Snapshot {
+    let file = std::fs::File::open(fixture(&format!("snapshots/{name}.pickle"))).expect("fixture");
+    torch_snapshot::read(file).expect("parses").snapshot
+}
+
+/// What `memprof view` analyses: every device, with the OOM diagnosed (as `analyze` does).
+fn analyses(snapshot: &Snapshot) -> Vec<DeviceAnalysis> {
+    let mut devices = analyze_snapshot(snapshot, 10, None);
+    let (recorded, _) = replay::recorded_config(snapshot);
+    for trace in DeviceTrace::all(snapshot) {
+        if let Some(oom) = devices
+            .iter_mut()
+            .find(|d| d.device == trace.device)
+            .and_then(|d| d.oom.as_mut())
+        {
+            let prepared = replay::prepare(&trace, &recorded, None);
+            oom.diagnosis = diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify);
+        }
+    }
+    devices
+}
+
+/// Draws `app` on a `width` x `height` terminal after `keys`.
+fn draw(app: &mut ViewApp, width: u16, height: u16, keys: &[Key]) -> Terminal<TestBackend> {
+    app.on_resize(width, height);
+    for &key in keys {
+        app.on_key(key);
+    }
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    terminal
+        .draw(|f| app.render(f.area(), f.buffer_mut()))
+        .expect("draws");
+    terminal
+}
+
+fn app<'a>(name: &str, snapshot: &'a Snapshot, theme: Theme) -> ViewApp<'a> {
+    ViewApp::new(
+        format!("{name}.pickle"),
+        snapshot,
+        analyses(snapshot),
+        theme,
+    )
+    .expect("the fixture has a device")
+}
+
+#[test]
+fn view_demo_oom_at_several_sizes() {
+    let snap = load("demo_oom");
+    for (w, h) in [(80, 24), (120, 40), (200, 50)] {
+        let mut a = app("demo_oom", &snap, Theme::colored());
+        let t = draw(&mut a, w, h, &[]);
+        assert_snapshot!(format!("view_demo_oom_{w}x{h}"), t.backend());
+    }
+}
+
+#[test]
+fn view_demo_oom_after_keys() {
+    let snap = load("demo_oom");
+    let cases: [(&str, &[Key]); 4] = [
+        ("oom_panel", &[Key::Char('o')]),
+        (
+            "zoomed_blocks",
+            &[
+                Key::Char('z'),
+                Key::Char('z'),
+                Key::Char('z'),
+                Key::Tab,
+                Key::Down,
+            ],
+        ),
+        ("help", &[Key::Char('?')]),
+        ("start_of_trace", &[Key::Home, Key::Char('d')]),
+    ];
+    for (name, keys) in cases {
+        let mut a = app("demo_oom", &snap, Theme::colored());
+        let t = draw(&mut a, 80, 24, keys);
+        assert_snapshot!(format!("view_demo_oom_{name}"), t.backend());
+    }
+}
+
+#[test]
+fn view_other_fixtures() {
+    for name in ["segments_only", "multi_device", "expandable"] {
+        let snap = load(name);
+        let mut a = app(name, &snap, Theme::colored());
+        let t = draw(&mut a, 100, 30, &[Key::Char('d')]);
+        assert_snapshot!(format!("view_{name}"), t.backend());
+    }
+}
+
+#[test]
+fn the_block_selection_stops_at_the_last_block() {
+    let snap = load("demo_oom");
+    let mut a = app("demo_oom", &snap, Theme::plain());
+    let blocks = a.at_cursor.largest.len();
+    assert!(blocks > 2);
+    for _ in 0..100 {
+        a.on_key(Key::Down);
+    }
+    a.on_key(Key::Up);
+    assert_eq!(a.state.selected_block, blocks - 2);
+}
+
+#[test]
+fn view_survives_tiny_terminals() {
+    let snap = load("demo_oom");
+    for (w, h) in [(1, 1), (10, 3), (30, 8), (79, 23)] {
+        let mut a = app("demo_oom", &snap, Theme::colored());
+        draw(&mut a, w, h, &[Key::Char('?')]);
+        draw(&mut a, w, h, &[Key::Right, Key::Char('z'), Key::Tab]);
+    }
+}
+
+#[test]
+fn no_color_draws_without_colours_and_colour_never_sets_a_background() {
+    let snap = load("demo_oom");
+    let mut plain = app("demo_oom", &snap, Theme::plain());
+    let t = draw(&mut plain, 120, 40, &[]);
+    let cells = &t.backend().buffer().content;
+    assert!(cells
+        .iter()
+        .all(|c| c.fg == Color::Reset && c.bg == Color::Reset));
+    assert!(cells
+        .iter()
+        .any(|c| c.modifier.contains(Modifier::REVERSED)));
+    let mut colored = app("demo_oom", &snap, Theme::colored());
+    let t = draw(&mut colored, 120, 40, &[]);
+    let cells = &t.backend().buffer().content;
+    assert!(cells.iter().all(|c| c.bg == Color::Reset));
+    assert!(cells.iter().any(|c| c.fg == Color::Blue));
+}
+
+#[test]
+fn the_cursor_column_moves_with_the_keys() {
+    let snap = load("demo_oom");
+    let mut a = app("demo_oom", &snap, Theme::plain());
+    let reversed_columns = |t: &Terminal<TestBackend>| -> Vec<u16> {
+        let buf = t.backend().buffer();
+        let mut xs: Vec<u16> = (2..9)
+            .flat_map(|y| (0..buf.area.width).map(move |x| (x, y)))
+            .filter(|&(x, y)| buf[(x, y)].modifier.contains(Modifier::REVERSED))
+            .map(|(x, _)| x)
+            .collect();
+        xs.dedup();
+        xs
+    };
+    let before = reversed_columns(&draw(&mut a, 100, 30, &[]));
+    let after = reversed_columns(&draw(&mut a, 100, 30, &[Key::Left, Key::Left]));
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0] + 2, before[0]);
+}
+
+mod top {
+    use insta::assert_snapshot;
+    use memprof::model::Bytes;
+    use memprof::source::gpu::{DeviceSample, FixedClock, ProcessSample, Sample, Scripted};
+    use memprof::tui::keys::Key;
+    use memprof::tui::theme::Theme;
+    use memprof::tui::top::TopApp;
+    use memprof::tui::Dashboard;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use std::time::Duration;
+
+    const GIB: u64 = 1 << 30;
+    /// 2026-11-30 10:20:00 UTC.
+    const NOW_MS: u64 = 1_796_034_000_000;
+
+    fn gpu(index: u32, used: Option<u64>) -> DeviceSample {
+        DeviceSample {
+            index,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some(format!("GPU-{index}")),
+            total: Some(Bytes(80 * GIB)),
+            used: used.map(Bytes),
+            free: used.map(|u| Bytes(80 * GIB - u)),
+            utilization_gpu_percent: used.map(|_| 37),
+            utilization_memory_percent: None,
+        }
+    }
+
+    fn process(pid: u32, device: u32, used: Option<u64>, command: Option<&str>) -> ProcessSample {
+        ProcessSample {
+            pid,
+            host_pid: None,
+            device,
+            used: used.map(Bytes),
+            command: command.map(str::to_string),
+        }
+    }
+
+    /// Two samples: the trainer grows past the server between them.
+    fn script() -> Scripted {
+        let first = Sample {
+            time_ms: 0,
+            devices: vec![gpu(0, Some(61 * GIB)), gpu(1, None)],
+            processes: vec![
+                process(4242, 0, Some(20 * GIB), Some("python train.py --bs 32")),
+                process(777, 0, Some(40 * GIB), Some("vllm serve llama-3-8b")),
+                process(9, 1, None, None),
+            ],
+        };
+        let mut second = first.clone();
+        second.processes[0].used = Some(Bytes(45 * GIB));
+        Scripted::new(vec![first, second])
+    }
+
+    fn draw(app: &TopApp, width: u16, height: u16) -> Terminal<TestBackend> {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        terminal
+            .draw(|f| app.render(f.area(), f.buffer_mut()))
+            .expect("draws");
+        terminal
+    }
+
+    #[test]
+    fn top_with_the_scripted_sampler_and_a_fixed_clock() {
+        let clock = FixedClock(NOW_MS);
+        let mut app = TopApp::new(
+            Box::new(script()),
+            &clock,
+            Duration::from_secs(1),
+            Theme::colored(),
+        );
+        for (w, h) in [(80, 24), (200, 50)] {
+            assert_snapshot!(format!("top_{w}x{h}"), draw(&app, w, h).backend());
+        }
+        app.on_key(Key::Down);
+        app.on_tick();
+        let t = draw(&app, 80, 24);
+        let screen = t.backend().to_string();
+        assert!(screen.contains("10:20:00 UTC"), "{screen}");
+        let trainer = screen.find("python train.py").expect("trainer row");
+        let server = screen.find("vllm serve").expect("server row");
+        assert!(trainer < server, "resorted by memory:\n{screen}");
+        assert_snapshot!("top_after_second_sample", t.backend());
+        app.on_key(Key::Enter);
+        let screen = draw(&app, 80, 24).backend().to_string();
+        assert!(
+            screen.contains("the attach view (memprof attach 4242) is not built yet"),
+            "the selection followed PID 4242 to the top row:\n{screen}"
+        );
+        app.on_key(Key::Char('?'));
+        assert_snapshot!("top_help", draw(&app, 80, 24).backend());
+        for (w, h) in [(1, 1), (20, 4)] {
+            draw(&app, w, h);
+        }
+    }
+}

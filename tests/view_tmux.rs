@@ -1,0 +1,192 @@
+//! End to end: the real `memprof view` in a real terminal (tmux), driven with `send-keys` and
+//! read with `capture-pane`, as a person would see it; the terminal must come back in its
+//! normal mode after `q`, Ctrl-C and SIGTERM.
+
+use crate::util::fixture;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// A tmux server of our own (its own socket), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+static SERVERS: AtomicUsize = AtomicUsize::new(0);
+
+impl Tmux {
+    /// Starts `command` in a detached `width` x `height` session.
+    fn start(command: &str, width: u16, height: u16) -> Tmux {
+        let n = SERVERS.fetch_add(1, Ordering::SeqCst);
+        let tmux = Tmux {
+            socket: format!("memprof-test-{}-{n}", std::process::id()),
+        };
+        let (w, h) = (width.to_string(), height.to_string());
+        let out = tmux.run(&["new-session", "-d", "-x", &w, "-y", &h, command]);
+        assert!(out.status.success(), "tmux starts: {:?}", out);
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux is installed (the CI script installs it)")
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys"];
+        args.extend_from_slice(keys);
+        assert!(self.run(&args).status.success());
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p"]).stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `ok`, and returns it; fails after 20 s.
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if ok(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_text(&self, text: &str) -> String {
+        self.wait_for(text, |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// A shell line that runs `view` on demo_oom, then prints its exit code and whether the
+/// terminal is back in canonical (cooked) mode, then a marker, and waits.
+fn view_then_report() -> String {
+    format!(
+        "sh -c '{} view {}; echo \"exit=$?\"; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e icanon -e -icanon; echo end-of-check; sleep 60'",
+        env!("CARGO_BIN_EXE_memprof"),
+        fixture("snapshots/demo_oom.pickle").display()
+    )
+}
+
+#[test]
+fn view_in_tmux_browses_resizes_and_quits_cleanly() {
+    let tmux = Tmux::start(&view_then_report(), 100, 30);
+    let screen = tmux.wait_text("Memory over time");
+    assert!(screen.contains("demo_oom.pickle"), "{screen}");
+    assert!(
+        screen.contains("entry 942 of 1649"),
+        "opens at the peak:\n{screen}"
+    );
+    tmux.keys(&["o"]);
+    let screen = tmux.wait_text("Out of memory");
+    assert!(screen.contains("fragmentation"), "{screen}");
+    assert!(screen.contains("request 4.03 GiB"), "{screen}");
+    tmux.keys(&["?"]);
+    tmux.wait_text("memprof view: keys");
+    tmux.keys(&["x", "Home", "Tab"]);
+    let screen = tmux.wait_text("entry 0 of 1649");
+    assert!(
+        !screen.contains("memprof view: keys"),
+        "help closed:\n{screen}"
+    );
+    assert!(tmux
+        .run(&["resize-window", "-x", "80", "-y", "24"])
+        .status
+        .success());
+    let screen = tmux.wait_for("an 80x24 frame", |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        lines.len() >= 24
+            && lines[1].starts_with('┌')
+            && lines[1].chars().count() == 80
+            && lines[1].ends_with('┐')
+    });
+    assert!(screen.contains("entry 0 of 1649"), "{screen}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(
+        !screen.contains("Memory over time"),
+        "left the alternate screen:\n{screen}"
+    );
+    assert!(
+        screen.lines().any(|l| l == "icanon"),
+        "raw mode is off:\n{screen}"
+    );
+}
+
+#[test]
+fn view_in_tmux_ctrl_c_restores_the_terminal() {
+    let tmux = Tmux::start(&view_then_report(), 90, 26);
+    tmux.wait_text("Memory over time");
+    tmux.keys(&["C-c"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(!screen.contains("Memory over time"), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}
+
+/// The PID of the pane's `memprof` (the child of the pane's shell).
+fn memprof_pid(tmux: &Tmux) -> u32 {
+    let out = tmux.run(&["display", "-p", "#{pane_pid}"]);
+    let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let children = std::fs::read_dir("/proc").expect("/proc").filter_map(|e| {
+        let stat = std::fs::read_to_string(e.ok()?.path().join("stat")).ok()?;
+        let (pid, rest) = stat.split_once(" (")?;
+        let (comm, fields) = rest.rsplit_once(") ")?;
+        let ppid = fields.split(' ').nth(1)?;
+        (comm == "memprof" && ppid == shell).then(|| pid.parse().ok())?
+    });
+    children
+        .into_iter()
+        .next()
+        .expect("memprof runs in the pane")
+}
+
+#[test]
+fn view_in_tmux_sigterm_restores_the_terminal() {
+    let tmux = Tmux::start(&view_then_report(), 90, 26);
+    tmux.wait_text("Memory over time");
+    let pid = memprof_pid(&tmux).to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=143"), "128 + SIGTERM:\n{screen}");
+    assert!(!screen.contains("Memory over time"), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}
+
+#[test]
+fn view_refuses_a_bad_file_with_one_line_and_exit_2() {
+    let tmux = Tmux::start(
+        &format!(
+            "sh -c '{} view /nonexistent.pickle; echo \"exit=$?\"; sleep 60'",
+            env!("CARGO_BIN_EXE_memprof")
+        ),
+        100,
+        10,
+    );
+    let screen = tmux.wait_text("exit=");
+    assert!(screen.contains("exit=2"), "{screen}");
+    assert!(
+        screen.contains("memprof: error: /nonexistent.pickle"),
+        "{screen}"
+    );
+    assert!(!screen.contains("panicked"), "{screen}");
+}
