@@ -7,6 +7,7 @@ mod commands;
 mod diagnose;
 mod export;
 mod gate;
+mod nvml_fake;
 mod plan;
 mod plots;
 mod real_snapshots;

@@ -1,8 +1,14 @@
 //! GPU sampling: what the devices and their processes use, from NVML, a recorded replay, or a
 //! scripted fake. Everything above `source/` sees only the `GpuSampler` trait and these types.
 
+mod nvml;
+mod procfs;
+mod replay;
 mod scripted;
 
+pub use nvml::{open_nvml, NvmlSampler};
+pub use procfs::ProcView;
+pub use replay::{Replay, ReplayWriter};
 pub use scripted::Scripted;
 
 use crate::model::Bytes;
@@ -28,7 +34,8 @@ pub struct DeviceSample {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessSample {
     /// The PID as this machine's /proc sees it (mapped from NVML's, which is the host
-    /// namespace's, where /proc allows; see `host_pid`).
+    /// namespace's, where /proc allows; see `host_pid`). Inside a container's PID namespace
+    /// NVML's host PID cannot be mapped: it is kept as it is and `command` is `None`.
     pub pid: u32,
     /// The PID NVML reported, when it differs from `pid` (container PID namespaces).
     pub host_pid: Option<u32>,

@@ -1,0 +1,134 @@
+//! Recorded samples: a reader that replays a JSON-lines recording (one `Sample` per line) as a
+//! sampler, and the writer that makes one, so a bug report can carry what NVML saw.
+
+use super::{GpuSampler, Sample, SampleError};
+use std::io::{BufRead, Write};
+
+/// Replays a recording line by line; blank lines are skipped, the end is `Exhausted`.
+pub struct Replay<R> {
+    reader: R,
+    name: String,
+    line: usize,
+    buffer: String,
+}
+
+impl<R: BufRead> Replay<R> {
+    /// Replays `reader`; `name` (a file name) appears in error messages.
+    pub fn new(reader: R, name: &str) -> Self {
+        Self {
+            reader,
+            name: name.to_owned(),
+            line: 0,
+            buffer: String::new(),
+        }
+    }
+
+    fn error(&self, message: String) -> SampleError {
+        SampleError::Replay {
+            source_name: self.name.clone(),
+            line: self.line,
+            message,
+        }
+    }
+}
+
+impl<R: BufRead> GpuSampler for Replay<R> {
+    fn sample(&mut self) -> Result<Sample, SampleError> {
+        loop {
+            self.buffer.clear();
+            self.line += 1;
+            let read = self.reader.read_line(&mut self.buffer);
+            match read {
+                Ok(0) => return Err(SampleError::Exhausted),
+                Ok(_) if self.buffer.trim().is_empty() => continue,
+                Ok(_) => {
+                    return serde_json::from_str(&self.buffer)
+                        .map_err(|e| self.error(format!("not a sample: {e}")))
+                }
+                Err(e) => return Err(self.error(e.to_string())),
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("replay of {}", self.name)
+    }
+}
+
+/// Writes samples as a recording `Replay` reads back.
+pub struct ReplayWriter<W> {
+    writer: W,
+}
+
+impl<W: Write> ReplayWriter<W> {
+    pub fn new(writer: W) -> Self {
+        Self { writer }
+    }
+
+    /// Appends one sample as one line.
+    pub fn write(&mut self, sample: &Sample) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.writer, sample)?;
+        self.writer.write_all(b"\n")
+    }
+
+    /// Flushes and hands back the writer.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.writer.flush()?;
+        Ok(self.writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Bytes;
+    use crate::source::gpu::{DeviceSample, ProcessSample};
+
+    fn sample(time_ms: u64, used: Option<u64>) -> Sample {
+        Sample {
+            time_ms,
+            devices: vec![DeviceSample {
+                index: 0,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                total: Some(Bytes(80 << 30)),
+                used: used.map(Bytes),
+                ..DeviceSample::default()
+            }],
+            processes: vec![ProcessSample {
+                pid: 7,
+                device: 0,
+                used: used.map(Bytes),
+                command: Some("python train.py".into()),
+                ..ProcessSample::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn a_recording_replays_what_was_written() {
+        let samples = [sample(1, Some(1 << 30)), sample(2, None)];
+        let mut writer = ReplayWriter::new(Vec::new());
+        for s in &samples {
+            writer.write(s).expect("write to memory");
+        }
+        let bytes = writer.finish().expect("flush");
+        let mut replay = Replay::new(bytes.as_slice(), "run.jsonl");
+        assert_eq!(replay.sample().ok().as_ref(), Some(&samples[0]));
+        assert_eq!(replay.sample().ok().as_ref(), Some(&samples[1]));
+        assert!(matches!(replay.sample(), Err(SampleError::Exhausted)));
+        assert_eq!(replay.describe(), "replay of run.jsonl");
+    }
+
+    #[test]
+    fn a_bad_line_names_its_number() {
+        let text = "{\"time_ms\":1,\"devices\":[],\"processes\":[]}\n\n{\"time_ms\":\"x\"}\n";
+        let mut replay = Replay::new(text.as_bytes(), "bug.jsonl");
+        assert!(replay.sample().is_ok());
+        match replay.sample() {
+            Err(SampleError::Replay {
+                source_name, line, ..
+            }) => assert_eq!((source_name.as_str(), line), ("bug.jsonl", 3)),
+            other => panic!("expected a replay error, got {other:?}"),
+        }
+    }
+}
