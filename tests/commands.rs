@@ -4,7 +4,7 @@ use crate::util::{memprof, stderr};
 
 #[test]
 fn unbuilt_subcommands_refuse_with_exit_2() {
-    let cases: [&[&str]; 3] = [&["view", "x.pickle"], &["top"], &["agent"]];
+    let cases: [&[&str]; 2] = [&["view", "x.pickle"], &["top"]];
     for args in cases {
         let out = memprof(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

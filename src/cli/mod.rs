@@ -1,6 +1,7 @@
 //! The command line: clap definitions for every subcommand of `design/CLI.md`, and dispatch.
 //! One file per built subcommand; `main.rs` maps the outcome to an exit code.
 
+mod agent;
 mod analyze;
 mod diagnose;
 mod export;
@@ -67,7 +68,7 @@ pub enum Command {
     /// Convert a PyTorch snapshot for other tools: memory_viz pickle, Perfetto trace, JSON.
     Export(export::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
-    Agent(unbuilt::AgentArgs),
+    Agent(agent::AgentArgs),
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +106,6 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plot(args) => plot::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Export(args) => export::run(&args),
-        Command::Agent(_) => unbuilt::refuse("agent"),
+        Command::Agent(args) => agent::run(&args),
     }
 }

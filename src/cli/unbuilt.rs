@@ -56,9 +56,3 @@ pub struct AttachArgs {
 pub struct ViewArgs {
     pub file: PathBuf,
 }
-
-#[derive(Debug, Args)]
-pub struct AgentArgs {
-    #[arg(long, default_value = "127.0.0.1:9464")]
-    pub listen: String,
-}

@@ -11,4 +11,5 @@ pub mod html;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;
+pub mod prometheus;
 pub mod simulate;
