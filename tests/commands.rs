@@ -33,7 +33,7 @@ fn help_lists_every_subcommand() {
     let text = String::from_utf8_lossy(&out.stdout);
     for sub in [
         "analyze", "simulate", "diagnose", "run", "attach", "top", "view", "plan", "gate",
-        "export", "agent",
+        "export", "agent", "probe",
     ] {
         assert!(text.contains(sub), "{sub} in --help");
     }

@@ -11,6 +11,7 @@ mod gate;
 mod nvml_fake;
 mod plan;
 mod plots;
+mod probe;
 mod real_snapshots;
 mod shim_preload;
 mod simulate;

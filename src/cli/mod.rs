@@ -9,6 +9,7 @@ mod gate;
 mod input;
 mod plan;
 mod plot;
+mod probe;
 mod report;
 mod run;
 mod simulate;
@@ -69,6 +70,8 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
     Agent(agent::AgentArgs),
+    /// What the CUDA driver reports: version, free/total memory, VMM granularity per device.
+    Probe(probe::ProbeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -107,5 +110,6 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Report(args) => report::run(&args),
         Command::Export(args) => export::run(&args),
         Command::Agent(args) => agent::run(&args),
+        Command::Probe(args) => probe::run(&args),
     }
 }
