@@ -299,7 +299,7 @@ fn a_replay_feeds_the_agent_and_a_bad_line_is_counted() {
         assert_eq!(status, 200);
         if body.contains("memprof_sample_time_seconds 2.0") {
             assert!(
-                body.contains("memprof_gpu_memory_used_bytes{host=\"testhost\",gpu=\"0\",uuid=\"\",name=\"\"} 20"),
+                body.contains("memprof_gpu_memory_used_bytes{host=\"testhost\",gpu=\"0\"} 20"),
                 "{body}"
             );
             assert!(body.contains("memprof_failed_samples_total 1"), "{body}");

@@ -3,6 +3,7 @@
 
 mod agent;
 mod analyze_fixtures;
+mod attach;
 mod bad_input;
 mod commands;
 mod diagnose;

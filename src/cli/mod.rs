@@ -3,6 +3,7 @@
 
 mod agent;
 mod analyze;
+mod attach;
 mod diagnose;
 mod export;
 mod gate;
@@ -53,7 +54,7 @@ pub enum Command {
     /// Run a program under the recording shim.
     Run(unbuilt::RunArgs),
     /// Live view of a running process.
-    Attach(unbuilt::AttachArgs),
+    Attach(attach::AttachArgs),
     /// Dashboard of all GPUs and their processes.
     Top,
     /// Browse a snapshot or recording interactively.
@@ -101,7 +102,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Simulate(args) => simulate::run(&args),
         Command::Diagnose(args) => diagnose::run(&args),
         Command::Run(args) => run::run(&args),
-        Command::Attach(_) => unbuilt::refuse("attach"),
+        Command::Attach(args) => attach::run(&args),
         Command::Top => unbuilt::refuse("top"),
         Command::View(_) => unbuilt::refuse("view"),
         Command::Plan(args) => plan::run(&args),

@@ -44,15 +44,6 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct AttachArgs {
-    pub pid: u32,
-    #[arg(long)]
-    pub json: bool,
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
-}
-
-#[derive(Debug, Args)]
 pub struct ViewArgs {
     pub file: PathBuf,
 }

@@ -1,12 +1,10 @@
 //! GPU samples as Prometheus metrics in the OpenMetrics text format, encoded by
-//! `prometheus-client`. A figure the sample does not have (`None`) has no series at all; an
-//! unknown label (a device name NVML would not give) is the empty string, which Prometheus
-//! treats as no label.
+//! `prometheus-client`. A figure the sample does not have (`None`) has no series at all, and an
+//! unknown label (a device name NVML would not give) is left out.
 
 use crate::model::Bytes;
 use crate::source::gpu::{DeviceSample, Sample};
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,23 +17,8 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Longest command label kept (in bytes); a longer command line is cut at a character boundary.
 const COMMAND_LABEL_MAX: usize = 256;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DeviceLabels {
-    host: String,
-    gpu: String,
-    uuid: Option<String>,
-    name: Option<String>,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProcessLabels {
-    host: String,
-    gpu: String,
-    uuid: Option<String>,
-    name: Option<String>,
-    pid: String,
-    command: Option<String>,
-}
+/// A series' labels, in order; only the known ones.
+type Labels = Vec<(&'static str, String)>;
 
 /// What the agent knows besides the latest sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,23 +27,23 @@ pub struct AgentStatus {
     pub failed_samples: u64,
 }
 
-type BytesFamily<L> = Family<L, Gauge>;
+type GaugeFamily = Family<Labels, Gauge>;
 
-/// Renders `sample` (taken on `host`) as a complete OpenMetrics exposition.
+/// Renders `sample` (taken on `host`, "" when unknown) as a complete OpenMetrics exposition.
 pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
     let mut registry = Registry::with_prefix("memprof");
-    let total = BytesFamily::<DeviceLabels>::default();
-    let used = BytesFamily::<DeviceLabels>::default();
-    let free = BytesFamily::<DeviceLabels>::default();
-    let utilization = Family::<DeviceLabels, Gauge>::default();
-    let memory_utilization = Family::<DeviceLabels, Gauge>::default();
-    let process_used = BytesFamily::<ProcessLabels>::default();
+    let total = GaugeFamily::default();
+    let used = GaugeFamily::default();
+    let free = GaugeFamily::default();
+    let utilization = GaugeFamily::default();
+    let memory_utilization = GaugeFamily::default();
+    let process_used = GaugeFamily::default();
     let time = Gauge::<f64, AtomicU64>::default();
     let failed = Counter::<u64>::default();
 
     for device in &sample.devices {
         let labels = device_labels(device, host);
-        let set = |family: &BytesFamily<DeviceLabels>, value: Option<i64>| {
+        let set = |family: &GaugeFamily, value: Option<i64>| {
             if let Some(value) = value {
                 family.get_or_create(&labels).set(value);
             }
@@ -76,15 +59,14 @@ pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
     }
     for process in &sample.processes {
         let Some(bytes) = process.used else { continue };
-        let device = sample.devices.iter().find(|d| d.index == process.device);
-        let labels = ProcessLabels {
-            host: host.to_owned(),
-            gpu: process.device.to_string(),
-            uuid: device.and_then(|d| d.uuid.clone()),
-            name: device.and_then(|d| d.name.clone()),
-            pid: process.pid.to_string(),
-            command: process.command.as_deref().map(command_label),
+        let mut labels = match sample.devices.iter().find(|d| d.index == process.device) {
+            Some(device) => device_labels(device, host),
+            None => base_labels(host, process.device),
         };
+        labels.push(("pid", process.pid.to_string()));
+        if let Some(command) = &process.command {
+            labels.push(("command", command_label(command)));
+        }
         process_used.get_or_create(&labels).set(gauge_bytes(bytes));
     }
     time.set(sample.time_ms as f64 / 1000.0);
@@ -145,13 +127,25 @@ pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
     text
 }
 
-fn device_labels(device: &DeviceSample, host: &str) -> DeviceLabels {
-    DeviceLabels {
-        host: host.to_owned(),
-        gpu: device.index.to_string(),
-        uuid: device.uuid.clone(),
-        name: device.name.clone(),
+/// `host` (left out when unknown, the empty string) and `gpu`.
+fn base_labels(host: &str, gpu: u32) -> Labels {
+    let mut labels = Vec::with_capacity(6);
+    if !host.is_empty() {
+        labels.push(("host", host.to_owned()));
     }
+    labels.push(("gpu", gpu.to_string()));
+    labels
+}
+
+fn device_labels(device: &DeviceSample, host: &str) -> Labels {
+    let mut labels = base_labels(host, device.index);
+    if let Some(uuid) = &device.uuid {
+        labels.push(("uuid", uuid.clone()));
+    }
+    if let Some(name) = &device.name {
+        labels.push(("name", name.clone()));
+    }
+    labels
 }
 
 /// Gauges hold i64: 8 EiB and up saturates (no device is near that).
@@ -226,6 +220,24 @@ mod tests {
             ]
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn unknown_labels_are_left_out() {
+        let mut sample = sample();
+        sample.devices[1].utilization_gpu_percent = Some(3);
+        sample.processes[1].used = Some(Bytes(9));
+        sample.processes[1].device = 5;
+        let text = render(&sample, "", AgentStatus::default());
+        assert!(
+            text.contains("\nmemprof_gpu_utilization_percent{gpu=\"1\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nmemprof_process_memory_used_bytes{gpu=\"5\",pid=\"43\"} 9\n"),
+            "{text}"
+        );
+        assert!(!text.contains("host="));
     }
 
     #[test]
