@@ -284,12 +284,15 @@ fn a_replay_feeds_the_agent_and_a_bad_line_is_counted() {
          {\"time_ms\":2000,\"devices\":[{\"index\":0,\"name\":null,\"uuid\":null,\"total\":100,\"used\":20,\"free\":80,\"utilization_gpu_percent\":null,\"utilization_memory_percent\":null}],\"processes\":[]}\n",
     )
     .expect("write the recording");
+    let recorded = dir.join("again.jsonl");
     let (_agent, addr) = start_agent(
         &[
             "--interval",
             "0.05",
             "--replay",
             &recording.display().to_string(),
+            "--record",
+            &recorded.display().to_string(),
         ],
         &[],
     );
@@ -311,6 +314,16 @@ fn a_replay_feeds_the_agent_and_a_bad_line_is_counted() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // --record wrote the good samples back, line by line as they were taken.
+    let parse = |text: &str| -> Vec<Value> {
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let written = std::fs::read_to_string(&recorded).expect("the recording exists");
+    let original = std::fs::read_to_string(&recording).expect("read");
+    assert_eq!(written.lines().count(), 2, "{written}");
+    assert_eq!(parse(&written), parse(&original));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -3,10 +3,10 @@
 
 use super::Outcome;
 use crate::agent::{host_name, sample_forever, Cache, Exporter};
-use crate::source::gpu::{open_nvml, GpuSampler, Replay, SystemClock};
+use crate::source::gpu::{open_nvml, GpuSampler, Recorder, Replay, SystemClock};
 use anyhow::Context;
 use clap::Args;
-use std::io::{BufReader, Write};
+use std::io::{BufReader, LineWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +26,9 @@ pub struct AgentArgs {
     /// of NVML.
     #[arg(long, value_name = "FILE", hide = true)]
     pub replay: Option<PathBuf>,
+    /// Also append every sample to FILE (JSON lines), e.g. to attach to a bug report.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
 }
 
 pub fn run(args: &AgentArgs) -> anyhow::Result<Outcome> {
@@ -46,6 +49,18 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<Outcome> {
             ))
         }
         None => open_nvml(Box::new(SystemClock))?,
+    };
+    let sampler: Box<dyn GpuSampler + Send> = match &args.record {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            Box::new(Recorder::new(
+                sampler,
+                LineWriter::new(file),
+                &path.display().to_string(),
+            ))
+        }
+        None => sampler,
     };
     let source = sampler.describe();
     let host = args.host.clone().or_else(host_name).unwrap_or_default();

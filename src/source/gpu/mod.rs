@@ -8,7 +8,7 @@ mod scripted;
 
 pub use nvml::{open_nvml, NvmlSampler};
 pub use procfs::ProcView;
-pub use replay::{Replay, ReplayWriter};
+pub use replay::{Recorder, Replay, ReplayWriter};
 pub use scripted::Scripted;
 
 use crate::model::Bytes;
@@ -66,7 +66,7 @@ pub enum SampleError {
     /// NVML answered with an error.
     #[error("NVML call {call} failed: {message}")]
     Nvml { call: &'static str, message: String },
-    /// A recorded replay is malformed.
+    /// A recorded replay is malformed (or a recording could not be written).
     #[error("{source_name}: line {line}: {message}")]
     Replay {
         source_name: String,
@@ -86,6 +86,17 @@ pub trait GpuSampler {
     /// Where the samples come from, for headers and error messages ("NVML 12.535.104",
     /// "replay of run.jsonl", "scripted").
     fn describe(&self) -> String;
+}
+
+/// A boxed sampler is a sampler (so wrappers such as `Recorder` take any of them).
+impl<S: GpuSampler + ?Sized> GpuSampler for Box<S> {
+    fn sample(&mut self) -> Result<Sample, SampleError> {
+        (**self).sample()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
 }
 
 /// The wall clock, injected so dashboards and tests agree on time.

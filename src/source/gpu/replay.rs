@@ -1,5 +1,6 @@
 //! Recorded samples: a reader that replays a JSON-lines recording (one `Sample` per line) as a
-//! sampler, and the writer that makes one, so a bug report can carry what NVML saw.
+//! sampler, the writer that makes one, and a sampler that records another as it goes
+//! (`memprof agent --record`), so a bug report can carry what NVML saw.
 
 use super::{GpuSampler, Sample, SampleError};
 use std::io::{BufRead, Write};
@@ -78,6 +79,46 @@ impl<W: Write> ReplayWriter<W> {
     }
 }
 
+/// Passes another sampler's samples through and appends each to a recording. A sample that
+/// cannot be written is an error (`Replay`, naming the recording and the line).
+pub struct Recorder<S, W> {
+    inner: S,
+    writer: ReplayWriter<W>,
+    name: String,
+    lines: usize,
+}
+
+impl<S: GpuSampler, W: Write> Recorder<S, W> {
+    /// Records `inner` into `writer`; `name` (a file name) appears in error messages.
+    pub fn new(inner: S, writer: W, name: &str) -> Self {
+        Self {
+            inner,
+            writer: ReplayWriter::new(writer),
+            name: name.to_owned(),
+            lines: 0,
+        }
+    }
+}
+
+impl<S: GpuSampler, W: Write> GpuSampler for Recorder<S, W> {
+    fn sample(&mut self) -> Result<Sample, SampleError> {
+        let sample = self.inner.sample()?;
+        self.lines += 1;
+        self.writer
+            .write(&sample)
+            .map_err(|e| SampleError::Replay {
+                source_name: self.name.clone(),
+                line: self.lines,
+                message: format!("cannot write the recording: {e}"),
+            })?;
+        Ok(sample)
+    }
+
+    fn describe(&self) -> String {
+        format!("{}, recorded to {}", self.inner.describe(), self.name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +158,24 @@ mod tests {
         assert_eq!(replay.sample().ok().as_ref(), Some(&samples[1]));
         assert!(matches!(replay.sample(), Err(SampleError::Exhausted)));
         assert_eq!(replay.describe(), "replay of run.jsonl");
+    }
+
+    #[test]
+    fn a_recorder_passes_samples_through_and_writes_them() {
+        let samples = vec![sample(1, Some(5)), sample(2, Some(6))];
+        let mut recorder = Recorder::new(
+            crate::source::gpu::Scripted::once(samples.clone()),
+            Vec::new(),
+            "out.jsonl",
+        );
+        assert_eq!(recorder.sample().ok().as_ref(), Some(&samples[0]));
+        assert_eq!(recorder.sample().ok().as_ref(), Some(&samples[1]));
+        assert!(matches!(recorder.sample(), Err(SampleError::Exhausted)));
+        assert_eq!(recorder.describe(), "scripted, recorded to out.jsonl");
+        let bytes = recorder.writer.finish().expect("flush");
+        let mut replay = Replay::new(bytes.as_slice(), "out.jsonl");
+        assert_eq!(replay.sample().ok(), Some(samples[0].clone()));
+        assert_eq!(replay.sample().ok(), Some(samples[1].clone()));
     }
 
     #[test]
