@@ -250,7 +250,7 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
     assert_eq!(ours.1, 536_870_912.0);
     assert_eq!(ours.0["gpu"], "0");
     assert_eq!(ours.0["uuid"], "GPU-0f2b2a34-8d1c-4e0a-9a57-1b2c3d4e5f60");
-    if let Some(command) = ProcView::system().resolve(own).command {
+    if let Some(command) = ProcView::system().command(own) {
         assert_eq!(ours.0["command"].as_str(), Some(command.as_str()));
     }
     let growing = format!(

@@ -110,7 +110,7 @@ fn the_nvml_sampler_reads_exactly_the_scenario() {
             },
         ]
     );
-    let own_command = procs.resolve(own).command;
+    let own_command = procs.command(own);
     if procs.host_namespace() {
         assert!(own_command.is_some(), "our own command line is readable");
     }

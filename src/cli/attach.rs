@@ -43,7 +43,7 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
     let interval = seconds("--interval", args.interval)?;
     check_process(Path::new("/proc"), args.pid)?;
     let mut sampler = open_nvml(Box::new(SystemClock))?;
-    let command = ProcView::system().resolve(args.pid).command;
+    let command = ProcView::system().command(args.pid);
     let mut doc = AttachDocument::new(args.pid, command, sampler.describe(), args.interval);
     follow(sampler.as_mut(), &mut doc, duration, interval)?;
     let mut out = std::io::stdout().lock();

@@ -102,16 +102,17 @@ impl NvmlSampler {
     }
 
     fn process(&self, device: u32, info: &ProcessInfo) -> ProcessSample {
-        let resolved = self.procs.resolve(info.pid);
+        // NVML's PID is /proc's in the host's PID namespace; inside a container it cannot be
+        // mapped (see `procfs`), so it is kept as it is and `command` is `None`.
         ProcessSample {
-            pid: resolved.pid,
-            host_pid: (resolved.pid != info.pid).then_some(info.pid),
+            pid: info.pid,
+            host_pid: None,
             device,
             used: match info.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(Bytes(bytes)),
                 UsedGpuMemory::Unavailable => None,
             },
-            command: resolved.command,
+            command: self.procs.command(info.pid),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! NVML's process IDs seen through this machine's /proc: which PID /proc knows a process by,
-//! and its command line.
+//! NVML's process IDs seen through this machine's /proc: the command line of the process NVML
+//! reports, where /proc can show it.
 //!
 //! NVML reports PIDs of the host's (initial) PID namespace. When this process runs in that
 //! namespace they are /proc's PIDs as they are, and the command line is read from
@@ -18,13 +18,6 @@ const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
 pub struct ProcView {
     root: PathBuf,
     host_namespace: bool,
-}
-
-/// One NVML PID resolved against /proc.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resolved {
-    pub pid: u32,
-    pub command: Option<String>,
 }
 
 impl ProcView {
@@ -53,22 +46,14 @@ impl ProcView {
         self.host_namespace
     }
 
-    /// The process NVML calls `nvml_pid`.
-    pub fn resolve(&self, nvml_pid: u32) -> Resolved {
-        let command = if self.host_namespace {
-            self.command(nvml_pid)
-        } else {
-            None
-        };
-        Resolved {
-            pid: nvml_pid,
-            command,
+    /// The command line of the process NVML calls `nvml_pid`: /proc/PID/cmdline with its NUL
+    /// separators as spaces; `None` outside the host's PID namespace, or when it cannot be read
+    /// or is empty (a zombie, or a process that exited).
+    pub fn command(&self, nvml_pid: u32) -> Option<String> {
+        if !self.host_namespace {
+            return None;
         }
-    }
-
-    /// /proc/PID/cmdline with its NUL separators as spaces; `None` when it cannot be read or is
-    /// empty (a zombie, or a process that exited).
-    fn command(&self, pid: u32) -> Option<String> {
+        let pid = nvml_pid;
         let bytes = std::fs::read(self.root.join(pid.to_string()).join("cmdline")).ok()?;
         let text: Vec<String> = bytes
             .split(|b| *b == 0)
@@ -99,11 +84,11 @@ mod tests {
         let root = temp_proc("host");
         let view = ProcView::new(&root, true);
         assert_eq!(
-            view.resolve(42).command.as_deref(),
+            view.command(42).as_deref(),
             Some("python train.py --lr 0.1")
         );
-        assert_eq!(view.resolve(43).command, None, "empty cmdline: a zombie");
-        assert_eq!(view.resolve(44).command, None, "no such process");
+        assert_eq!(view.command(43), None, "empty cmdline: a zombie");
+        assert_eq!(view.command(44), None, "no such process");
         let _ = std::fs::remove_dir_all(root);
     }
 
@@ -111,13 +96,7 @@ mod tests {
     fn a_container_namespace_never_guesses_a_command() {
         let root = temp_proc("container");
         let view = ProcView::new(&root, false);
-        assert_eq!(
-            view.resolve(42),
-            Resolved {
-                pid: 42,
-                command: None
-            }
-        );
+        assert_eq!(view.command(42), None);
         let _ = std::fs::remove_dir_all(root);
     }
 
@@ -125,7 +104,7 @@ mod tests {
     fn our_own_command_line_is_found_on_this_machine() {
         let view = ProcView::system();
         if view.host_namespace() {
-            let command = view.resolve(std::process::id()).command;
+            let command = view.command(std::process::id());
             assert!(command.is_some_and(|c| !c.is_empty()));
         }
     }
