@@ -1,9 +1,11 @@
 //! The agent's HTTP server (tiny_http): `GET /metrics` answers the cached exposition, `GET /`
-//! a pointer to it; anything else is 404 or 405.
+//! a pointer to it; anything else is 404 or 405. A few workers answer, so one client that reads
+//! its answer slowly does not hold up the others (tiny_http reads requests on its own threads).
 
 use super::Cache;
 use crate::report::prometheus::CONTENT_TYPE;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tiny_http::{Header, Method, Request, Response, Server};
 
@@ -14,10 +16,14 @@ pub enum HttpError {
     Bind { addr: String, message: String },
 }
 
+/// Threads answering requests.
+const WORKERS: usize = 4;
+
 /// A bound server answering from a cache.
 pub struct Exporter {
     server: Arc<Server>,
     cache: Arc<Cache>,
+    stopping: Arc<AtomicBool>,
 }
 
 impl Exporter {
@@ -30,6 +36,7 @@ impl Exporter {
         Ok(Self {
             server: Arc::new(server),
             cache,
+            stopping: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -38,17 +45,33 @@ impl Exporter {
         self.server.server_addr().to_ip()
     }
 
-    /// A handle that stops `serve` from another thread (`Server::unblock`).
+    /// A handle that stops `serve` from another thread.
     pub fn stopper(&self) -> impl Fn() + Send + 'static {
         let server = Arc::clone(&self.server);
-        move || server.unblock()
+        let stopping = Arc::clone(&self.stopping);
+        move || {
+            stopping.store(true, Ordering::SeqCst);
+            // Each unblock wakes one waiting worker.
+            for _ in 0..WORKERS {
+                server.unblock();
+            }
+        }
     }
 
-    /// Answers requests one at a time until stopped; each answer is a copy of the cache.
+    /// Answers requests until stopped; each answer is a copy of the cache.
     pub fn serve(&self) {
-        for request in self.server.incoming_requests() {
-            self.answer(request);
-        }
+        std::thread::scope(|scope| {
+            for _ in 0..WORKERS {
+                scope.spawn(|| loop {
+                    match self.server.recv() {
+                        Ok(request) => self.answer(request),
+                        // Woken by the stopper, or a failed accept (carry on).
+                        Err(_) if self.stopping.load(Ordering::SeqCst) => return,
+                        Err(_) => {}
+                    }
+                });
+            }
+        });
     }
 
     fn answer(&self, request: Request) {

@@ -79,6 +79,83 @@ mod tests {
     use super::*;
     use crate::source::gpu::{DeviceSample, Scripted};
 
+    /// Hands out one sample, then blocks until `gate` is dropped (a hung NVML call).
+    struct Stuck {
+        first: Option<Sample>,
+        gate: std::sync::mpsc::Receiver<()>,
+    }
+
+    impl GpuSampler for Stuck {
+        fn sample(&mut self) -> Result<Sample, SampleError> {
+            if let Some(sample) = self.first.take() {
+                return Ok(sample);
+            }
+            let _ = self.gate.recv();
+            Err(SampleError::Exhausted)
+        }
+
+        fn describe(&self) -> String {
+            "stuck".to_owned()
+        }
+    }
+
+    fn get(addr: std::net::SocketAddr, request: &str) -> String {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .expect("an answer, not a hang");
+        answer
+    }
+
+    #[test]
+    fn scrapes_are_answered_while_the_sampler_hangs() {
+        let cache = Arc::new(Cache::default());
+        let exporter = Exporter::bind("127.0.0.1:0", Arc::clone(&cache)).expect("bind");
+        let addr = exporter.local_addr().expect("an IP address");
+        let stop = exporter.stopper();
+        let server = std::thread::spawn(move || exporter.serve());
+        let (release, gate) = std::sync::mpsc::channel();
+        let first = Sample {
+            time_ms: 5000,
+            ..Sample::default()
+        };
+        let sampling = {
+            let cache = Arc::clone(&cache);
+            std::thread::spawn(move || {
+                let stuck = Stuck {
+                    first: Some(first),
+                    gate,
+                };
+                sample_forever(Box::new(stuck), Duration::ZERO, "h", &cache, &|_| {});
+            })
+        };
+        while cache.latest().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The sampler is now blocked in its second sample; every scrape still answers.
+        for _ in 0..3 {
+            let answer = get(addr, "GET /metrics HTTP/1.0\r\n\r\n");
+            assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+            assert!(answer.contains("application/openmetrics-text"), "{answer}");
+            assert!(
+                answer.contains("\nmemprof_sample_time_seconds 5.0\n"),
+                "{answer}"
+            );
+        }
+        assert!(get(addr, "GET /other HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 404"));
+        assert!(get(addr, "POST /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.0 405"));
+        drop(release);
+        sampling.join().expect("the sampler ends");
+        stop();
+        server.join().expect("the server stops");
+    }
+
     #[test]
     fn a_finished_replay_leaves_its_last_sample_served() {
         let at = |time_ms| Sample {
