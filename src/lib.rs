@@ -11,7 +11,11 @@
 //!
 //! `diagnose/` sits beside `analysis/` and `sim/` and combines them: an OOM's cause from the
 //! analysis, its remedies replayed through the simulator.
+//!
+//! `agent/` runs `memprof agent`: a thread samples the GPUs (`source/gpu`) into a cache of
+//! rendered metrics (`report/prometheus`) that its HTTP server answers scrapes from.
 
+pub mod agent;
 pub mod analysis;
 pub mod cli;
 pub mod diagnose;

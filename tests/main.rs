@@ -1,14 +1,18 @@
 //! The one integration-test binary: runs the real `memprof` binary on committed fixtures and on
 //! the real snapshots in `../shared/fixtures/real/`.
 
+mod agent;
 mod analyze_fixtures;
+mod attach;
 mod bad_input;
 mod commands;
 mod diagnose;
 mod export;
 mod gate;
+mod nvml_fake;
 mod plan;
 mod plots;
+mod probe;
 mod real_snapshots;
 mod shim_preload;
 mod simulate;

@@ -216,3 +216,94 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     if (status) *status = *pfn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / SYMBOL_NOT_FOUND */
     return CUDA_SUCCESS;
 }
+
+/* Device, context and version queries, for `memprof probe`: one device (ordinal 0) named
+ * "Fake CUDA Device", driver version FAKE_CUDA_DRIVER_VERSION (default 12040), VMM granularity
+ * FAKE_CUDA_GRANULARITY bytes (default 2 MiB, minimum and recommended alike). Built with
+ * -DFAKE_CUDA_OLD_DRIVER it lacks cuMemGetAllocationGranularity, as drivers before CUDA 10.2 do. */
+typedef int CUdevice;
+typedef void *CUcontext;
+#define FAKE_CUDA_ERROR_INVALID_DEVICE 101
+#define FAKE_CUDA_ERROR_INVALID_CONTEXT 201
+
+static int fake_primary_context;
+static int fake_primary_retained;
+
+static unsigned long long env_number(const char *name, unsigned long long fallback) {
+    const char *env = getenv(name);
+    return env ? strtoull(env, NULL, 10) : fallback;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+    if (!version) return CUDA_ERROR_INVALID_VALUE;
+    *version = (int)env_number("FAKE_CUDA_DRIVER_VERSION", 12040);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int length, CUdevice device) {
+    static const char fake_name[] = "Fake CUDA Device";
+    if (device != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    if (!name || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t n = (size_t)length - 1 < sizeof fake_name - 1 ? (size_t)length - 1 : sizeof fake_name - 1;
+    memcpy(name, fake_name, n);
+    name[n] = '\0';
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
+    if (!context) return CUDA_ERROR_INVALID_VALUE;
+    if (device != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    fake_primary_retained++;
+    pthread_mutex_unlock(&lock);
+    *context = &fake_primary_context;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+    if (device != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    CUresult r = fake_primary_retained > 0 ? CUDA_SUCCESS : FAKE_CUDA_ERROR_INVALID_CONTEXT;
+    if (fake_primary_retained > 0) fake_primary_retained--;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuCtxSetCurrent(CUcontext context) {
+    return context == NULL || context == &fake_primary_context ? CUDA_SUCCESS
+                                                                : FAKE_CUDA_ERROR_INVALID_CONTEXT;
+}
+
+#ifndef FAKE_CUDA_OLD_DRIVER
+/* CUmemAllocationProp as cuda.h lays it out; only the fields checked here are named. */
+typedef struct {
+    int type;                  /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
+    int requested_handle_types;
+    int location_type;         /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
+    int location_id;
+    void *win32_metadata;
+    unsigned char alloc_flags[8];
+} FakeMemAllocationProp;
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const FakeMemAllocationProp *prop,
+                                       int option) {
+    if (!granularity || !prop || option < 0 || option > 1) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->type != 1 || prop->location_type != 1) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location_id != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    *granularity = (size_t)env_number("FAKE_CUDA_GRANULARITY", 2ULL << 20);
+    return CUDA_SUCCESS;
+}
+#endif

@@ -1,13 +1,16 @@
 //! The command line: clap definitions for every subcommand of `design/CLI.md`, and dispatch.
 //! One file per built subcommand; `main.rs` maps the outcome to an exit code.
 
+mod agent;
 mod analyze;
+mod attach;
 mod diagnose;
 mod export;
 mod gate;
 mod input;
 mod plan;
 mod plot;
+mod probe;
 mod report;
 mod run;
 mod simulate;
@@ -53,7 +56,7 @@ pub enum Command {
     /// Run a program under the recording shim.
     Run(unbuilt::RunArgs),
     /// Live view of a running process.
-    Attach(unbuilt::AttachArgs),
+    Attach(attach::AttachArgs),
     /// Dashboard of all GPUs and their processes.
     Top(top::TopArgs),
     /// Browse a snapshot or recording interactively.
@@ -69,7 +72,9 @@ pub enum Command {
     /// Convert a PyTorch snapshot for other tools: memory_viz pickle, Perfetto trace, JSON.
     Export(export::ExportArgs),
     /// Serve Prometheus metrics for every GPU and process.
-    Agent(unbuilt::AgentArgs),
+    Agent(agent::AgentArgs),
+    /// What the CUDA driver reports: version, free/total memory, VMM granularity per device.
+    Probe(probe::ProbeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -99,7 +104,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Simulate(args) => simulate::run(&args),
         Command::Diagnose(args) => diagnose::run(&args),
         Command::Run(args) => run::run(&args),
-        Command::Attach(_) => unbuilt::refuse("attach"),
+        Command::Attach(args) => attach::run(&args),
         Command::Top(args) => top::run(&args),
         Command::View(args) => view::run(&args),
         Command::Plan(args) => plan::run(&args),
@@ -107,6 +112,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plot(args) => plot::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Export(args) => export::run(&args),
-        Command::Agent(_) => unbuilt::refuse("agent"),
+        Command::Agent(args) => agent::run(&args),
+        Command::Probe(args) => probe::run(&args),
     }
 }

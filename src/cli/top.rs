@@ -1,9 +1,8 @@
-//! `memprof top`: the dashboard of every GPU and its processes. It samples through
-//! `open_sampler`, the one place that picks the sampler; until the NVML sampler is built there
-//! is nothing real to sample, and `top` says so (exit 2) instead of showing made-up numbers.
+//! `memprof top`: the dashboard of every GPU and its processes, sampled through NVML. A
+//! machine without NVML gets one line saying so (exit 2), never made-up numbers.
 
 use super::Outcome;
-use crate::source::gpu::{GpuSampler, SystemClock};
+use crate::source::gpu::{open_nvml, GpuSampler, SystemClock};
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use crate::tui::top::TopApp;
@@ -21,7 +20,8 @@ pub struct TopArgs {
 
 /// The sampler `top` reads: NVML once it is built.
 fn open_sampler() -> anyhow::Result<Box<dyn GpuSampler>> {
-    bail!("cannot sample GPUs: the NVML sampler is not built in this version of memprof")
+    let sampler = open_nvml(Box::new(SystemClock)).context("cannot sample GPUs")?;
+    Ok(sampler)
 }
 
 pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {

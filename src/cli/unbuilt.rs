@@ -1,14 +1,8 @@
 //! Subcommands of `design/CLI.md` that are not built yet. Their flags are parsed so `--help`
 //! documents the contract, and running one says plainly that it does not work yet (exit 2).
 
-use super::Outcome;
 use clap::Args;
 use std::path::PathBuf;
-
-/// Says the subcommand is not built and fails with exit code 2.
-pub fn refuse(name: &str) -> anyhow::Result<Outcome> {
-    anyhow::bail!("`memprof {name}` is not built yet in this version; `memprof analyze` is")
-}
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -41,19 +35,4 @@ pub struct RunArgs {
     /// The program and its arguments; its exit code is passed through.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct AttachArgs {
-    pub pid: u32,
-    #[arg(long)]
-    pub json: bool,
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
-}
-
-#[derive(Debug, Args)]
-pub struct AgentArgs {
-    #[arg(long, default_value = "127.0.0.1:9464")]
-    pub listen: String,
 }

@@ -3,6 +3,7 @@
 
 pub mod analyze_json;
 pub mod analyze_text;
+pub mod attach_json;
 pub mod diagnose;
 pub mod export;
 pub mod gate;
@@ -11,4 +12,5 @@ pub mod html;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;
+pub mod prometheus;
 pub mod simulate;

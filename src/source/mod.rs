@@ -1,6 +1,7 @@
 //! Sources: the only code that turns outside bytes into model values. Parsers take a reader;
 //! nothing here opens a path it was not handed.
 
+pub mod cuda_probe;
 pub mod gpu;
 pub mod oom_log;
 pub mod pickle;

@@ -1,8 +1,14 @@
 //! GPU sampling: what the devices and their processes use, from NVML, a recorded replay, or a
 //! scripted fake. Everything above `source/` sees only the `GpuSampler` trait and these types.
 
+mod nvml;
+mod procfs;
+mod replay;
 mod scripted;
 
+pub use nvml::{open_nvml, NvmlSampler};
+pub use procfs::ProcView;
+pub use replay::{Recorder, Replay, ReplayWriter};
 pub use scripted::Scripted;
 
 use crate::model::Bytes;
@@ -28,7 +34,8 @@ pub struct DeviceSample {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessSample {
     /// The PID as this machine's /proc sees it (mapped from NVML's, which is the host
-    /// namespace's, where /proc allows; see `host_pid`).
+    /// namespace's, where /proc allows; see `host_pid`). Inside a container's PID namespace
+    /// NVML's host PID cannot be mapped: it is kept as it is and `command` is `None`.
     pub pid: u32,
     /// The PID NVML reported, when it differs from `pid` (container PID namespaces).
     pub host_pid: Option<u32>,
@@ -59,7 +66,7 @@ pub enum SampleError {
     /// NVML answered with an error.
     #[error("NVML call {call} failed: {message}")]
     Nvml { call: &'static str, message: String },
-    /// A recorded replay is malformed.
+    /// A recorded replay is malformed (or a recording could not be written).
     #[error("{source_name}: line {line}: {message}")]
     Replay {
         source_name: String,
@@ -79,6 +86,17 @@ pub trait GpuSampler {
     /// Where the samples come from, for headers and error messages ("NVML 12.535.104",
     /// "replay of run.jsonl", "scripted").
     fn describe(&self) -> String;
+}
+
+/// A boxed sampler is a sampler (so wrappers such as `Recorder` take any of them).
+impl<S: GpuSampler + ?Sized> GpuSampler for Box<S> {
+    fn sample(&mut self) -> Result<Sample, SampleError> {
+        (**self).sample()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
 }
 
 /// The wall clock, injected so dashboards and tests agree on time.

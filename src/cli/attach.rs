@@ -1,0 +1,143 @@
+//! `memprof attach PID --json --duration SECS` in NVML mode: samples the process's device
+//! memory per GPU at an interval and prints the series as one JSON document. The interactive
+//! view (no `--json`) is the dashboard's and is built beside this file.
+
+use super::Outcome;
+use crate::report::attach_json::AttachDocument;
+use crate::source::gpu::{open_nvml, GpuSampler, ProcView, SystemClock};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    pub pid: u32,
+    /// Print the time series as one JSON document instead of the live view.
+    #[arg(long)]
+    pub json: bool,
+    /// How long to sample (seconds).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Seconds between samples.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+}
+
+pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
+    if !args.json {
+        bail!("the live view of `memprof attach` is not built yet in this version; `memprof attach PID --json --duration SECS` is");
+    }
+    let Some(duration) = args.duration else {
+        bail!("`memprof attach --json` needs --duration SECS");
+    };
+    let seconds = |flag: &str, value: f64| -> anyhow::Result<Duration> {
+        if value.is_finite() && value > 0.0 && value <= 86_400.0 {
+            Ok(Duration::from_secs_f64(value))
+        } else {
+            bail!("{flag} {value}: expected seconds between 0 and 86400")
+        }
+    };
+    let duration = seconds("--duration", duration)?;
+    let interval = seconds("--interval", args.interval)?;
+    check_process(Path::new("/proc"), args.pid)?;
+    let mut sampler = open_nvml(Box::new(SystemClock))?;
+    let command = ProcView::system().command(args.pid);
+    let mut doc = AttachDocument::new(args.pid, command, sampler.describe(), args.interval);
+    follow(sampler.as_mut(), &mut doc, duration, interval)?;
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, &doc)?;
+    writeln!(out)?;
+    Ok(Outcome::Ok)
+}
+
+/// Samples until `duration` has passed (the first sample at once, the last no later than
+/// `duration`).
+fn follow(
+    sampler: &mut dyn GpuSampler,
+    doc: &mut AttachDocument,
+    duration: Duration,
+    interval: Duration,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        doc.push(&sampler.sample()?);
+        if start.elapsed() + interval > duration {
+            return Ok(());
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+/// The process must exist and, unless we are root, be ours: NVML would list any process, but
+/// attaching to another user's is refused as it will be in shim mode.
+fn check_process(proc_root: &Path, pid: u32) -> anyhow::Result<()> {
+    let status = match std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no process with PID {pid}")
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read /proc/{pid}/status")),
+    };
+    let ours = std::fs::read_to_string(proc_root.join("self/status"))
+        .context("cannot read /proc/self/status")?;
+    let (Some(theirs), Some(mine)) = (real_uid(&status), real_uid(&ours)) else {
+        bail!("cannot tell which user owns PID {pid} (no Uid line in /proc/{pid}/status)");
+    };
+    if mine != 0 && theirs != mine {
+        bail!("PID {pid} belongs to another user (uid {theirs}); attach as that user or as root");
+    }
+    Ok(())
+}
+
+/// The real UID from a /proc/PID/status text (`Uid:\treal\teffective\tsaved\tfs`).
+fn real_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_proc(name: &str, mine: u32, theirs: u32) -> std::path::PathBuf {
+        let root =
+            std::env::temp_dir().join(format!("memprof-attach-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (dir, uid) in [("self", mine), ("42", theirs)] {
+            std::fs::create_dir_all(root.join(dir)).expect("temp dir");
+            let text = format!("Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n");
+            std::fs::write(root.join(dir).join("status"), text).expect("write");
+        }
+        root
+    }
+
+    #[test]
+    fn refuses_missing_and_foreign_processes_but_not_for_root() {
+        let root = fake_proc("users", 1000, 1001);
+        assert_eq!(
+            check_process(&root, 43).map_err(|e| e.to_string()),
+            Err("no process with PID 43".to_owned())
+        );
+        assert_eq!(
+            check_process(&root, 42).map_err(|e| e.to_string()),
+            Err(
+                "PID 42 belongs to another user (uid 1001); attach as that user or as root"
+                    .to_owned()
+            )
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let root = fake_proc("root", 0, 1001);
+        assert!(check_process(&root, 42).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+        let root = fake_proc("same", 1000, 1000);
+        assert!(check_process(&root, 42).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,250 @@
+//! GPU samples as Prometheus metrics in the OpenMetrics text format, encoded by
+//! `prometheus-client`. A figure the sample does not have (`None`) has no series at all, and an
+//! unknown label (a device name NVML would not give) is left out.
+
+use crate::model::Bytes;
+use crate::source::gpu::{DeviceSample, Sample};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+
+/// The HTTP Content-Type of what `render` writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Longest command label kept (in bytes); a longer command line is cut at a character boundary.
+const COMMAND_LABEL_MAX: usize = 256;
+
+/// A series' labels, in order; only the known ones.
+type Labels = Vec<(&'static str, String)>;
+
+/// What the agent knows besides the latest sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// Samples that failed since the agent started.
+    pub failed_samples: u64,
+}
+
+type GaugeFamily = Family<Labels, Gauge>;
+
+/// Renders `sample` (taken on `host`, "" when unknown) as a complete OpenMetrics exposition.
+pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
+    let mut registry = Registry::with_prefix("memprof");
+    let total = GaugeFamily::default();
+    let used = GaugeFamily::default();
+    let free = GaugeFamily::default();
+    let utilization = GaugeFamily::default();
+    let memory_utilization = GaugeFamily::default();
+    let process_used = GaugeFamily::default();
+    let time = Gauge::<f64, AtomicU64>::default();
+    let failed = Counter::<u64>::default();
+
+    for device in &sample.devices {
+        let labels = device_labels(device, host);
+        let set = |family: &GaugeFamily, value: Option<i64>| {
+            if let Some(value) = value {
+                family.get_or_create(&labels).set(value);
+            }
+        };
+        set(&total, device.total.map(gauge_bytes));
+        set(&used, device.used.map(gauge_bytes));
+        set(&free, device.free.map(gauge_bytes));
+        set(&utilization, device.utilization_gpu_percent.map(i64::from));
+        set(
+            &memory_utilization,
+            device.utilization_memory_percent.map(i64::from),
+        );
+    }
+    for process in &sample.processes {
+        let Some(bytes) = process.used else { continue };
+        let mut labels = match sample.devices.iter().find(|d| d.index == process.device) {
+            Some(device) => device_labels(device, host),
+            None => base_labels(host, process.device),
+        };
+        labels.push(("pid", process.pid.to_string()));
+        if let Some(command) = &process.command {
+            labels.push(("command", command_label(command)));
+        }
+        process_used.get_or_create(&labels).set(gauge_bytes(bytes));
+    }
+    time.set(sample.time_ms as f64 / 1000.0);
+    failed.inc_by(status.failed_samples);
+
+    registry.register_with_unit(
+        "gpu_memory_total",
+        "Device memory the GPU has",
+        Unit::Bytes,
+        total,
+    );
+    registry.register_with_unit(
+        "gpu_memory_used",
+        "Device memory in use on the GPU (all processes and the driver)",
+        Unit::Bytes,
+        used,
+    );
+    registry.register_with_unit(
+        "gpu_memory_free",
+        "Device memory free on the GPU",
+        Unit::Bytes,
+        free,
+    );
+    registry.register(
+        "gpu_utilization_percent",
+        "Percent of the last sample period a kernel ran on the GPU",
+        utilization,
+    );
+    registry.register(
+        "gpu_memory_utilization_percent",
+        "Percent of the last sample period device memory was read or written",
+        memory_utilization,
+    );
+    registry.register_with_unit(
+        "process_memory_used",
+        "Device memory a process holds on the GPU (NVML's figure)",
+        Unit::Bytes,
+        process_used,
+    );
+    registry.register_with_unit(
+        "sample_time",
+        "When the sample these figures come from was taken (Unix time)",
+        Unit::Seconds,
+        time,
+    );
+    registry.register(
+        "failed_samples",
+        "GPU samples that failed since the agent started",
+        failed,
+    );
+
+    let mut text = String::new();
+    // Writing into a String cannot fail; an encoder error would be a label it cannot write,
+    // and every label here is a plain string.
+    if let Err(e) = encode(&mut text, &registry) {
+        text = format!("# memprof: could not encode the metrics: {e}\n# EOF\n");
+    }
+    text
+}
+
+/// `host` (left out when unknown, the empty string) and `gpu`.
+fn base_labels(host: &str, gpu: u32) -> Labels {
+    let mut labels = Vec::with_capacity(6);
+    if !host.is_empty() {
+        labels.push(("host", host.to_owned()));
+    }
+    labels.push(("gpu", gpu.to_string()));
+    labels
+}
+
+fn device_labels(device: &DeviceSample, host: &str) -> Labels {
+    let mut labels = base_labels(host, device.index);
+    if let Some(uuid) = &device.uuid {
+        labels.push(("uuid", uuid.clone()));
+    }
+    if let Some(name) = &device.name {
+        labels.push(("name", name.clone()));
+    }
+    labels
+}
+
+/// Gauges hold i64: 8 EiB and up saturates (no device is near that).
+fn gauge_bytes(bytes: Bytes) -> i64 {
+    i64::try_from(bytes.0).unwrap_or(i64::MAX)
+}
+
+fn command_label(command: &str) -> String {
+    let mut end = command.len().min(COMMAND_LABEL_MAX);
+    while !command.is_char_boundary(end) {
+        end -= 1;
+    }
+    command[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::gpu::ProcessSample;
+
+    fn sample() -> Sample {
+        Sample {
+            time_ms: 1_700_000_000_500,
+            devices: vec![
+                DeviceSample {
+                    index: 0,
+                    name: Some("NVIDIA H100 80GB HBM3".into()),
+                    uuid: Some("GPU-a".into()),
+                    total: Some(Bytes(85_899_345_920)),
+                    used: Some(Bytes(1 << 30)),
+                    free: Some(Bytes(85_899_345_920 - (1 << 30))),
+                    utilization_gpu_percent: Some(87),
+                    utilization_memory_percent: None,
+                },
+                DeviceSample {
+                    index: 1,
+                    ..DeviceSample::default()
+                },
+            ],
+            processes: vec![
+                ProcessSample {
+                    pid: 42,
+                    device: 0,
+                    used: Some(Bytes(512 << 20)),
+                    command: Some("python \"train.py\"".into()),
+                    ..ProcessSample::default()
+                },
+                ProcessSample {
+                    pid: 43,
+                    device: 0,
+                    used: None,
+                    ..ProcessSample::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn every_known_figure_is_one_series_and_unknowns_are_absent() {
+        let text = render(&sample(), "node7", AgentStatus { failed_samples: 3 });
+        let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            series,
+            [
+                "memprof_gpu_memory_total_bytes{host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\"} 85899345920",
+                "memprof_gpu_memory_used_bytes{host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\"} 1073741824",
+                "memprof_gpu_memory_free_bytes{host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\"} 84825604096",
+                "memprof_gpu_utilization_percent{host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\"} 87",
+                "memprof_process_memory_used_bytes{host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\",pid=\"42\",command=\"python \\\"train.py\\\"\"} 536870912",
+                "memprof_sample_time_seconds 1700000000.5",
+                "memprof_failed_samples_total 3",
+            ]
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn unknown_labels_are_left_out() {
+        let mut sample = sample();
+        sample.devices[1].utilization_gpu_percent = Some(3);
+        sample.processes[1].used = Some(Bytes(9));
+        sample.processes[1].device = 5;
+        let text = render(&sample, "", AgentStatus::default());
+        assert!(
+            text.contains("\nmemprof_gpu_utilization_percent{gpu=\"1\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nmemprof_process_memory_used_bytes{gpu=\"5\",pid=\"43\"} 9\n"),
+            "{text}"
+        );
+        assert!(!text.contains("host="));
+    }
+
+    #[test]
+    fn long_commands_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(200);
+        let cut = command_label(&long);
+        assert_eq!(cut.len(), COMMAND_LABEL_MAX);
+        assert!(long.starts_with(&cut));
+    }
+}

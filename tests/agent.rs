@@ -1,0 +1,383 @@
+//! `memprof agent` end to end: the binary on the fake NVML, scraped by a real Prometheus
+//! server (Debian's `prometheus` package; skipped with a message when /usr/bin/prometheus is
+//! absent), with the values read back through Prometheus's query API. Also the alert rules of
+//! `contrib/prometheus/` through `promtool`.
+
+use crate::nvml_fake::{fake_nvml, scenario, GONE_PID};
+use crate::util::{memprof, repo, stderr};
+use memprof::source::gpu::ProcView;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+const PROMTOOL: &str = "/usr/bin/promtool";
+
+/// Kills the child when dropped, so a failing assertion leaves no process behind.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `memprof agent ARGS` on a free loopback port; returns it and its address.
+fn start_agent(args: &[&str], env: &[(&str, &Path)]) -> (Killed, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memprof"));
+    cmd.args(["agent", "--listen", "127.0.0.1:0", "--host", "testhost"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let mut child = Killed(cmd.spawn().expect("memprof agent starts"));
+    let stderr = child.0.stderr.take().expect("piped stderr");
+    let mut stderr = BufReader::new(stderr);
+    let mut line = String::new();
+    stderr
+        .read_line(&mut line)
+        .expect("the agent says where it listens");
+    // Keep reading, so the agent never writes into a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    (child, addr)
+}
+
+/// One HTTP/1.0 GET; returns the status code and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_owned())
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The instant vector of `query`, as (labels, value) pairs, from Prometheus's HTTP API.
+fn query(prometheus: &str, query: &str) -> Vec<(Value, f64)> {
+    let (status, body) = get(
+        prometheus,
+        &format!("/api/v1/query?query={}", url_encode(query)),
+    );
+    assert_eq!(status, 200, "{query}: {body}");
+    let doc: Value = serde_json::from_str(&body).expect("the API answers JSON");
+    doc["data"]["result"]
+        .as_array()
+        .expect("a vector")
+        .iter()
+        .map(|r| {
+            let value = r["value"][1]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .expect("a number");
+            (r["metric"].clone(), value)
+        })
+        .collect()
+}
+
+/// The single value of `q`, which must select exactly one series.
+fn one(prometheus: &str, q: &str) -> f64 {
+    let result = query(prometheus, q);
+    assert_eq!(result.len(), 1, "{q}: {result:?}");
+    result[0].1
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("agent-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn prometheus_scrapes_the_fake_nvml_figures() {
+    let dir = fake_nvml("agent");
+    let own = std::process::id();
+    let scenario = scenario(&dir, own);
+    let (_agent, addr) = start_agent(
+        &["--interval", "0.2"],
+        &[("LD_LIBRARY_PATH", &dir), ("FAKE_NVML_SCENARIO", &scenario)],
+    );
+    // The agent answers before Prometheus is involved.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !get(&addr, "/metrics")
+        .1
+        .contains("memprof_gpu_memory_total_bytes{")
+    {
+        assert!(Instant::now() < deadline, "no sample served");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(get(&addr, "/nope").0, 404);
+
+    if !Path::new(PROMETHEUS).is_file() {
+        eprintln!("skipped: {PROMETHEUS} is absent (apt-get install prometheus)");
+        return;
+    }
+    let work = temp("prometheus");
+    let config = work.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: memprof\n    static_configs:\n      - targets: ['{addr}']\n"
+        ),
+    )
+    .expect("write the config");
+    let web = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(work.join("prometheus.log")).expect("log file");
+    let _prometheus = Killed(
+        Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                work.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = TcpStream::connect(&web).is_ok()
+            && !query(&web, "memprof_process_memory_used_bytes").is_empty();
+        if ready {
+            break;
+        }
+        let log = std::fs::read_to_string(work.join("prometheus.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "no scrape in 120 s:\n{log}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Devices: every figure as the scenario has it; the device without memory figures has no
+    // memory series, the one without utilization no utilization series.
+    let totals = query(&web, "memprof_gpu_memory_total_bytes");
+    assert_eq!(totals.len(), 2, "{totals:?}");
+    let gpu0 = r#"{gpu="0",host="testhost",uuid="GPU-0f2b2a34-8d1c-4e0a-9a57-1b2c3d4e5f60",name="NVIDIA H100 80GB HBM3",job="memprof"}"#;
+    assert_eq!(
+        one(&web, &format!("memprof_gpu_memory_total_bytes{gpu0}")),
+        85_899_345_920.0
+    );
+    assert_eq!(
+        one(&web, &format!("memprof_gpu_memory_used_bytes{gpu0}")),
+        1_073_741_824.0
+    );
+    assert_eq!(
+        one(&web, &format!("memprof_gpu_memory_free_bytes{gpu0}")),
+        84_825_604_096.0
+    );
+    assert_eq!(
+        one(&web, &format!("memprof_gpu_utilization_percent{gpu0}")),
+        87.0
+    );
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_gpu_memory_utilization_percent{gpu0}")
+        ),
+        40.0
+    );
+    assert_eq!(
+        one(
+            &web,
+            r#"memprof_gpu_memory_total_bytes{gpu="1",uuid="",name=""}"#
+        ),
+        25_769_803_776.0
+    );
+    assert_eq!(one(&web, r#"memprof_gpu_memory_used_bytes{gpu="1"}"#), 0.0);
+    let utilization = query(&web, "memprof_gpu_utilization_percent");
+    let gpus: Vec<&str> = utilization
+        .iter()
+        .filter_map(|(m, _)| m["gpu"].as_str())
+        .collect();
+    assert_eq!(gpus.len(), 2);
+    assert!(gpus.contains(&"0") && gpus.contains(&"2"), "{gpus:?}");
+    assert_eq!(
+        one(
+            &web,
+            r#"memprof_gpu_utilization_percent{gpu="2",name="GRID A100-8C"}"#
+        ),
+        5.0
+    );
+
+    // Processes: ours with its command line, the one NVML has no figure for absent, the
+    // growing one growing.
+    let processes = query(&web, "memprof_process_memory_used_bytes");
+    assert_eq!(processes.len(), 2, "{processes:?}");
+    let ours = processes
+        .iter()
+        .find(|(m, _)| m["pid"] == own.to_string().as_str())
+        .expect("our process is listed");
+    assert_eq!(ours.1, 536_870_912.0);
+    assert_eq!(ours.0["gpu"], "0");
+    assert_eq!(ours.0["uuid"], "GPU-0f2b2a34-8d1c-4e0a-9a57-1b2c3d4e5f60");
+    if let Some(command) = ProcView::system().command(own) {
+        assert_eq!(ours.0["command"].as_str(), Some(command.as_str()));
+    }
+    let growing = format!(
+        r#"memprof_process_memory_used_bytes{{pid="{}",gpu="1"}}"#,
+        GONE_PID + 1
+    );
+    let before = one(&web, &growing);
+    assert!(
+        before >= 1_048_576.0 && (before - 1_048_576.0) % 4096.0 == 0.0,
+        "{before}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while one(&web, &growing) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the growing process did not grow in Prometheus"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_replay_feeds_the_agent_and_a_bad_line_is_counted() {
+    let dir = temp("replay");
+    let recording = dir.join("run.jsonl");
+    std::fs::write(
+        &recording,
+        "{\"time_ms\":1000,\"devices\":[{\"index\":0,\"name\":null,\"uuid\":null,\"total\":100,\"used\":10,\"free\":90,\"utilization_gpu_percent\":null,\"utilization_memory_percent\":null}],\"processes\":[]}\n\
+         not json\n\
+         {\"time_ms\":2000,\"devices\":[{\"index\":0,\"name\":null,\"uuid\":null,\"total\":100,\"used\":20,\"free\":80,\"utilization_gpu_percent\":null,\"utilization_memory_percent\":null}],\"processes\":[]}\n",
+    )
+    .expect("write the recording");
+    let recorded = dir.join("again.jsonl");
+    let (_agent, addr) = start_agent(
+        &[
+            "--interval",
+            "0.05",
+            "--replay",
+            &recording.display().to_string(),
+            "--record",
+            &recorded.display().to_string(),
+        ],
+        &[],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = get(&addr, "/metrics");
+        assert_eq!(status, 200);
+        if body.contains("memprof_sample_time_seconds 2.0") {
+            assert!(
+                body.contains("memprof_gpu_memory_used_bytes{host=\"testhost\",gpu=\"0\"} 20"),
+                "{body}"
+            );
+            assert!(body.contains("memprof_failed_samples_total 1"), "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replay's last sample never came:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // --record wrote the good samples back, line by line as they were taken.
+    let parse = |text: &str| -> Vec<Value> {
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let written = std::fs::read_to_string(&recorded).expect("the recording exists");
+    let original = std::fs::read_to_string(&recording).expect("read");
+    assert_eq!(written.lines().count(), 2, "{written}");
+    assert_eq!(parse(&written), parse(&original));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_nvml_or_a_bad_address_is_one_line_and_exit_2() {
+    let dir = fake_nvml("agent-fails");
+    // The fake refuses to initialize without a scenario, as NVML does without a driver.
+    let out = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["agent", "--listen", "127.0.0.1:0"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .env_remove("FAKE_NVML_SCENARIO")
+        .output()
+        .expect("memprof runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "memprof: error: NVML is not available: the NVIDIA driver is not loaded"
+    );
+    let recording = dir.join("empty.jsonl");
+    std::fs::write(&recording, "").expect("write");
+    let out = memprof(&[
+        "agent",
+        "--listen",
+        "not-an-address",
+        "--replay",
+        &recording.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("memprof: error: cannot listen on not-an-address"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).lines().count(), 1);
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_fire_as_documented() {
+    if !Path::new(PROMTOOL).is_file() {
+        eprintln!("skipped: {PROMTOOL} is absent (apt-get install prometheus)");
+        return;
+    }
+    let rules = repo().join("contrib/prometheus");
+    for (what, file) in [("check", "alerts.yml"), ("test", "alerts_test.yml")] {
+        let out = Command::new(PROMTOOL)
+            .args([what, "rules"])
+            .arg(rules.join(file))
+            .output()
+            .expect("promtool runs");
+        assert!(
+            out.status.success(),
+            "promtool {what} rules {file}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
