@@ -3,7 +3,7 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::diagnose::{diagnose_device, diagnose_log, Depth};
+use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
 use crate::model::Bytes;
 use crate::report::diagnose::DiagnoseReport;
 use crate::sim::replay::{self, DeviceTrace};
@@ -78,6 +78,13 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     let snapshot = &loaded.parsed.snapshot;
     for w in &loaded.parsed.warnings {
         eprintln!("memprof: warning: {shown}: {w}");
+    }
+    if let Some(info) = &loaded.recording {
+        let diagnoses = snapshot.devices().into_iter().filter_map(|device| {
+            let recorded = info.device_total.get(&device).copied();
+            diagnose_recording_device(snapshot, device, total.or(recorded), true)
+        });
+        return Ok(DiagnoseReport::new(diagnoses.collect()));
     }
     let (recorded, warning) = replay::recorded_config(snapshot);
     if let Some(w) = warning {

@@ -35,7 +35,8 @@ pub struct InputReport {
     pub path: String,
     pub kind: InputKind,
     pub bytes: u64,
-    /// `history` (PyTorch 2.0), `modern` (2.1+) or `segments_only`.
+    /// `history` (PyTorch 2.0), `modern` (2.1+), `segments_only` or `recording` (a memprof
+    /// recording of driver calls).
     pub format: &'static str,
     /// The allocator settings string recorded in the file, when present.
     pub alloc_conf: Option<String>,

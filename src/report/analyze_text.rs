@@ -32,6 +32,7 @@ fn render_input(input: &InputReport, out: &mut String) {
     let format = match input.format {
         "history" => "PyTorch 2.0 snapshot",
         "segments_only" => "segment list (no trace)",
+        "recording" => "memprof recording of driver calls",
         _ => "PyTorch 2.1+ snapshot",
     };
     let _ = writeln!(

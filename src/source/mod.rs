@@ -5,4 +5,5 @@ pub mod gpu;
 pub mod oom_log;
 pub mod pickle;
 pub mod prefetch;
+pub mod recording;
 pub mod torch_snapshot;

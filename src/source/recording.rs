@@ -1,0 +1,375 @@
+//! memprof recordings (the shim's driver calls, `memprof-wire`) into the model.
+//!
+//! A recording sees the CUDA driver, not PyTorch's caching allocator, so it is mapped at that
+//! level (`design/CLI.md`, "For a memprof recording"):
+//!
+//! - a successful device allocation (`cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocManaged`,
+//!   `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`) is a `segment_alloc` followed by an `alloc`
+//!   of the same address and size; its free (`cuMemFree`, `cuMemFreeAsync`) is a
+//!   `free_completed` followed by a `segment_free`;
+//! - a `cuMemMap` is a `segment_map` followed by an `alloc` of the mapped range; a `cuMemUnmap`
+//!   ends every mapping inside its range (`free_completed`, then `segment_unmap`);
+//!   `cuMemCreate`, `cuMemRelease` and address reservations hold no addressable memory and make
+//!   no entry;
+//! - an allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY` is an `oom` entry of the request,
+//!   with the free memory of the device's last `cuMemGetInfo` before it, when there was one.
+//!
+//! So reserved, allocated, active and requested figures are all driver memory, fragmentation
+//! inside the allocator is not visible (it is reported as zero only because every segment is one
+//! whole block), there are no stacks and no allocator settings. The segments at the end are the
+//! allocations and mappings still alive, one block each. Calls that do not name their device
+//! (everything but `cuMemCreate` and the maps of its handles) are put on device 0, and a warning
+//! says how many.
+
+use crate::model::{
+    Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackTable,
+    StreamIndex, Timeline, TraceEntry,
+};
+use crate::source::torch_snapshot::Parsed;
+use memprof_wire::{decode_recording, DecodeError, Kind, Record, Recording, CUDA_SUCCESS};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+
+/// Why a recording could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    #[error("{0}")]
+    Header(DecodeError),
+    #[error("at byte {offset}: {error}")]
+    Record { offset: u64, error: DecodeError },
+}
+
+/// What a recording says beyond the model: the recorded process and the driver's view.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordingInfo {
+    /// Process id of the recorded process.
+    pub pid: u32,
+    /// The device total the last `cuMemGetInfo` of each device reported.
+    pub device_total: BTreeMap<u32, u64>,
+    /// Events the shim dropped; `None` when the recording has no trailer (cut short).
+    pub dropped: Option<u64>,
+}
+
+/// A recording read into the model, with what the model has no place for.
+#[derive(Debug)]
+pub struct ReadRecording {
+    pub parsed: Parsed,
+    pub info: RecordingInfo,
+}
+
+/// Reads a whole recording. A recording cut short (no trailer, a partial last record) is read
+/// as far as it goes, with a warning.
+pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
+    let recording = decode_recording(bytes).map_err(|error| match error {
+        DecodeError::Record { index, .. } => RecordingError::Record {
+            offset: (memprof_wire::FILE_HEADER_LEN + index * memprof_wire::RECORD_LEN) as u64,
+            error,
+        },
+        DecodeError::Header(_) => RecordingError::Header(error),
+    })?;
+    Ok(from_recording(&recording))
+}
+
+/// Maps decoded records into the model (see the module documentation).
+pub fn from_recording(recording: &Recording) -> ReadRecording {
+    let mut builder = Builder::default();
+    for record in &recording.records {
+        builder.apply(record);
+    }
+    let mut warnings = builder.warnings();
+    match recording.dropped {
+        Some(0) => {}
+        Some(n) => warnings.push(format!(
+            "the shim dropped {n} events (its buffer was full); figures may miss them"
+        )),
+        None => warnings.push(format!(
+            "the recording has no trailer (the program was killed or is still running); read \
+             its first {} records",
+            recording.records.len()
+        )),
+    }
+    if recording.trailing_bytes > 0 {
+        warnings.push(format!(
+            "ignored {} bytes at the end that do not make a whole record",
+            recording.trailing_bytes
+        ));
+    }
+    let info = RecordingInfo {
+        pid: recording.header.pid,
+        device_total: builder.info.iter().map(|(&d, &(_, t))| (d, t)).collect(),
+        dropped: recording.dropped,
+    };
+    ReadRecording {
+        parsed: Parsed {
+            snapshot: builder.snapshot(),
+            warnings,
+        },
+        info,
+    }
+}
+
+/// A driver allocation or mapping alive at some point of the recording.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    device: u32,
+    size: u64,
+    stream: StreamIndex,
+    mapped: bool,
+}
+
+#[derive(Default)]
+struct Builder {
+    entries: BTreeMap<u32, Vec<TraceEntry>>,
+    held: BTreeMap<u64, Held>,
+    /// Device of each `cuMemCreate` handle.
+    handles: FxHashMap<u64, u32>,
+    /// (free, total) of each device's last `cuMemGetInfo`.
+    info: FxHashMap<u32, (u64, u64)>,
+    streams: Vec<u64>,
+    stream_index: FxHashMap<u64, StreamIndex>,
+    /// Frees and unmaps of addresses no recorded call allocated.
+    unknown_frees: usize,
+    first_unknown: Option<usize>,
+    /// Calls that failed with another error than out-of-memory (they change nothing).
+    failed: usize,
+    /// Allocations at an address still held (its free was not recorded).
+    reused: usize,
+    /// Calls put on device 0 because they do not name a device.
+    guessed_device: usize,
+    /// Index of the record being applied.
+    index: usize,
+}
+
+impl Builder {
+    fn apply(&mut self, r: &Record) {
+        let index = self.index;
+        self.index += 1;
+        if r.is_oom() {
+            let device = self.device_of(r);
+            let free = self.info.get(&device).map(|&(free, _)| free);
+            let stream = self.stream(r);
+            self.push(device, TraceEntry::oom(r.size, free, stream));
+            return;
+        }
+        if r.result != CUDA_SUCCESS {
+            self.failed += 1;
+            return;
+        }
+        match r.kind {
+            Kind::Alloc
+            | Kind::AllocPitch
+            | Kind::AllocManaged
+            | Kind::AllocAsync
+            | Kind::AllocFromPoolAsync => {
+                let device = self.device_of(r);
+                let stream = self.stream(r);
+                self.hold(r.ptr, device, r.size, stream, false);
+            }
+            Kind::Free | Kind::FreeAsync => match self.held.get(&r.ptr).copied() {
+                Some(h) if !h.mapped => self.release(r.ptr, h),
+                _ => self.unknown(index),
+            },
+            Kind::VmmCreate => {
+                let device = self.device_of(r);
+                self.handles.insert(r.aux, device);
+            }
+            Kind::VmmMap => {
+                let device = match self.handles.get(&r.aux) {
+                    Some(&d) => d,
+                    None => self.device_of(r),
+                };
+                self.hold(r.ptr, device, r.size, StreamIndex(0), true);
+            }
+            Kind::VmmUnmap => {
+                let end = r.ptr.saturating_add(r.size);
+                let inside: Vec<(u64, Held)> = self
+                    .held
+                    .range(r.ptr..end)
+                    .filter(|(_, h)| h.mapped)
+                    .map(|(&a, &h)| (a, h))
+                    .collect();
+                if inside.is_empty() {
+                    self.unknown(index);
+                }
+                for (addr, h) in inside {
+                    self.release(addr, h);
+                }
+            }
+            Kind::MemGetInfo => {
+                let device = self.device_of(r);
+                self.info.insert(device, (r.aux, r.size));
+            }
+            Kind::VmmRelease | Kind::AddressReserve | Kind::AddressFree | Kind::Trailer => {}
+        }
+    }
+
+    fn hold(&mut self, addr: u64, device: u32, size: u64, stream: StreamIndex, mapped: bool) {
+        if let Some(old) = self.held.get(&addr).copied() {
+            // The driver handed out an address the recording still holds, so its free was not
+            // recorded (dropped): end the old one first so the totals stay right.
+            self.release(addr, old);
+            self.reused += 1;
+        }
+        let segment = if mapped {
+            Action::SegmentMap
+        } else {
+            Action::SegmentAlloc
+        };
+        self.push(device, TraceEntry::new(segment, Some(addr), size, stream));
+        self.push(
+            device,
+            TraceEntry::new(Action::Alloc, Some(addr), size, stream),
+        );
+        let held = Held {
+            device,
+            size,
+            stream,
+            mapped,
+        };
+        self.held.insert(addr, held);
+    }
+
+    fn release(&mut self, addr: u64, h: Held) {
+        self.held.remove(&addr);
+        let segment = if h.mapped {
+            Action::SegmentUnmap
+        } else {
+            Action::SegmentFree
+        };
+        self.push(
+            h.device,
+            TraceEntry::new(Action::FreeCompleted, Some(addr), h.size, h.stream),
+        );
+        self.push(
+            h.device,
+            TraceEntry::new(segment, Some(addr), h.size, h.stream),
+        );
+    }
+
+    fn unknown(&mut self, index: usize) {
+        self.unknown_frees += 1;
+        self.first_unknown.get_or_insert(index);
+    }
+
+    fn device_of(&mut self, r: &Record) -> u32 {
+        match u32::try_from(r.device) {
+            Ok(d) => d,
+            Err(_) => {
+                self.guessed_device += 1;
+                0
+            }
+        }
+    }
+
+    fn stream(&mut self, r: &Record) -> StreamIndex {
+        let handle = match r.kind {
+            Kind::AllocAsync | Kind::FreeAsync | Kind::AllocFromPoolAsync => r.stream,
+            _ => 0,
+        };
+        if self.streams.is_empty() {
+            self.streams.push(0);
+            self.stream_index.insert(0, StreamIndex(0));
+        }
+        if let Some(&i) = self.stream_index.get(&handle) {
+            return i;
+        }
+        match u16::try_from(self.streams.len()) {
+            Ok(n) => {
+                self.streams.push(handle);
+                self.stream_index.insert(handle, StreamIndex(n));
+                StreamIndex(n)
+            }
+            // More distinct streams than the model indexes: the rest share the default one.
+            Err(_) => StreamIndex(0),
+        }
+    }
+
+    fn push(&mut self, device: u32, entry: TraceEntry) {
+        self.entries.entry(device).or_default().push(entry);
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(first) = self.first_unknown {
+            out.push(format!(
+                "{} frees or unmaps of addresses no recorded call allocated were skipped (first: \
+                 record {first})",
+                self.unknown_frees
+            ));
+        }
+        if self.reused > 0 {
+            out.push(format!(
+                "{} allocations reused an address still held, whose free was not recorded; it \
+                 is taken as freed there",
+                self.reused
+            ));
+        }
+        if self.failed > 0 {
+            out.push(format!(
+                "{} calls failed with an error other than out-of-memory and change nothing",
+                self.failed
+            ));
+        }
+        if self.guessed_device > 0 {
+            out.push(format!(
+                "{} driver calls do not name their device; they are reported under device 0",
+                self.guessed_device
+            ));
+        }
+        out
+    }
+
+    fn snapshot(self) -> Snapshot {
+        let devices = self
+            .entries
+            .keys()
+            .next_back()
+            .map_or(0, |&d| d as usize + 1);
+        let mut entries = Vec::new();
+        let mut ranges = Vec::with_capacity(devices);
+        for device in 0..devices {
+            let start = entries.len();
+            if let Some(list) = self.entries.get(&(device as u32)) {
+                entries.extend_from_slice(list);
+            }
+            ranges.push(start..entries.len());
+        }
+        let mut timeline = Timeline::new(entries, ranges);
+        let streams = if self.streams.is_empty() {
+            vec![0]
+        } else {
+            self.streams
+        };
+        let mut segments: Vec<Segment> = self
+            .held
+            .iter()
+            .map(|(&address, h)| Segment {
+                device: h.device,
+                address,
+                total_size: h.size,
+                stream: streams[h.stream.0 as usize],
+                pool: PoolKind::Large,
+                pool_id: (0, 0),
+                is_expandable: h.mapped,
+                stack: None,
+                blocks: vec![Block {
+                    address,
+                    size: h.size,
+                    requested_size: h.size,
+                    state: BlockState::ActiveAllocated,
+                    stack: None,
+                }],
+            })
+            .collect();
+        segments.sort_by_key(|s| (s.device, s.address));
+        timeline.set_tables(streams, Vec::new());
+        Snapshot {
+            format: SnapshotFormat::Recording,
+            segments,
+            timeline,
+            stacks: StackTable::default(),
+            settings: None,
+            annotations: Vec::new(),
+        }
+    }
+}
