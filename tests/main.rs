@@ -10,6 +10,7 @@ mod gate;
 mod plan;
 mod plots;
 mod real_snapshots;
+mod recording;
 mod shim_preload;
 mod simulate;
 mod util;

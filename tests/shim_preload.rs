@@ -105,6 +105,16 @@ pub fn kernels(name: &str) -> PathBuf {
         .output()
         .expect("cc runs");
     check("cc stress.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("peak_oom"))
+        .arg(k.join("workloads/peak_oom.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .expect("cc runs");
+    check("cc peak_oom.c", &out);
     dir
 }
 

@@ -18,8 +18,8 @@
 //! inside the allocator is not visible (it is reported as zero only because every segment is one
 //! whole block), there are no stacks and no allocator settings. The segments at the end are the
 //! allocations and mappings still alive, one block each. Calls that do not name their device
-//! (everything but `cuMemCreate` and the maps of its handles) are put on device 0, and a warning
-//! says how many.
+//! (everything but `cuMemCreate` and the maps of its handles) are put on device 0; when some call
+//! names another device, a warning says how many were put there.
 
 use crate::model::{
     Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackTable,
@@ -136,6 +136,8 @@ struct Builder {
     reused: usize,
     /// Calls put on device 0 because they do not name a device.
     guessed_device: usize,
+    /// Whether a call named a device other than 0 (then the guess may be wrong).
+    other_device: bool,
     /// Index of the record being applied.
     index: usize,
 }
@@ -253,7 +255,10 @@ impl Builder {
 
     fn device_of(&mut self, r: &Record) -> u32 {
         match u32::try_from(r.device) {
-            Ok(d) => d,
+            Ok(d) => {
+                self.other_device |= d != 0;
+                d
+            }
             Err(_) => {
                 self.guessed_device += 1;
                 0
@@ -310,7 +315,7 @@ impl Builder {
                 self.failed
             ));
         }
-        if self.guessed_device > 0 {
+        if self.guessed_device > 0 && self.other_device {
             out.push(format!(
                 "{} driver calls do not name their device; they are reported under device 0",
                 self.guessed_device
@@ -371,5 +376,171 @@ impl Builder {
             settings: None,
             annotations: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memprof_wire::{FileHeader, CUDA_ERROR_OUT_OF_MEMORY};
+
+    fn rec(kind: Kind, ptr: u64, size: u64, aux: u64) -> Record {
+        Record {
+            ptr,
+            size,
+            aux,
+            ..Record::new(kind)
+        }
+    }
+
+    fn recording(records: Vec<Record>, dropped: Option<u64>) -> Recording {
+        Recording {
+            header: FileHeader {
+                pid: 7,
+                start_ns: 0,
+            },
+            records,
+            dropped,
+            delayed: 0,
+            trailing_bytes: 0,
+        }
+    }
+
+    fn actions(s: &Snapshot, device: usize) -> Vec<(Action, Option<u64>, u64)> {
+        s.timeline
+            .device(device)
+            .iter()
+            .map(|e| (e.action, e.addr(), e.size))
+            .collect()
+    }
+
+    #[test]
+    fn driver_calls_become_segments_and_allocations() {
+        let mut oom = rec(Kind::Alloc, 0, 900, 0);
+        oom.result = CUDA_ERROR_OUT_OF_MEMORY;
+        let mut create = rec(Kind::VmmCreate, 0, 64, 11);
+        create.device = 2;
+        let mut async_alloc = rec(Kind::AllocAsync, 0x500, 30, 0);
+        async_alloc.stream = 0x99;
+        let mut failed_free = rec(Kind::Free, 0x100, 0, 0);
+        failed_free.result = 1;
+        let read = from_recording(&recording(
+            vec![
+                rec(Kind::Alloc, 0x100, 10, 0),
+                rec(Kind::MemGetInfo, 0, 1000, 400),
+                oom,
+                failed_free,
+                rec(Kind::Free, 0x100, 0, 0),
+                rec(Kind::Free, 0x999, 0, 0),
+                create,
+                rec(Kind::VmmMap, 0x7000, 32, 11),
+                rec(Kind::VmmMap, 0x7020, 32, 11),
+                rec(Kind::VmmUnmap, 0x7000, 64, 0),
+                rec(Kind::VmmMap, 0x8000, 16, 11),
+                async_alloc,
+                rec(Kind::AddressReserve, 0x9000, 1 << 30, 0),
+            ],
+            Some(0),
+        ));
+        let s = &read.parsed.snapshot;
+        use Action::*;
+        assert_eq!(
+            actions(s, 0),
+            [
+                (SegmentAlloc, Some(0x100), 10),
+                (Alloc, Some(0x100), 10),
+                (Oom, None, 900),
+                (FreeCompleted, Some(0x100), 10),
+                (SegmentFree, Some(0x100), 10),
+                (SegmentAlloc, Some(0x500), 30),
+                (Alloc, Some(0x500), 30),
+            ]
+        );
+        assert_eq!(s.timeline.device(0)[2].device_free(), Some(400));
+        assert_eq!(s.timeline.stream(s.timeline.device(0)[6].stream), 0x99);
+        assert!(s.timeline.device(1).is_empty());
+        assert_eq!(
+            actions(s, 2),
+            [
+                (SegmentMap, Some(0x7000), 32),
+                (Alloc, Some(0x7000), 32),
+                (SegmentMap, Some(0x7020), 32),
+                (Alloc, Some(0x7020), 32),
+                (FreeCompleted, Some(0x7000), 32),
+                (SegmentUnmap, Some(0x7000), 32),
+                (FreeCompleted, Some(0x7020), 32),
+                (SegmentUnmap, Some(0x7020), 32),
+                (SegmentMap, Some(0x8000), 16),
+                (Alloc, Some(0x8000), 16),
+            ]
+        );
+        let left: Vec<(u32, u64, u64, bool)> = s
+            .segments
+            .iter()
+            .map(|g| (g.device, g.address, g.total_size, g.is_expandable))
+            .collect();
+        assert_eq!(left, [(0, 0x500, 30, false), (2, 0x8000, 16, true)]);
+        assert_eq!(read.info.device_total.get(&0), Some(&1000));
+        assert_eq!(read.info.pid, 7);
+        let w = &read.parsed.warnings;
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("1 frees or unmaps") && w[0].contains("record 5"));
+        assert!(w[1].starts_with("1 calls failed"));
+        assert!(w[2].starts_with("4 driver calls do not name their device"));
+    }
+
+    #[test]
+    fn an_address_handed_out_again_ends_the_old_allocation() {
+        let read = from_recording(&recording(
+            vec![
+                rec(Kind::Alloc, 0x100, 10, 0),
+                rec(Kind::Alloc, 0x100, 20, 0),
+            ],
+            Some(1),
+        ));
+        let s = &read.parsed.snapshot;
+        let mut replay = crate::model::Replay::new(s.timeline.device(0), &s.segments);
+        while replay.step().is_some() {}
+        assert_eq!((replay.live().total(), replay.reserved()), (20, 20));
+        assert_eq!(replay.issues().1, 0);
+        assert!(read.parsed.warnings.iter().any(|w| w.contains("dropped 1")));
+        assert!(read.parsed.warnings.iter().any(|w| w.contains("reused")));
+    }
+
+    fn file(records: &[Record]) -> Vec<u8> {
+        let mut out = FileHeader {
+            pid: 1,
+            start_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        for r in records {
+            out.extend_from_slice(&r.encode());
+        }
+        out
+    }
+
+    #[test]
+    fn a_bad_record_is_named_by_index_and_byte_offset() {
+        let mut bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
+        bytes[memprof_wire::FILE_HEADER_LEN + memprof_wire::RECORD_LEN] = 99;
+        let err = read(&bytes).map(|_| ()).expect_err("unknown kind");
+        assert_eq!(err.to_string(), "at byte 96: record 1 has unknown kind 99");
+        let err = read(&bytes[..20]).map(|_| ()).expect_err("short header");
+        assert_eq!(err.to_string(), "recording header cut short");
+    }
+
+    #[test]
+    fn a_cut_recording_is_read_as_far_as_it_goes() {
+        let bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
+        let read = read(&bytes[..bytes.len() - 10]).expect("readable");
+        assert_eq!(read.parsed.snapshot.timeline.device(0).len(), 2);
+        assert_eq!(read.info.dropped, None);
+        let w = read.parsed.warnings.join("\n");
+        assert!(
+            w.contains("no trailer") && w.contains("first 1 records"),
+            "{w}"
+        );
+        assert!(w.contains("ignored 54 bytes"), "{w}");
     }
 }
