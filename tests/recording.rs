@@ -1,7 +1,8 @@
 //! memprof recordings as input: `kernels/workloads/peak_oom.c` runs on the fake driver under
 //! the shim, and `analyze`, `diagnose`, `gate` and `export` read its recording with the figures
 //! the workload's calls imply; `export --to torch-snapshot` round-trips through `analyze` and
-//! Python's `pickle`; `simulate` refuses; damaged recordings fail with one line or warn.
+//! Python's `pickle`; `simulate` refuses; damaged recordings fail with one line or warn; a
+//! program ending with `_exit` / `_Exit` still gets its whole recording.
 
 use crate::shim_preload::{kernels, shim};
 use crate::util::{analyze_json, memprof, repo, stderr, stdout};
@@ -243,4 +244,16 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
     assert_eq!(recording.records[4].kind, Kind::MemGetInfo);
     assert_eq!(d["reserved_bytes"], 500_000);
     assert_eq!(d["trace"]["peak_active_bytes"], 500_000);
+}
+
+#[test]
+fn a_program_ending_with_underscore_exit_is_flushed_with_its_trailer() {
+    let (_, normal) = record("exit-normal", None);
+    let kinds = |r: &Recording| r.records.iter().map(|x| x.kind).collect::<Vec<_>>();
+    assert_eq!(normal.records.len(), 16);
+    for how in ["_exit", "_Exit"] {
+        let (_, ended) = record(&format!("exit{how}"), Some(how));
+        assert_eq!(ended.dropped, Some(0), "{how}: the trailer was written");
+        assert_eq!(kinds(&ended), kinds(&normal), "{how}: every call recorded");
+    }
 }

@@ -14,7 +14,7 @@
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
 //! shim exports `dlsym` (see `dlsym.rs`). Not yet: `dlsym` on other architectures, the other
 //! entry points of the issue (context creation), recording in
-//! forked children, a flush on `_exit`, stacks.
+//! forked children, stacks. A program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
@@ -24,6 +24,8 @@
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
 mod dlsym;
+#[cfg(not(test))]
+mod exit;
 mod hooks;
 mod recorder;
 pub mod ring;

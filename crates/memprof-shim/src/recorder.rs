@@ -5,8 +5,8 @@ use memprof_wire::{FileHeader, Kind, Record, RECORD_LEN};
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 /// Slots in the ring (64 bytes each: 4 MiB, preallocated in .bss).
@@ -27,6 +27,12 @@ const STARTING: u8 = 1;
 const RUNNING: u8 = 2;
 const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The process that opened the recording (a `vfork` child shares this memory but not the file).
+static RECORDING_PID: AtomicU32 = AtomicU32::new(0);
+/// How many times `_exit` tries the writer lock, 1 ms apart, before it gives up on the flush.
+// Used by `exit.rs`, which unit tests do not build (it would replace the test binary's `_exit`).
+#[cfg_attr(test, allow(dead_code))]
+const EXIT_LOCK_TRIES: u32 = 100;
 
 struct Writer {
     file: Option<File>,
@@ -170,6 +176,7 @@ fn start() -> bool {
         return false;
     }
     lock().file = Some(file);
+    RECORDING_PID.store(pid(), Ordering::Release);
     // Without a writer thread the ring is still drained at exit.
     WRITER_ALIVE.store(true, Ordering::Release);
     if std::thread::Builder::new()
@@ -233,8 +240,29 @@ extern "C" fn flush_at_exit() {
     if STATE.load(Ordering::Acquire) != RUNNING {
         return;
     }
-    let mut writer = lock();
-    drain(&mut writer);
+    finish(&mut lock());
+}
+
+/// The flush of `_exit` / `_Exit`, which skip `atexit`: as `flush_at_exit`, but it waits at most
+/// about 100 ms for the writer lock, and does nothing in a process that did not open the
+/// recording (a `vfork` child shares the parent's memory).
+#[cfg_attr(test, allow(dead_code))]
+pub fn flush_before_exit() {
+    if STATE.load(Ordering::Acquire) != RUNNING || RECORDING_PID.load(Ordering::Acquire) != pid() {
+        return;
+    }
+    for _ in 0..EXIT_LOCK_TRIES {
+        match WRITER.try_lock() {
+            Ok(mut writer) => return finish(&mut writer),
+            Err(TryLockError::Poisoned(poisoned)) => return finish(&mut poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// Drains the ring and writes the trailer, once.
+fn finish(writer: &mut Writer) {
+    drain(writer);
     if writer.closed {
         return;
     }
