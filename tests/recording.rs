@@ -6,7 +6,7 @@
 
 use crate::shim_preload::{kernels, shim};
 use crate::util::{analyze_json, memprof, repo, stderr, stdout};
-use memprof_wire::{decode_recording, Kind, Recording, FILE_HEADER_LEN, RECORD_LEN};
+use memprof_wire::{decode_recording, Kind, Recording, RECORD_LEN};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,6 +44,25 @@ fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
     assert_eq!(recording.dropped, Some(0));
     let doc = analyze_json(std::slice::from_ref(&path));
     let input = &doc["inputs"][0];
+    let process = &input["process"];
+    assert_eq!(process["pid"], recording.header.pid);
+    let program = path.with_file_name("peak_oom").display().to_string();
+    assert_eq!(process["command"], serde_json::json!([program]));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    assert_eq!(process["host"], host.trim());
+    // Entry times are wall clock: the peak lies after the start, and both are recent.
+    let start = process["start_time_us"].as_i64().expect("a start time");
+    let peak = input["devices"][0]["trace"]["peak_time_us"]
+        .as_i64()
+        .expect("a peak time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as i64;
+    assert!(
+        start <= peak && peak <= now && now - start < 600_000_000,
+        "{start} {peak} {now}"
+    );
     assert_eq!(input["kind"], "memprof_recording");
     assert_eq!(input["format"], "recording");
     assert_eq!(input["warnings"], serde_json::json!([]));
@@ -88,6 +107,28 @@ fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
     assert_eq!(diagnosis["total_bytes"], CAPACITY);
     assert_eq!(diagnosis["largest_free_block_bytes"], Value::Null);
     assert_eq!(allocations(&recording).len(), 3);
+}
+
+#[test]
+fn a_version_1_recording_reads_with_the_same_figures_and_no_process_details() {
+    let (path, _) = record("v1", None);
+    let figures = |file: &Path| {
+        let doc = analyze_json(&[file.to_path_buf()]);
+        let input = &doc["inputs"][0];
+        let mut devices = input["devices"].clone();
+        // Only times differ: version 1 has no wall clock.
+        devices[0]["trace"]["peak_time_us"] = Value::Null;
+        devices[0]["trace"]["peak_offset_us"] = Value::Null;
+        devices[0]["oom"]["time_us"] = Value::Null;
+        (devices, input["process"].clone())
+    };
+    let (now, process) = figures(&path);
+    let (old, old_process) = figures(&crate::util::fixture("recordings/peak_oom_v1.memprof"));
+    assert_eq!(old, now);
+    assert!(process["host"].is_string());
+    assert_eq!(old_process["host"], Value::Null);
+    assert_eq!(old_process["command"], serde_json::json!([]));
+    assert!(old_process["pid"].is_u64());
 }
 
 #[test]
@@ -220,13 +261,13 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
 
     let bad = dir.join("bad-kind.memprof");
     let mut damaged = bytes.clone();
-    damaged[FILE_HEADER_LEN + 3 * RECORD_LEN] = 0xee;
+    let offset = recording.records_at + 3 * RECORD_LEN;
+    damaged[offset] = 0xee;
     std::fs::write(&bad, &damaged).expect("written");
     let out = memprof(&["analyze", &bad.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    let offset = FILE_HEADER_LEN + 3 * RECORD_LEN;
     assert!(
         err.contains(&format!("at byte {offset}: record 3 has unknown kind 238")),
         "{err}"
@@ -234,7 +275,8 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
 
     // Cut in the middle of the sixth record: five records are read, with warnings.
     let cut = dir.join("cut.memprof");
-    std::fs::write(&cut, &bytes[..FILE_HEADER_LEN + 5 * RECORD_LEN + 40]).expect("written");
+    let at = recording.records_at + 5 * RECORD_LEN + 40;
+    std::fs::write(&cut, &bytes[..at]).expect("written");
     let doc = analyze_json(std::slice::from_ref(&cut));
     let warnings = doc["inputs"][0]["warnings"].to_string();
     assert!(warnings.contains("no trailer"), "{warnings}");

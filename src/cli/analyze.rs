@@ -8,7 +8,7 @@ use crate::analysis::{analyze_snapshot, DeviceAnalysis};
 use crate::diagnose::{diagnose_device, diagnose_recording_device, Depth};
 use crate::model::Snapshot;
 use crate::model::SnapshotFormat;
-use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport};
+use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
 use crate::sim::replay::{self, DeviceTrace};
@@ -50,6 +50,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
                 SnapshotFormat::SegmentsOnly => "segments_only",
                 SnapshotFormat::Recording => "recording",
             },
+            process: loaded.recording.as_ref().map(process_report),
             alloc_conf: snapshot
                 .settings
                 .as_ref()
@@ -72,6 +73,19 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     }
     stdout.flush()?;
     Ok(Outcome::Ok)
+}
+
+/// The recorded process of a memprof recording.
+fn process_report(info: &RecordingInfo) -> ProcessReport {
+    let process = info.process.as_ref();
+    ProcessReport {
+        pid: info.pid,
+        host: process.and_then(|p| p.host.clone()),
+        command: process.map(|p| p.args.clone()).unwrap_or_default(),
+        start_time_us: process
+            .and_then(|p| p.wall_start_ns)
+            .and_then(|ns| i64::try_from(ns / 1000).ok()),
+    }
 }
 
 /// Fills the diagnosis of each device's OOM: one replay with the recorded settings per device

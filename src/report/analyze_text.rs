@@ -28,6 +28,14 @@ pub fn render(report: &AnalyzeReport) -> String {
     out
 }
 
+/// An argument as a shell would need it: in single quotes when empty or holding blanks or quotes.
+fn quoted(arg: &str) -> String {
+    if !arg.is_empty() && !arg.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+        return arg.to_string();
+    }
+    format!("'{}'", arg.replace('\'', "'\\''"))
+}
+
 fn render_input(input: &InputReport, out: &mut String) {
     let format = match input.format {
         "history" => "PyTorch 2.0 snapshot",
@@ -43,6 +51,20 @@ fn render_input(input: &InputReport, out: &mut String) {
         input.devices.len(),
         if input.devices.len() == 1 { "" } else { "s" }
     );
+    if let Some(p) = &input.process {
+        let host = p
+            .host
+            .as_deref()
+            .map(|h| format!(" on {h}"))
+            .unwrap_or_default();
+        let command = if p.command.is_empty() {
+            String::new()
+        } else {
+            let words: Vec<String> = p.command.iter().map(|a| quoted(a)).collect();
+            format!(": {}", words.join(" "))
+        };
+        let _ = writeln!(out, "  process {}{host}{command}", p.pid);
+    }
     if let Some(conf) = input.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
         let _ = writeln!(out, "  PYTORCH_CUDA_ALLOC_CONF={conf}");
     }

@@ -17,8 +17,9 @@
 //! So reserved, allocated, active and requested figures are all driver memory, fragmentation
 //! inside the allocator is not visible (it is reported as zero only because every segment is one
 //! whole block), there are no stacks and no allocator settings. The segments at the end are the
-//! allocations and mappings still alive, one block each. Calls that do not name their device
-//! (everything but `cuMemCreate` and the maps of its handles) are put on device 0; when some call
+//! allocations and mappings still alive, one block each. Entry times are Unix times when the
+//! recording has the wall clock of its start (version 2), else absent. Calls that do not name
+//! their device (everything but `cuMemCreate` and the maps of its handles) are put on device 0; when some call
 //! names another device, a warning says how many were put there.
 
 use crate::model::{
@@ -26,24 +27,24 @@ use crate::model::{
     StreamIndex, Timeline, TraceEntry,
 };
 use crate::source::torch_snapshot::Parsed;
-use memprof_wire::{decode_recording, DecodeError, Kind, Record, Recording, CUDA_SUCCESS};
+use memprof_wire::{
+    decode_recording, DecodeError, Kind, ProcessInfo, Record, Recording, CUDA_SUCCESS,
+};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
-/// Why a recording could not be read.
+/// Why a recording could not be read (a damaged record names its index and byte offset).
 #[derive(Debug, thiserror::Error)]
-pub enum RecordingError {
-    #[error("{0}")]
-    Header(DecodeError),
-    #[error("at byte {offset}: {error}")]
-    Record { offset: u64, error: DecodeError },
-}
+#[error(transparent)]
+pub struct RecordingError(#[from] DecodeError);
 
 /// What a recording says beyond the model: the recorded process and the driver's view.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordingInfo {
     /// Process id of the recorded process.
     pub pid: u32,
+    /// Host name, command line and wall-clock start; `None` in a version-1 recording.
+    pub process: Option<ProcessInfo>,
     /// The device total the last `cuMemGetInfo` of each device reported.
     pub device_total: BTreeMap<u32, u64>,
     /// Events the shim dropped; `None` when the recording has no trailer (cut short).
@@ -60,19 +61,19 @@ pub struct ReadRecording {
 /// Reads a whole recording. A recording cut short (no trailer, a partial last record) is read
 /// as far as it goes, with a warning.
 pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
-    let recording = decode_recording(bytes).map_err(|error| match error {
-        DecodeError::Record { index, .. } => RecordingError::Record {
-            offset: (memprof_wire::FILE_HEADER_LEN + index * memprof_wire::RECORD_LEN) as u64,
-            error,
-        },
-        DecodeError::Header(_) => RecordingError::Header(error),
-    })?;
+    let recording = decode_recording(bytes)?;
     Ok(from_recording(&recording))
 }
 
 /// Maps decoded records into the model (see the module documentation).
 pub fn from_recording(recording: &Recording) -> ReadRecording {
-    let mut builder = Builder::default();
+    let mut builder = Builder {
+        clock: recording.process.as_ref().and_then(|p| {
+            p.wall_start_ns
+                .map(|wall| (recording.header.start_ns, wall))
+        }),
+        ..Builder::default()
+    };
     for record in &recording.records {
         builder.apply(record);
     }
@@ -96,6 +97,7 @@ pub fn from_recording(recording: &Recording) -> ReadRecording {
     }
     let info = RecordingInfo {
         pid: recording.header.pid,
+        process: recording.process.clone(),
         device_total: builder.info.iter().map(|(&d, &(_, t))| (d, t)).collect(),
         dropped: recording.dropped,
     };
@@ -119,6 +121,10 @@ struct Held {
 
 #[derive(Default)]
 struct Builder {
+    /// (monotonic, wall clock) ns at the start, to give entries Unix times.
+    clock: Option<(u64, u64)>,
+    /// Time of the record being applied, µs since the Unix epoch.
+    time_us: Option<i64>,
     entries: BTreeMap<u32, Vec<TraceEntry>>,
     held: BTreeMap<u64, Held>,
     /// Device of each `cuMemCreate` handle.
@@ -146,6 +152,10 @@ impl Builder {
     fn apply(&mut self, r: &Record) {
         let index = self.index;
         self.index += 1;
+        self.time_us = self.clock.and_then(|(mono, wall)| {
+            let ns = wall.checked_add(r.ts_ns.checked_sub(mono)?)?;
+            i64::try_from(ns / 1000).ok()
+        });
         if r.is_oom() {
             let device = self.device_of(r);
             let free = self.info.get(&device).map(|&(free, _)| free);
@@ -290,6 +300,7 @@ impl Builder {
     }
 
     fn push(&mut self, device: u32, entry: TraceEntry) {
+        let entry = entry.with_time(self.time_us);
         self.entries.entry(device).or_default().push(entry);
     }
 
@@ -399,6 +410,9 @@ mod tests {
                 pid: 7,
                 start_ns: 0,
             },
+            version: memprof_wire::VERSION,
+            process: None,
+            records_at: 0,
             records,
             dropped,
             delayed: 0,
@@ -507,6 +521,22 @@ mod tests {
         assert!(read.parsed.warnings.iter().any(|w| w.contains("reused")));
     }
 
+    #[test]
+    fn entries_get_unix_times_from_the_clocks_of_the_start() {
+        let mut alloc = rec(Kind::Alloc, 0x100, 10, 0);
+        alloc.ts_ns = 5_000_000;
+        let mut r = recording(vec![alloc], Some(0));
+        r.header.start_ns = 1_000_000;
+        let time =
+            |r: &Recording| from_recording(r).parsed.snapshot.timeline.device(0)[0].time_us();
+        assert_eq!(time(&r), None, "no wall clock, no time");
+        r.process = Some(ProcessInfo {
+            wall_start_ns: Some(1_700_000_000_000_000_000),
+            ..ProcessInfo::default()
+        });
+        assert_eq!(time(&r), Some(1_700_000_000_000_000 + 4_000));
+    }
+
     fn file(records: &[Record]) -> Vec<u8> {
         let mut out = FileHeader {
             pid: 1,
@@ -514,6 +544,7 @@ mod tests {
         }
         .encode()
         .to_vec();
+        out.extend_from_slice(&ProcessInfo::default().encode());
         for r in records {
             out.extend_from_slice(&r.encode());
         }
@@ -523,9 +554,10 @@ mod tests {
     #[test]
     fn a_bad_record_is_named_by_index_and_byte_offset() {
         let mut bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
-        bytes[memprof_wire::FILE_HEADER_LEN + memprof_wire::RECORD_LEN] = 99;
+        // 32 header bytes, 4 of an empty process block, then one record.
+        bytes[100] = 99;
         let err = read(&bytes).map(|_| ()).expect_err("unknown kind");
-        assert_eq!(err.to_string(), "at byte 96: record 1 has unknown kind 99");
+        assert_eq!(err.to_string(), "at byte 100: record 1 has unknown kind 99");
         let err = read(&bytes[..20]).map(|_| ()).expect_err("short header");
         assert_eq!(err.to_string(), "recording header cut short");
     }

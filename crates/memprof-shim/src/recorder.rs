@@ -1,7 +1,7 @@
 //! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
 
 use crate::ring::Ring;
-use memprof_wire::{FileHeader, Kind, Record, RECORD_LEN};
+use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, RECORD_LEN};
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
@@ -79,6 +79,55 @@ fn now_ns() -> u64 {
     (ts.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// `CLOCK_REALTIME` in ns since the Unix epoch; `None` if the clock is before it.
+fn wall_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME is always supported.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    Some(
+        secs.wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec as u64),
+    )
+}
+
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its whole length, which is what gethostname is told.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Bytes of the command line kept in the process block (the rest is left out).
+const MAX_ARGS_BYTES: usize = 64 << 10;
+
+/// This process's arguments from `/proc/self/cmdline`, the first 64 KiB of them.
+fn command_line() -> Vec<String> {
+    let Ok(raw) = std::fs::read("/proc/self/cmdline") else {
+        return Vec::new();
+    };
+    // Each argument ends with a NUL; an empty argument is kept.
+    let raw = raw.strip_suffix(&[0]).unwrap_or(&raw);
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let mut kept = 0;
+    raw.split(|&b| b == 0)
+        .take_while(|a| {
+            kept += a.len();
+            kept <= MAX_ARGS_BYTES
+        })
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 fn tid() -> u32 {
@@ -172,7 +221,14 @@ fn start() -> bool {
         pid: pid(),
         start_ns: now_ns(),
     };
-    if file.write_all(&header.encode()).is_err() {
+    let process = ProcessInfo {
+        wall_start_ns: wall_ns(),
+        host: host_name(),
+        args: command_line(),
+    };
+    let mut head = header.encode().to_vec();
+    head.extend_from_slice(&process.encode());
+    if file.write_all(&head).is_err() {
         return false;
     }
     lock().file = Some(file);
