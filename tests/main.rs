@@ -7,6 +7,7 @@ mod commands;
 mod diagnose;
 mod export;
 mod gate;
+mod live;
 mod plan;
 mod plots;
 mod real_snapshots;

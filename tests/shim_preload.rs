@@ -135,6 +135,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::AllocFromPoolAsync => "alloc_from_pool",
         Kind::AddressReserve => "address_reserve",
         Kind::AddressFree => "address_free",
+        Kind::LiveDropped => "live_dropped",
     }
 }
 

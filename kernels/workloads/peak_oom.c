@@ -8,10 +8,13 @@
  *   a 32768-byte handle mapped and left mapped; free b                 live c + the mapping
  *
  * Every memory call must succeed but the failing one (exit 3 otherwise). With the argument
- * "_exit" it ends with _exit(0), "_Exit" with _Exit(0), else by returning from main.
+ * "_exit" it ends with _exit(0), "_Exit" with _Exit(0), else by returning from main. With "wait"
+ * it first calls cuMemGetInfo (so a preloaded shim starts and listens), prints "ready" and waits
+ * for a line on stdin before the calls above.
  * Expects FAKE_CUDA_CAPACITY=1048576.
  * Build: cc peak_oom.c -o peak_oom -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir>
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -55,12 +58,19 @@ static CUmemGenericAllocationHandle create(size_t size) {
 
 int main(int argc, char **argv) {
     ok(cuInit(0));
+    size_t free_bytes = 0, total = 0;
+    if (argc > 1 && strcmp(argv[1], "wait") == 0) {
+        char line[16];
+        ok(cuMemGetInfo_v2(&free_bytes, &total));
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 4;
+    }
     CUdeviceptr a = 0, b = 0, c = 0, d = 0;
     ok(cuMemAlloc_v2(&a, 100000));
     ok(cuMemAlloc_v2(&b, 300000));
     ok(cuMemFree_v2(a));
     ok(cuMemAlloc_v2(&c, 200000));
-    size_t free_bytes = 0, total = 0;
     ok(cuMemGetInfo_v2(&free_bytes, &total));
     if (cuMemAlloc_v2(&d, 600000) != 2) return 3;
 

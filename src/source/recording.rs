@@ -211,7 +211,11 @@ impl Builder {
                 let device = self.device_of(r);
                 self.info.insert(device, (r.aux, r.size));
             }
-            Kind::VmmRelease | Kind::AddressReserve | Kind::AddressFree | Kind::Trailer => {}
+            Kind::VmmRelease
+            | Kind::AddressReserve
+            | Kind::AddressFree
+            | Kind::Trailer
+            | Kind::LiveDropped => {}
         }
     }
 

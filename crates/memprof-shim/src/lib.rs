@@ -16,6 +16,9 @@
 //! entry points of the issue (context creation), recording in
 //! forked children, stacks. A program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
 //!
+//! While it records, the shim also streams the same bytes to clients of a Unix socket named after
+//! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
+//!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
 //! the file and starts the writer thread). When the buffer is full the hook yields to the writer
@@ -27,6 +30,7 @@ mod dlsym;
 #[cfg(not(test))]
 mod exit;
 mod hooks;
+mod live;
 mod recorder;
 pub mod ring;
 

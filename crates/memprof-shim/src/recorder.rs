@@ -1,5 +1,6 @@
 //! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
 
+use crate::live::Server;
 use crate::ring::Ring;
 use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, RECORD_LEN};
 use std::cell::Cell;
@@ -38,12 +39,15 @@ struct Writer {
     file: Option<File>,
     written: u64,
     closed: bool,
+    /// The live socket, unless `MEMPROF_LISTEN=0` or it could not be made.
+    live: Option<Server>,
 }
 
 static WRITER: Mutex<Writer> = Mutex::new(Writer {
     file: None,
     written: 0,
     closed: false,
+    live: None,
 });
 
 thread_local! {
@@ -231,7 +235,17 @@ fn start() -> bool {
     if file.write_all(&head).is_err() {
         return false;
     }
-    lock().file = Some(file);
+    let listen = std::env::var_os("MEMPROF_LISTEN").is_none_or(|v| v != "0");
+    let live = if listen {
+        Server::open(pid(), head)
+    } else {
+        None
+    };
+    {
+        let mut writer = lock();
+        writer.file = Some(file);
+        writer.live = live;
+    }
     RECORDING_PID.store(pid(), Ordering::Release);
     // Without a writer thread the ring is still drained at exit.
     WRITER_ALIVE.store(true, Ordering::Release);
@@ -247,7 +261,13 @@ fn start() -> bool {
 
 fn writer_loop() {
     loop {
-        let (count, closed) = drain(&mut lock());
+        let (count, closed) = {
+            let mut writer = lock();
+            if let Some(live) = writer.live.as_mut() {
+                live.accept();
+            }
+            drain(&mut writer)
+        };
         if closed {
             WRITER_ALIVE.store(false, Ordering::Release);
             return;
@@ -286,6 +306,9 @@ fn drain(writer: &mut Writer) -> (u64, bool) {
         } else {
             writer.file = None;
             DROPPED.fetch_add(count, Ordering::Relaxed);
+        }
+        if let Some(live) = writer.live.as_mut() {
+            live.send(&buffer[..filled]);
         }
     }
 }
@@ -334,6 +357,9 @@ fn finish(writer: &mut Writer) {
     trailer.tid = tid();
     if let Some(file) = writer.file.as_mut() {
         let _ = file.write_all(&trailer.encode());
+    }
+    if let Some(mut live) = writer.live.take() {
+        live.close(&trailer.encode());
     }
 }
 

@@ -22,6 +22,10 @@
 //! A recording that was closed cleanly ends with one [`Kind::Trailer`] record carrying the number
 //! of events written and the number dropped. A recording without one was cut short (the program
 //! was killed, or is still running).
+//!
+//! The live stream (the shim's Unix socket) carries the same bytes: header, process block, then
+//! records, with a [`Kind::LiveDropped`] record where the client fell behind, and the trailer
+//! when the process ends.
 #![forbid(unsafe_code)]
 
 /// First bytes of every recording.
@@ -236,6 +240,9 @@ pub enum Kind {
     AddressReserve = 14,
     /// `cuMemAddressFree`: `ptr`, `size`.
     AddressFree = 15,
+    /// Live stream only (never in a file): `size` events were not sent to this client because
+    /// it read too slowly. They are in the file.
+    LiveDropped = 16,
 }
 
 impl Kind {
@@ -257,6 +264,7 @@ impl Kind {
             13 => Kind::AllocFromPoolAsync,
             14 => Kind::AddressReserve,
             15 => Kind::AddressFree,
+            16 => Kind::LiveDropped,
             _ => return None,
         })
     }
