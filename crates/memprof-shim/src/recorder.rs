@@ -52,6 +52,9 @@ static WRITER: Mutex<Writer> = Mutex::new(Writer {
 
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    /// This thread's kernel id, once looked up (0 before): a system call per event costs more
+    /// than the rest of the hook.
+    static TID: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks the current thread as inside a hook; `None` when it already is (a nested call, which
@@ -139,6 +142,18 @@ fn tid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+/// `tid()`, remembered per thread. A forked child's main thread would see its parent's cached
+/// id, but a forked child records nothing.
+fn cached_tid() -> u32 {
+    TID.try_with(|cached| {
+        if cached.get() == 0 {
+            cached.set(tid());
+        }
+        cached.get()
+    })
+    .unwrap_or_else(|_| tid())
+}
+
 fn pid() -> u32 {
     // SAFETY: getpid takes no arguments and cannot fail.
     unsafe { libc::getpid() as u32 }
@@ -150,8 +165,9 @@ pub fn record(mut event: Record) {
     let errno = unsafe { *libc::__errno_location() };
     if ensure_started() {
         event.ts_ns = now_ns();
-        event.tid = tid();
-        event.pid = pid();
+        event.tid = cached_tid();
+        // The process that started recording: only it records (see `forked_child`).
+        event.pid = RECORDING_PID.load(Ordering::Relaxed);
         let encoded = event.encode();
         if !RING.push(&encoded) {
             push_when_drained(&encoded);
@@ -182,6 +198,8 @@ fn ensure_started() -> bool {
         RUNNING | STARTING => true,
         OFF => false,
         _ => {
+            // Before any thread can see STARTING: events recorded meanwhile carry it.
+            RECORDING_PID.store(pid(), Ordering::Release);
             if STATE
                 .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
@@ -246,7 +264,6 @@ fn start() -> bool {
         writer.file = Some(file);
         writer.live = live;
     }
-    RECORDING_PID.store(pid(), Ordering::Release);
     // Without a writer thread the ring is still drained at exit.
     WRITER_ALIVE.store(true, Ordering::Release);
     if std::thread::Builder::new()
