@@ -1,17 +1,34 @@
-//! The shim's live socket: `peak_oom wait` runs under the shim with its own runtime directory, a
-//! client connects by the process's socket path, and receives the same records the file gets,
-//! ending with the trailer; the socket is gone after the process ends.
+//! The shim's live socket: `peak_oom wait` runs under the shim with its own runtime directory and
+//! stops in the middle; a client connects by the process's socket path, gets what is alive then
+//! (flagged as snapshot) and every record after, ending with the trailer, and folding both
+//! through the recording reader gives the figures of the file. The socket is gone at exit.
 
 use crate::shim_preload::{kernels, shim};
 use memprof::source::live::{processes_in, LiveClient, LiveEvent};
-use memprof_wire::{decode_recording, Record};
+use memprof::source::recording::from_recording;
+use memprof_wire::{decode_recording, Kind, Record, Recording, FLAG_SNAPSHOT};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// Pointer and size of every segment the reader finds alive at the end of `records`.
+fn alive(recording: &Recording, records: &[Record]) -> Vec<(u64, u64)> {
+    let part = Recording {
+        records: records.to_vec(),
+        ..recording.clone()
+    };
+    let read = from_recording(&part);
+    read.parsed
+        .snapshot
+        .segments
+        .iter()
+        .map(|s| (s.address, s.total_size))
+        .collect()
+}
+
 #[test]
-fn a_client_receives_the_records_of_a_running_process() {
+fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
     let dir = kernels("live");
     let runtime = dir.join("runtime");
     std::fs::create_dir_all(&runtime).expect("runtime dir");
@@ -54,32 +71,55 @@ fn a_client_receives_the_records_of_a_running_process() {
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(b"go\n").expect("written");
     drop(stdin);
-    let mut got: Vec<Record> = Vec::new();
+    let (mut snapshot, mut stream) = (Vec::new(), Vec::new());
     let mut end = None;
     while let Some(event) = client.next_event().expect("the stream reads") {
         match event {
-            LiveEvent::Record(r) => got.push(r),
+            LiveEvent::Record(r) if r.flags & FLAG_SNAPSHOT != 0 => {
+                assert!(stream.is_empty(), "the snapshot comes first");
+                snapshot.push(r);
+            }
+            LiveEvent::Record(r) => stream.push(r),
             LiveEvent::Lost(n) => panic!("{n} records lost on a small workload"),
             LiveEvent::End { dropped } => end = Some(dropped),
         }
     }
     assert!(child.wait().expect("exits").success());
     assert_eq!(end, Some(0), "the trailer ends the stream");
+    assert!(!path.exists(), "the socket is removed at exit");
 
     let file = decode_recording(&std::fs::read(&out).expect("written")).expect("decodes");
+    assert_eq!(file.records.len(), 16);
+    // The records drained before the client connected (all five before the wait, unless the
+    // writer was slow) became the snapshot; everything after reached the client as recorded.
+    let before = file.records.len() - stream.len();
+    assert!(before <= 5, "{} records streamed", stream.len());
+    assert_eq!(stream, file.records[before..]);
+    let unflagged: Vec<Record> = snapshot
+        .iter()
+        .map(|r| Record {
+            flags: r.flags & !FLAG_SNAPSHOT,
+            ..*r
+        })
+        .collect();
     assert_eq!(
-        file.records.len(),
-        17,
-        "one cuMemGetInfo, then the 16 calls"
+        alive(&file, &unflagged),
+        alive(&file, &file.records[..before]),
+        "the snapshot holds what was alive"
     );
-    // The first cuMemGetInfo may have been drained before the client connected; everything
-    // after it reaches the client, identical to the file.
-    let skipped = file.records.len() - got.len();
-    assert!(
-        skipped <= 1,
-        "{} of 17 records reached the client",
-        got.len()
+    if before == 5 {
+        let kinds: Vec<Kind> = snapshot.iter().map(|r| r.kind).collect();
+        assert_eq!(
+            kinds,
+            [Kind::Alloc, Kind::Alloc, Kind::MemGetInfo],
+            "b, c, free memory"
+        );
+    }
+    // Snapshot then stream: the state the file ends with.
+    let joined: Vec<Record> = unflagged.into_iter().chain(stream).collect();
+    assert_eq!(alive(&file, &joined), alive(&file, &file.records));
+    assert_eq!(
+        alive(&file, &joined).iter().map(|&(_, s)| s).sum::<u64>(),
+        232_768
     );
-    assert_eq!(got, file.records[skipped..]);
-    assert!(!path.exists(), "the socket is removed at exit");
 }

@@ -9,8 +9,8 @@
  *
  * Every memory call must succeed but the failing one (exit 3 otherwise). With the argument
  * "_exit" it ends with _exit(0), "_Exit" with _Exit(0), else by returning from main. With "wait"
- * it first calls cuMemGetInfo (so a preloaded shim starts and listens), prints "ready" and waits
- * for a line on stdin before the calls above.
+ * it stops after the cuMemGetInfo (b and c alive), prints "ready" and waits for a line on stdin,
+ * so a client can connect to a preloaded shim's live socket in the middle of the run.
  * Expects FAKE_CUDA_CAPACITY=1048576.
  * Build: cc peak_oom.c -o peak_oom -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir>
  */
@@ -59,19 +59,18 @@ static CUmemGenericAllocationHandle create(size_t size) {
 int main(int argc, char **argv) {
     ok(cuInit(0));
     size_t free_bytes = 0, total = 0;
-    if (argc > 1 && strcmp(argv[1], "wait") == 0) {
-        char line[16];
-        ok(cuMemGetInfo_v2(&free_bytes, &total));
-        printf("ready\n");
-        fflush(stdout);
-        if (!fgets(line, sizeof line, stdin)) return 4;
-    }
     CUdeviceptr a = 0, b = 0, c = 0, d = 0;
     ok(cuMemAlloc_v2(&a, 100000));
     ok(cuMemAlloc_v2(&b, 300000));
     ok(cuMemFree_v2(a));
     ok(cuMemAlloc_v2(&c, 200000));
     ok(cuMemGetInfo_v2(&free_bytes, &total));
+    if (argc > 1 && strcmp(argv[1], "wait") == 0) {
+        char line[16];
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) return 4;
+    }
     if (cuMemAlloc_v2(&d, 600000) != 2) return 3;
 
     CUdeviceptr va = 0x7e0000000000ULL;

@@ -33,6 +33,7 @@ mod hooks;
 mod live;
 mod recorder;
 pub mod ring;
+mod table;
 
 /// The recording format version this shim writes.
 pub const WIRE_VERSION: u32 = memprof_wire::VERSION;

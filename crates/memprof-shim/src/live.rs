@@ -5,11 +5,13 @@
 //! Where: `$XDG_RUNTIME_DIR/memprof/<pid>.sock`, or `/tmp/memprof-<uid>/<pid>.sock` without
 //! `XDG_RUNTIME_DIR`; the directory is made mode 0700 and must belong to this user, the socket is
 //! mode 0600, and a client whose peer credentials are not this user's (or root's) is closed at
-//! once. What a client gets: the header and process block, then the records drained after it
-//! connected, then the trailer when the process ends. A client that reads too slowly loses whole
+//! once. What a client gets: the header and process block, the records of what is alive when it
+//! connects (`table.rs`, flagged `FLAG_SNAPSHOT`), then the records drained after it connected,
+//! then the trailer when the process ends. A client that reads too slowly loses whole
 //! records (never part of one); the next thing it gets is a `LiveDropped` record counting them.
 //! The socket file is removed at exit.
 
+use crate::table::Table;
 use memprof_wire::{Kind, Record, RECORD_LEN};
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
@@ -99,6 +101,8 @@ pub struct Server {
     path: PathBuf,
     /// The header and process block every client gets first.
     head: Vec<u8>,
+    /// What is alive, for clients that connect later.
+    table: Table,
     clients: Vec<Client>,
 }
 
@@ -125,6 +129,7 @@ impl Server {
             listener,
             path,
             head,
+            table: Table::default(),
             clients: Vec::new(),
         })
     }
@@ -138,9 +143,11 @@ impl Server {
             if stream.set_nonblocking(true).is_err() {
                 continue;
             }
+            let mut pending = self.head.clone();
+            pending.extend_from_slice(&self.table.snapshot());
             let mut client = Client {
                 stream,
-                pending: self.head.clone(),
+                pending,
                 lost: 0,
             };
             if client.flush() {
@@ -151,6 +158,7 @@ impl Server {
 
     /// Sends `batch` (whole records) to every client, without blocking.
     pub fn send(&mut self, batch: &[u8]) {
+        self.table.apply_all(batch);
         let count = (batch.len() / RECORD_LEN) as u64;
         self.clients.retain_mut(|client| {
             client.queue(batch, count);

@@ -25,7 +25,8 @@
 //!
 //! The live stream (the shim's Unix socket) carries the same bytes: header, process block, then
 //! records, with a [`Kind::LiveDropped`] record where the client fell behind, and the trailer
-//! when the process ends.
+//! when the process ends. A client that connects late first gets the records of what is still
+//! alive, flagged [`FLAG_SNAPSHOT`].
 #![forbid(unsafe_code)]
 
 /// First bytes of every recording.
@@ -61,6 +62,10 @@ pub const FLAG_LOOKED_UP: u16 = 1;
 
 /// Flag: the per-thread-default-stream (`_ptsz`) variant of the call.
 pub const FLAG_PER_THREAD_STREAM: u16 = 2;
+
+/// Flag (live stream only): a record of something still alive when the client connected, sent
+/// before the stream so the client starts from the process's current state.
+pub const FLAG_SNAPSHOT: u16 = 4;
 
 /// Writes the magic and version.
 pub fn encode_header() -> [u8; HEADER_LEN] {
