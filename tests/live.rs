@@ -18,7 +18,7 @@ fn alive(recording: &Recording, records: &[Record]) -> Vec<(u64, u64)> {
         records: records.to_vec(),
         ..recording.clone()
     };
-    let read = from_recording(&part);
+    let read = from_recording(&part).expect("readable");
     read.parsed
         .snapshot
         .segments

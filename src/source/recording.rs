@@ -33,10 +33,25 @@ use memprof_wire::{
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
+/// Device ordinals from 0 up to this one (excluded) are read; a record naming a higher one is
+/// damaged (CUDA machines have a few dozen devices at most).
+pub const MAX_DEVICES: i32 = 1024;
+
 /// Why a recording could not be read (a damaged record names its index and byte offset).
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct RecordingError(#[from] DecodeError);
+pub enum RecordingError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(
+        "at byte {offset}: record {index} names device {device}, not a device ordinal (0 to {})",
+        MAX_DEVICES - 1
+    )]
+    Device {
+        index: usize,
+        offset: usize,
+        device: i32,
+    },
+}
 
 /// What a recording says beyond the model: the recorded process and the driver's view.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -62,11 +77,21 @@ pub struct ReadRecording {
 /// as far as it goes, with a warning.
 pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
     let recording = decode_recording(bytes)?;
-    Ok(from_recording(&recording))
+    from_recording(&recording)
 }
 
-/// Maps decoded records into the model (see the module documentation).
-pub fn from_recording(recording: &Recording) -> ReadRecording {
+/// Maps decoded records into the model (see the module documentation). Fails on a record
+/// naming an impossible device.
+pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingError> {
+    if let Some((index, r)) =
+        (recording.records.iter().enumerate()).find(|(_, r)| r.device >= MAX_DEVICES)
+    {
+        return Err(RecordingError::Device {
+            index,
+            offset: recording.records_at + index * memprof_wire::RECORD_LEN,
+            device: r.device,
+        });
+    }
     let mut builder = Builder {
         clock: recording.process.as_ref().and_then(|p| {
             p.wall_start_ns
@@ -101,13 +126,13 @@ pub fn from_recording(recording: &Recording) -> ReadRecording {
         device_total: builder.info.iter().map(|(&d, &(_, t))| (d, t)).collect(),
         dropped: recording.dropped,
     };
-    ReadRecording {
+    Ok(ReadRecording {
         parsed: Parsed {
             snapshot: builder.snapshot(),
             warnings,
         },
         info,
-    }
+    })
 }
 
 /// A driver allocation or mapping alive at some point of the recording.
@@ -459,7 +484,8 @@ mod tests {
                 rec(Kind::AddressReserve, 0x9000, 1 << 30, 0),
             ],
             Some(0),
-        ));
+        ))
+        .expect("readable");
         let s = &read.parsed.snapshot;
         use Action::*;
         assert_eq!(
@@ -515,7 +541,8 @@ mod tests {
                 rec(Kind::Alloc, 0x100, 20, 0),
             ],
             Some(1),
-        ));
+        ))
+        .expect("readable");
         let s = &read.parsed.snapshot;
         let mut replay = crate::model::Replay::new(s.timeline.device(0), &s.segments);
         while replay.step().is_some() {}
@@ -531,8 +558,10 @@ mod tests {
         alloc.ts_ns = 5_000_000;
         let mut r = recording(vec![alloc], Some(0));
         r.header.start_ns = 1_000_000;
-        let time =
-            |r: &Recording| from_recording(r).parsed.snapshot.timeline.device(0)[0].time_us();
+        let time = |r: &Recording| {
+            let read = from_recording(r).expect("readable");
+            read.parsed.snapshot.timeline.device(0)[0].time_us()
+        };
         assert_eq!(time(&r), None, "no wall clock, no time");
         r.process = Some(ProcessInfo {
             wall_start_ns: Some(1_700_000_000_000_000_000),
@@ -567,6 +596,18 @@ mod tests {
     }
 
     #[test]
+    fn an_impossible_device_is_named_by_record_and_offset() {
+        let mut odd = rec(Kind::Alloc, 1, 2, 0);
+        odd.device = i32::MAX;
+        let bytes = file(&[rec(Kind::Free, 1, 0, 0), odd]);
+        let err = read(&bytes).map(|_| ()).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "at byte 100: record 1 names device 2147483647, not a device ordinal (0 to 1023)"
+        );
+    }
+
+    #[test]
     fn a_cut_recording_is_read_as_far_as_it_goes() {
         let bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
         let read = read(&bytes[..bytes.len() - 10]).expect("readable");
@@ -578,5 +619,94 @@ mod tests {
             "{w}"
         );
         assert!(w.contains("ignored 54 bytes"), "{w}");
+    }
+}
+
+#[cfg(test)]
+mod damaged {
+    //! Damaged recordings: random bytes written over a valid one are read or refused, and what
+    //! is read goes through the analyses and the OOM diagnosis without a panic.
+    use super::*;
+    use crate::analysis::analyze_snapshot;
+    use crate::diagnose::diagnose_recording_device;
+    use memprof_wire::{FileHeader, CUDA_ERROR_OUT_OF_MEMORY};
+
+    fn valid() -> Vec<u8> {
+        let mut out = FileHeader {
+            pid: 3,
+            start_ns: 100,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(
+            &ProcessInfo {
+                wall_start_ns: Some(1_000_000_000),
+                host: Some("h".into()),
+                args: vec!["a".into()],
+            }
+            .encode(),
+        );
+        let kinds = [
+            Kind::Alloc,
+            Kind::MemGetInfo,
+            Kind::Alloc,
+            Kind::Free,
+            Kind::VmmCreate,
+            Kind::VmmMap,
+            Kind::VmmUnmap,
+            Kind::AllocAsync,
+            Kind::FreeAsync,
+        ];
+        for (i, kind) in kinds.into_iter().cycle().take(60).enumerate() {
+            let mut r = Record::new(kind);
+            r.ptr = 0x1000 * (i as u64 % 7 + 1);
+            r.size = 4096 * (i as u64 % 5 + 1);
+            r.aux = i as u64 % 3;
+            r.ts_ns = 100 + i as u64;
+            r.device = i as i32 % 3 - 1;
+            if i % 11 == 0 {
+                r.result = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            out.extend_from_slice(&r.encode());
+        }
+        out
+    }
+
+    /// xorshift64*: a fixed sequence, so a failure repeats.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    #[test]
+    fn random_damage_is_read_or_refused_never_a_panic() {
+        let original = valid();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..3000 {
+            let mut bytes = original.clone();
+            for _ in 0..1 + next(&mut state) % 8 {
+                let at = (next(&mut state) % bytes.len() as u64) as usize;
+                // Often a whole field's worth of extreme values, else one random byte.
+                if next(&mut state) % 2 == 0 && at + 8 <= bytes.len() {
+                    let word =
+                        [u64::MAX, 0, 1 << 63, next(&mut state)][next(&mut state) as usize % 4];
+                    bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                } else {
+                    bytes[at] = next(&mut state) as u8;
+                }
+            }
+            let cut = bytes.len() - (next(&mut state) % 100) as usize;
+            let Ok(read) = read(&bytes[..cut]) else {
+                continue;
+            };
+            let snapshot = &read.parsed.snapshot;
+            let devices = analyze_snapshot(snapshot, 5, None);
+            for d in devices {
+                let total = read.info.device_total.get(&d.device).copied();
+                let _ = diagnose_recording_device(snapshot, d.device, total, true);
+            }
+        }
     }
 }
