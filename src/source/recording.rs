@@ -689,7 +689,7 @@ mod damaged {
             for _ in 0..1 + next(&mut state) % 8 {
                 let at = (next(&mut state) % bytes.len() as u64) as usize;
                 // Often a whole field's worth of extreme values, else one random byte.
-                if next(&mut state) % 2 == 0 && at + 8 <= bytes.len() {
+                if next(&mut state).is_multiple_of(2) && at + 8 <= bytes.len() {
                     let word =
                         [u64::MAX, 0, 1 << 63, next(&mut state)][next(&mut state) as usize % 4];
                     bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
