@@ -162,21 +162,32 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
         let free = oom
             .device_free_bytes
             .map_or_else(|| "unknown".to_string(), |b| Bytes(b).to_string());
+        // A recording's diagnosis does not see the cache (no largest free block, no replay).
+        let driver_only = oom
+            .diagnosis
+            .as_ref()
+            .is_some_and(|d| d.largest_free_block_bytes.is_none());
+        let largest = if driver_only {
+            "not visible in driver calls".to_string()
+        } else {
+            Bytes(f.largest_free_block_bytes).to_string()
+        };
         let _ = writeln!(
             out,
             "  OUT OF MEMORY at entry {}: a request of {} failed with {} free on the device; largest cached free block {}; site {}",
             oom.entry_index,
             Bytes(oom.request_bytes),
             free,
-            Bytes(f.largest_free_block_bytes),
+            largest,
             oom.site
         );
         if let Some(diag) = &oom.diagnosis {
             let _ = writeln!(
                 out,
-                "  cause: {}. {} Remedies, replayed: `memprof diagnose`.",
+                "  cause: {}. {} Remedies{}: `memprof diagnose`.",
                 diag.cause.name(),
-                diag.evidence
+                diag.evidence,
+                if driver_only { "" } else { ", replayed" }
             );
         }
     }
