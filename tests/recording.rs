@@ -107,6 +107,20 @@ fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
     assert_eq!(diagnosis["total_bytes"], CAPACITY);
     assert_eq!(diagnosis["largest_free_block_bytes"], Value::Null);
     assert_eq!(allocations(&recording).len(), 3);
+
+    let out = memprof(&["analyze", &path.display().to_string()]);
+    let text = stdout(&out);
+    for line in [
+        "memprof recording of driver calls, 1 device)",
+        &format!(
+            "  process {} on {}: {program}",
+            recording.header.pid,
+            host.trim()
+        ),
+        "largest cached free block not visible in driver calls",
+    ] {
+        assert!(text.contains(line), "{line:?} in:\n{text}");
+    }
 }
 
 #[test]
