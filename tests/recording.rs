@@ -1,8 +1,9 @@
 //! memprof recordings as input: `kernels/workloads/peak_oom.c` runs on the fake driver under
 //! the shim, and `analyze`, `diagnose`, `gate` and `export` read its recording with the figures
 //! the workload's calls imply; `export --to torch-snapshot` round-trips through `analyze` and
-//! Python's `pickle`; `simulate` refuses; damaged recordings fail with one line or warn; a
-//! program ending with `_exit` / `_Exit` still gets its whole recording.
+//! Python's `pickle` (and `--to json` / `perfetto` work); a version-1 recording still reads;
+//! `simulate` refuses; damaged recordings fail with one line or warn; a program ending with
+//! `_exit` / `_Exit` still gets its whole recording; `MEMPROF_LISTEN=0` opens no socket.
 
 use crate::shim_preload::{kernels, shim};
 use crate::util::{analyze_json, memprof, repo, stderr, stdout};
@@ -265,6 +266,64 @@ fn export_to_torch_snapshot_round_trips_and_python_reads_it() {
         ["segment_free", b, 300_000],
     ]);
     assert_eq!(got["trace"], trace);
+}
+
+#[test]
+fn export_to_json_and_perfetto_reads_a_recording() {
+    let path = crate::util::fixture("recordings/peak_oom_v1.memprof");
+    let dir = kernels("export-other");
+    for (to, name) in [("json", "events.json"), ("perfetto", "trace.json")] {
+        let target = dir.join(name);
+        let out = memprof(&[
+            "export",
+            &path.display().to_string(),
+            "--to",
+            to,
+            "-o",
+            &target.display().to_string(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{to}: {}", stderr(&out));
+        let doc: Value =
+            serde_json::from_slice(&std::fs::read(&target).expect("written")).expect("JSON");
+        if to == "json" {
+            assert_eq!(doc["format"], "recording");
+            assert_eq!(
+                doc["devices"][0]["entries"].as_array().map(Vec::len),
+                Some(21)
+            );
+            assert_eq!(doc["segments"].as_array().map(Vec::len), Some(2));
+        } else {
+            assert!(doc["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn memprof_listen_0_opens_no_socket() {
+    let dir = kernels("no-listen");
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let mut child = Command::new(dir.join("peak_oom"))
+        .arg("wait")
+        .env("FAKE_CUDA_CAPACITY", CAPACITY.to_string())
+        .env("MEMPROF_OUT", dir.join("quiet.memprof"))
+        .env("MEMPROF_LISTEN", "0")
+        .env("LD_PRELOAD", shim())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("peak_oom runs");
+    let mut ready = String::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    std::io::BufRead::read_line(&mut lines, &mut ready).expect("a line");
+    assert_eq!(ready, "ready\n");
+    // The shim is recording (the calls before the wait started it), but listens nowhere.
+    assert!(!runtime.join("memprof").exists());
+    let mut stdin = child.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, b"go\n").expect("written");
+    drop(stdin);
+    assert!(child.wait().expect("exits").success());
 }
 
 #[test]
