@@ -41,19 +41,14 @@ pub enum LiveEvent {
 
 /// The socket of the shim in process `pid`, for this user (the rule the shim follows).
 pub fn socket_path(pid: u32) -> PathBuf {
-    socket_dir().join(format!("{pid}.sock"))
+    memprof_wire::socket_path(&socket_dir(), pid)
 }
 
 /// The directory where this user's shims put their sockets.
 pub fn socket_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("memprof"),
-        // The owner of /proc/self is this process's user.
-        None => {
-            let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
-            PathBuf::from(format!("/tmp/memprof-{uid}"))
-        }
-    }
+    // The owner of /proc/self is this process's user.
+    let uid = std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid());
+    memprof_wire::socket_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid)
 }
 
 /// Process ids with a shim socket in `dir`, in order. A process that was killed leaves its

@@ -26,16 +26,8 @@ const MAX_PENDING: usize = 256 << 10;
 /// Tries, 1 ms apart, to hand the last bytes to the clients at exit.
 const CLOSE_TRIES: u32 = 50;
 
-/// The socket path for `pid` under this user's runtime directory.
-pub fn socket_path(pid: u32) -> PathBuf {
-    socket_dir().join(format!("{pid}.sock"))
-}
-
 fn socket_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("memprof"),
-        None => PathBuf::from(format!("/tmp/memprof-{}", uid())),
-    }
+    memprof_wire::socket_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid())
 }
 
 fn uid() -> u32 {
@@ -119,7 +111,7 @@ impl Server {
         if !meta.is_dir() || meta.uid() != uid() || meta.mode() & 0o077 != 0 {
             return None;
         }
-        let path = socket_path(pid);
+        let path = memprof_wire::socket_path(&dir, pid);
         // A socket left by an earlier process with this pid.
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).ok()?;

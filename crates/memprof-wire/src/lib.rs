@@ -67,6 +67,20 @@ pub const FLAG_PER_THREAD_STREAM: u16 = 2;
 /// before the stream so the client starts from the process's current state.
 pub const FLAG_SNAPSHOT: u16 = 4;
 
+/// The directory of this user's live sockets: `RUNTIME_DIR/memprof` (`$XDG_RUNTIME_DIR`, when set
+/// and not empty), else `/tmp/memprof-<uid>`. The shim and its clients both follow this rule.
+pub fn socket_dir(runtime_dir: Option<&std::ffi::OsStr>, uid: u32) -> std::path::PathBuf {
+    match runtime_dir.filter(|d| !d.is_empty()) {
+        Some(dir) => std::path::Path::new(dir).join("memprof"),
+        None => std::path::PathBuf::from(format!("/tmp/memprof-{uid}")),
+    }
+}
+
+/// The live socket of process `pid` in `dir` (see [`socket_dir`]).
+pub fn socket_path(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {
+    dir.join(format!("{pid}.sock"))
+}
+
 /// Writes the magic and version.
 pub fn encode_header() -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
@@ -500,6 +514,18 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sockets_live_in_the_runtime_dir_or_a_per_user_tmp_dir() {
+        let run = std::ffi::OsStr::new("/run/user/1000");
+        assert_eq!(
+            socket_path(&socket_dir(Some(run), 1000), 42),
+            std::path::Path::new("/run/user/1000/memprof/42.sock")
+        );
+        for unset in [None, Some(std::ffi::OsStr::new(""))] {
+            assert_eq!(socket_dir(unset, 7), std::path::Path::new("/tmp/memprof-7"));
+        }
+    }
 
     #[test]
     fn header_round_trips() {
