@@ -1,5 +1,6 @@
 //! `memprof diagnose FILE | --log LOGFILE`: the root cause of an OOM, from a snapshot's `oom`
-//! entries (with remedies replayed through the simulator) or from the OOM messages of a log.
+//! entries (with remedies replayed through the simulator), from a memprof recording's failed
+//! allocations (driver figures only), or from the OOM messages of a log.
 
 use super::input::load_snapshot;
 use super::Outcome;
@@ -16,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
-    /// A PyTorch memory snapshot with an `oom` trace entry.
+    /// A PyTorch memory snapshot with an `oom` trace entry, or a memprof recording with a failed
+    /// allocation.
     #[arg(
         value_name = "FILE",
         required_unless_present = "log",
