@@ -51,8 +51,9 @@ pub fn socket_dir() -> PathBuf {
     memprof_wire::socket_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid)
 }
 
-/// Process ids with a shim socket in `dir`, in order. A process that was killed leaves its
-/// socket behind: connecting to it fails.
+/// Running processes with a shim socket in `dir`, in order. (A killed process leaves its socket
+/// behind; it is skipped once no process has its id. A new process that reuses the id is listed
+/// until connecting to the stale socket fails.)
 pub fn processes_in(dir: &Path) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -63,6 +64,7 @@ pub fn processes_in(dir: &Path) -> Vec<u32> {
             let name = e.file_name();
             name.to_str()?.strip_suffix(".sock")?.parse().ok()
         })
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
         .collect();
     pids.sort_unstable();
     pids
