@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const CAPACITY: u64 = 1_048_576;
+/// The fake driver's capacity without `FAKE_CUDA_CAPACITY` (1 GiB).
+const CAPACITY_DEFAULT: u64 = 1 << 30;
 
 /// Runs peak_oom (with `arg`) under the shim; returns the recording's path and its records.
 fn record(name: &str, arg: Option<&str>) -> (PathBuf, Recording) {
@@ -324,6 +326,53 @@ fn memprof_listen_0_opens_no_socket() {
     std::io::Write::write_all(&mut stdin, b"go\n").expect("written");
     drop(stdin);
     assert!(child.wait().expect("exits").success());
+}
+
+#[test]
+fn calls_carry_the_device_of_the_current_context() {
+    let dir = kernels("devices");
+    let out = dir.join("devices.memprof");
+    let status = Command::new(dir.join("devices"))
+        .env("MEMPROF_OUT", &out)
+        .env("LD_PRELOAD", shim())
+        .status()
+        .expect("devices runs");
+    assert!(status.success(), "devices: {status}");
+    let recording = decode_recording(&std::fs::read(&out).expect("written")).expect("decodes");
+    let named: Vec<(Kind, u64, i32)> = recording
+        .records
+        .iter()
+        .filter(|r| r.kind != Kind::Free)
+        .map(|r| (r.kind, r.size, r.device))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            (Kind::Alloc, 1000, 2),
+            (Kind::Alloc, 2000, 0),
+            (Kind::MemGetInfo, CAPACITY_DEFAULT, 0),
+            (Kind::Alloc, 3000, 1),
+            (Kind::Alloc, 4000, -1),
+        ]
+    );
+    let doc = analyze_json(std::slice::from_ref(&out));
+    let input = &doc["inputs"][0];
+    let peaks: Vec<(u64, u64)> = input["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| {
+            let peak = d["trace"]["peak_active_bytes"].as_u64().expect("a peak");
+            (d["device"].as_u64().expect("a device"), peak)
+        })
+        .collect();
+    // The allocation made without a current context is put on device 0, and said so.
+    assert_eq!(peaks, [(0, 6000), (1, 3000), (2, 1000)]);
+    let warnings = input["warnings"].to_string();
+    assert!(
+        warnings.contains("1 driver calls do not name their device"),
+        "{warnings}"
+    );
 }
 
 #[test]

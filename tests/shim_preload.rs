@@ -115,6 +115,16 @@ pub fn kernels(name: &str) -> PathBuf {
         .output()
         .expect("cc runs");
     check("cc peak_oom.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("devices"))
+        .arg(k.join("workloads/devices.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .expect("cc runs");
+    check("cc devices.c", &out);
     dir
 }
 

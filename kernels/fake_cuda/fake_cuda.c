@@ -216,3 +216,16 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     if (status) *status = *pfn ? 0 : 1; /* CU_GET_PROC_ADDRESS_SUCCESS / SYMBOL_NOT_FOUND */
     return CUDA_SUCCESS;
 }
+
+/* Contexts (for the shim's device attribution): the handle of device N's context is 0x100 + N.
+ * Reached by symbol only; the lookup table above does not list them. */
+CUresult cuDevicePrimaryCtxRetain(void **pctx, int dev) {
+    if (!pctx || dev < 0) return CUDA_ERROR_INVALID_VALUE;
+    *pctx = (void *)(uintptr_t)(0x100 + dev);
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(void *ctx) { (void)ctx; return CUDA_SUCCESS; }
+CUresult cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
+    (void)flags;
+    return cuDevicePrimaryCtxRetain(pctx, dev);
+}

@@ -18,9 +18,10 @@
 //! inside the allocator is not visible (it is reported as zero only because every segment is one
 //! whole block), there are no stacks and no allocator settings. The segments at the end are the
 //! allocations and mappings still alive, one block each. Entry times are Unix times when the
-//! recording has the wall clock of its start (version 2), else absent. Calls that do not name
-//! their device (everything but `cuMemCreate` and the maps of its handles) are put on device 0; when some call
-//! names another device, a warning says how many were put there.
+//! recording has the wall clock of its start (version 2), else absent. A record's device
+//! is the one the shim saw (`cuMemCreate`'s property, else the calling thread's current context);
+//! a map takes its handle's. Calls whose device the shim did not know are put on device 0; when
+//! some call names another device, a warning says how many were put there.
 
 mod fold;
 
