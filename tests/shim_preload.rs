@@ -122,6 +122,7 @@ pub fn kernels(name: &str) -> PathBuf {
         .arg(format!("-L{}", dir.display()))
         .arg("-l:libcuda.so.1")
         .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-ldl")
         .output()
         .expect("cc runs");
     check("cc devices.c", &out);

@@ -2,9 +2,12 @@
  * the device of calls that do not say it: retains the primary contexts of devices 0 and 2,
  * allocates 1000 bytes with device 2's current, 2000 and a cuMemGetInfo with device 0's, creates
  * a context on device 1 (current once created) and allocates 3000, clears the current context
- * and allocates 4000 (device unknown), then frees all four. Exit 3 when a call fails.
- * Build: cc devices.c -o devices -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir>
+ * and allocates 4000 (device unknown), then frees all four. The switch to device 0 goes through
+ * cuCtxSetCurrent found by dlsym(dlopen("libcuda.so.1"), ...), as a runtime would find it.
+ * Exit 3 when a call fails.
+ * Build: cc devices.c -o devices -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl
  */
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -32,7 +35,11 @@ int main(void) {
     ok(cuDevicePrimaryCtxRetain(&c2, 2));
     ok(cuCtxSetCurrent(c2));
     ok(cuMemAlloc_v2(&p[0], 1000));
-    ok(cuCtxSetCurrent(c0));
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) return 3;
+    CUresult (*set_current)(void *) = (CUresult (*)(void *))dlsym(lib, "cuCtxSetCurrent");
+    if (!set_current) return 3;
+    ok(set_current(c0));
     ok(cuMemAlloc_v2(&p[1], 2000));
     ok(cuMemGetInfo_v2(&free_bytes, &total));
     ok(cuCtxCreate_v2(&c1, 0, 1));
