@@ -105,6 +105,27 @@ pub fn kernels(name: &str) -> PathBuf {
         .output()
         .expect("cc runs");
     check("cc stress.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("peak_oom"))
+        .arg(k.join("workloads/peak_oom.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .expect("cc runs");
+    check("cc peak_oom.c", &out);
+    let out = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("devices"))
+        .arg(k.join("workloads/devices.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-ldl")
+        .output()
+        .expect("cc runs");
+    check("cc devices.c", &out);
     dir
 }
 
@@ -125,6 +146,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::AllocFromPoolAsync => "alloc_from_pool",
         Kind::AddressReserve => "address_reserve",
         Kind::AddressFree => "address_free",
+        Kind::LiveDropped => "live_dropped",
     }
 }
 

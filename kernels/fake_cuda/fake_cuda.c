@@ -220,14 +220,18 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
 /* Device, context and version queries, for `memprof probe`: one device (ordinal 0) named
  * "Fake CUDA Device", driver version FAKE_CUDA_DRIVER_VERSION (default 12040), VMM granularity
  * FAKE_CUDA_GRANULARITY bytes (default 2 MiB, minimum and recommended alike). Built with
- * -DFAKE_CUDA_OLD_DRIVER it lacks cuMemGetAllocationGranularity, as drivers before CUDA 10.2 do. */
+ * -DFAKE_CUDA_OLD_DRIVER it lacks cuMemGetAllocationGranularity, as drivers before CUDA 10.2 do.
+ * Contexts, also for the shim's device attribution: the handle of device N's context is
+ * 0x100 + N, for any N >= 0 (the workloads use several devices; the count says one, for probe).
+ * Reached by symbol only; the lookup table above does not list them. */
 typedef int CUdevice;
 typedef void *CUcontext;
 #define FAKE_CUDA_ERROR_INVALID_DEVICE 101
 #define FAKE_CUDA_ERROR_INVALID_CONTEXT 201
 
-static int fake_primary_context;
 static int fake_primary_retained;
+#define FAKE_CONTEXT_BASE 0x100
+#define FAKE_MAX_DEVICES 1024
 
 static unsigned long long env_number(const char *name, unsigned long long fallback) {
     const char *env = getenv(name);
@@ -264,17 +268,22 @@ CUresult cuDeviceGetName(char *name, int length, CUdevice device) {
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
-    if (!context) return CUDA_ERROR_INVALID_VALUE;
-    if (device != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    if (!context || device < 0) return CUDA_ERROR_INVALID_VALUE;
+    if (device >= FAKE_MAX_DEVICES) return FAKE_CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     fake_primary_retained++;
     pthread_mutex_unlock(&lock);
-    *context = &fake_primary_context;
+    *context = (CUcontext)(uintptr_t)(FAKE_CONTEXT_BASE + device);
     return CUDA_SUCCESS;
 }
 
+CUresult cuCtxCreate_v2(CUcontext *context, unsigned int flags, CUdevice device) {
+    (void)flags;
+    return cuDevicePrimaryCtxRetain(context, device);
+}
+
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
-    if (device != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    if (device < 0 || device >= FAKE_MAX_DEVICES) return FAKE_CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&lock);
     CUresult r = fake_primary_retained > 0 ? CUDA_SUCCESS : FAKE_CUDA_ERROR_INVALID_CONTEXT;
     if (fake_primary_retained > 0) fake_primary_retained--;
@@ -283,8 +292,9 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
 }
 
 CUresult cuCtxSetCurrent(CUcontext context) {
-    return context == NULL || context == &fake_primary_context ? CUDA_SUCCESS
-                                                                : FAKE_CUDA_ERROR_INVALID_CONTEXT;
+    uintptr_t handle = (uintptr_t)context;
+    int known = handle >= FAKE_CONTEXT_BASE && handle < FAKE_CONTEXT_BASE + FAKE_MAX_DEVICES;
+    return context == NULL || known ? CUDA_SUCCESS : FAKE_CUDA_ERROR_INVALID_CONTEXT;
 }
 
 #ifndef FAKE_CUDA_OLD_DRIVER

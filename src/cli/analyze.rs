@@ -5,14 +5,15 @@ use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
 use crate::analysis::{analyze_snapshot, DeviceAnalysis};
-use crate::diagnose::{diagnose_device, Depth};
+use crate::diagnose::{diagnose_device, diagnose_recording_device, Depth};
 use crate::model::Snapshot;
 use crate::model::SnapshotFormat;
-use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport};
+use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
 use crate::sim::replay::{self, DeviceTrace};
 use crate::sim::Backend;
+use crate::source::recording::RecordingInfo;
 use anyhow::{bail, Context};
 use std::io::Write;
 
@@ -37,18 +38,28 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         }
         inputs.push(InputReport {
             path: shown,
-            kind: InputKind::TorchSnapshot,
+            kind: if loaded.recording.is_some() {
+                InputKind::MemprofRecording
+            } else {
+                InputKind::TorchSnapshot
+            },
             bytes: loaded.bytes,
             format: match snapshot.format {
                 SnapshotFormat::History => "history",
                 SnapshotFormat::Modern => "modern",
                 SnapshotFormat::SegmentsOnly => "segments_only",
+                SnapshotFormat::Recording => "recording",
             },
+            process: loaded.recording.as_ref().map(process_report),
             alloc_conf: snapshot
                 .settings
                 .as_ref()
                 .and_then(|s| s.alloc_conf.clone()),
-            devices: with_diagnoses(snapshot, analyze_snapshot(snapshot, args.top, args.device)),
+            devices: with_diagnoses(
+                snapshot,
+                loaded.recording.as_ref(),
+                analyze_snapshot(snapshot, args.top, args.device),
+            ),
             warnings: loaded.parsed.warnings,
         });
     }
@@ -64,12 +75,36 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// The recorded process of a memprof recording.
+fn process_report(info: &RecordingInfo) -> ProcessReport {
+    let process = info.process.as_ref();
+    ProcessReport {
+        pid: info.pid,
+        host: process.and_then(|p| p.host.clone()),
+        command: process.map(|p| p.args.clone()).unwrap_or_default(),
+        start_time_us: process
+            .and_then(|p| p.wall_start_ns)
+            .and_then(|ns| i64::try_from(ns / 1000).ok()),
+    }
+}
+
 /// Fills the diagnosis of each device's OOM: one replay with the recorded settings per device
-/// that has an `oom` entry (as fast as `simulate --validate`); no remedy replays.
+/// that has an `oom` entry (as fast as `simulate --validate`); no remedy replays. A recording's
+/// come from its driver calls alone.
 pub(super) fn with_diagnoses(
     snapshot: &Snapshot,
+    recording: Option<&RecordingInfo>,
     mut devices: Vec<DeviceAnalysis>,
 ) -> Vec<DeviceAnalysis> {
+    if let Some(info) = recording {
+        for d in &mut devices {
+            if let Some(oom) = d.oom.as_mut() {
+                let total = info.device_total.get(&d.device).copied();
+                oom.diagnosis = diagnose_recording_device(snapshot, d.device, total, false);
+            }
+        }
+        return devices;
+    }
     let (recorded, _) = replay::recorded_config(snapshot);
     if recorded.backend == Backend::CudaMallocAsync {
         return devices;

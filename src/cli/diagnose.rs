@@ -1,9 +1,10 @@
 //! `memprof diagnose FILE | --log LOGFILE`: the root cause of an OOM, from a snapshot's `oom`
-//! entries (with remedies replayed through the simulator) or from the OOM messages of a log.
+//! entries (with remedies replayed through the simulator), from a memprof recording's failed
+//! allocations (driver figures only), or from the OOM messages of a log.
 
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::diagnose::{diagnose_device, diagnose_log, Depth};
+use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
 use crate::model::Bytes;
 use crate::report::diagnose::DiagnoseReport;
 use crate::sim::replay::{self, DeviceTrace};
@@ -16,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct DiagnoseArgs {
-    /// A PyTorch memory snapshot with an `oom` trace entry.
+    /// A PyTorch memory snapshot with an `oom` trace entry, or a memprof recording with a failed
+    /// allocation.
     #[arg(
         value_name = "FILE",
         required_unless_present = "log",
@@ -78,6 +80,13 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     let snapshot = &loaded.parsed.snapshot;
     for w in &loaded.parsed.warnings {
         eprintln!("memprof: warning: {shown}: {w}");
+    }
+    if let Some(info) = &loaded.recording {
+        let diagnoses = snapshot.devices().into_iter().filter_map(|device| {
+            let recorded = info.device_total.get(&device).copied();
+            diagnose_recording_device(snapshot, device, total.or(recorded), true)
+        });
+        return Ok(DiagnoseReport::new(diagnoses.collect()));
     }
     let (recorded, warning) = replay::recorded_config(snapshot);
     if let Some(w) = warning {

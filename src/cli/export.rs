@@ -1,5 +1,5 @@
-//! `memprof export FILE --to torch-snapshot|perfetto|json -o OUT`: a snapshot converted for
-//! other tools. The output is written whole or not at all.
+//! `memprof export FILE --to torch-snapshot|perfetto|json -o OUT`: a snapshot or a memprof
+//! recording converted for other tools. The output is written whole or not at all.
 
 use super::input::load_snapshot;
 use super::Outcome;
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// A PyTorch memory snapshot pickle.
+    /// A PyTorch memory snapshot pickle or a memprof recording.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// torch-snapshot (pytorch.org/memory_viz), perfetto (ui.perfetto.dev) or json (memprof's

@@ -1,7 +1,8 @@
-//! Opening input files: the one place `cli` turns a path into a snapshot, with a progress bar
-//! on a terminal for big files.
+//! Opening input files: the one place `cli` turns a path into a snapshot (a PyTorch snapshot
+//! pickle or a memprof recording), with a progress bar on a terminal for big snapshots.
 
 use crate::source::prefetch::Prefetch;
+use crate::source::recording::{self, RecordingInfo};
 use crate::source::torch_snapshot::{self, Parsed};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -19,6 +20,8 @@ const RECORDING_MAGIC: &[u8] = memprof_wire::MAGIC;
 pub struct Loaded {
     pub parsed: Parsed,
     pub bytes: u64,
+    /// What a memprof recording says beyond the model; `None` for a PyTorch snapshot.
+    pub recording: Option<RecordingInfo>,
 }
 
 /// Reads a snapshot file. Errors name what went wrong; the caller adds the path.
@@ -31,7 +34,13 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
     let mut head = [0u8; 8];
     let n = file.read(&mut head).context("cannot read")?;
     if head[..n].starts_with(RECORDING_MAGIC) {
-        bail!("memprof recordings are not supported yet; only PyTorch snapshots are");
+        let bytes = std::fs::read(path).context("cannot read")?;
+        let read = recording::read(&bytes)?;
+        return Ok(Loaded {
+            parsed: read.parsed,
+            bytes: meta.len(),
+            recording: Some(read.info),
+        });
     }
     let file = File::open(path).context("cannot open")?;
     let bytes = meta.len();
@@ -59,5 +68,6 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
     Ok(Loaded {
         parsed: parsed?,
         bytes,
+        recording: None,
     })
 }

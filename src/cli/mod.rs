@@ -47,7 +47,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Post-mortem of PyTorch memory snapshots: usage, peak, fragmentation, top sites.
+    /// Post-mortem of PyTorch memory snapshots and memprof recordings: usage, peak,
+    /// fragmentation, top sites.
     Analyze(AnalyzeArgs),
     /// Replay an allocation trace through the caching-allocator model under other settings.
     Simulate(unbuilt::SimulateArgs),
@@ -79,7 +80,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct AnalyzeArgs {
-    /// PyTorch memory snapshot pickles (one per rank, for example).
+    /// PyTorch memory snapshot pickles or memprof recordings (one per rank, for example).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Print one JSON document (schema_version 1) instead of text.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
 pub struct PlotArgs {
-    /// PyTorch memory snapshot pickle.
+    /// PyTorch memory snapshot pickle or memprof recording.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Which picture: memory over time, the segment map, or fragmentation over time.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// PyTorch memory snapshot pickle.
+    /// PyTorch memory snapshot pickle or memprof recording.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// The HTML file to write.

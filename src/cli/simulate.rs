@@ -38,6 +38,13 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, !args.json).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
+    if loaded.recording.is_some() {
+        bail!(
+            "{shown}: a memprof recording holds driver calls (the allocator's segments), not the \
+             allocator's block requests, so there is nothing to replay through the allocator \
+             model; simulate a PyTorch snapshot instead"
+        );
+    }
     for w in &loaded.parsed.warnings {
         eprintln!("memprof: warning: {shown}: {w}");
     }

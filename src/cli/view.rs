@@ -18,7 +18,7 @@ const TOP_SITES: usize = 10;
 
 #[derive(Debug, Args)]
 pub struct ViewArgs {
-    /// A PyTorch memory snapshot pickle.
+    /// A PyTorch memory snapshot pickle or a memprof recording.
     pub file: PathBuf,
 }
 
@@ -29,7 +29,11 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, true).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
-    let analyses = with_diagnoses(snapshot, analyze_snapshot(snapshot, TOP_SITES, None));
+    let analyses = with_diagnoses(
+        snapshot,
+        loaded.recording.as_ref(),
+        analyze_snapshot(snapshot, TOP_SITES, None),
+    );
     let name = args
         .file
         .file_name()

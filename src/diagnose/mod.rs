@@ -1,12 +1,15 @@
 //! OOM root cause: diagnoses of the `oom` entries of a snapshot (the numbers from the
-//! simulator's replay of the recorded trace, remedies replayed under other settings) and of
-//! the OOM messages of a log (the numbers the message prints).
+//! simulator's replay of the recorded trace, remedies replayed under other settings), of a
+//! memprof recording (the driver calls alone) and of the OOM messages of a log (the numbers the
+//! message prints).
 
 mod log;
+mod recording;
 mod remedies;
 mod snapshot;
 
 pub use log::diagnose_log;
+pub use recording::diagnose_recording_device;
 pub use snapshot::{diagnose_device, Depth};
 
 #[cfg(test)]

@@ -13,6 +13,8 @@ pub enum SnapshotFormat {
     Modern,
     /// A bare segment list, as `torch.cuda.memory_snapshot()` returns; no trace.
     SegmentsOnly,
+    /// A memprof recording of driver calls (`source::recording`): segments only, no stacks.
+    Recording,
 }
 
 /// `allocator_settings` (PyTorch 2.3+): what the allocator ran with.

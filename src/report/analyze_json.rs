@@ -35,12 +35,28 @@ pub struct InputReport {
     pub path: String,
     pub kind: InputKind,
     pub bytes: u64,
-    /// `history` (PyTorch 2.0), `modern` (2.1+) or `segments_only`.
+    /// `history` (PyTorch 2.0), `modern` (2.1+), `segments_only` or `recording` (a memprof
+    /// recording of driver calls).
     pub format: &'static str,
     /// The allocator settings string recorded in the file, when present.
     pub alloc_conf: Option<String>,
+    /// The recorded process, for a memprof recording (absent for a snapshot).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessReport>,
     pub devices: Vec<DeviceAnalysis>,
     pub warnings: Vec<String>,
+}
+
+/// The process a memprof recording was made of.
+#[derive(Debug, Serialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    /// `None` in a version-1 recording, as are the others.
+    pub host: Option<String>,
+    /// The command line, program first (empty when not recorded).
+    pub command: Vec<String>,
+    /// When recording started, µs since the Unix epoch.
+    pub start_time_us: Option<i64>,
 }
 
 /// The whole document.

@@ -28,10 +28,19 @@ pub fn render(report: &AnalyzeReport) -> String {
     out
 }
 
+/// An argument as a shell would need it: in single quotes when empty or holding blanks or quotes.
+fn quoted(arg: &str) -> String {
+    if !arg.is_empty() && !arg.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
+        return arg.to_string();
+    }
+    format!("'{}'", arg.replace('\'', "'\\''"))
+}
+
 fn render_input(input: &InputReport, out: &mut String) {
     let format = match input.format {
         "history" => "PyTorch 2.0 snapshot",
         "segments_only" => "segment list (no trace)",
+        "recording" => "memprof recording of driver calls",
         _ => "PyTorch 2.1+ snapshot",
     };
     let _ = writeln!(
@@ -42,6 +51,20 @@ fn render_input(input: &InputReport, out: &mut String) {
         input.devices.len(),
         if input.devices.len() == 1 { "" } else { "s" }
     );
+    if let Some(p) = &input.process {
+        let host = p
+            .host
+            .as_deref()
+            .map(|h| format!(" on {h}"))
+            .unwrap_or_default();
+        let command = if p.command.is_empty() {
+            String::new()
+        } else {
+            let words: Vec<String> = p.command.iter().map(|a| quoted(a)).collect();
+            format!(": {}", words.join(" "))
+        };
+        let _ = writeln!(out, "  process {}{host}{command}", p.pid);
+    }
     if let Some(conf) = input.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
         let _ = writeln!(out, "  PYTORCH_CUDA_ALLOC_CONF={conf}");
     }
@@ -139,21 +162,32 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
         let free = oom
             .device_free_bytes
             .map_or_else(|| "unknown".to_string(), |b| Bytes(b).to_string());
+        // A recording's diagnosis does not see the cache (no largest free block, no replay).
+        let driver_only = oom
+            .diagnosis
+            .as_ref()
+            .is_some_and(|d| d.largest_free_block_bytes.is_none());
+        let largest = if driver_only {
+            "not visible in driver calls".to_string()
+        } else {
+            Bytes(f.largest_free_block_bytes).to_string()
+        };
         let _ = writeln!(
             out,
             "  OUT OF MEMORY at entry {}: a request of {} failed with {} free on the device; largest cached free block {}; site {}",
             oom.entry_index,
             Bytes(oom.request_bytes),
             free,
-            Bytes(f.largest_free_block_bytes),
+            largest,
             oom.site
         );
         if let Some(diag) = &oom.diagnosis {
             let _ = writeln!(
                 out,
-                "  cause: {}. {} Remedies, replayed: `memprof diagnose`.",
+                "  cause: {}. {} Remedies{}: `memprof diagnose`.",
                 diag.cause.name(),
-                diag.evidence
+                diag.evidence,
+                if driver_only { "" } else { ", replayed" }
             );
         }
     }

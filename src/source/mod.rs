@@ -1,9 +1,12 @@
 //! Sources: the only code that turns outside bytes into model values. Parsers take a reader;
-//! nothing here opens a path it was not handed.
+//! nothing here opens a path it was not handed, except that the live client finds a shim's
+//! socket from its process id.
 
 pub mod cuda_probe;
 pub mod gpu;
+pub mod live;
 pub mod oom_log;
 pub mod pickle;
 pub mod prefetch;
+pub mod recording;
 pub mod torch_snapshot;

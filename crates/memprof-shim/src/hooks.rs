@@ -6,6 +6,7 @@
 //! can both be asked for). The same wrappers serve pointers found by `dlsym(handle, ...)`. The wrapper bodies (`alloc`, `free`, ...) forward the call unchanged and
 //! record it afterwards.
 
+use crate::context;
 use crate::recorder::{record, Guard};
 use memprof_wire::{Kind, Record, FLAG_LOOKED_UP, FLAG_PER_THREAD_STREAM};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -30,6 +31,9 @@ type PoolAllocFn = unsafe extern "C" fn(*mut u64, usize, *mut c_void, *mut c_voi
 type ReserveFn = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32;
 type AddressFreeFn = unsafe extern "C" fn(u64, usize) -> u32;
 type GetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
+type CtxSetCurrentFn = unsafe extern "C" fn(*mut c_void) -> u32;
+type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut *mut c_void, c_int) -> u32;
+type CtxCreateFn = unsafe extern "C" fn(*mut *mut c_void, u32, c_int) -> u32;
 type ProcAddressFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> u32;
 type ProcAddressV2Fn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
@@ -169,6 +173,14 @@ hook!(mem_unmap, cuMemUnmap, c"cuMemUnmap", UnmapFn, unmap, 0, (ptr: u64, size: 
 hook!(mem_release, cuMemRelease, c"cuMemRelease", ReleaseFn, release, 0, (handle: u64));
 hook!(mem_get_info, cuMemGetInfo_v2, c"cuMemGetInfo_v2", GetInfoFn, get_info, 0,
     (free: *mut usize, total: *mut usize));
+hook!(ctx_set_current, cuCtxSetCurrent, c"cuCtxSetCurrent", CtxSetCurrentFn, set_current, 0,
+    (ctx: *mut c_void));
+hook!(primary_ctx_retain, cuDevicePrimaryCtxRetain, c"cuDevicePrimaryCtxRetain",
+    PrimaryCtxRetainFn, primary_retain, 0, (pctx: *mut *mut c_void, dev: c_int));
+// Exported symbol and dlsym only: through cuGetProcAddress, "cuCtxCreate" may name the _v3 or _v4
+// ABI, which this wrapper does not have.
+hook!(ctx_create, cuCtxCreate_v2, c"cuCtxCreate_v2", CtxCreateFn, ctx_create_v2, 0,
+    (pctx: *mut *mut c_void, ctx_flags: u32, dev: c_int));
 
 hook!(
     mem_alloc_pitch,
@@ -315,8 +327,18 @@ fn address_free(real: AddressFreeFn, flags: u16, ptr: u64, size: usize) -> u32 {
 }
 
 /// The `cuGetProcAddress` names this shim wraps.
-fn entries() -> [Entry; 14] {
+fn entries() -> [Entry; 16] {
     [
+        Entry {
+            base: c"cuCtxSetCurrent",
+            min_version: 4000,
+            wrappers: ctx_set_current::wrappers(),
+        },
+        Entry {
+            base: c"cuDevicePrimaryCtxRetain",
+            min_version: 7000,
+            wrappers: primary_ctx_retain::wrappers(),
+        },
         Entry {
             base: c"cuMemAllocPitch",
             min_version: 3020,
@@ -508,6 +530,45 @@ fn get_info(real: GetInfoFn, flags: u16, free: *mut usize, total: *mut usize) ->
     result
 }
 
+fn set_current(real: CtxSetCurrentFn, _flags: u16, ctx: *mut c_void) -> u32 {
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(ctx) };
+    if result == 0 {
+        context::set_current(ctx as u64);
+    }
+    result
+}
+
+fn primary_retain(
+    real: PrimaryCtxRetainFn,
+    _flags: u16,
+    pctx: *mut *mut c_void,
+    dev: c_int,
+) -> u32 {
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(pctx, dev) };
+    context::learn(read_out(result, pctx.cast::<u64>()), dev);
+    result
+}
+
+fn ctx_create_v2(
+    real: CtxCreateFn,
+    _flags: u16,
+    pctx: *mut *mut c_void,
+    ctx_flags: u32,
+    dev: c_int,
+) -> u32 {
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(pctx, ctx_flags, dev) };
+    let ctx = read_out(result, pctx.cast::<u64>());
+    if ctx != 0 {
+        // A created context is made current in the calling thread.
+        context::learn(ctx, dev);
+        context::set_current(ctx);
+    }
+    result
+}
+
 /// Records the event of a hooked call, unless the call came from inside the shim (no guard):
 /// kind, path flags and the driver's result, plus what `fill` adds. Never allocates.
 fn emit(
@@ -522,6 +583,9 @@ fn emit(
         event.flags = flags;
         event.result = result;
         fill(&mut event);
+        if event.device < 0 {
+            event.device = context::current_device();
+        }
         record(event);
     }
 }
@@ -732,6 +796,13 @@ pub(crate) fn wrapper_for(name: &CStr, real: usize) -> Option<usize> {
             0,
             mem_address_free::exported(),
         ),
+        b"cuCtxSetCurrent" => (ctx_set_current::wrappers(), 0, ctx_set_current::exported()),
+        b"cuDevicePrimaryCtxRetain" => (
+            primary_ctx_retain::wrappers(),
+            0,
+            primary_ctx_retain::exported(),
+        ),
+        b"cuCtxCreate_v2" => (ctx_create::wrappers(), 0, ctx_create::exported()),
         b"cuGetProcAddress" => (
             proc_address_wrappers(),
             0,

@@ -12,9 +12,14 @@
 //! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls through pointers handed out by
 //! `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through pointers found by a
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
-//! shim exports `dlsym` (see `dlsym.rs`). Not yet: `dlsym` on other architectures, the other
-//! entry points of the issue (context creation), recording in
-//! forked children, a flush on `_exit`, stacks.
+//! shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
+//! `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them) so that each record carries
+//! the device of the calling thread's current context (`context.rs`). Not yet: `dlsym` on other
+//! architectures, context push/pop, context events in the recording, recording in forked
+//! children, stacks. A program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
+//!
+//! While it records, the shim also streams the same bytes to clients of a Unix socket named after
+//! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
@@ -22,11 +27,16 @@
 //! up to 10,000 times (counted as delayed), then drops the event (counted); both counts are in
 //! the trailer.
 
+mod context;
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
 mod dlsym;
+#[cfg(not(test))]
+mod exit;
 mod hooks;
+mod live;
 mod recorder;
 pub mod ring;
+mod table;
 
 /// The recording format version this shim writes.
 pub const WIRE_VERSION: u32 = memprof_wire::VERSION;

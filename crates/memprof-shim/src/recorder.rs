@@ -1,12 +1,13 @@
 //! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
 
+use crate::live::Server;
 use crate::ring::Ring;
-use memprof_wire::{FileHeader, Kind, Record, RECORD_LEN};
+use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, RECORD_LEN};
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 /// Slots in the ring (64 bytes each: 4 MiB, preallocated in .bss).
@@ -27,21 +28,33 @@ const STARTING: u8 = 1;
 const RUNNING: u8 = 2;
 const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The process that opened the recording (a `vfork` child shares this memory but not the file).
+static RECORDING_PID: AtomicU32 = AtomicU32::new(0);
+/// How many times `_exit` tries the writer lock, 1 ms apart, before it gives up on the flush.
+// Used by `exit.rs`, which unit tests do not build (it would replace the test binary's `_exit`).
+#[cfg_attr(test, allow(dead_code))]
+const EXIT_LOCK_TRIES: u32 = 100;
 
 struct Writer {
     file: Option<File>,
     written: u64,
     closed: bool,
+    /// The live socket, unless `MEMPROF_LISTEN=0` or it could not be made.
+    live: Option<Server>,
 }
 
 static WRITER: Mutex<Writer> = Mutex::new(Writer {
     file: None,
     written: 0,
     closed: false,
+    live: None,
 });
 
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    /// This thread's kernel id, once looked up (0 before): a system call per event costs more
+    /// than the rest of the hook.
+    static TID: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Marks the current thread as inside a hook; `None` when it already is (a nested call, which
@@ -75,9 +88,70 @@ fn now_ns() -> u64 {
         .wrapping_add(ts.tv_nsec as u64)
 }
 
+/// `CLOCK_REALTIME` in ns since the Unix epoch; `None` if the clock is before it.
+fn wall_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME is always supported.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    Some(
+        secs.wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec as u64),
+    )
+}
+
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its whole length, which is what gethostname is told.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Bytes of the command line kept in the process block (the rest is left out).
+const MAX_ARGS_BYTES: usize = 64 << 10;
+
+/// This process's arguments from `/proc/self/cmdline`, the first 64 KiB of them.
+fn command_line() -> Vec<String> {
+    let Ok(raw) = std::fs::read("/proc/self/cmdline") else {
+        return Vec::new();
+    };
+    // Each argument ends with a NUL; an empty argument is kept.
+    let raw = raw.strip_suffix(&[0]).unwrap_or(&raw);
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let mut kept = 0;
+    raw.split(|&b| b == 0)
+        .take_while(|a| {
+            kept += a.len();
+            kept <= MAX_ARGS_BYTES
+        })
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
 fn tid() -> u32 {
     // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// `tid()`, remembered per thread. A forked child's main thread would see its parent's cached
+/// id, but a forked child records nothing.
+fn cached_tid() -> u32 {
+    TID.try_with(|cached| {
+        if cached.get() == 0 {
+            cached.set(tid());
+        }
+        cached.get()
+    })
+    .unwrap_or_else(|_| tid())
 }
 
 fn pid() -> u32 {
@@ -91,8 +165,9 @@ pub fn record(mut event: Record) {
     let errno = unsafe { *libc::__errno_location() };
     if ensure_started() {
         event.ts_ns = now_ns();
-        event.tid = tid();
-        event.pid = pid();
+        event.tid = cached_tid();
+        // The process that started recording: only it records (see `forked_child`).
+        event.pid = RECORDING_PID.load(Ordering::Relaxed);
         let encoded = event.encode();
         if !RING.push(&encoded) {
             push_when_drained(&encoded);
@@ -123,6 +198,8 @@ fn ensure_started() -> bool {
         RUNNING | STARTING => true,
         OFF => false,
         _ => {
+            // Before any thread can see STARTING: events recorded meanwhile carry it.
+            RECORDING_PID.store(pid(), Ordering::Release);
             if STATE
                 .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
@@ -166,10 +243,27 @@ fn start() -> bool {
         pid: pid(),
         start_ns: now_ns(),
     };
-    if file.write_all(&header.encode()).is_err() {
+    let process = ProcessInfo {
+        wall_start_ns: wall_ns(),
+        host: host_name(),
+        args: command_line(),
+    };
+    let mut head = header.encode().to_vec();
+    head.extend_from_slice(&process.encode());
+    if file.write_all(&head).is_err() {
         return false;
     }
-    lock().file = Some(file);
+    let listen = std::env::var_os("MEMPROF_LISTEN").is_none_or(|v| v != "0");
+    let live = if listen {
+        Server::open(pid(), head)
+    } else {
+        None
+    };
+    {
+        let mut writer = lock();
+        writer.file = Some(file);
+        writer.live = live;
+    }
     // Without a writer thread the ring is still drained at exit.
     WRITER_ALIVE.store(true, Ordering::Release);
     if std::thread::Builder::new()
@@ -184,7 +278,13 @@ fn start() -> bool {
 
 fn writer_loop() {
     loop {
-        let (count, closed) = drain(&mut lock());
+        let (count, closed) = {
+            let mut writer = lock();
+            if let Some(live) = writer.live.as_mut() {
+                live.accept();
+            }
+            drain(&mut writer)
+        };
         if closed {
             WRITER_ALIVE.store(false, Ordering::Release);
             return;
@@ -224,6 +324,9 @@ fn drain(writer: &mut Writer) -> (u64, bool) {
             writer.file = None;
             DROPPED.fetch_add(count, Ordering::Relaxed);
         }
+        if let Some(live) = writer.live.as_mut() {
+            live.send(&buffer[..filled]);
+        }
     }
 }
 
@@ -233,8 +336,29 @@ extern "C" fn flush_at_exit() {
     if STATE.load(Ordering::Acquire) != RUNNING {
         return;
     }
-    let mut writer = lock();
-    drain(&mut writer);
+    finish(&mut lock());
+}
+
+/// The flush of `_exit` / `_Exit`, which skip `atexit`: as `flush_at_exit`, but it waits at most
+/// about 100 ms for the writer lock, and does nothing in a process that did not open the
+/// recording (a `vfork` child shares the parent's memory).
+#[cfg_attr(test, allow(dead_code))]
+pub fn flush_before_exit() {
+    if STATE.load(Ordering::Acquire) != RUNNING || RECORDING_PID.load(Ordering::Acquire) != pid() {
+        return;
+    }
+    for _ in 0..EXIT_LOCK_TRIES {
+        match WRITER.try_lock() {
+            Ok(mut writer) => return finish(&mut writer),
+            Err(TryLockError::Poisoned(poisoned)) => return finish(&mut poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// Drains the ring and writes the trailer, once.
+fn finish(writer: &mut Writer) {
+    drain(writer);
     if writer.closed {
         return;
     }
@@ -250,6 +374,9 @@ extern "C" fn flush_at_exit() {
     trailer.tid = tid();
     if let Some(file) = writer.file.as_mut() {
         let _ = file.write_all(&trailer.encode());
+    }
+    if let Some(mut live) = writer.live.take() {
+        live.close(&trailer.encode());
     }
 }
 

@@ -1,24 +1,45 @@
 //! The memprof recording format, shared by the shim (writer) and the tool (reader).
 //!
-//! A recording is a header followed by fixed-size little-endian records:
+//! A recording is a header, the process block (version 2 on), then fixed-size little-endian
+//! records:
 //!
 //! ```text
 //! header (32 bytes): MAGIC (8) | version u32 | record length u32 | pid u32 | reserved u32
 //!                    | start time u64 (CLOCK_MONOTONIC, ns)
+//! process block:     length u32 | entries, each tag u16 | length u32 | bytes      (version 2)
 //! record (64 bytes): kind u16 | flags u16 | tid u32 | ts_ns u64 | ptr u64 | size u64
 //!                    | stream u64 | aux u64 | pid u32 | device i32 | result u32 | reserved u32
 //! ```
 //!
+//! Process block entries ([`ProcessInfo`]): tag 1 the wall clock (`CLOCK_REALTIME`, ns since the
+//! Unix epoch) read together with the header's start time, tag 2 the host name, tag 3 one
+//! command-line argument (repeated, in order). Readers skip tags they do not know, so new tags
+//! need no version bump.
+//!
+//! Compatibility: this reader reads versions 1 (no process block) and 2, and refuses a newer
+//! version with a message saying so.
+//!
 //! A recording that was closed cleanly ends with one [`Kind::Trailer`] record carrying the number
 //! of events written and the number dropped. A recording without one was cut short (the program
 //! was killed, or is still running).
+//!
+//! The live stream (the shim's Unix socket) carries the same bytes: header, process block, then
+//! records, with a [`Kind::LiveDropped`] record where the client fell behind, and the trailer
+//! when the process ends. A client that connects late first gets the records of what is still
+//! alive, flagged [`FLAG_SNAPSHOT`].
 #![forbid(unsafe_code)]
 
 /// First bytes of every recording.
 pub const MAGIC: &[u8; 8] = b"MEMPROF\0";
 
-/// Version of the record layout written after the header.
-pub const VERSION: u32 = 1;
+/// Version of the layout written after the magic.
+pub const VERSION: u32 = 2;
+
+/// The oldest version this reader still reads.
+pub const OLDEST_VERSION: u32 = 1;
+
+/// The largest process block a reader accepts (a bigger length means a damaged file).
+pub const MAX_PROCESS_BLOCK: usize = 1 << 20;
 
 /// Length of the magic plus version, the part every version shares.
 pub const HEADER_LEN: usize = MAGIC.len() + 4;
@@ -42,6 +63,24 @@ pub const FLAG_LOOKED_UP: u16 = 1;
 /// Flag: the per-thread-default-stream (`_ptsz`) variant of the call.
 pub const FLAG_PER_THREAD_STREAM: u16 = 2;
 
+/// Flag (live stream only): a record of something still alive when the client connected, sent
+/// before the stream so the client starts from the process's current state.
+pub const FLAG_SNAPSHOT: u16 = 4;
+
+/// The directory of this user's live sockets: `RUNTIME_DIR/memprof` (`$XDG_RUNTIME_DIR`, when set
+/// and not empty), else `/tmp/memprof-<uid>`. The shim and its clients both follow this rule.
+pub fn socket_dir(runtime_dir: Option<&std::ffi::OsStr>, uid: u32) -> std::path::PathBuf {
+    match runtime_dir.filter(|d| !d.is_empty()) {
+        Some(dir) => std::path::Path::new(dir).join("memprof"),
+        None => std::path::PathBuf::from(format!("/tmp/memprof-{uid}")),
+    }
+}
+
+/// The live socket of process `pid` in `dir` (see [`socket_dir`]).
+pub fn socket_path(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {
+    dir.join(format!("{pid}.sock"))
+}
+
 /// Writes the magic and version.
 pub fn encode_header() -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
@@ -51,7 +90,7 @@ pub fn encode_header() -> [u8; HEADER_LEN] {
 }
 
 /// Why a header could not be read.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeaderError {
     TooShort,
     NotARecording,
@@ -59,17 +98,93 @@ pub enum HeaderError {
     UnknownVersion(u32),
     /// The header names a record length this reader does not know.
     BadRecordLength(u32),
+    /// The process block is cut short or damaged; the text says how.
+    BadProcessBlock(&'static str),
 }
 
-/// Reads the magic and version and returns the version.
+/// Reads the magic and version and returns the version (one this reader reads).
 pub fn decode_header(bytes: &[u8]) -> Result<u32, HeaderError> {
     let header = bytes.get(..HEADER_LEN).ok_or(HeaderError::TooShort)?;
     if &header[..MAGIC.len()] != MAGIC {
         return Err(HeaderError::NotARecording);
     }
     match u32_at(header, MAGIC.len()) {
-        VERSION => Ok(VERSION),
+        v @ OLDEST_VERSION..=VERSION => Ok(v),
         other => Err(HeaderError::UnknownVersion(other)),
+    }
+}
+
+/// Process block tag: the wall clock at the start, ns since the Unix epoch.
+const TAG_WALL_START: u16 = 1;
+/// Process block tag: the host name.
+const TAG_HOST: u16 = 2;
+/// Process block tag: one command-line argument.
+const TAG_ARG: u16 = 3;
+
+/// What a recording says about the recorded process (version 2 on).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// `CLOCK_REALTIME` when recording started, in ns since the Unix epoch (read together with
+    /// the header's monotonic start time, so record times convert to wall clock).
+    pub wall_start_ns: Option<u64>,
+    pub host: Option<String>,
+    /// The command line, program first.
+    pub args: Vec<String>,
+}
+
+impl ProcessInfo {
+    /// The whole process block, length first.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::new();
+        let mut entry = |tag: u16, bytes: &[u8]| {
+            body.extend_from_slice(&tag.to_le_bytes());
+            body.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            body.extend_from_slice(bytes);
+        };
+        if let Some(wall) = self.wall_start_ns {
+            entry(TAG_WALL_START, &wall.to_le_bytes());
+        }
+        if let Some(host) = &self.host {
+            entry(TAG_HOST, host.as_bytes());
+        }
+        for arg in &self.args {
+            entry(TAG_ARG, arg.as_bytes());
+        }
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Reads a process block from the start of `bytes`; returns it and the bytes it took.
+    /// Unknown tags are skipped; text that is not UTF-8 is read lossily.
+    pub fn decode(bytes: &[u8]) -> Result<(ProcessInfo, usize), HeaderError> {
+        let cut = HeaderError::BadProcessBlock("cut short");
+        let len = bytes.get(..4).map(|b| u32_at(b, 0) as usize).ok_or(cut)?;
+        if len > MAX_PROCESS_BLOCK {
+            return Err(HeaderError::BadProcessBlock("longer than 1 MiB"));
+        }
+        let mut rest = bytes.get(4..4 + len).ok_or(cut)?;
+        let mut info = ProcessInfo::default();
+        while !rest.is_empty() {
+            let head = rest.get(..6).ok_or(cut)?;
+            let tag = u16::from_le_bytes([head[0], head[1]]);
+            let n = u32_at(head, 2) as usize;
+            let value = rest.get(6..6 + n).ok_or(cut)?;
+            rest = &rest[6 + n..];
+            let text = || String::from_utf8_lossy(value).into_owned();
+            match tag {
+                TAG_WALL_START => {
+                    let word: [u8; 8] = value
+                        .try_into()
+                        .map_err(|_| HeaderError::BadProcessBlock("wall clock is not 8 bytes"))?;
+                    info.wall_start_ns = Some(u64::from_le_bytes(word));
+                }
+                TAG_HOST => info.host = Some(text()),
+                TAG_ARG => info.args.push(text()),
+                _ => {}
+            }
+        }
+        Ok((info, 4 + len))
     }
 }
 
@@ -144,6 +259,9 @@ pub enum Kind {
     AddressReserve = 14,
     /// `cuMemAddressFree`: `ptr`, `size`.
     AddressFree = 15,
+    /// Live stream only (never in a file): `size` events were not sent to this client because
+    /// it read too slowly. They are in the file.
+    LiveDropped = 16,
 }
 
 impl Kind {
@@ -165,6 +283,7 @@ impl Kind {
             13 => Kind::AllocFromPoolAsync,
             14 => Kind::AddressReserve,
             15 => Kind::AddressFree,
+            16 => Kind::LiveDropped,
             _ => return None,
         })
     }
@@ -264,7 +383,7 @@ impl Record {
 }
 
 /// Why a record could not be read.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordError {
     UnknownKind(u16),
 }
@@ -273,6 +392,12 @@ pub enum RecordError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recording {
     pub header: FileHeader,
+    /// The format version the file was written in.
+    pub version: u32,
+    /// The process block; `None` in a version-1 recording.
+    pub process: Option<ProcessInfo>,
+    /// Byte offset of the first record.
+    pub records_at: usize,
     /// The events, without the trailer.
     pub records: Vec<Record>,
     /// `Some(dropped)` when the recording ends with a trailer; `None` when it was cut short.
@@ -287,9 +412,10 @@ pub struct Recording {
 #[derive(Debug, PartialEq, Eq)]
 pub enum DecodeError {
     Header(HeaderError),
-    /// Record number `index` (from 0) is not valid.
+    /// Record number `index` (from 0), at byte `offset` of the file, is not valid.
     Record {
         index: usize,
+        offset: usize,
         error: RecordError,
     },
 }
@@ -302,6 +428,9 @@ impl std::fmt::Display for DecodeError {
             DecodeError::Header(HeaderError::UnknownVersion(v)) => {
                 write!(f, "recording format version {v} is newer than this memprof")
             }
+            DecodeError::Header(HeaderError::BadProcessBlock(why)) => {
+                write!(f, "recording process block {why}")
+            }
             DecodeError::Header(HeaderError::BadRecordLength(n)) => {
                 write!(
                     f,
@@ -310,9 +439,10 @@ impl std::fmt::Display for DecodeError {
             }
             DecodeError::Record {
                 index,
+                offset,
                 error: RecordError::UnknownKind(k),
             } => {
-                write!(f, "record {index} has unknown kind {k}")
+                write!(f, "at byte {offset}: record {index} has unknown kind {k}")
             }
         }
     }
@@ -324,7 +454,15 @@ impl std::error::Error for DecodeError {}
 /// `trailing_bytes`, not an error, since a killed program leaves one.
 pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     let header = FileHeader::decode(bytes).map_err(DecodeError::Header)?;
-    let body = bytes.get(FILE_HEADER_LEN..).unwrap_or_default();
+    let version = decode_header(bytes).map_err(DecodeError::Header)?;
+    let after_header = bytes.get(FILE_HEADER_LEN..).unwrap_or_default();
+    let (process, records_at) = if version >= 2 {
+        let (info, len) = ProcessInfo::decode(after_header).map_err(DecodeError::Header)?;
+        (Some(info), FILE_HEADER_LEN + len)
+    } else {
+        (None, FILE_HEADER_LEN)
+    };
+    let body = bytes.get(records_at..).unwrap_or_default();
     let mut chunks = body.chunks_exact(RECORD_LEN);
     let mut records = Vec::with_capacity(body.len() / RECORD_LEN);
     let mut dropped = None;
@@ -332,7 +470,11 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     for (index, chunk) in chunks.by_ref().enumerate() {
         let mut raw = [0u8; RECORD_LEN];
         raw.copy_from_slice(chunk);
-        let record = Record::decode(&raw).map_err(|error| DecodeError::Record { index, error })?;
+        let record = Record::decode(&raw).map_err(|error| DecodeError::Record {
+            index,
+            offset: records_at + index * RECORD_LEN,
+            error,
+        })?;
         if record.kind == Kind::Trailer {
             dropped = Some(record.aux);
             delayed = record.stream;
@@ -347,6 +489,9 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     };
     Ok(Recording {
         header,
+        version,
+        process,
+        records_at,
         records,
         dropped,
         delayed,
@@ -371,8 +516,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sockets_live_in_the_runtime_dir_or_a_per_user_tmp_dir() {
+        let run = std::ffi::OsStr::new("/run/user/1000");
+        assert_eq!(
+            socket_path(&socket_dir(Some(run), 1000), 42),
+            std::path::Path::new("/run/user/1000/memprof/42.sock")
+        );
+        for unset in [None, Some(std::ffi::OsStr::new(""))] {
+            assert_eq!(socket_dir(unset, 7), std::path::Path::new("/tmp/memprof-7"));
+        }
+    }
+
+    #[test]
     fn header_round_trips() {
         assert_eq!(decode_header(&encode_header()), Ok(VERSION));
+        let mut old = encode_header();
+        old[8] = 1;
+        assert_eq!(decode_header(&old), Ok(1));
         let header = FileHeader {
             pid: 4242,
             start_ns: 0x0102_0304_0506_0708,
@@ -450,13 +610,26 @@ mod tests {
         assert!(!Record::new(Kind::Alloc).is_oom());
     }
 
-    fn file(records: &[Record], trailer: Option<u64>) -> Vec<u8> {
+    fn process() -> ProcessInfo {
+        ProcessInfo {
+            wall_start_ns: Some(1_700_000_000_123_456_789),
+            host: Some("gpu-node-7".into()),
+            args: vec!["python".into(), "train.py".into(), "--lr=3e-4 x".into()],
+        }
+    }
+
+    /// A recording of `version` (1: no process block) holding `records`.
+    fn file_of(version: u32, records: &[Record], trailer: Option<u64>) -> Vec<u8> {
         let mut out = FileHeader {
             pid: 5,
             start_ns: 6,
         }
         .encode()
         .to_vec();
+        out[8..12].copy_from_slice(&version.to_le_bytes());
+        if version >= 2 {
+            out.extend_from_slice(&process().encode());
+        }
         for record in records {
             out.extend_from_slice(&record.encode());
         }
@@ -468,6 +641,10 @@ mod tests {
             out.extend_from_slice(&end.encode());
         }
         out
+    }
+
+    fn file(records: &[Record], trailer: Option<u64>) -> Vec<u8> {
+        file_of(VERSION, records, trailer)
     }
 
     #[test]
@@ -485,6 +662,8 @@ mod tests {
                 start_ns: 6
             }
         );
+        assert_eq!(decoded.version, VERSION);
+        assert_eq!(decoded.process, Some(process()));
         assert_eq!(decoded.records, records);
         assert_eq!(decoded.dropped, Some(3));
         assert_eq!(decoded.delayed, 4);
@@ -492,17 +671,58 @@ mod tests {
     }
 
     #[test]
+    fn version_1_recordings_are_still_read() {
+        let records = vec![sample(Kind::Alloc), sample(Kind::Free)];
+        let decoded = decode_recording(&file_of(1, &records, Some(0))).expect("decodes");
+        assert_eq!(decoded.version, 1);
+        assert_eq!(decoded.process, None);
+        assert_eq!(decoded.records_at, FILE_HEADER_LEN);
+        assert_eq!(decoded.records, records);
+        assert_eq!(
+            decode_recording(&file_of(3, &records, None)).map(|_| ()),
+            Err(DecodeError::Header(HeaderError::UnknownVersion(3)))
+        );
+    }
+
+    #[test]
+    fn process_blocks_round_trip_and_skip_unknown_tags() {
+        for info in [ProcessInfo::default(), process()] {
+            let bytes = info.encode();
+            assert_eq!(ProcessInfo::decode(&bytes), Ok((info, bytes.len())));
+        }
+        // A tag from a later writer between two known ones.
+        let mut bytes = process().encode();
+        let extra = [9u8, 0, 2, 0, 0, 0, 0xaa, 0xbb];
+        bytes.splice(4..4, extra);
+        let len = (bytes.len() - 4) as u32;
+        bytes[..4].copy_from_slice(&len.to_le_bytes());
+        assert_eq!(ProcessInfo::decode(&bytes), Ok((process(), bytes.len())));
+        // Cut anywhere inside, it is refused, never misread.
+        let whole = process().encode();
+        for cut in 0..whole.len() {
+            assert!(ProcessInfo::decode(&whole[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut huge = whole.clone();
+        huge[..4].copy_from_slice(&(2u32 << 20).to_le_bytes());
+        assert_eq!(
+            ProcessInfo::decode(&huge),
+            Err(HeaderError::BadProcessBlock("longer than 1 MiB"))
+        );
+    }
+
+    #[test]
     fn truncated_recordings_keep_whole_records() {
         let records = vec![sample(Kind::Alloc), sample(Kind::Free)];
         let bytes = file(&records, None);
-        for cut in FILE_HEADER_LEN..bytes.len() {
+        let start = FILE_HEADER_LEN + process().encode().len();
+        for cut in start..bytes.len() {
             let decoded = decode_recording(&bytes[..cut]).expect("a cut recording still decodes");
-            let whole = (cut - FILE_HEADER_LEN) / RECORD_LEN;
+            let whole = (cut - start) / RECORD_LEN;
             assert_eq!(decoded.records, records[..whole]);
             assert_eq!(decoded.dropped, None);
-            assert_eq!(decoded.trailing_bytes, (cut - FILE_HEADER_LEN) % RECORD_LEN);
+            assert_eq!(decoded.trailing_bytes, (cut - start) % RECORD_LEN);
         }
-        for cut in 0..FILE_HEADER_LEN {
+        for cut in 0..start {
             assert!(matches!(
                 decode_recording(&bytes[..cut]),
                 Err(DecodeError::Header(_))
@@ -512,14 +732,24 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_errors() {
-        let mut bytes = file(&[sample(Kind::Alloc)], Some(0));
-        bytes[FILE_HEADER_LEN] = 200;
+        let mut bytes = file(&[sample(Kind::Alloc), sample(Kind::Free)], Some(0));
+        let start = FILE_HEADER_LEN + process().encode().len();
+        bytes[start + RECORD_LEN] = 200;
+        let err = decode_recording(&bytes).map(|_| ()).expect_err("refused");
         assert_eq!(
-            decode_recording(&bytes),
-            Err(DecodeError::Record {
-                index: 0,
+            err,
+            DecodeError::Record {
+                index: 1,
+                offset: start + RECORD_LEN,
                 error: RecordError::UnknownKind(200)
-            })
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "at byte {}: record 1 has unknown kind 200",
+                start + RECORD_LEN
+            )
         );
     }
 }

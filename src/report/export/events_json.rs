@@ -4,7 +4,7 @@
 //! inline would make the file some 30 times the size of the pickle). Entries are streamed.
 //!
 //! ```text
-//! {"schema_version": 1, "kind": "memprof_events", "format": "modern|history|segments_only",
+//! {"schema_version": 1, "kind": "memprof_events", "format": "modern|history|segments_only|recording",
 //!  "frames": [{"filename", "line", "name"}],
 //!  "devices": [{"device", "entries": [{"index", "action", "addr"|null, "size", "stream",
 //!               "time_us"|null, "device_free"|null, "frames": [frame index, innermost first],
@@ -108,6 +108,7 @@ impl Serialize for Document<'_> {
                 SnapshotFormat::History => "history",
                 SnapshotFormat::Modern => "modern",
                 SnapshotFormat::SegmentsOnly => "segments_only",
+                SnapshotFormat::Recording => "recording",
             },
         )?;
         let frames: Vec<FrameOut> = self.frames.frames.iter().map(|f| FrameOut(f)).collect();

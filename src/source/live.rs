@@ -1,0 +1,166 @@
+//! The live stream of a process recording under the shim: connects to the Unix socket the shim
+//! listens on (named after the process id, `crates/memprof-shim/src/live.rs`) and yields the
+//! records as the shim drains them. The stream holds the bytes of a recording: header, process
+//! block, records, and the trailer when the process ends.
+
+use memprof_wire::{
+    decode_header, DecodeError, FileHeader, HeaderError, Kind, ProcessInfo, Record,
+    FILE_HEADER_LEN, HEADER_LEN, MAX_PROCESS_BLOCK, RECORD_LEN,
+};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why the live stream could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("cannot connect to {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("reading the live stream: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("live stream: {0}")]
+    Decode(#[from] DecodeError),
+}
+
+/// One thing the stream says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveEvent {
+    Record(Record),
+    /// The client read too slowly and this many records were not sent (they are in the file).
+    Lost(u64),
+    /// The process ended; `dropped` events were lost from the recording itself.
+    End {
+        dropped: u64,
+    },
+}
+
+/// The socket of the shim in process `pid`, for this user (the rule the shim follows).
+pub fn socket_path(pid: u32) -> PathBuf {
+    memprof_wire::socket_path(&socket_dir(), pid)
+}
+
+/// The directory where this user's shims put their sockets.
+pub fn socket_dir() -> PathBuf {
+    // The owner of /proc/self is this process's user.
+    let uid = std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid());
+    memprof_wire::socket_dir(std::env::var_os("XDG_RUNTIME_DIR").as_deref(), uid)
+}
+
+/// Running processes with a shim socket in `dir`, in order. (A killed process leaves its socket
+/// behind; it is skipped once no process has its id. A new process that reuses the id is listed
+/// until connecting to the stale socket fails.)
+pub fn processes_in(dir: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            name.to_str()?.strip_suffix(".sock")?.parse().ok()
+        })
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// A connection to one process's live stream.
+pub struct LiveClient {
+    stream: UnixStream,
+    pub header: FileHeader,
+    /// `None` from a shim that writes format version 1.
+    pub process: Option<ProcessInfo>,
+    /// Records read so far, and the stream offset of the first (for error messages).
+    read: usize,
+    records_at: usize,
+    ended: bool,
+}
+
+impl LiveClient {
+    /// Connects to the shim of process `pid` and reads the stream's header.
+    pub fn connect(pid: u32) -> Result<LiveClient, LiveError> {
+        LiveClient::connect_path(&socket_path(pid))
+    }
+
+    /// Connects to a socket path and reads the stream's header.
+    pub fn connect_path(path: &Path) -> Result<LiveClient, LiveError> {
+        let mut stream = UnixStream::connect(path).map_err(|source| LiveError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut head = [0u8; FILE_HEADER_LEN];
+        stream.read_exact(&mut head)?;
+        let header_error = |e: HeaderError| LiveError::Decode(DecodeError::Header(e));
+        let version = decode_header(&head[..HEADER_LEN]).map_err(header_error)?;
+        let header = FileHeader::decode(&head).map_err(header_error)?;
+        let mut records_at = FILE_HEADER_LEN;
+        let process = if version >= 2 {
+            let mut len = [0u8; 4];
+            stream.read_exact(&mut len)?;
+            let body_len = u32::from_le_bytes(len) as usize;
+            if body_len > MAX_PROCESS_BLOCK {
+                return Err(header_error(HeaderError::BadProcessBlock(
+                    "longer than 1 MiB",
+                )));
+            }
+            let mut block = len.to_vec();
+            block.resize(4 + body_len, 0);
+            stream.read_exact(&mut block[4..])?;
+            records_at += block.len();
+            Some(ProcessInfo::decode(&block).map_err(header_error)?.0)
+        } else {
+            None
+        };
+        Ok(LiveClient {
+            stream,
+            header,
+            process,
+            read: 0,
+            records_at,
+            ended: false,
+        })
+    }
+
+    /// How long `next_event` waits for data before it fails with a timeout (`None`: forever).
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), LiveError> {
+        Ok(self.stream.set_read_timeout(timeout)?)
+    }
+
+    /// The next event, waiting for it; `None` once the process has ended or the stream closed.
+    pub fn next_event(&mut self) -> Result<Option<LiveEvent>, LiveError> {
+        if self.ended {
+            return Ok(None);
+        }
+        let mut raw = [0u8; RECORD_LEN];
+        if let Err(e) = self.stream.read_exact(&mut raw) {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                self.ended = true;
+                return Ok(None);
+            }
+            return Err(e.into());
+        }
+        let index = self.read;
+        self.read += 1;
+        let record = Record::decode(&raw).map_err(|error| DecodeError::Record {
+            index,
+            offset: self.records_at + index * RECORD_LEN,
+            error,
+        })?;
+        Ok(Some(match record.kind {
+            Kind::LiveDropped => LiveEvent::Lost(record.size),
+            Kind::Trailer => {
+                self.ended = true;
+                LiveEvent::End {
+                    dropped: record.aux,
+                }
+            }
+            _ => LiveEvent::Record(record),
+        }))
+    }
+}

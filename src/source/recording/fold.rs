@@ -1,0 +1,366 @@
+//! Folding driver-call records into trace entries and the segments left alive, one record at a
+//! time (the mapping is documented in `recording/mod.rs`). `from_recording` folds a whole file;
+//! a live client can fold as records arrive, ask what is held now, and take a model any time.
+
+use crate::model::{
+    Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackTable,
+    StreamIndex, Timeline, TraceEntry,
+};
+use memprof_wire::{Kind, Record, CUDA_SUCCESS};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+
+/// A driver allocation or mapping alive at some point of the recording.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    device: u32,
+    size: u64,
+    stream: StreamIndex,
+    mapped: bool,
+}
+
+/// The fold's state: entries so far and what is held.
+#[derive(Clone, Debug, Default)]
+pub struct DriverFold {
+    /// (monotonic, wall clock) ns at the start, to give entries Unix times.
+    clock: Option<(u64, u64)>,
+    /// Time of the record being applied, µs since the Unix epoch.
+    time_us: Option<i64>,
+    entries: BTreeMap<u32, Vec<TraceEntry>>,
+    held: BTreeMap<u64, Held>,
+    /// Device of each `cuMemCreate` handle.
+    handles: FxHashMap<u64, u32>,
+    /// (free, total) of each device's last `cuMemGetInfo`.
+    info: FxHashMap<u32, (u64, u64)>,
+    streams: Vec<u64>,
+    stream_index: FxHashMap<u64, StreamIndex>,
+    /// Frees and unmaps of addresses no recorded call allocated.
+    unknown_frees: usize,
+    first_unknown: Option<usize>,
+    /// Calls that failed with another error than out-of-memory (they change nothing).
+    failed: usize,
+    /// Allocations at an address still held (its free was not recorded).
+    reused: usize,
+    /// Calls put on device 0 because they do not name a device.
+    guessed_device: usize,
+    /// Whether a call named a device other than 0 (then the guess may be wrong).
+    other_device: bool,
+    /// Index of the record being applied.
+    index: usize,
+}
+
+impl DriverFold {
+    /// A fold of a recording whose header has monotonic start `start_ns`; `wall_start_ns` (the
+    /// process block's wall clock) gives entries Unix times.
+    pub fn new(start_ns: u64, wall_start_ns: Option<u64>) -> DriverFold {
+        DriverFold {
+            clock: wall_start_ns.map(|wall| (start_ns, wall)),
+            ..DriverFold::default()
+        }
+    }
+
+    /// Bytes held through the driver now (allocations and mappings), by device.
+    pub fn held_bytes(&self) -> BTreeMap<u32, u64> {
+        let mut out = BTreeMap::new();
+        for h in self.held.values() {
+            let total: &mut u64 = out.entry(h.device).or_default();
+            *total = total.saturating_add(h.size);
+        }
+        out
+    }
+
+    /// The total memory the last `cuMemGetInfo` of each device reported.
+    pub fn device_totals(&self) -> BTreeMap<u32, u64> {
+        self.info
+            .iter()
+            .map(|(&d, &(_, total))| (d, total))
+            .collect()
+    }
+
+    /// Applies the next record.
+    pub fn apply(&mut self, r: &Record) {
+        let index = self.index;
+        self.index += 1;
+        self.time_us = self.clock.and_then(|(mono, wall)| {
+            let ns = wall.checked_add(r.ts_ns.checked_sub(mono)?)?;
+            i64::try_from(ns / 1000).ok()
+        });
+        if r.is_oom() {
+            let device = self.device_of(r);
+            let free = self.info.get(&device).map(|&(free, _)| free);
+            let stream = self.stream(r);
+            self.push(device, TraceEntry::oom(r.size, free, stream));
+            return;
+        }
+        if r.result != CUDA_SUCCESS {
+            self.failed += 1;
+            return;
+        }
+        match r.kind {
+            Kind::Alloc
+            | Kind::AllocPitch
+            | Kind::AllocManaged
+            | Kind::AllocAsync
+            | Kind::AllocFromPoolAsync => {
+                let device = self.device_of(r);
+                let stream = self.stream(r);
+                self.hold(r.ptr, device, r.size, stream, false);
+            }
+            Kind::Free | Kind::FreeAsync => match self.held.get(&r.ptr).copied() {
+                Some(h) if !h.mapped => self.release(r.ptr, h),
+                _ => self.unknown(index),
+            },
+            Kind::VmmCreate => {
+                let device = self.device_of(r);
+                self.handles.insert(r.aux, device);
+            }
+            Kind::VmmMap => {
+                let device = match self.handles.get(&r.aux) {
+                    Some(&d) => d,
+                    None => self.device_of(r),
+                };
+                self.hold(r.ptr, device, r.size, StreamIndex(0), true);
+            }
+            Kind::VmmUnmap => {
+                let end = r.ptr.saturating_add(r.size);
+                let inside: Vec<(u64, Held)> = self
+                    .held
+                    .range(r.ptr..end)
+                    .filter(|(_, h)| h.mapped)
+                    .map(|(&a, &h)| (a, h))
+                    .collect();
+                if inside.is_empty() {
+                    self.unknown(index);
+                }
+                for (addr, h) in inside {
+                    self.release(addr, h);
+                }
+            }
+            Kind::MemGetInfo => {
+                let device = self.device_of(r);
+                self.info.insert(device, (r.aux, r.size));
+            }
+            Kind::VmmRelease
+            | Kind::AddressReserve
+            | Kind::AddressFree
+            | Kind::Trailer
+            | Kind::LiveDropped => {}
+        }
+    }
+
+    fn hold(&mut self, addr: u64, device: u32, size: u64, stream: StreamIndex, mapped: bool) {
+        if let Some(old) = self.held.get(&addr).copied() {
+            // The driver handed out an address the recording still holds, so its free was not
+            // recorded (dropped): end the old one first so the totals stay right.
+            self.release(addr, old);
+            self.reused += 1;
+        }
+        let segment = if mapped {
+            Action::SegmentMap
+        } else {
+            Action::SegmentAlloc
+        };
+        self.push(device, TraceEntry::new(segment, Some(addr), size, stream));
+        self.push(
+            device,
+            TraceEntry::new(Action::Alloc, Some(addr), size, stream),
+        );
+        let held = Held {
+            device,
+            size,
+            stream,
+            mapped,
+        };
+        self.held.insert(addr, held);
+    }
+
+    fn release(&mut self, addr: u64, h: Held) {
+        self.held.remove(&addr);
+        let segment = if h.mapped {
+            Action::SegmentUnmap
+        } else {
+            Action::SegmentFree
+        };
+        self.push(
+            h.device,
+            TraceEntry::new(Action::FreeCompleted, Some(addr), h.size, h.stream),
+        );
+        self.push(
+            h.device,
+            TraceEntry::new(segment, Some(addr), h.size, h.stream),
+        );
+    }
+
+    fn unknown(&mut self, index: usize) {
+        self.unknown_frees += 1;
+        self.first_unknown.get_or_insert(index);
+    }
+
+    fn device_of(&mut self, r: &Record) -> u32 {
+        match u32::try_from(r.device) {
+            Ok(d) => {
+                self.other_device |= d != 0;
+                d
+            }
+            Err(_) => {
+                self.guessed_device += 1;
+                0
+            }
+        }
+    }
+
+    fn stream(&mut self, r: &Record) -> StreamIndex {
+        let handle = match r.kind {
+            Kind::AllocAsync | Kind::FreeAsync | Kind::AllocFromPoolAsync => r.stream,
+            _ => 0,
+        };
+        if self.streams.is_empty() {
+            self.streams.push(0);
+            self.stream_index.insert(0, StreamIndex(0));
+        }
+        if let Some(&i) = self.stream_index.get(&handle) {
+            return i;
+        }
+        match u16::try_from(self.streams.len()) {
+            Ok(n) => {
+                self.streams.push(handle);
+                self.stream_index.insert(handle, StreamIndex(n));
+                StreamIndex(n)
+            }
+            // More distinct streams than the model indexes: the rest share the default one.
+            Err(_) => StreamIndex(0),
+        }
+    }
+
+    fn push(&mut self, device: u32, entry: TraceEntry) {
+        let entry = entry.with_time(self.time_us);
+        self.entries.entry(device).or_default().push(entry);
+    }
+
+    /// What was odd so far, one line each.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(first) = self.first_unknown {
+            out.push(format!(
+                "{} frees or unmaps of addresses no recorded call allocated were skipped (first: \
+                 record {first})",
+                self.unknown_frees
+            ));
+        }
+        if self.reused > 0 {
+            out.push(format!(
+                "{} allocations reused an address still held, whose free was not recorded; it \
+                 is taken as freed there",
+                self.reused
+            ));
+        }
+        if self.failed > 0 {
+            out.push(format!(
+                "{} calls failed with an error other than out-of-memory and change nothing",
+                self.failed
+            ));
+        }
+        if self.guessed_device > 0 && self.other_device {
+            out.push(format!(
+                "{} driver calls do not name their device; they are reported under device 0",
+                self.guessed_device
+            ));
+        }
+        out
+    }
+
+    /// The model: every entry so far and the segments held now.
+    pub fn into_snapshot(self) -> Snapshot {
+        let devices = self
+            .entries
+            .keys()
+            .next_back()
+            .map_or(0, |&d| d as usize + 1);
+        let mut entries = Vec::new();
+        let mut ranges = Vec::with_capacity(devices);
+        for device in 0..devices {
+            let start = entries.len();
+            if let Some(list) = self.entries.get(&(device as u32)) {
+                entries.extend_from_slice(list);
+            }
+            ranges.push(start..entries.len());
+        }
+        let mut timeline = Timeline::new(entries, ranges);
+        let streams = if self.streams.is_empty() {
+            vec![0]
+        } else {
+            self.streams
+        };
+        let mut segments: Vec<Segment> = self
+            .held
+            .iter()
+            .map(|(&address, h)| Segment {
+                device: h.device,
+                address,
+                total_size: h.size,
+                stream: streams[h.stream.0 as usize],
+                pool: PoolKind::Large,
+                pool_id: (0, 0),
+                is_expandable: h.mapped,
+                stack: None,
+                blocks: vec![Block {
+                    address,
+                    size: h.size,
+                    requested_size: h.size,
+                    state: BlockState::ActiveAllocated,
+                    stack: None,
+                }],
+            })
+            .collect();
+        segments.sort_by_key(|s| (s.device, s.address));
+        timeline.set_tables(streams, Vec::new());
+        Snapshot {
+            format: SnapshotFormat::Recording,
+            segments,
+            timeline,
+            stacks: StackTable::default(),
+            settings: None,
+            annotations: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: Kind, ptr: u64, size: u64, aux: u64, device: i32) -> Record {
+        Record {
+            ptr,
+            size,
+            aux,
+            device,
+            ..Record::new(kind)
+        }
+    }
+
+    #[test]
+    fn what_is_held_follows_the_records_and_a_model_can_be_taken_any_time() {
+        let mut fold = DriverFold::new(0, None);
+        for r in [
+            rec(Kind::Alloc, 0x100, 10, 0, -1),
+            rec(Kind::VmmCreate, 0, 32, 5, 2),
+            rec(Kind::VmmMap, 0x7000, 32, 5, -1),
+            rec(Kind::MemGetInfo, 0, 4096, 100, 2),
+        ] {
+            fold.apply(&r);
+        }
+        assert_eq!(fold.held_bytes(), BTreeMap::from([(0, 10), (2, 32)]));
+        assert_eq!(fold.device_totals(), BTreeMap::from([(2, 4096)]));
+        let now = fold.clone().into_snapshot();
+        assert_eq!(now.segments.len(), 2);
+        assert_eq!(now.timeline.device(2).len(), 2);
+
+        fold.apply(&rec(Kind::Free, 0x100, 0, 0, -1));
+        fold.apply(&rec(Kind::VmmUnmap, 0x7000, 32, 0, -1));
+        assert_eq!(fold.held_bytes(), BTreeMap::new());
+        let end = fold.into_snapshot();
+        assert!(end.segments.is_empty());
+        assert_eq!(end.timeline.device(0).len(), 4);
+    }
+}

@@ -1,0 +1,422 @@
+//! memprof recordings (the shim's driver calls, `memprof-wire`) into the model.
+//!
+//! A recording sees the CUDA driver, not PyTorch's caching allocator, so it is mapped at that
+//! level (`design/CLI.md`, "For a memprof recording"):
+//!
+//! - a successful device allocation (`cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocManaged`,
+//!   `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`) is a `segment_alloc` followed by an `alloc`
+//!   of the same address and size; its free (`cuMemFree`, `cuMemFreeAsync`) is a
+//!   `free_completed` followed by a `segment_free`;
+//! - a `cuMemMap` is a `segment_map` followed by an `alloc` of the mapped range; a `cuMemUnmap`
+//!   ends every mapping inside its range (`free_completed`, then `segment_unmap`);
+//!   `cuMemCreate`, `cuMemRelease` and address reservations hold no addressable memory and make
+//!   no entry;
+//! - an allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY` is an `oom` entry of the request,
+//!   with the free memory of the device's last `cuMemGetInfo` before it, when there was one.
+//!
+//! So reserved, allocated, active and requested figures are all driver memory, fragmentation
+//! inside the allocator is not visible (it is reported as zero only because every segment is one
+//! whole block), there are no stacks and no allocator settings. The segments at the end are the
+//! allocations and mappings still alive, one block each. Entry times are Unix times when the
+//! recording has the wall clock of its start (version 2), else absent. A record's device
+//! is the one the shim saw (`cuMemCreate`'s property, else the calling thread's current context);
+//! a map takes its handle's. Calls whose device the shim did not know are put on device 0; when
+//! some call names another device, a warning says how many were put there.
+
+mod fold;
+
+pub use fold::DriverFold;
+
+use crate::source::torch_snapshot::Parsed;
+use memprof_wire::{decode_recording, DecodeError, ProcessInfo, Recording};
+use std::collections::BTreeMap;
+
+/// Device ordinals from 0 up to this one (excluded) are read; a record naming a higher one is
+/// damaged (CUDA machines have a few dozen devices at most).
+pub const MAX_DEVICES: i32 = 1024;
+
+/// Why a recording could not be read (a damaged record names its index and byte offset).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordingError {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(
+        "at byte {offset}: record {index} names device {device}, not a device ordinal (0 to {})",
+        MAX_DEVICES - 1
+    )]
+    Device {
+        index: usize,
+        offset: usize,
+        device: i32,
+    },
+}
+
+/// What a recording says beyond the model: the recorded process and the driver's view.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordingInfo {
+    /// Process id of the recorded process.
+    pub pid: u32,
+    /// Host name, command line and wall-clock start; `None` in a version-1 recording.
+    pub process: Option<ProcessInfo>,
+    /// The device total the last `cuMemGetInfo` of each device reported.
+    pub device_total: BTreeMap<u32, u64>,
+    /// Events the shim dropped; `None` when the recording has no trailer (cut short).
+    pub dropped: Option<u64>,
+}
+
+/// A recording read into the model, with what the model has no place for.
+#[derive(Debug)]
+pub struct ReadRecording {
+    pub parsed: Parsed,
+    pub info: RecordingInfo,
+}
+
+/// Reads a whole recording. A recording cut short (no trailer, a partial last record) is read
+/// as far as it goes, with a warning.
+pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
+    let recording = decode_recording(bytes)?;
+    from_recording(&recording)
+}
+
+/// Maps decoded records into the model (see the module documentation). Fails on a record
+/// naming an impossible device.
+pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingError> {
+    if let Some((index, r)) =
+        (recording.records.iter().enumerate()).find(|(_, r)| r.device >= MAX_DEVICES)
+    {
+        return Err(RecordingError::Device {
+            index,
+            offset: recording.records_at + index * memprof_wire::RECORD_LEN,
+            device: r.device,
+        });
+    }
+    let wall = recording.process.as_ref().and_then(|p| p.wall_start_ns);
+    let mut builder = DriverFold::new(recording.header.start_ns, wall);
+    for record in &recording.records {
+        builder.apply(record);
+    }
+    let mut warnings = builder.warnings();
+    match recording.dropped {
+        Some(0) => {}
+        Some(n) => warnings.push(format!(
+            "the shim dropped {n} events (its buffer was full); figures may miss them"
+        )),
+        None => warnings.push(format!(
+            "the recording has no trailer (the program was killed or is still running); read \
+             its first {} records",
+            recording.records.len()
+        )),
+    }
+    if recording.trailing_bytes > 0 {
+        warnings.push(format!(
+            "ignored {} bytes at the end that do not make a whole record",
+            recording.trailing_bytes
+        ));
+    }
+    let info = RecordingInfo {
+        pid: recording.header.pid,
+        process: recording.process.clone(),
+        device_total: builder.device_totals(),
+        dropped: recording.dropped,
+    };
+    Ok(ReadRecording {
+        parsed: Parsed {
+            snapshot: builder.into_snapshot(),
+            warnings,
+        },
+        info,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Action, Snapshot};
+    use memprof_wire::{FileHeader, Kind, Record, CUDA_ERROR_OUT_OF_MEMORY};
+
+    fn rec(kind: Kind, ptr: u64, size: u64, aux: u64) -> Record {
+        Record {
+            ptr,
+            size,
+            aux,
+            ..Record::new(kind)
+        }
+    }
+
+    fn recording(records: Vec<Record>, dropped: Option<u64>) -> Recording {
+        Recording {
+            header: FileHeader {
+                pid: 7,
+                start_ns: 0,
+            },
+            version: memprof_wire::VERSION,
+            process: None,
+            records_at: 0,
+            records,
+            dropped,
+            delayed: 0,
+            trailing_bytes: 0,
+        }
+    }
+
+    fn actions(s: &Snapshot, device: usize) -> Vec<(Action, Option<u64>, u64)> {
+        s.timeline
+            .device(device)
+            .iter()
+            .map(|e| (e.action, e.addr(), e.size))
+            .collect()
+    }
+
+    #[test]
+    fn driver_calls_become_segments_and_allocations() {
+        let mut oom = rec(Kind::Alloc, 0, 900, 0);
+        oom.result = CUDA_ERROR_OUT_OF_MEMORY;
+        let mut create = rec(Kind::VmmCreate, 0, 64, 11);
+        create.device = 2;
+        let mut async_alloc = rec(Kind::AllocAsync, 0x500, 30, 0);
+        async_alloc.stream = 0x99;
+        let mut failed_free = rec(Kind::Free, 0x100, 0, 0);
+        failed_free.result = 1;
+        let read = from_recording(&recording(
+            vec![
+                rec(Kind::Alloc, 0x100, 10, 0),
+                rec(Kind::MemGetInfo, 0, 1000, 400),
+                oom,
+                failed_free,
+                rec(Kind::Free, 0x100, 0, 0),
+                rec(Kind::Free, 0x999, 0, 0),
+                create,
+                rec(Kind::VmmMap, 0x7000, 32, 11),
+                rec(Kind::VmmMap, 0x7020, 32, 11),
+                rec(Kind::VmmUnmap, 0x7000, 64, 0),
+                rec(Kind::VmmMap, 0x8000, 16, 11),
+                async_alloc,
+                rec(Kind::AddressReserve, 0x9000, 1 << 30, 0),
+            ],
+            Some(0),
+        ))
+        .expect("readable");
+        let s = &read.parsed.snapshot;
+        use Action::*;
+        assert_eq!(
+            actions(s, 0),
+            [
+                (SegmentAlloc, Some(0x100), 10),
+                (Alloc, Some(0x100), 10),
+                (Oom, None, 900),
+                (FreeCompleted, Some(0x100), 10),
+                (SegmentFree, Some(0x100), 10),
+                (SegmentAlloc, Some(0x500), 30),
+                (Alloc, Some(0x500), 30),
+            ]
+        );
+        assert_eq!(s.timeline.device(0)[2].device_free(), Some(400));
+        assert_eq!(s.timeline.stream(s.timeline.device(0)[6].stream), 0x99);
+        assert!(s.timeline.device(1).is_empty());
+        assert_eq!(
+            actions(s, 2),
+            [
+                (SegmentMap, Some(0x7000), 32),
+                (Alloc, Some(0x7000), 32),
+                (SegmentMap, Some(0x7020), 32),
+                (Alloc, Some(0x7020), 32),
+                (FreeCompleted, Some(0x7000), 32),
+                (SegmentUnmap, Some(0x7000), 32),
+                (FreeCompleted, Some(0x7020), 32),
+                (SegmentUnmap, Some(0x7020), 32),
+                (SegmentMap, Some(0x8000), 16),
+                (Alloc, Some(0x8000), 16),
+            ]
+        );
+        let left: Vec<(u32, u64, u64, bool)> = s
+            .segments
+            .iter()
+            .map(|g| (g.device, g.address, g.total_size, g.is_expandable))
+            .collect();
+        assert_eq!(left, [(0, 0x500, 30, false), (2, 0x8000, 16, true)]);
+        assert_eq!(read.info.device_total.get(&0), Some(&1000));
+        assert_eq!(read.info.pid, 7);
+        let w = &read.parsed.warnings;
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("1 frees or unmaps") && w[0].contains("record 5"));
+        assert!(w[1].starts_with("1 calls failed"));
+        assert!(w[2].starts_with("4 driver calls do not name their device"));
+    }
+
+    #[test]
+    fn an_address_handed_out_again_ends_the_old_allocation() {
+        let read = from_recording(&recording(
+            vec![
+                rec(Kind::Alloc, 0x100, 10, 0),
+                rec(Kind::Alloc, 0x100, 20, 0),
+            ],
+            Some(1),
+        ))
+        .expect("readable");
+        let s = &read.parsed.snapshot;
+        let mut replay = crate::model::Replay::new(s.timeline.device(0), &s.segments);
+        while replay.step().is_some() {}
+        assert_eq!((replay.live().total(), replay.reserved()), (20, 20));
+        assert_eq!(replay.issues().1, 0);
+        assert!(read.parsed.warnings.iter().any(|w| w.contains("dropped 1")));
+        assert!(read.parsed.warnings.iter().any(|w| w.contains("reused")));
+    }
+
+    #[test]
+    fn entries_get_unix_times_from_the_clocks_of_the_start() {
+        let mut alloc = rec(Kind::Alloc, 0x100, 10, 0);
+        alloc.ts_ns = 5_000_000;
+        let mut r = recording(vec![alloc], Some(0));
+        r.header.start_ns = 1_000_000;
+        let time = |r: &Recording| {
+            let read = from_recording(r).expect("readable");
+            read.parsed.snapshot.timeline.device(0)[0].time_us()
+        };
+        assert_eq!(time(&r), None, "no wall clock, no time");
+        r.process = Some(ProcessInfo {
+            wall_start_ns: Some(1_700_000_000_000_000_000),
+            ..ProcessInfo::default()
+        });
+        assert_eq!(time(&r), Some(1_700_000_000_000_000 + 4_000));
+    }
+
+    fn file(records: &[Record]) -> Vec<u8> {
+        let mut out = FileHeader {
+            pid: 1,
+            start_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(&ProcessInfo::default().encode());
+        for r in records {
+            out.extend_from_slice(&r.encode());
+        }
+        out
+    }
+
+    #[test]
+    fn a_bad_record_is_named_by_index_and_byte_offset() {
+        let mut bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
+        // 32 header bytes, 4 of an empty process block, then one record.
+        bytes[100] = 99;
+        let err = read(&bytes).map(|_| ()).expect_err("unknown kind");
+        assert_eq!(err.to_string(), "at byte 100: record 1 has unknown kind 99");
+        let err = read(&bytes[..20]).map(|_| ()).expect_err("short header");
+        assert_eq!(err.to_string(), "recording header cut short");
+    }
+
+    #[test]
+    fn an_impossible_device_is_named_by_record_and_offset() {
+        let mut odd = rec(Kind::Alloc, 1, 2, 0);
+        odd.device = i32::MAX;
+        let bytes = file(&[rec(Kind::Free, 1, 0, 0), odd]);
+        let err = read(&bytes).map(|_| ()).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "at byte 100: record 1 names device 2147483647, not a device ordinal (0 to 1023)"
+        );
+    }
+
+    #[test]
+    fn a_cut_recording_is_read_as_far_as_it_goes() {
+        let bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
+        let read = read(&bytes[..bytes.len() - 10]).expect("readable");
+        assert_eq!(read.parsed.snapshot.timeline.device(0).len(), 2);
+        assert_eq!(read.info.dropped, None);
+        let w = read.parsed.warnings.join("\n");
+        assert!(
+            w.contains("no trailer") && w.contains("first 1 records"),
+            "{w}"
+        );
+        assert!(w.contains("ignored 54 bytes"), "{w}");
+    }
+}
+
+#[cfg(test)]
+mod damaged {
+    //! Damaged recordings: random bytes written over a valid one are read or refused, and what
+    //! is read goes through the analyses and the OOM diagnosis without a panic.
+    use super::*;
+    use crate::analysis::analyze_snapshot;
+    use crate::diagnose::diagnose_recording_device;
+    use memprof_wire::{FileHeader, Kind, Record, CUDA_ERROR_OUT_OF_MEMORY};
+
+    fn valid() -> Vec<u8> {
+        let mut out = FileHeader {
+            pid: 3,
+            start_ns: 100,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(
+            &ProcessInfo {
+                wall_start_ns: Some(1_000_000_000),
+                host: Some("h".into()),
+                args: vec!["a".into()],
+            }
+            .encode(),
+        );
+        let kinds = [
+            Kind::Alloc,
+            Kind::MemGetInfo,
+            Kind::Alloc,
+            Kind::Free,
+            Kind::VmmCreate,
+            Kind::VmmMap,
+            Kind::VmmUnmap,
+            Kind::AllocAsync,
+            Kind::FreeAsync,
+        ];
+        for (i, kind) in kinds.into_iter().cycle().take(60).enumerate() {
+            let mut r = Record::new(kind);
+            r.ptr = 0x1000 * (i as u64 % 7 + 1);
+            r.size = 4096 * (i as u64 % 5 + 1);
+            r.aux = i as u64 % 3;
+            r.ts_ns = 100 + i as u64;
+            r.device = i as i32 % 3 - 1;
+            if i % 11 == 0 {
+                r.result = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            out.extend_from_slice(&r.encode());
+        }
+        out
+    }
+
+    /// xorshift64*: a fixed sequence, so a failure repeats.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    #[test]
+    fn random_damage_is_read_or_refused_never_a_panic() {
+        let original = valid();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..3000 {
+            let mut bytes = original.clone();
+            for _ in 0..1 + next(&mut state) % 8 {
+                let at = (next(&mut state) % bytes.len() as u64) as usize;
+                // Often a whole field's worth of extreme values, else one random byte.
+                if next(&mut state).is_multiple_of(2) && at + 8 <= bytes.len() {
+                    let word =
+                        [u64::MAX, 0, 1 << 63, next(&mut state)][next(&mut state) as usize % 4];
+                    bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
+                } else {
+                    bytes[at] = next(&mut state) as u8;
+                }
+            }
+            let cut = bytes.len() - (next(&mut state) % 100) as usize;
+            let Ok(read) = read(&bytes[..cut]) else {
+                continue;
+            };
+            let snapshot = &read.parsed.snapshot;
+            let devices = analyze_snapshot(snapshot, 5, None);
+            for d in devices {
+                let total = read.info.device_total.get(&d.device).copied();
+                let _ = diagnose_recording_device(snapshot, d.device, total, true);
+            }
+        }
+    }
+}
