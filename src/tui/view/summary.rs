@@ -224,31 +224,27 @@ impl<'a> Summary<'a> {
                 stack: b.stack,
             })
             .collect();
-        let ranges: Vec<Range> = self
-            .final_segments
+        let ranges = self.final_ranges();
+        let allocated = live.iter().map(|b| b.size).sum();
+        describe(None, live, &ranges, allocated, self.scale)
+    }
+
+    /// The segment ranges at the end of the trace.
+    fn final_ranges(&self) -> Vec<Range> {
+        self.final_segments
             .iter()
             .map(|s| Range {
                 start: s.address,
                 size: s.total_size,
                 expandable: s.is_expandable,
             })
-            .collect();
-        let allocated = live.iter().map(|b| b.size).sum();
-        describe(None, live, &ranges, allocated, self.scale)
+            .collect()
     }
 
     /// The segment ranges just after entry `index`: the final ones with every later segment
     /// entry undone, newest first.
     fn ranges_at(&self, index: usize) -> Vec<Range> {
-        let mut ranges: Vec<Range> = self
-            .final_segments
-            .iter()
-            .map(|s| Range {
-                start: s.address,
-                size: s.total_size,
-                expandable: s.is_expandable,
-            })
-            .collect();
+        let mut ranges = self.final_ranges();
         let later = self.segment_entries.partition_point(|&i| i <= index);
         for &i in self.segment_entries[later..].iter().rev() {
             let e = &self.entries[i];
