@@ -130,7 +130,9 @@ impl<'a> Summary<'a> {
             }
         }
         if n == 0 {
-            scale = final_segments.iter().map(|s| s.total_size).sum();
+            scale = final_segments
+                .iter()
+                .fold(0u64, |sum, s| sum.saturating_add(s.total_size));
         }
         Summary {
             device,
@@ -161,7 +163,8 @@ impl<'a> Summary<'a> {
 
     /// Microseconds from the first entry to entry `index`, when the trace has times.
     pub fn offset_us(&self, index: usize) -> Option<i64> {
-        Some(self.entries.get(index)?.time_us()? - self.entries.first()?.time_us()?)
+        let (at, first) = (self.entries.get(index)?, self.entries.first()?);
+        at.time_us()?.checked_sub(first.time_us()?)
     }
 
     /// Memory over entries `[from, to)`, from the buckets that cover them; `None` when empty.
@@ -321,7 +324,8 @@ fn describe(
     reserved: u64,
 ) -> CursorState {
     live.sort_unstable_by_key(|b| b.address);
-    let total: u64 = ranges.iter().map(|r| r.size).sum();
+    // Sizes come from the file: saturate rather than overflow on absurd ones.
+    let total = ranges.iter().fold(0u64, |sum, r| sum.saturating_add(r.size));
     let cell_bytes = total.div_ceil(MAP_CELLS as u64);
     let mut occupancy = vec![0u64; if cell_bytes == 0 { 0 } else { MAP_CELLS }];
     let mut largest_free = None;
@@ -348,8 +352,8 @@ fn describe(
             fill(
                 &mut occupancy,
                 cell_bytes,
-                offset + (b.address.max(cursor) - r.start),
-                offset + (b_end.max(cursor) - r.start),
+                offset.saturating_add(b.address.max(cursor) - r.start),
+                offset.saturating_add(b_end.max(cursor) - r.start),
             );
             cursor = cursor.max(b_end);
             next += 1;
@@ -358,7 +362,7 @@ fn describe(
         if largest_free.is_none() {
             largest_free = Some(0);
         }
-        offset += r.size;
+        offset = offset.saturating_add(r.size);
     }
     let live_count = live.len();
     live.sort_unstable_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
@@ -382,13 +386,15 @@ fn fill(cells: &mut [u64], cell_bytes: u64, from: u64, to: u64) {
     if cell_bytes == 0 {
         return;
     }
+    // Past the last cell there is nothing to fill (and a bogus size could make that far).
+    let to = to.min((cells.len() as u64).saturating_mul(cell_bytes));
     let mut at = from;
     while at < to {
         let cell = (at / cell_bytes) as usize;
-        let cell_end = (cell as u64 + 1) * cell_bytes;
+        let cell_end = (cell as u64 + 1).saturating_mul(cell_bytes);
         let upto = to.min(cell_end);
         if let Some(c) = cells.get_mut(cell) {
-            *c += upto - at;
+            *c = c.saturating_add(upto - at);
         }
         at = upto;
     }
@@ -423,6 +429,33 @@ mod tests {
             );
         }
         at
+    }
+
+    /// Sizes near 2^63 from a damaged or hostile file: building the summary and the state at
+    /// any entry neither overflows nor spins over cells that do not exist.
+    #[test]
+    fn absurd_sizes_neither_overflow_nor_hang() {
+        use memprof_wire::{FileHeader, Kind, ProcessInfo, Record};
+        let mut bytes = FileHeader { pid: 1, start_ns: 0 }.encode().to_vec();
+        let process = ProcessInfo {
+            wall_start_ns: None,
+            host: None,
+            args: Vec::new(),
+        };
+        bytes.extend_from_slice(&process.encode());
+        for (ptr, size) in [(0x1000, 1u64 << 63), ((1 << 63) + 0x2000, (1 << 63) + (1 << 24))] {
+            let mut r = Record::new(Kind::Alloc);
+            (r.ptr, r.size) = (ptr, size);
+            bytes.extend_from_slice(&r.encode());
+        }
+        let read = crate::source::recording::read(&bytes).expect("a valid recording");
+        let snapshot = &read.parsed.snapshot;
+        let summary = Summary::build(snapshot, 0);
+        assert_eq!(summary.len(), 4, "two segment_alloc + alloc pairs");
+        for index in 0..summary.len() {
+            let state = summary.state_at(index);
+            assert!(state.occupancy.len() <= MAP_CELLS);
+        }
     }
 
     #[test]
