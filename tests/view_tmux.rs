@@ -1,6 +1,6 @@
 //! End to end: the real `memprof view` in a real terminal (tmux), driven with `send-keys` and
 //! read with `capture-pane`, as a person would see it; the terminal must come back in its
-//! normal mode after `q`, Ctrl-C and SIGTERM.
+//! normal mode after `q`, Ctrl-C, SIGTERM and SIGINT.
 
 use crate::util::fixture;
 use std::process::{Command, Output};
@@ -156,20 +156,34 @@ fn memprof_pid(tmux: &Tmux) -> u32 {
         .expect("memprof runs in the pane")
 }
 
-#[test]
-fn view_in_tmux_sigterm_restores_the_terminal() {
+/// `kill -SIGNAL` on the pane's memprof: the terminal comes back and memprof exits 128 + signal.
+fn signal_restores_the_terminal(signal: &str, exit: u32) {
     let tmux = Tmux::start(&view_then_report(), 90, 26);
     tmux.wait_text("Memory over time");
     let pid = memprof_pid(&tmux).to_string();
     let killed = Command::new("kill")
-        .args(["-TERM", &pid])
+        .args([format!("-{signal}"), pid])
         .status()
         .expect("kill");
     assert!(killed.success());
     let screen = tmux.wait_text("end-of-check");
-    assert!(screen.contains("exit=143"), "128 + SIGTERM:\n{screen}");
+    assert!(
+        screen.contains(&format!("exit={exit}")),
+        "128 + SIG{signal}:\n{screen}"
+    );
     assert!(!screen.contains("Memory over time"), "{screen}");
     assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}
+
+#[test]
+fn view_in_tmux_sigterm_restores_the_terminal() {
+    signal_restores_the_terminal("TERM", 143);
+}
+
+/// SIGINT sent from outside (a supervisor, `timeout -s INT`), not Ctrl-C typed in raw mode.
+#[test]
+fn view_in_tmux_sigint_from_outside_restores_the_terminal() {
+    signal_restores_the_terminal("INT", 130);
 }
 
 #[test]

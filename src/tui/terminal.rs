@@ -16,7 +16,7 @@ use ratatui::crossterm::terminal::{
 };
 use ratatui::crossterm::{cursor, execute};
 use ratatui::Terminal;
-use signal_hook::consts::{SIGHUP, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::{self, IsTerminal, Stdout};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,9 +39,10 @@ fn restore() {
     }
 }
 
-/// Restores the terminal and exits on SIGTERM or SIGHUP, from a thread of its own.
+/// Restores the terminal and exits on SIGTERM, SIGHUP, and SIGINT or SIGQUIT sent from outside
+/// (in raw mode Ctrl-C arrives as a key), from a thread of its own.
 fn watch_signals() -> io::Result<()> {
-    let mut signals = Signals::new([SIGTERM, SIGHUP])?;
+    let mut signals = Signals::new([SIGTERM, SIGHUP, SIGINT, SIGQUIT])?;
     std::thread::Builder::new()
         .name("memprof-signals".into())
         .spawn(move || {

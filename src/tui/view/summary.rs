@@ -325,7 +325,9 @@ fn describe(
 ) -> CursorState {
     live.sort_unstable_by_key(|b| b.address);
     // Sizes come from the file: saturate rather than overflow on absurd ones.
-    let total = ranges.iter().fold(0u64, |sum, r| sum.saturating_add(r.size));
+    let total = ranges
+        .iter()
+        .fold(0u64, |sum, r| sum.saturating_add(r.size));
     let cell_bytes = total.div_ceil(MAP_CELLS as u64);
     let mut occupancy = vec![0u64; if cell_bytes == 0 { 0 } else { MAP_CELLS }];
     let mut largest_free = None;
@@ -436,14 +438,22 @@ mod tests {
     #[test]
     fn absurd_sizes_neither_overflow_nor_hang() {
         use memprof_wire::{FileHeader, Kind, ProcessInfo, Record};
-        let mut bytes = FileHeader { pid: 1, start_ns: 0 }.encode().to_vec();
+        let mut bytes = FileHeader {
+            pid: 1,
+            start_ns: 0,
+        }
+        .encode()
+        .to_vec();
         let process = ProcessInfo {
             wall_start_ns: None,
             host: None,
             args: Vec::new(),
         };
         bytes.extend_from_slice(&process.encode());
-        for (ptr, size) in [(0x1000, 1u64 << 63), ((1 << 63) + 0x2000, (1 << 63) + (1 << 24))] {
+        for (ptr, size) in [
+            (0x1000, 1u64 << 63),
+            ((1 << 63) + 0x2000, (1 << 63) + (1 << 24)),
+        ] {
             let mut r = Record::new(Kind::Alloc);
             (r.ptr, r.size) = (ptr, size);
             bytes.extend_from_slice(&r.encode());
