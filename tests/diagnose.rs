@@ -42,6 +42,10 @@ fn diagnose_demo_oom_is_fragmentation_and_expandable_segments_fixes_it() {
     assert_eq!(remedies[0]["verified"], true);
     assert_eq!(remedies[0]["oom_avoided"], true);
     assert!(remedies[0]["new_peak_reserved_bytes"].as_u64().is_some());
+    let allocated = remedies[0]["new_peak_allocated_bytes"].as_u64();
+    assert!(allocated.is_some_and(|a| a <= 25386352640), "{allocated:?}");
+    // No site keeps tensors across the recorded iterations: nothing to free earlier.
+    assert!(remedies.iter().all(|r| r.get("freed").is_none()));
     let text = stdout(&memprof(&["diagnose", &file]));
     assert!(
         text.contains("entry 1648 (request 4.03 GiB): fragmentation"),

@@ -2,6 +2,7 @@
 //! simulator's replay of the recorded trace, remedies replayed under other settings) and of
 //! the OOM messages of a log (the numbers the message prints).
 
+mod free_earlier;
 mod log;
 mod remedies;
 mod snapshot;
