@@ -242,7 +242,11 @@ mod tests {
             .collect();
         assert_eq!(marks.len(), 9);
         let found = repeating(&s, 0, until).expect("the loop is found");
-        assert!(found.marker.contains("every 193 allocations"), "{}", found.marker);
+        assert!(
+            found.marker.contains("every 193 allocations"),
+            "{}",
+            found.marker
+        );
         assert_eq!(found.boundaries, marks);
         assert!(find_growth(&s, 0, until).is_none());
         // Without its markers: the same boundaries (shifted by the removed entries), and

@@ -118,7 +118,11 @@ fn kept_across_iterations(
         }
         // Iteration k lies between boundaries k-1 and k; 0 is before the first.
         let k = it.boundaries.partition_point(|&b| b < born);
-        let Some(&end) = it.boundaries.get(k).filter(|&&end| k > 0 && end < oom_index) else {
+        let Some(&end) = it
+            .boundaries
+            .get(k)
+            .filter(|&&end| k > 0 && end < oom_index)
+        else {
             continue;
         };
         let frame = site_of(&snapshot.stacks, live.stack);

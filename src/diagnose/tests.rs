@@ -196,9 +196,16 @@ fn generated_growth() {
     assert!(r.verified);
     assert_eq!(r.oom_avoided, Some(true), "{r:?}");
     assert_eq!(r.freed[0].bytes, 72 * MIB);
-    assert!(r.action.starts_with("free the 6 tensors (72.00 MiB)"), "{}", r.action);
+    assert!(
+        r.action.starts_with("free the 6 tensors (72.00 MiB)"),
+        "{}",
+        r.action
+    );
     assert_eq!(r.new_peak_allocated_bytes, Some(32 * MIB));
-    assert_eq!(d.remedies[0], *r, "the only remedy that avoids the OOM comes first");
+    assert_eq!(
+        d.remedies[0], *r,
+        "the only remedy that avoids the OOM comes first"
+    );
 }
 
 #[test]
@@ -211,7 +218,8 @@ fn generated_growth_without_markers() {
     assert_eq!(d.cause, Cause::Growth, "{}", d.evidence);
     assert!(d.evidence.contains("every 2 allocations"), "{}", d.evidence);
     assert!(
-        d.evidence.contains("7 iterations in a row, from 0 B to 72.00 MiB"),
+        d.evidence
+            .contains("7 iterations in a row, from 0 B to 72.00 MiB"),
         "{}",
         d.evidence
     );
@@ -246,5 +254,9 @@ fn generated_exhaustion_with_a_small_accumulating_list() {
     assert_eq!(r.freed[0].bytes, 36 * MIB);
     // Without a loop nothing is freed earlier.
     let d = diagnosed(&exhausted(), None);
-    assert!(d.remedies.iter().all(|r| r.freed.is_empty()), "{:?}", d.remedies);
+    assert!(
+        d.remedies.iter().all(|r| r.freed.is_empty()),
+        "{:?}",
+        d.remedies
+    );
 }

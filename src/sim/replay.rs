@@ -206,6 +206,23 @@ pub fn prepare(
     issues.extend(load_issues);
     validation.final_layout_matches =
         same_layout(&engine.model.layout(trace.device), &trace.segments);
+    if let Some(m) = validation.first_mismatch.as_mut() {
+        let unmapped_before = initial.iter().any(|s| s.is_expandable)
+            && [&m.expected, &m.got].into_iter().flatten().any(|v| {
+                matches!(
+                    v.action,
+                    Action::SegmentMap | Action::SegmentUnmap | Action::Oom
+                )
+            });
+        if unmapped_before {
+            m.reason.push_str(
+                "; the trace starts after expandable segments were in use, and a snapshot \
+                 holds only their mapped pages: the part of each reserved address range that \
+                 was unmapped before the first entry is inferred (from the capacity and the \
+                 ranges around it) and may be missing or misplaced",
+            );
+        }
+    }
     if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
