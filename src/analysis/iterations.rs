@@ -11,7 +11,7 @@
 //! parameters or model construction layer by layer, runs a small part of it). Within the
 //! period, the boundary is the position where live memory is lowest summed over the periods:
 //! the point each iteration returns to. And each iteration must free within itself at least
-//! what it keeps (below). Iterations whose stacks vary (data-dependent control
+//! what it keeps (below). The search has a work budget and finds nothing past it. Iterations whose stacks vary (data-dependent control
 //! flow), or stack-less traces whose sizes vary, are not recognised.
 
 use super::sites::site_of;
@@ -20,6 +20,11 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Fewest iteration boundaries that count as a loop.
 pub const MIN_ITERATIONS: usize = 3;
+/// Comparisons the pattern search may make (a fixed part plus a part per allocation) before
+/// it gives up: a trace that repeats one allocation a million times would otherwise cost
+/// time quadratic in its length.
+const SEARCH_BUDGET: usize = 1 << 22;
+const SEARCH_PER_ALLOC: usize = 64;
 
 /// Iteration boundaries found before some entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,27 +121,36 @@ fn repeating(snapshot: &Snapshot, device: u32, until: usize) -> Option<Iteration
     let entries = &all[..until.min(all.len())];
     let allocs = keys(snapshot, entries);
     let n = allocs.len();
-    let distinct = |keys: &[(usize, Key)]| {
-        keys.iter()
-            .map(|&(_, k)| match k {
-                Key::Site(s) => Some(s),
-                Key::Size(_) => None,
-            })
-            .collect::<FxHashSet<_>>()
-            .len()
+    let site = |k: Key| match k {
+        Key::Site(s) => Some(s),
+        Key::Size(_) => None,
     };
-    let everywhere = distinct(&allocs);
+    let everywhere = allocs
+        .iter()
+        .map(|&(_, k)| site(k))
+        .collect::<FxHashSet<_>>()
+        .len();
     let (before, after) = live_around_allocs(snapshot, device, &allocs);
-    let (period, positions) = (1..=n / MIN_ITERATIONS).find_map(|p| {
+    // Sites of the last p allocations, grown with p.
+    let mut last_sites: FxHashSet<Option<usize>> = FxHashSet::default();
+    let mut budget = SEARCH_BUDGET.saturating_add(n.saturating_mul(SEARCH_PER_ALLOC));
+    let mut found = None;
+    for p in 1..=n / MIN_ITERATIONS {
+        last_sites.insert(site(allocs[n - p].1));
+        if 2 * last_sites.len() < everywhere {
+            continue;
+        }
         let run = (p..n)
             .rev()
             .take_while(|&i| allocs[i].1 == allocs[i - p].1)
             .count();
-        if run < (MIN_ITERATIONS - 1) * p || 2 * distinct(&allocs[n - p..]) < everywhere {
-            return None;
+        budget = budget.checked_sub(run + 1)?;
+        if run < (MIN_ITERATIONS - 1) * p {
+            continue;
         }
         let start = n - run - p;
         let full = (n - start) / p;
+        budget = budget.checked_sub(2 * (n - start))?;
         let phase = (0..p)
             .min_by_key(|&r| {
                 (0..full)
@@ -153,8 +167,12 @@ fn repeating(snapshot: &Snapshot, device: u32, until: usize) -> Option<Iteration
             let peak = after[w[0]..w[1]].iter().copied().max().unwrap_or(base);
             peak.saturating_sub(base) >= next.saturating_sub(base).saturating_mul(2)
         });
-        returns.then_some((p, positions))
-    })?;
+        if returns {
+            found = Some((p, positions));
+            break;
+        }
+    }
+    let (period, positions) = found?;
     let boundaries = positions
         .into_iter()
         .filter_map(|k| allocs[k].0.checked_sub(1))
@@ -276,5 +294,25 @@ mod tests {
                 assert_eq!(find_iterations(&s, 0, until), None, "{name} @{until}");
             }
         }
+    }
+
+    #[test]
+    fn a_long_run_of_one_allocation_ends_within_the_budget() {
+        // 60000 allocations of one size, none freed: every period repeats, none returns to
+        // a baseline. Without the budget the search would compare about 10^9 pairs.
+        use crate::model::{SnapshotFormat, StackTable, StreamIndex, Timeline};
+        let entries: Vec<TraceEntry> = (0..60_000u64)
+            .map(|i| TraceEntry::new(Action::Alloc, Some(0x1000 + i * 512), 512, StreamIndex(0)))
+            .collect();
+        let n = entries.len();
+        let s = Snapshot {
+            format: SnapshotFormat::Modern,
+            segments: Vec::new(),
+            timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
+            stacks: StackTable::default(),
+            settings: None,
+            annotations: Vec::new(),
+        };
+        assert_eq!(find_iterations(&s, 0, n), None);
     }
 }
