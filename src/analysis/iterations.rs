@@ -3,16 +3,21 @@
 //! trace's own repeating allocation pattern.
 //!
 //! The pattern rule: each `alloc` gets a key, its site (or, without a stack, its size, so
-//! that stack-less traces still tell allocations apart). The smallest period P for which the
-//! keys of the allocations before the entry repeat with period P over at least
-//! `MIN_ITERATIONS` periods, counted back from the entry, is the iteration, provided one
-//! period holds at least half of the distinct sites of all allocations before the entry (a
-//! training step runs the whole program; an inner loop, such as an optimizer's loop over
-//! parameters or model construction layer by layer, runs a small part of it). Within the
-//! period, the boundary is the position where live memory is lowest summed over the periods:
-//! the point each iteration returns to. And each iteration must free within itself at least
-//! what it keeps (below). The search has a work budget and finds nothing past it. Iterations whose stacks vary (data-dependent control
-//! flow), or stack-less traces whose sizes vary, are not recognised.
+//! that stack-less traces still tell allocations apart). The iteration is the smallest period
+//! P such that
+//! - the keys of the allocations before the entry repeat with period P over at least
+//!   `MIN_ITERATIONS` periods, counted back from the entry;
+//! - one period holds at least half of the distinct sites of all allocations before the entry
+//!   (a training step runs the whole program; an inner loop, such as an optimizer's loop over
+//!   parameters or model construction layer by layer, runs a small part of it);
+//! - each iteration frees within itself at least what it keeps: its swing above the level it
+//!   started at is at least twice its rise (a forward pass, layer by layer, keeps most of what
+//!   it allocates as activations for the backward pass).
+//!
+//! Within the period, the boundary is the position where live memory is lowest summed over
+//! the periods: the point each iteration returns to. The search has a work budget and finds
+//! nothing past it. Iterations whose sites vary (data-dependent control flow), or stack-less
+//! traces whose sizes vary, are not recognised.
 
 use super::sites::site_of;
 use crate::model::{Action, Replay, Snapshot, StackId, TraceEntry};
@@ -159,9 +164,7 @@ fn repeating(snapshot: &Snapshot, device: u32, until: usize) -> Option<Iteration
             })
             .unwrap_or(0);
         let positions: Vec<usize> = (start + phase..n).step_by(p).collect();
-        // Each iteration frees within itself at least what it keeps: its swing above the
-        // level it started at is at least twice its rise (a layer loop keeps most of what it
-        // allocates, as activations for the backward pass).
+        // Each iteration frees within itself at least what it keeps (module doc).
         let returns = positions.windows(2).all(|w| {
             let (base, next) = (before[w[0]], before[w[1]]);
             let peak = after[w[0]..w[1]].iter().copied().max().unwrap_or(base);

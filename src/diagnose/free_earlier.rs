@@ -56,12 +56,11 @@ pub fn free_earlier(
     let total: u64 = freed.iter().map(|s| s.bytes).sum();
     let sites: Vec<&str> = freed.iter().map(|s| s.frame.as_str()).collect();
     let action = format!(
-        "free the {} tensors ({}) that {} keep across iterations at the end of the iteration \
-         that made each (iterations: {})",
+        "free the {} tensors ({}) that {} keep across iterations, each at the end of the \
+         iteration that made it",
         frees.len(),
         Bytes(total),
-        sites.join(", "),
-        it.marker
+        sites.join(", ")
     );
     let replayable = prepared
         .capacity
