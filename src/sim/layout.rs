@@ -23,9 +23,13 @@ pub enum LayoutError {
 
 impl CachingAllocator {
     /// Loads a device's segments (non-expandable ones and mapped expandable ranges).
-    /// `mapped_later` lists (stream, address, size) of pages mapped after this state: an
-    /// expandable segment's range starts at the lowest of them below its first mapped byte
-    /// (and above the segments below it).
+    /// `mapped_later` lists (stream, address, size) of pages mapped after this state. The
+    /// address range each expandable segment reserved is not in a snapshot; it is inferred:
+    /// it starts at the lowest of its later maps below its first mapped byte, above the
+    /// segments and other segments' later maps below it; it ends before the next segment,
+    /// other segment's later map or (placed highest first) expandable range above it; and,
+    /// with the capacity known, it has PyTorch's size, extending below the pages shown when
+    /// the range above leaves too little room (pages unmapped before the trace).
     pub fn load_layout(
         &mut self,
         segments: &[Segment],
