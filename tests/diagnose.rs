@@ -42,6 +42,10 @@ fn diagnose_demo_oom_is_fragmentation_and_expandable_segments_fixes_it() {
     assert_eq!(remedies[0]["verified"], true);
     assert_eq!(remedies[0]["oom_avoided"], true);
     assert!(remedies[0]["new_peak_reserved_bytes"].as_u64().is_some());
+    let allocated = remedies[0]["new_peak_allocated_bytes"].as_u64();
+    assert!(allocated.is_some_and(|a| a <= 25386352640), "{allocated:?}");
+    // No site keeps tensors across the recorded iterations: nothing to free earlier.
+    assert!(remedies.iter().all(|r| r.get("freed").is_none()));
     let text = stdout(&memprof(&["diagnose", &file]));
     assert!(
         text.contains("entry 1648 (request 4.03 GiB): fragmentation"),
@@ -150,4 +154,59 @@ fn analyze_reports_the_diagnosis_without_remedies() {
     assert_eq!(oom["entry_index"], 1648);
     assert_eq!(oom["diagnosis"]["cause"], "fragmentation");
     assert_eq!(oom["diagnosis"]["remedies"], serde_json::json!([]));
+}
+
+/// The accumulating-list program of `fixtures/README.md` ("Generated OOM snapshots"), driven
+/// through memprof's allocator model with 100 MiB, written as a snapshot pickle into a
+/// temporary directory (never committed). No iteration markers: the loop is found from the
+/// repeating allocations.
+fn accumulating_snapshot_file() -> std::path::PathBuf {
+    use memprof::model::{Snapshot, SnapshotFormat, StackTable, Timeline};
+    use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
+    const MIB: u64 = 1 << 20;
+    let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(Some(100 * MIB)));
+    for _ in 0..7 {
+        let t = a.malloc(20 * MIB, 0).expect("the temporary fits");
+        if a.malloc(12 * MIB, 0).is_err() {
+            break;
+        }
+        a.free(t).expect("allocated");
+    }
+    let entries = a.take_events();
+    let n = entries.len();
+    let snapshot = Snapshot {
+        format: SnapshotFormat::Modern,
+        segments: a.layout(0),
+        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
+        stacks: StackTable::default(),
+        settings: None,
+        annotations: Vec::new(),
+    };
+    let dir = std::env::temp_dir().join(format!("memprof-diagnose-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("accumulating.pickle");
+    let file = std::fs::File::create(&path).expect("writable");
+    memprof::report::export::torch_snapshot::write(&snapshot, std::io::BufWriter::new(file))
+        .expect("written");
+    path
+}
+
+#[test]
+fn diagnose_growth_and_free_the_accumulated_tensors_earlier() {
+    let file = accumulating_snapshot_file();
+    let file = file.display().to_string();
+    let d = one_diagnosis(&[&file]);
+    assert_eq!(d["cause"], "growth", "{}", d["evidence"]);
+    let remedies = d["remedies"].as_array().expect("remedies");
+    let first = &remedies[0];
+    assert!(first["action"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("free the 6 tensors (72.00 MiB)")));
+    assert_eq!(first["verified"], true);
+    assert_eq!(first["oom_avoided"], true);
+    assert_eq!(first["new_peak_allocated_bytes"], 32u64 << 20);
+    assert_eq!(first["freed"][0]["bytes"], 72u64 << 20);
+    let text = stdout(&memprof(&["diagnose", &file]));
+    assert!(text.contains("): growth"), "{text}");
+    assert!(text.contains("frees    72.00 MiB"), "{text}");
 }

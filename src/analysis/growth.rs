@@ -1,15 +1,12 @@
-//! Growth before an OOM: live memory sampled at the same point of successive iterations,
-//! where the trace marks iterations (`snapshot` entries, or the most frequent
-//! `record_function` annotation), and the sites whose live memory grew. Without such markers
-//! nothing is claimed.
+//! Growth before an OOM: live memory sampled at the boundaries of successive iterations
+//! (`iterations`: recorded markers, else the trace's repeating allocation pattern), and the
+//! sites whose live memory grew. Without iterations nothing is claimed.
 
+use super::iterations::{find_iterations, MIN_ITERATIONS};
 use super::oom::OomSite;
 use super::sites::top_sites;
-use crate::model::{Action, Replay, Snapshot};
+use crate::model::{Replay, Snapshot};
 use rustc_hash::FxHashMap;
-
-/// Iterations in a row that must each end higher than the one before.
-const MIN_ITERATIONS: usize = 3;
 /// How many growing sites are named.
 const SITES: usize = 5;
 
@@ -32,45 +29,11 @@ impl Growth {
     }
 }
 
-/// Entry indices before `oom_index` that mark the same point of each iteration.
-fn marks(snapshot: &Snapshot, device: u32, oom_index: usize) -> Option<(String, Vec<usize>)> {
-    let entries = &snapshot.timeline.device(device as usize)[..oom_index];
-    let snaps: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].action == Action::Snapshot)
-        .collect();
-    if snaps.len() >= MIN_ITERATIONS {
-        return Some(("`snapshot` trace entries".to_string(), snaps));
-    }
-    let mut groups: FxHashMap<(String, String), Vec<i64>> = FxHashMap::default();
-    for a in &snapshot.annotations {
-        if a.device.is_some_and(|d| d != device) {
-            continue;
-        }
-        if let (Some(t), Some(name)) = (a.time_us, &a.name) {
-            let key = (a.stage.clone().unwrap_or_default(), name.clone());
-            groups.entry(key).or_default().push(t);
-        }
-    }
-    let ((stage, name), mut times) = groups
-        .into_iter()
-        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(&a.0)))?;
-    times.sort_unstable();
-    let mut out: Vec<usize> = times
-        .iter()
-        .filter_map(|&t| {
-            entries
-                .iter()
-                .position(|e| e.time_us().is_some_and(|u| u >= t))
-        })
-        .collect();
-    out.dedup();
-    Some((format!("the {stage} of `{name}` annotations"), out))
-}
-
-/// The growth before the `oom` entry at `oom_index`, when the trace marks iterations and live
-/// memory at the marks rose in each of the last `MIN_ITERATIONS` or more.
+/// The growth before the `oom` entry at `oom_index`, when the trace shows iterations and live
+/// memory at their boundaries rose in each of the last `MIN_ITERATIONS` or more.
 pub fn find_growth(snapshot: &Snapshot, device: u32, oom_index: usize) -> Option<Growth> {
-    let (marker, marks) = marks(snapshot, device, oom_index)?;
+    let it = find_iterations(snapshot, device, oom_index)?;
+    let (marker, marks) = (it.marker, it.boundaries);
     let entries = snapshot.timeline.device(device as usize);
     let segments = || snapshot.device_segments(device);
     let mut replay = Replay::new(entries, segments());

@@ -1,10 +1,13 @@
 //! The segment layout at an earlier trace entry (the peak), rebuilt from the final layout and
-//! the trace: segments by undoing the segment entries after it, their contents from the
-//! replay's live allocations then. Blocks are the live allocations at their requested sizes
+//! the trace: segments by undoing the segment entries after it (`model::ranges_before`, shared
+//! with the simulator's start state), their contents from the replay's live allocations then. Blocks are the live allocations at their requested sizes
 //! (pending free when freed but not yet completed); the rest of each segment is free, rounding
 //! included, since the trace does not say how the allocator split its blocks.
 
-use crate::model::{Action, Block, BlockState, PoolKind, Replay, Segment, Snapshot};
+use crate::model::{
+    ranges_before, Action, Block, BlockState, PoolKind, RangeRules, Replay, Segment, Snapshot,
+    TraceEntry,
+};
 use rustc_hash::FxHashSet;
 
 /// A range of device memory that was a segment (or a mapped part of an expandable one).
@@ -12,6 +15,8 @@ use rustc_hash::FxHashSet;
 struct Range {
     start: u64,
     size: u64,
+    stream: u64,
+    pool: PoolKind,
     expandable: bool,
 }
 
@@ -21,72 +26,27 @@ impl Range {
     }
 }
 
-/// The segments reserved just after entry `index`: the final ones, less those created after
-/// it, plus those released after it.
+/// The segments reserved just after entry `index`: the final ones with the segment entries
+/// after it undone (`model::ranges_before`, as the simulator's start state does).
 fn ranges_at(snapshot: &Snapshot, device: u32, index: usize) -> Vec<Range> {
-    let mut ranges: Vec<Range> = snapshot
-        .device_segments(device)
-        .map(|s| Range {
-            start: s.address,
-            size: s.total_size,
-            expandable: s.is_expandable,
-        })
-        .collect();
+    let last: Vec<Segment> = snapshot.device_segments(device).cloned().collect();
     let entries = snapshot.timeline.device(device as usize);
-    for e in entries.iter().skip(index + 1).rev() {
-        let Some(start) = e.addr() else { continue };
-        let undone = Range {
+    let after = entries.get(index + 1..).unwrap_or(&[]);
+    let stream_of = |e: &TraceEntry| snapshot.timeline.stream(e.stream);
+    let rules = RangeRules {
+        stream_of: &stream_of,
+        pool_of: &|_| PoolKind::Large,
+    };
+    ranges_before(after, &last, &rules, &mut |_, _| {})
+        .into_iter()
+        .map(|(start, r)| Range {
             start,
-            size: e.size,
-            expandable: matches!(e.action, Action::SegmentMap | Action::SegmentUnmap),
-        };
-        match e.action {
-            Action::SegmentAlloc => ranges.retain(|r| r.start != start),
-            Action::SegmentFree => ranges.push(undone),
-            Action::SegmentUnmap => {
-                ranges.push(undone);
-                coalesce_expandable(&mut ranges);
-            }
-            Action::SegmentMap => {
-                let Some(i) = ranges
-                    .iter()
-                    .position(|r| r.start <= start && undone.end() <= r.end())
-                else {
-                    continue;
-                };
-                let r = ranges.swap_remove(i);
-                let left = Range {
-                    size: start - r.start,
-                    ..r
-                };
-                let right = Range {
-                    start: undone.end(),
-                    size: r.end() - undone.end(),
-                    ..r
-                };
-                ranges.extend([left, right].into_iter().filter(|p| p.size > 0));
-            }
-            _ => {}
-        }
-    }
-    ranges.sort_unstable_by_key(|r| r.start);
-    ranges
-}
-
-/// Joins touching mapped ranges of expandable segments (one range, as the snapshot shows it),
-/// so a mapping undone later may span what was unmapped in pieces.
-fn coalesce_expandable(ranges: &mut Vec<Range>) {
-    ranges.sort_unstable_by_key(|r| r.start);
-    let mut joined: Vec<Range> = Vec::with_capacity(ranges.len());
-    for r in ranges.drain(..) {
-        match joined.last_mut() {
-            Some(last) if last.expandable && r.expandable && last.end() == r.start => {
-                last.size = last.size.saturating_add(r.size);
-            }
-            _ => joined.push(r),
-        }
-    }
-    *ranges = joined;
+            size: r.size,
+            stream: r.stream,
+            pool: r.pool,
+            expandable: r.expandable,
+        })
+        .collect()
 }
 
 /// The layout of `device` just after entry `index`, rebuilt as described above.
@@ -132,8 +92,8 @@ pub fn layout_at(snapshot: &Snapshot, device: u32, index: usize) -> Vec<Segment>
                 device,
                 address: r.start,
                 total_size: r.size,
-                stream: 0,
-                pool: PoolKind::Large,
+                stream: r.stream,
+                pool: r.pool,
                 pool_id: (0, 0),
                 is_expandable: r.expandable,
                 stack: None,
@@ -279,6 +239,8 @@ mod tests {
         let r = |start, size| Range {
             start,
             size,
+            stream: 0,
+            pool: PoolKind::Large,
             expandable: true,
         };
         let mut snap_entries = vec![e(Action::SegmentMap, 0x2000, 0x1000)];

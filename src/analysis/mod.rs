@@ -4,6 +4,7 @@
 
 mod device;
 pub mod growth;
+pub mod iterations;
 mod layout;
 mod layout_at;
 pub mod oom;

@@ -174,6 +174,12 @@ pub struct Remedy {
     pub verified: bool,
     pub oom_avoided: Option<bool>,
     pub new_peak_reserved_bytes: Option<u64>,
+    /// Peak of allocated bytes in the replay.
+    pub new_peak_allocated_bytes: Option<u64>,
+    /// For a remedy that frees tensors earlier: the sites freed, with the bytes they held at
+    /// the OOM.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub freed: Vec<OomSite>,
 }
 
 /// One diagnosed OOM (`design/CLI.md`, `diagnose`).

@@ -3,6 +3,7 @@
 //! memprof recording (the driver calls alone) and of the OOM messages of a log (the numbers the
 //! message prints).
 
+mod free_earlier;
 mod log;
 mod recording;
 mod remedies;

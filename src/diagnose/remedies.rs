@@ -16,6 +16,8 @@ pub fn unverified(action: &str) -> Remedy {
         verified: false,
         oom_avoided: None,
         new_peak_reserved_bytes: None,
+        new_peak_allocated_bytes: None,
+        freed: Vec::new(),
     }
 }
 
@@ -71,6 +73,8 @@ pub fn verified_remedies(prepared: &Prepared, recorded: &AllocatorConfig) -> Vec
             verified: true,
             oom_avoided: Some(run.oom.is_none()),
             new_peak_reserved_bytes: Some(run.peak_reserved_bytes),
+            new_peak_allocated_bytes: Some(run.peak_allocated_bytes),
+            freed: Vec::new(),
         }
     };
     let mut out = Vec::new();
@@ -112,7 +116,7 @@ pub fn verified_remedies(prepared: &Prepared, recorded: &AllocatorConfig) -> Vec
 }
 
 /// Sort key: avoided first, then the lower peak.
-fn rank(r: &Remedy) -> (bool, u64) {
+pub fn rank(r: &Remedy) -> (bool, u64) {
     (
         r.oom_avoided != Some(true),
         r.new_peak_reserved_bytes.unwrap_or(u64::MAX),

@@ -3,11 +3,14 @@
 //! OOM (exact: the replay matches every allocator decision); otherwise from the trace alone,
 //! with blocks at their requested sizes, and the evidence says so. Memory held outside the
 //! allocator needs the device's total, which a snapshot does not hold (`--capacity`).
+//! Remedies: settings replayed (`remedies`), the named sites' tensors freed earlier and
+//! replayed (`free_earlier`), then the changes only a plan can size.
 
 use crate::analysis::growth::find_growth;
 use crate::analysis::oom::{Cause, Diagnosis, OomFacts, OomSite};
 use crate::analysis::{layout_at, site_of, top_sites};
-use crate::diagnose::remedies::{program_remedy, verified_remedies};
+use crate::diagnose::free_earlier::free_earlier;
+use crate::diagnose::remedies::{program_remedy, rank, verified_remedies};
 use crate::model::{Action, BlockState, Replay, Snapshot};
 use crate::sim::replay::Prepared;
 use crate::sim::AllocatorConfig;
@@ -98,8 +101,14 @@ pub fn diagnose_device(
         ),
     }
     if depth == Depth::WithRemedies {
-        d.remedies = verified_remedies(prepared, recorded);
-        d.replay_capacity_bytes = prepared.capacity.filter(|_| !d.remedies.is_empty());
+        let named: Vec<&str> = d.sites.iter().map(|s| s.frame.as_str()).collect();
+        let mut remedies = verified_remedies(prepared, recorded);
+        remedies.extend(free_earlier(snapshot, prepared, recorded, index, &named));
+        remedies.sort_by_key(rank);
+        d.replay_capacity_bytes = prepared
+            .capacity
+            .filter(|_| remedies.iter().any(|r| r.verified));
+        d.remedies = remedies;
         d.remedies.extend(program_remedy(d.cause, &facts));
     }
     Some(d)

@@ -136,12 +136,12 @@ fn generated_oversized_request() {
         .any(|r| r.action.contains("at most 100.00 MiB")));
 }
 
-#[test]
-fn generated_growth() {
-    // Each iteration: a 20 MiB temporary, 12 MiB kept for good; a `snapshot` entry marks the
-    // start of each iteration. The seventh iteration cannot keep its 12 MiB.
+/// 100 MiB: each iteration makes a 20 MiB temporary and keeps 12 MiB for good (a list that
+/// accumulates tensors); the seventh cannot keep its 12 MiB. Returns the snapshot and the
+/// trace index at which each iteration starts.
+fn accumulating() -> (Snapshot, Vec<usize>) {
     let mut starts = Vec::new();
-    let mut s = recorded("", 100 * MIB, |a| {
+    let s = recorded("", 100 * MIB, |a| {
         for _ in 0..7 {
             starts.push(a.events().len());
             let t = ok(a, 20 * MIB);
@@ -151,6 +151,21 @@ fn generated_growth() {
             a.free(t).expect("allocated");
         }
     });
+    (s, starts)
+}
+
+/// The remedy that frees tensors earlier.
+fn freeing(d: &analysis::oom::Diagnosis) -> &analysis::oom::Remedy {
+    d.remedies
+        .iter()
+        .find(|r| !r.freed.is_empty())
+        .expect("a remedy that frees tensors earlier")
+}
+
+#[test]
+fn generated_growth() {
+    // `snapshot` entries mark the start of each iteration.
+    let (mut s, starts) = accumulating();
     let mut entries = s.timeline.device(0).to_vec();
     for &i in starts.iter().rev() {
         entries.insert(
@@ -175,18 +190,73 @@ fn generated_growth() {
         "{}",
         last.action
     );
-    // Without the markers the same trace is exhaustion: nothing is claimed about iterations.
-    let d = diagnosed(
-        &recorded("", 100 * MIB, |a| {
-            for _ in 0..7 {
-                let t = ok(a, 20 * MIB);
-                if a.malloc(12 * MIB, 0).is_err() {
-                    break;
-                }
-                a.free(t).expect("allocated");
-            }
-        }),
-        None,
+    // Freeing each kept tensor at the end of its iteration: the six kept tensors go, the
+    // loop never holds more than a temporary and one kept tensor, and the OOM is gone.
+    let r = freeing(&d);
+    assert!(r.verified);
+    assert_eq!(r.oom_avoided, Some(true), "{r:?}");
+    assert_eq!(r.freed[0].bytes, 72 * MIB);
+    assert!(
+        r.action.starts_with("free the 6 tensors (72.00 MiB)"),
+        "{}",
+        r.action
     );
-    assert_eq!(d.cause, Cause::Exhaustion);
+    assert_eq!(r.new_peak_allocated_bytes, Some(32 * MIB));
+    assert_eq!(
+        d.remedies[0], *r,
+        "the only remedy that avoids the OOM comes first"
+    );
+}
+
+#[test]
+fn generated_growth_without_markers() {
+    // The same program without markers: the iterations come from the repeating allocation
+    // pattern (20 MiB, 12 MiB), with a boundary before each 20 MiB temporary (the first
+    // follows the trace's first entry, the `segment_alloc` for it).
+    let (s, _) = accumulating();
+    let d = diagnosed(&s, None);
+    assert_eq!(d.cause, Cause::Growth, "{}", d.evidence);
+    assert!(d.evidence.contains("every 2 allocations"), "{}", d.evidence);
+    assert!(
+        d.evidence
+            .contains("7 iterations in a row, from 0 B to 72.00 MiB"),
+        "{}",
+        d.evidence
+    );
+    let r = freeing(&d);
+    assert_eq!(r.oom_avoided, Some(true), "{r:?}");
+    assert_eq!(r.freed[0].bytes, 72 * MIB);
+    assert_eq!(r.new_peak_allocated_bytes, Some(32 * MIB));
+}
+
+#[test]
+fn generated_exhaustion_with_a_small_accumulating_list() {
+    // 200 MiB: 100 MiB of weights, then iterations that each use a 40 MiB activation and
+    // keep 12 MiB; the fourth asks for 70 MiB more. Live memory climbs 36 MiB over the loop,
+    // less than the 46 MiB the request lacks: exhaustion, and freeing the kept tensors
+    // earlier (verified) does not avoid the OOM.
+    let s = recorded("", 200 * MIB, |a| {
+        ok(a, 100 * MIB);
+        for _ in 0..3 {
+            let act = ok(a, 40 * MIB);
+            ok(a, 12 * MIB);
+            a.free(act).expect("allocated");
+        }
+        ok(a, 40 * MIB);
+        assert!(a.malloc(70 * MIB, 0).is_err());
+    });
+    let d = diagnosed(&s, None);
+    assert_eq!(d.cause, Cause::Exhaustion, "{}", d.evidence);
+    let r = freeing(&d);
+    assert!(r.verified);
+    assert_eq!(r.oom_avoided, Some(false), "{r:?}");
+    // The weights (made before the loop) and the live activation stay.
+    assert_eq!(r.freed[0].bytes, 36 * MIB);
+    // Without a loop nothing is freed earlier.
+    let d = diagnosed(&exhausted(), None);
+    assert!(
+        d.remedies.iter().all(|r| r.freed.is_empty()),
+        "{:?}",
+        d.remedies
+    );
 }

@@ -4,6 +4,7 @@
 
 mod event;
 mod layout;
+mod ranges;
 mod snapshot;
 mod stack;
 mod state;
@@ -12,6 +13,7 @@ mod units;
 
 pub use event::{Action, ExtraId, StackId, StreamIndex, TraceEntry};
 pub use layout::{Block, BlockState, PoolKind, Segment};
+pub use ranges::{fits_address_space, ranges_before, RangeRules, SegmentRange};
 pub use snapshot::{AllocatorSettings, Annotation, Snapshot, SnapshotFormat};
 pub use stack::{Frame, StackTable};
 pub use state::{Live, LiveSet, Replay, ReplayIssue};

@@ -83,6 +83,14 @@ fn write_one(out: &mut String, d: &Diagnosis) {
         let _ = writeln!(out, "  remedies, best first{replayed}:");
         for (k, r) in d.remedies.iter().enumerate() {
             let _ = writeln!(out, "    {}. {}", k + 1, remedy_line(r));
+            for s in &r.freed {
+                let _ = writeln!(
+                    out,
+                    "         frees {:>12}  {}",
+                    Bytes(s.bytes).to_string(),
+                    s.frame
+                );
+            }
         }
     }
 }
@@ -96,9 +104,12 @@ fn remedy_line(r: &Remedy) -> String {
         Some(false) => "still runs out of memory",
         None => "outcome unknown",
     };
-    let peak = r
+    let mut peak = r
         .new_peak_reserved_bytes
         .map(|p| format!(", peak reserved {}", Bytes(p)))
         .unwrap_or_default();
+    if let Some(p) = r.new_peak_allocated_bytes {
+        let _ = write!(peak, ", peak allocated {}", Bytes(p));
+    }
     format!("{}: replayed, {outcome}{peak}", r.action)
 }

@@ -108,6 +108,11 @@ impl Driver {
         true
     }
 
+    /// The start of the lowest range at or above `address`.
+    pub fn start_from(&self, address: u64) -> Option<u64> {
+        self.ranges.range(address..).next().map(|(&b, _)| b)
+    }
+
     fn place(&mut self, size: u64) -> u64 {
         if let Some((address, want)) = self.hint.take() {
             if want.is_none_or(|w| w == size) && self.is_free(address, size) {

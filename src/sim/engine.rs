@@ -38,6 +38,20 @@ pub(super) enum Op {
     EmptyCache,
 }
 
+impl Op {
+    /// The trace entry the request comes from; `None` for the steps a synchronization or
+    /// `empty_cache()` makes.
+    pub(super) fn entry(&self) -> Option<usize> {
+        match *self {
+            Op::Malloc { entry, .. }
+            | Op::Free { entry, .. }
+            | Op::FreeRequested { entry, .. }
+            | Op::FreeCompleted { entry, .. } => Some(entry),
+            Op::Detach { .. } | Op::CompleteDetached | Op::EmptyCache => None,
+        }
+    }
+}
+
 /// The requests of a trace and the model's state while replaying them.
 pub(super) struct Engine {
     pub(super) model: CachingAllocator,

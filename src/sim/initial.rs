@@ -1,23 +1,16 @@
 //! The allocator state before a trace's first entry, rebuilt from the final segments by
 //! undoing the trace newest to oldest (reference §2.11, §2.12 rule 5): segments and live
-//! blocks at their addresses; sizes of blocks freed in the window are inferred.
+//! blocks at their addresses; sizes of blocks freed in the window are inferred. The segment
+//! ranges come from `model::ranges_before`, which `analysis::layout_at` shares.
 
 use super::alloc_conf::AllocatorConfig;
 use super::rounding::{round_size, SMALL_BUFFER, SMALL_SIZE};
-use crate::model::{Action, Block, BlockState, PoolKind, ReplayIssue, Segment, TraceEntry};
+use crate::model::{
+    fits_address_space, ranges_before, Action, Block, BlockState, PoolKind, RangeRules,
+    ReplayIssue, Segment, TraceEntry,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
-
-/// Addresses at or above this (2^56) are taken for damage: device addresses are 48-bit.
-const ADDRESS_LIMIT: u64 = 1 << 56;
-
-#[derive(Clone, Copy, Debug)]
-struct Range {
-    size: u64,
-    stream: u64,
-    pool: PoolKind,
-    expandable: bool,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Live {
@@ -40,19 +33,9 @@ pub fn state_before(
 ) -> (Vec<Segment>, FxHashSet<u64>) {
     let mut ambiguous = FxHashSet::default();
     let device = last.first().map_or(0, |s| s.device);
-    let mut ranges: BTreeMap<u64, Range> = BTreeMap::new();
     let mut live: FxHashMap<u64, Live> = FxHashMap::default();
-    let fits = |addr: u64, size: u64| addr.checked_add(size).is_some_and(|e| e < ADDRESS_LIMIT);
+    let fits = fits_address_space;
     for s in last.iter().filter(|s| fits(s.address, s.total_size)) {
-        ranges.insert(
-            s.address,
-            Range {
-                size: s.total_size,
-                stream: s.stream,
-                pool: s.pool,
-                expandable: s.is_expandable,
-            },
-        );
         for b in s.blocks.iter().filter(|b| b.state.is_active()) {
             live.insert(
                 b.address,
@@ -70,6 +53,18 @@ pub fn state_before(
             message,
         })
     };
+    let pool_of = |e: &TraceEntry| match e.action {
+        Action::SegmentFree if e.size == SMALL_BUFFER => PoolKind::Small,
+        Action::SegmentUnmap if !e.size.is_multiple_of(config.large_segment_size) => {
+            PoolKind::Small
+        }
+        _ => PoolKind::Large,
+    };
+    let rules = RangeRules {
+        stream_of,
+        pool_of: &pool_of,
+    };
+    let ranges = ranges_before(entries, last, &rules, &mut issue);
     for (i, e) in entries.iter().enumerate().rev() {
         let Some(addr) = e.addr() else { continue };
         if !fits(addr, e.size) {
@@ -117,97 +112,12 @@ pub fn state_before(
                     );
                 }
             }
-            Action::SegmentAlloc => {
-                if ranges.remove(&addr).is_none() {
-                    issue(
-                        i,
-                        format!("segment_alloc at 0x{addr:x}, but no such segment afterwards"),
-                    );
-                }
-            }
-            Action::SegmentFree => {
-                let pool = if e.size == SMALL_BUFFER {
-                    PoolKind::Small
-                } else {
-                    PoolKind::Large
-                };
-                let range = Range {
-                    size: e.size,
-                    stream: stream_of(e),
-                    pool,
-                    expandable: false,
-                };
-                ranges.insert(addr, range);
-            }
-            Action::SegmentMap => {
-                let found = ranges
-                    .range(..=addr)
-                    .next_back()
-                    .filter(|(&b, r)| r.expandable && addr + e.size <= b + r.size)
-                    .map(|(&b, &r)| (b, r));
-                let Some((base, r)) = found else {
-                    issue(
-                        i,
-                        format!(
-                            "segment_map at 0x{addr:x}, but that range is not mapped afterwards"
-                        ),
-                    );
-                    continue;
-                };
-                ranges.remove(&base);
-                if addr > base {
-                    ranges.insert(
-                        base,
-                        Range {
-                            size: addr - base,
-                            ..r
-                        },
-                    );
-                }
-                let end = base + r.size;
-                if addr + e.size < end {
-                    let size = end - addr - e.size;
-                    ranges.insert(addr + e.size, Range { size, ..r });
-                }
-            }
-            Action::SegmentUnmap => {
-                let (mut base, mut size) = (addr, e.size);
-                let stream = stream_of(e);
-                let mut pool = None;
-                let below = ranges
-                    .range(..addr)
-                    .next_back()
-                    .map(|(&b, &r)| (b, r))
-                    .filter(|(b, r)| r.expandable && r.stream == stream && b + r.size == addr);
-                if let Some((b, r)) = below {
-                    ranges.remove(&b);
-                    base = b;
-                    size += r.size;
-                    pool = Some(r.pool);
-                }
-                if let Some(r) = ranges
-                    .get(&(addr + e.size))
-                    .copied()
-                    .filter(|r| r.expandable && r.stream == stream)
-                {
-                    ranges.remove(&(addr + e.size));
-                    size += r.size;
-                    pool = pool.or(Some(r.pool));
-                }
-                let pool = pool.unwrap_or(if e.size % config.large_segment_size == 0 {
-                    PoolKind::Large
-                } else {
-                    PoolKind::Small
-                });
-                let range = Range {
-                    size,
-                    stream,
-                    pool,
-                    expandable: true,
-                };
-                ranges.insert(base, range);
-            }
-            Action::Snapshot | Action::Oom => {}
+            Action::SegmentAlloc
+            | Action::SegmentFree
+            | Action::SegmentMap
+            | Action::SegmentUnmap
+            | Action::Snapshot
+            | Action::Oom => {}
         }
     }
     let slivers = slivers_found_later(entries, &live, config);

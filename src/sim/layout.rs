@@ -23,9 +23,13 @@ pub enum LayoutError {
 
 impl CachingAllocator {
     /// Loads a device's segments (non-expandable ones and mapped expandable ranges).
-    /// `mapped_later` lists (stream, address, size) of pages mapped after this state: an
-    /// expandable segment's range starts at the lowest of them below its first mapped byte
-    /// (and above the segments below it).
+    /// `mapped_later` lists (stream, address, size) of pages mapped after this state. The
+    /// address range each expandable segment reserved is not in a snapshot; it is inferred:
+    /// it starts at the lowest of its later maps below its first mapped byte, above the
+    /// segments and other segments' later maps below it; it ends before the next segment,
+    /// other segment's later map or (placed highest first) expandable range above it; and,
+    /// with the capacity known, it has PyTorch's size, extending below the pages shown when
+    /// the range above leaves too little room (pages unmapped before the trace).
     pub fn load_layout(
         &mut self,
         segments: &[Segment],
@@ -48,29 +52,43 @@ impl CachingAllocator {
             self.driver.reserved += s.total_size;
             self.load_blocks(s, None)?;
         }
-        for ((stream, _), mut ranges) in groups {
+        // Highest first, so each reservation ends at most where the one above it begins (PyTorch
+        // reserves them one after another, each of the same size).
+        let mut groups: Vec<((u64, usize), Vec<&Segment>)> = groups.into_iter().collect();
+        for (_, ranges) in &mut groups {
             ranges.sort_by_key(|s| s.address);
+        }
+        groups.sort_by_key(|(_, ranges)| std::cmp::Reverse(ranges.first().map(|s| s.address)));
+        for ((stream, _), ranges) in groups {
             let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
                 continue;
             };
             let pool = first.pool;
             let page = page_size(pool, &self.config);
+            // Maps of this pool: page multiples of this stream. Maps of other segments in the
+            // trace bound this one's address range as segments do, below and above.
+            let ours = |s: u64, size: u64| {
+                s == stream
+                    && size.is_multiple_of(page)
+                    && (pool == PoolKind::Large
+                        || !size.is_multiple_of(self.config.large_segment_size))
+            };
+            let others = || mapped_later.iter().filter(|&&(s, _, size)| !ours(s, size));
             let floor = segments
                 .iter()
-                .map(|s| s.address + s.total_size)
+                .map(|s| (s.address, s.total_size))
+                .chain(others().map(|&(_, a, size)| (a, size)))
+                .map(|(a, size)| a + size)
                 .filter(|&end| end <= first.address)
                 .max()
                 .unwrap_or(0);
-            // Maps of this pool: page multiples, on the segment's page grid.
-            let base = mapped_later
+            let mut base = mapped_later
                 .iter()
                 .filter(|&&(s, a, size)| {
-                    s == stream
+                    ours(s, size)
                         && a >= floor
                         && a < first.address
-                        && size % page == 0
                         && (first.address - a) % page == 0
-                        && (pool == PoolKind::Large || size % self.config.large_segment_size != 0)
                 })
                 .map(|&(_, a, _)| a)
                 .min()
@@ -78,13 +96,23 @@ impl CachingAllocator {
             let last_end = last.address + last.total_size;
             let limit = starts
                 .iter()
-                .find(|&&a| a >= last_end)
                 .copied()
+                .chain(others().map(|&(_, a, _)| a))
+                .filter(|&a| a >= last_end)
+                .chain(self.driver.start_from(last_end))
+                .min()
                 .unwrap_or(u64::MAX);
             // PyTorch reserves 1 1/8 of the device memory per segment.
             let reserve = self.driver.capacity.map_or(EXPANDABLE_HEADROOM, |c| {
                 round_up(c.saturating_add(c / 8), page)
             });
+            // With the capacity known the reservation's size is known; where the range above
+            // leaves less than that from the lowest page the trace shows, the rest lies below
+            // it (pages mapped and unmapped before the window), down to the range below.
+            if self.driver.capacity.is_some() && limit.saturating_sub(base) < reserve {
+                let lowest = limit.saturating_sub(reserve).max(floor);
+                base -= base.saturating_sub(lowest) / page * page;
+            }
             let mapped = round_up(last_end - base, page);
             let end = base
                 + reserve

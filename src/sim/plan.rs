@@ -4,9 +4,11 @@
 //! 2-3), offering each new segment the recorded address (rule 8), and comparing every
 //! decision with the record.
 
+use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
 use super::engine::{Engine, Op, OTHER_STREAM};
 use super::replay::DeviceTrace;
+use super::rounding::SMALL_SIZE;
 use super::validation::{compare, Validation};
 use crate::model::{Action, TraceEntry};
 use rustc_hash::FxHashSet;
@@ -46,12 +48,18 @@ pub(super) fn plan_and_validate(
         let addr = e.addr().unwrap_or(0);
         match e.action {
             Action::Alloc | Action::Oom => {
+                let hint = match hint.take() {
+                    None if e.action == Action::Oom => {
+                        reserved_by_oom(trace, i, &engine.model.config).map(|a| (a, None))
+                    }
+                    taken => taken,
+                };
                 let op = Op::Malloc {
                     entry: i,
                     size: e.size,
                     stream: trace.stream(e),
                     recorded: (e.action == Action::Alloc).then_some(addr),
-                    hint: hint.take(),
+                    hint,
                 };
                 step(op, engine, &mut ops);
                 compare(
@@ -174,6 +182,29 @@ pub(super) fn plan_and_validate(
     }
     compare(entries, group_start, n, &[], validation);
     (ops, empty_cache_bursts)
+}
+
+/// With expandable segments, a request that fails may have reserved a new address range that
+/// it could not map; the range stays reserved, and the record shows it only when the first map
+/// into it comes, at its base. That is the first later `segment_map` of the request's stream
+/// and pool (small requests map 2 MiB pages, large ones whole large pages): offered as the
+/// address of the range the failing request reserves. Where the map falls in a range already
+/// reserved, the driver refuses the offer.
+fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) -> Option<u64> {
+    if !config.expandable_segments {
+        return None;
+    }
+    let e = &trace.entries[i];
+    let stream = trace.stream(e);
+    let small = e.size <= SMALL_SIZE;
+    trace.entries[i + 1..]
+        .iter()
+        .find(|m| {
+            m.action == Action::SegmentMap
+                && trace.stream(m) == stream
+                && m.size.is_multiple_of(config.large_segment_size) != small
+        })
+        .and_then(TraceEntry::addr)
 }
 
 /// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free

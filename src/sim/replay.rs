@@ -8,6 +8,7 @@
 
 use super::alloc_conf::AllocatorConfig;
 use super::capacity::{capacity_bracket, Bracket};
+use super::early_free::{with_early_frees, EarlyFree};
 use super::engine::{Engine, Op};
 use super::initial::state_before;
 use super::plan::plan_and_validate;
@@ -205,6 +206,23 @@ pub fn prepare(
     issues.extend(load_issues);
     validation.final_layout_matches =
         same_layout(&engine.model.layout(trace.device), &trace.segments);
+    if let Some(m) = validation.first_mismatch.as_mut() {
+        let unmapped_before = initial.iter().any(|s| s.is_expandable)
+            && [&m.expected, &m.got].into_iter().flatten().any(|v| {
+                matches!(
+                    v.action,
+                    Action::SegmentMap | Action::SegmentUnmap | Action::Oom
+                )
+            });
+        if unmapped_before {
+            m.reason.push_str(
+                "; the trace starts after expandable segments were in use, and a snapshot \
+                 holds only their mapped pages: the part of each reserved address range that \
+                 was unmapped before the first entry is inferred (from the capacity and the \
+                 ranges around it) and may be missing or misplaced",
+            );
+        }
+    }
     if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
@@ -338,6 +356,27 @@ fn absorb_sliver(
 
 /// Replays the prepared requests under `config` with device `capacity`.
 pub fn run(prepared: &Prepared, config: &AllocatorConfig, capacity: Option<u64>) -> RunResult {
+    run_ops(prepared, config, capacity, &prepared.ops)
+}
+
+/// Replays the prepared requests with `frees` made earlier than recorded (what-if: the
+/// program lets go of those tensors sooner).
+pub fn run_freeing_early(
+    prepared: &Prepared,
+    config: &AllocatorConfig,
+    capacity: Option<u64>,
+    frees: &[EarlyFree],
+) -> RunResult {
+    let ops = with_early_frees(&prepared.ops, frees);
+    run_ops(prepared, config, capacity, &ops)
+}
+
+fn run_ops(
+    prepared: &Prepared,
+    config: &AllocatorConfig,
+    capacity: Option<u64>,
+    ops: &[Op],
+) -> RunResult {
     let mut issues = Vec::new();
     let mut engine = Engine::new(
         config,
@@ -347,7 +386,7 @@ pub fn run(prepared: &Prepared, config: &AllocatorConfig, capacity: Option<u64>)
         &mut issues,
     );
     engine.model.set_recording(false);
-    for op in &prepared.ops {
+    for op in ops {
         engine.apply(op);
     }
     let mut result = engine.finish();
