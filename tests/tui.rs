@@ -5,9 +5,8 @@
 use crate::util::fixture;
 use insta::assert_snapshot;
 use memprof::analysis::{analyze_snapshot, DeviceAnalysis};
-use memprof::diagnose::{diagnose_device, Depth};
+use memprof::diagnose::{classify_ooms, Origin};
 use memprof::model::Snapshot;
-use memprof::sim::replay::{self, DeviceTrace};
 use memprof::source::torch_snapshot;
 use memprof::tui::keys::Key;
 use memprof::tui::theme::Theme;
@@ -24,19 +23,11 @@ fn load(name: &str) -> Snapshot {
 
 /// What `memprof view` analyses: every device, with the OOM diagnosed (as `analyze` does).
 fn analyses(snapshot: &Snapshot) -> Vec<DeviceAnalysis> {
-    let mut devices = analyze_snapshot(snapshot, 10, None);
-    let (recorded, _) = replay::recorded_config(snapshot);
-    for trace in DeviceTrace::all(snapshot) {
-        if let Some(oom) = devices
-            .iter_mut()
-            .find(|d| d.device == trace.device)
-            .and_then(|d| d.oom.as_mut())
-        {
-            let prepared = replay::prepare(&trace, &recorded, None);
-            oom.diagnosis = diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify);
-        }
-    }
-    devices
+    classify_ooms(
+        snapshot,
+        Origin::TorchSnapshot,
+        analyze_snapshot(snapshot, 10, None),
+    )
 }
 
 /// Draws `app` on a `width` x `height` terminal after `keys`.

@@ -4,15 +4,12 @@
 use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
-use crate::analysis::{analyze_snapshot, DeviceAnalysis};
-use crate::diagnose::{diagnose_device, diagnose_recording_device, Depth};
-use crate::model::Snapshot;
+use crate::analysis::analyze_snapshot;
+use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
-use crate::sim::replay::{self, DeviceTrace};
-use crate::sim::Backend;
 use crate::source::recording::RecordingInfo;
 use anyhow::{bail, Context};
 use std::io::Write;
@@ -55,9 +52,9 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
                 .settings
                 .as_ref()
                 .and_then(|s| s.alloc_conf.clone()),
-            devices: with_diagnoses(
+            devices: classify_ooms(
                 snapshot,
-                loaded.recording.as_ref(),
+                origin(loaded.recording.as_ref()),
                 analyze_snapshot(snapshot, args.top, args.device),
             ),
             warnings: loaded.parsed.warnings,
@@ -88,37 +85,12 @@ fn process_report(info: &RecordingInfo) -> ProcessReport {
     }
 }
 
-/// Fills the diagnosis of each device's OOM: one replay with the recorded settings per device
-/// that has an `oom` entry (as fast as `simulate --validate`); no remedy replays. A recording's
-/// come from its driver calls alone.
-pub(super) fn with_diagnoses(
-    snapshot: &Snapshot,
-    recording: Option<&RecordingInfo>,
-    mut devices: Vec<DeviceAnalysis>,
-) -> Vec<DeviceAnalysis> {
-    if let Some(info) = recording {
-        for d in &mut devices {
-            if let Some(oom) = d.oom.as_mut() {
-                let total = info.device_total.get(&d.device).copied();
-                oom.diagnosis = diagnose_recording_device(snapshot, d.device, total, false);
-            }
-        }
-        return devices;
+/// How `analyze` and `view` diagnose a loaded file's OOMs.
+pub(super) fn origin(recording: Option<&RecordingInfo>) -> Origin<'_> {
+    match recording {
+        Some(info) => Origin::Recording {
+            device_totals: &info.device_total,
+        },
+        None => Origin::TorchSnapshot,
     }
-    let (recorded, _) = replay::recorded_config(snapshot);
-    if recorded.backend == Backend::CudaMallocAsync {
-        return devices;
-    }
-    for trace in DeviceTrace::all(snapshot) {
-        let Some(oom) = devices
-            .iter_mut()
-            .find(|d| d.device == trace.device)
-            .and_then(|d| d.oom.as_mut())
-        else {
-            continue;
-        };
-        let prepared = replay::prepare(&trace, &recorded, None);
-        oom.diagnosis = diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify);
-    }
-    devices
 }

@@ -1,10 +1,11 @@
 //! `memprof view FILE`: load a snapshot (through the same loader as `analyze`, so recordings
 //! open here once the loader reads them), analyse it, and browse it in the terminal dashboard.
 
-use super::analyze::with_diagnoses;
+use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
 use crate::analysis::analyze_snapshot;
+use crate::diagnose::classify_ooms;
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use crate::tui::view::ViewApp;
@@ -29,9 +30,9 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, true).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
-    let analyses = with_diagnoses(
+    let analyses = classify_ooms(
         snapshot,
-        loaded.recording.as_ref(),
+        origin(loaded.recording.as_ref()),
         analyze_snapshot(snapshot, TOP_SITES, None),
     );
     let name = args

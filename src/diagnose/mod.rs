@@ -3,12 +3,14 @@
 //! memprof recording (the driver calls alone) and of the OOM messages of a log (the numbers the
 //! message prints).
 
+mod classify;
 mod free_earlier;
 mod log;
 mod recording;
 mod remedies;
 mod snapshot;
 
+pub use classify::{classify_ooms, Origin};
 pub use log::diagnose_log;
 pub use recording::diagnose_recording_device;
 pub use snapshot::{diagnose_device, Depth};
