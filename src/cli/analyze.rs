@@ -78,7 +78,9 @@ fn process_report(info: &RecordingInfo) -> ProcessReport {
     ProcessReport {
         pid: info.pid,
         host: process.and_then(|p| p.host.clone()),
-        command: process.map(|p| p.args.clone()).unwrap_or_default(),
+        command: process
+            .map(|p| p.args.clone())
+            .filter(|args| !args.is_empty()),
         start_time_us: process
             .and_then(|p| p.wall_start_ns)
             .and_then(|ns| i64::try_from(ns / 1000).ok()),

@@ -53,8 +53,9 @@ pub struct ProcessReport {
     pub pid: u32,
     /// `None` in a version-1 recording, as are the others.
     pub host: Option<String>,
-    /// The command line, program first (empty when not recorded).
-    pub command: Vec<String>,
+    /// The command line, program first; `None` when not recorded (a version-1 recording, or
+    /// /proc would not say).
+    pub command: Option<Vec<String>>,
     /// When recording started, µs since the Unix epoch.
     pub start_time_us: Option<i64>,
 }

@@ -57,11 +57,12 @@ fn render_input(input: &InputReport, out: &mut String) {
             .as_deref()
             .map(|h| format!(" on {h}"))
             .unwrap_or_default();
-        let command = if p.command.is_empty() {
-            String::new()
-        } else {
-            let words: Vec<String> = p.command.iter().map(|a| quoted(a)).collect();
-            format!(": {}", words.join(" "))
+        let command = match &p.command {
+            None => String::new(),
+            Some(args) => {
+                let words: Vec<String> = args.iter().map(|a| quoted(a)).collect();
+                format!(": {}", words.join(" "))
+            }
         };
         let _ = writeln!(out, "  process {}{host}{command}", p.pid);
     }
