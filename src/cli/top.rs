@@ -18,7 +18,7 @@ pub struct TopArgs {
     pub interval: f64,
 }
 
-/// The sampler `top` reads: NVML once it is built.
+/// The sampler `top` reads: NVML.
 fn open_sampler() -> anyhow::Result<Box<dyn GpuSampler>> {
     let sampler = open_nvml(Box::new(SystemClock)).context("cannot sample GPUs")?;
     Ok(sampler)

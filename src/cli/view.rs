@@ -1,5 +1,5 @@
-//! `memprof view FILE`: load a snapshot (through the same loader as `analyze`, so recordings
-//! open here once the loader reads them), analyse it, and browse it in the terminal dashboard.
+//! `memprof view FILE`: load a snapshot or a recording (through the same loader as `analyze`),
+//! analyse it, and browse it in the terminal dashboard.
 
 use super::analyze::origin;
 use super::input::load_snapshot;

@@ -1,6 +1,6 @@
 //! Human text for `analyze`: a short summary a person can act on.
 
-use super::analyze_json::{AnalyzeReport, InputReport};
+use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use crate::analysis::DeviceAnalysis;
 use crate::model::Bytes;
 use std::fmt::Write;
@@ -76,11 +76,13 @@ fn render_input(input: &InputReport, out: &mut String) {
         let _ = writeln!(out, "  no device has a segment or a trace entry");
     }
     for d in &input.devices {
-        render_device(d, out);
+        render_device(d, input.kind == InputKind::MemprofRecording, out);
     }
 }
 
-fn render_device(d: &DeviceAnalysis, out: &mut String) {
+/// One device's report; `driver_only` for a recording, whose diagnosis sees the driver's calls
+/// but not the allocator's cache.
+fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
     let f = &d.layout.fragmentation;
     let _ = writeln!(out, "device {}", d.device);
     let _ = writeln!(
@@ -163,11 +165,6 @@ fn render_device(d: &DeviceAnalysis, out: &mut String) {
         let free = oom
             .device_free_bytes
             .map_or_else(|| "unknown".to_string(), |b| Bytes(b).to_string());
-        // A recording's diagnosis does not see the cache (no largest free block, no replay).
-        let driver_only = oom
-            .diagnosis
-            .as_ref()
-            .is_some_and(|d| d.largest_free_block_bytes.is_none());
         let largest = if driver_only {
             "not visible in driver calls".to_string()
         } else {
