@@ -9,6 +9,7 @@ mod commands;
 mod diagnose;
 mod export;
 mod gate;
+mod gpu;
 mod live;
 mod nvml_fake;
 mod plan;
