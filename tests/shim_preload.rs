@@ -560,3 +560,21 @@ fn eight_threads_of_100k_pairs_every_event_accounted_for() {
         assert!(per_thread.values().all(|&n| n == 200_000), "{per_thread:?}");
     }
 }
+
+/// `MEMPROF_SHIM` relative to where `memprof run` starts still reaches a child that changes
+/// directory (the loader would otherwise skip the preload with only a warning).
+#[test]
+fn memprof_run_takes_a_relative_shim_path() {
+    let dir = kernels("relative");
+    std::fs::copy(shim(), dir.join("shim.so")).expect("copy the shim");
+    let workload = dir.join("alloc_free");
+    let script = format!("cd / && exec {}", workload.display());
+    let out = memprof_run(
+        &["-o", "rec.memprof", "--", "sh", "-c", &script],
+        &dir,
+        Some(Path::new("shim.so")),
+    );
+    check("memprof run with a relative MEMPROF_SHIM", &out);
+    let recording = read(&dir.join("rec.memprof"));
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+}

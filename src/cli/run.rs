@@ -74,7 +74,10 @@ fn find_shim() -> anyhow::Result<PathBuf> {
         if !path.is_file() {
             bail!("MEMPROF_SHIM names {}, which is not a file", path.display());
         }
-        return Ok(path);
+        // LD_PRELOAD reads a relative path from the child's working directory, and the loader
+        // only warns when it cannot open it: hand it an absolute one.
+        return std::fs::canonicalize(&path)
+            .with_context(|| format!("MEMPROF_SHIM names {}", path.display()));
     }
     let exe = std::env::current_exe().context("cannot find the memprof binary")?;
     let path = exe.with_file_name(SHIM_NAME);
