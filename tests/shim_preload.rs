@@ -572,7 +572,7 @@ fn memprof_run_takes_a_relative_shim_path() {
     let out = memprof_run(
         &["-o", "rec.memprof", "--", "sh", "-c", &script],
         &dir,
-        Some(Path::new("shim.so")),
+        Some(Path::new("./shim.so")),
     );
     check("memprof run with a relative MEMPROF_SHIM", &out);
     let recording = read(&dir.join("rec.memprof"));
