@@ -1,8 +1,12 @@
-//! `memprof top`: the dashboard of every GPU and its processes, sampled through NVML. A
-//! machine without NVML gets one line saying so (exit 2), never made-up numbers.
+//! `memprof top`: the dashboard of every GPU and its processes, sampled through NVML, with the
+//! processes that run the shim marked; Enter opens a process's attach view. A machine without
+//! NVML gets one line saying so (exit 2), never made-up numbers.
 
 use super::Outcome;
+use crate::cli::attach::connect_shim;
 use crate::source::gpu::{open_nvml, GpuSampler, SystemClock};
+use crate::source::live::{processes_in, socket_dir};
+use crate::source::live_feed::LiveFeed;
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use crate::tui::top::TopApp;
@@ -38,7 +42,13 @@ pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
     let clock = SystemClock;
     let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
     let interval = Duration::from_secs_f64(args.interval);
-    let mut app = TopApp::new(sampler, &clock, interval, theme);
+    let dir = socket_dir();
+    let list = Box::new(move || processes_in(&dir));
+    let open = Box::new(|pid| {
+        let client = connect_shim(pid)?;
+        LiveFeed::start(client).map_err(|e| e.to_string())
+    });
+    let mut app = TopApp::new(sampler, &clock, interval, theme).with_shims(list, open);
     terminal::run(&mut app).context("terminal")?;
     Ok(Outcome::Ok)
 }

@@ -1,17 +1,26 @@
 //! `memprof top`: every GPU and the processes on them, from a `GpuSampler` (NVML, a replay or
 //! the scripted fake) at a fixed interval; `state` holds what is shown, `render` draws it.
+//! Enter opens the attach view of the selected process (its shim stream when it runs the shim,
+//! else top's own samples filtered to it); Esc comes back.
 
 pub mod render;
 pub mod state;
 
+use super::attach::{AttachApp, Feed};
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
 use crate::source::gpu::{Clock, GpuSampler};
+use crate::source::live_feed::LiveFeed;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use state::TopState;
 use std::time::Duration;
+
+/// Which PIDs run the shim now (sorted).
+pub type ShimLister = Box<dyn Fn() -> Vec<u32>>;
+/// Connects to the shim of a PID, or says why not.
+pub type ShimOpener = Box<dyn Fn(u32) -> Result<LiveFeed, String>>;
 
 /// The `top` dashboard: a sampler, the injected clock, and the state.
 pub struct TopApp<'c> {
@@ -20,6 +29,9 @@ pub struct TopApp<'c> {
     interval: Duration,
     pub state: TopState,
     pub theme: Theme,
+    shims: Option<(ShimLister, ShimOpener)>,
+    /// The attach view opened with Enter.
+    pub attached: Option<AttachApp<'c>>,
 }
 
 impl<'c> TopApp<'c> {
@@ -36,14 +48,58 @@ impl<'c> TopApp<'c> {
             interval,
             state: TopState::default(),
             theme,
+            shims: None,
+            attached: None,
         };
         app.on_tick();
         app
+    }
+
+    /// Fills the SHIM column from `list` and opens shim processes' streams with `open`.
+    pub fn with_shims(mut self, list: ShimLister, open: ShimOpener) -> TopApp<'c> {
+        self.state.shims = Some(list());
+        self.shims = Some((list, open));
+        self
+    }
+
+    /// Opens the attach view of the selected process.
+    fn open_selected(&mut self) {
+        let Some(p) = self.state.selected_process() else {
+            return;
+        };
+        let (pid, command) = (p.pid, p.command.clone());
+        let feed = match &self.shims {
+            Some((_, open)) if self.state.has_shim(pid) == Some(true) => open(pid),
+            Some(_) => Err(format!(
+                "PID {pid} does not run the memprof shim: NVML mode"
+            )),
+            None => Err("shim detection is off: NVML mode".to_owned()),
+        };
+        let (feed, why) = match feed {
+            Ok(feed) => (Feed::Shim(feed), String::new()),
+            Err(why) => (Feed::Outside(self.sampler.describe()), why),
+        };
+        let mut view = AttachApp::new(
+            pid,
+            command,
+            feed,
+            self.clock,
+            self.interval,
+            self.theme,
+            &why,
+        );
+        if let Some(sample) = &self.state.sample {
+            view.take_sample(self.clock.now_ms(), sample);
+        }
+        self.attached = Some(view);
     }
 }
 
 impl Dashboard for TopApp<'_> {
     fn render(&self, area: Rect, buf: &mut Buffer) {
+        if let Some(view) = &self.attached {
+            return view.render(area, buf);
+        }
         render::render(
             &self.state,
             &self.sampler.describe(),
@@ -54,6 +110,16 @@ impl Dashboard for TopApp<'_> {
     }
 
     fn on_key(&mut self, key: Key) -> Flow {
+        if let Some(view) = &mut self.attached {
+            if key == Key::Esc && !view.state.help {
+                self.attached = None;
+                return Flow::Continue;
+            }
+            return view.on_key(key);
+        }
+        if key == Key::Enter && !self.state.help {
+            self.open_selected();
+        }
         self.state.on_key(key)
     }
 
@@ -71,6 +137,16 @@ impl Dashboard for TopApp<'_> {
             }
             s
         });
-        self.state.update(sample.map_err(|e| e.to_string()));
+        if let Some((list, _)) = &self.shims {
+            self.state.shims = Some(list());
+        }
+        let sample = sample.map_err(|e| e.to_string());
+        if let Some(view) = &mut self.attached {
+            view.on_tick();
+            if let Ok(sample) = &sample {
+                view.take_sample(self.clock.now_ms(), sample);
+            }
+        }
+        self.state.update(sample);
     }
 }
