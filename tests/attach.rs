@@ -80,10 +80,11 @@ fn attach_refuses_what_it_cannot_do() {
         "{}",
         stderr(&out)
     );
-    let out = memprof(&["attach", "1"]);
+    let own = std::process::id().to_string();
+    let out = memprof(&["attach", &own]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("is not built yet"),
+        stderr(&out).contains("is an interactive dashboard and needs a terminal"),
         "{}",
         stderr(&out)
     );

@@ -41,14 +41,14 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
         Mode::Shim => "shim stream (driver level)".to_owned(),
         Mode::Nvml { source, .. } => source.clone(),
     };
-    let mut head = format!(
-        " memprof attach {} │ {} │ {source}",
-        state.pid,
-        state.command.as_deref().unwrap_or("unknown command")
-    );
+    let mut head = format!(" memprof attach {} │ {source}", state.pid);
     if let Some(ms) = state.now_ms {
         head.push_str(&format!(" │ {}", clock_time(ms)));
     }
+    head.push_str(&format!(
+        " │ {}",
+        state.command.as_deref().unwrap_or("unknown command")
+    ));
     Paragraph::new(Line::styled(head, theme.title())).render(header, buf);
     render_chart(state, theme, chart, buf);
     match &state.mode {

@@ -1,0 +1,138 @@
+//! End to end: `peak_oom wait` runs under the shim (LD_PRELOAD, fake driver) and the real
+//! `memprof attach PID` runs in a real terminal (tmux); the dashboard shows the allocations
+//! alive, then the rest of the run as it streams, the OOM, and that the process ended.
+//! `attach --json` on the same workload gives the series from the stream.
+
+use crate::shim_preload::{kernels, shim};
+use crate::view_tmux::Tmux;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+/// Kills the workload if the test fails before it ends.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `peak_oom wait` under the shim with its own runtime directory; returns it once it
+/// has printed "ready" (b and c alive), with its stdin to let it go on.
+fn workload(name: &str) -> (Guard, ChildStdin, std::path::PathBuf) {
+    let dir = kernels(name);
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let mut child = Command::new(dir.join("peak_oom"))
+        .arg("wait")
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_OUT", dir.join("run.memprof"))
+        .env("LD_PRELOAD", shim())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("peak_oom runs");
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
+    let guard = Guard(child);
+    let mut ready = String::new();
+    lines.read_line(&mut ready).expect("a line");
+    assert_eq!(ready, "ready\n");
+    (guard, stdin, runtime)
+}
+
+#[test]
+fn attach_in_tmux_streams_a_shim_workload_until_it_ends() {
+    let (mut child, mut stdin, runtime) = workload("attach-tmux");
+    let pid = child.0.id();
+    let command = format!(
+        "sh -c 'XDG_RUNTIME_DIR={} {} attach {pid} --interval 0.2; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        runtime.display(),
+        env!("CARGO_BIN_EXE_memprof"),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    let screen = tmux.wait_text("alive 2");
+    assert!(screen.contains("shim stream (driver level)"), "{screen}");
+    assert!(
+        screen.contains(&format!("memprof attach {pid}")),
+        "{screen}"
+    );
+    // b (300000 bytes) and c (200000), largest first, from the snapshot of what was alive.
+    let b = screen.find("292.97 KiB  cuMemAlloc").expect("b listed");
+    let c = screen.find("195.31 KiB  cuMemAlloc").expect("c listed");
+    assert!(b < c, "{screen}");
+    assert!(screen.contains("held 488.28 KiB"), "{screen}");
+
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    let screen = tmux.wait_text("has ended");
+    assert!(child.0.wait().expect("exits").success());
+    assert!(screen.contains("OOM 1"), "{screen}");
+    assert!(screen.contains("dropped by the shim 0"), "{screen}");
+    // c and the 32768-byte mapping stay: the last state is kept on screen.
+    assert!(screen.contains("alive 2"), "{screen}");
+    assert!(screen.contains("32.00 KiB  cuMemMap"), "{screen}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+}
+
+#[test]
+fn attach_json_reads_the_shim_stream_until_the_process_ends() {
+    let (mut child, mut stdin, runtime) = workload("attach-json");
+    let pid = child.0.id().to_string();
+    let mut attach = Guard(
+        Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .args([
+                "attach",
+                &pid,
+                "--json",
+                "--duration",
+                "30",
+                "--interval",
+                "0.1",
+            ])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("memprof runs"),
+    );
+    // Let attach connect while b and c are alive, then let the workload finish.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    assert!(child.0.wait().expect("exits").success());
+    let mut stdout = String::new();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut attach.0.stdout.take().expect("stdout"), &mut stdout)
+        .expect("attach ends with the process, long before --duration");
+    std::io::Read::read_to_string(&mut attach.0.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    let status = attach.0.wait().expect("attach exits");
+    assert_eq!(status.code(), Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(doc["mode"], "shim");
+    assert_eq!(doc["kind"], "memprof_attach");
+    let shim = &doc["shim"];
+    assert_eq!(shim["ended"], true, "{shim}");
+    assert_eq!(shim["oom_events"], 1, "{shim}");
+    assert_eq!(shim["dropped"], 0, "{shim}");
+    assert_eq!(shim["alive"], 2, "c and the mapping: {shim}");
+    let samples = doc["samples"].as_array().expect("samples");
+    let first = &samples[0]["devices"];
+    let last = &samples[samples.len() - 1]["devices"];
+    assert_eq!(
+        last[0]["used"], 232_768,
+        "c and the mapping at the end: {doc}"
+    );
+    // Between two samples: b and c with both 65536-byte handles mapped, from the stream.
+    assert_eq!(doc["peak"][0]["used"], 631_072, "{doc}");
+    assert!(
+        first[0]["used"] == 500_000 || first.as_array().is_some_and(Vec::is_empty),
+        "b and c, or nothing yet: {doc}"
+    );
+}
