@@ -104,10 +104,8 @@ impl LiveTally {
             | Kind::AllocManaged
             | Kind::AllocAsync
             | Kind::AllocFromPoolAsync => self.hold(r.ptr, device, r.size, false, counted),
-            Kind::Free | Kind::FreeAsync => {
-                if self.held.get(&r.ptr).is_some_and(|a| !a.mapped) {
-                    self.release(r.ptr, counted);
-                }
+            Kind::Free | Kind::FreeAsync if self.held.get(&r.ptr).is_some_and(|a| !a.mapped) => {
+                self.release(r.ptr, counted);
             }
             Kind::VmmCreate => {
                 self.handles.insert(r.aux, device);
@@ -167,5 +165,72 @@ impl LiveTally {
                 self.frees += 1;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memprof_wire::CUDA_ERROR_OUT_OF_MEMORY;
+
+    fn rec(kind: Kind, ptr: u64, size: u64, aux: u64, device: i32) -> LiveEvent {
+        LiveEvent::Record(Record {
+            ptr,
+            size,
+            aux,
+            device,
+            ..Record::new(kind)
+        })
+    }
+
+    #[test]
+    fn holds_allocations_and_mappings_per_device_and_counts_what_came_after_connecting() {
+        let mut t = LiveTally::default();
+        let mut alive = Record {
+            ptr: 0x100,
+            size: 1000,
+            device: 1,
+            ..Record::new(Kind::Alloc)
+        };
+        alive.flags = FLAG_SNAPSHOT;
+        t.apply(&LiveEvent::Record(alive));
+        t.apply(&rec(Kind::VmmCreate, 0, 4096, 7, 1));
+        // The mapping's device is its handle's, not the calling thread's.
+        t.apply(&rec(Kind::VmmMap, 0x9000, 4096, 7, -1));
+        t.apply(&rec(Kind::Alloc, 0x200, 500, 0, 0));
+        t.apply(&rec(Kind::Free, 0x9000, 0, 0, 0));
+        assert_eq!(t.frees, 0, "a free of a mapping frees nothing");
+        let mut oom = Record {
+            size: 1 << 40,
+            device: 1,
+            ..Record::new(Kind::Alloc)
+        };
+        oom.result = CUDA_ERROR_OUT_OF_MEMORY;
+        t.apply(&LiveEvent::Record(oom));
+        t.apply(&rec(Kind::MemGetInfo, 0, 80, 30, 1));
+        let d1 = t.devices.get(&1).copied().unwrap_or_default();
+        assert_eq!((d1.held, d1.peak, d1.ooms), (Bytes(5096), Bytes(5096), 1));
+        assert_eq!((d1.total, d1.free), (Some(Bytes(80)), Some(Bytes(30))));
+        assert_eq!(
+            t.largest(2).iter().map(|a| a.address).collect::<Vec<_>>(),
+            [0x9000, 0x100]
+        );
+        t.apply(&rec(Kind::VmmUnmap, 0x8000, 0x2000, 0, 1));
+        t.apply(&rec(Kind::Free, 0x200, 0, 0, 0));
+        assert_eq!(
+            (t.allocations, t.frees, t.ooms),
+            (2, 2, 1),
+            "the snapshot is not counted"
+        );
+        assert_eq!(t.alive(), 1);
+        assert_eq!(
+            t.devices.get(&1).map(|d| (d.held, d.peak)),
+            Some((Bytes(1000), Bytes(5096)))
+        );
+        assert_eq!(t.devices.get(&0).map(|d| d.held), Some(Bytes(0)));
+        t.apply(&LiveEvent::Lost(5));
+        t.apply(&LiveEvent::End { dropped: 2 });
+        assert_eq!((t.lost, t.dropped, t.ended), (5, Some(2), true));
+        assert_eq!(t.records, 9);
     }
 }
