@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 /// Kills the workload if the test fails before it ends.
-struct Guard(Child);
+pub struct Guard(pub Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -21,7 +21,7 @@ impl Drop for Guard {
 
 /// Starts `peak_oom wait` under the shim with its own runtime directory; returns it once it
 /// has printed "ready" (b and c alive), with its stdin to let it go on.
-fn workload(name: &str) -> (Guard, ChildStdin, std::path::PathBuf) {
+pub fn workload(name: &str) -> (Guard, ChildStdin, std::path::PathBuf) {
     let dir = kernels(name);
     let runtime = dir.join("runtime");
     std::fs::create_dir_all(&runtime).expect("runtime dir");

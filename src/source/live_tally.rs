@@ -28,6 +28,9 @@ pub struct DeviceFigures {
     pub peak: Bytes,
     /// Allocations that failed with out-of-memory.
     pub ooms: u64,
+    /// Successful allocations and mappings, and frees and unmaps, after connecting.
+    pub allocations: u64,
+    pub frees: u64,
     /// Total and free memory of the device at its last `cuMemGetInfo` (the whole device, every
     /// process); `None` until the process asked.
     pub total: Option<Bytes>,
@@ -153,6 +156,7 @@ impl LiveTally {
         d.held = Bytes(d.held.0.saturating_add(size));
         d.peak = d.peak.max(d.held);
         if counted {
+            d.allocations += 1;
             self.allocations += 1;
         }
     }
@@ -162,6 +166,7 @@ impl LiveTally {
             let d = self.devices.entry(a.device).or_default();
             d.held = Bytes(d.held.0.saturating_sub(a.size.0));
             if counted {
+                d.frees += 1;
                 self.frees += 1;
             }
         }
