@@ -51,11 +51,11 @@ fn scrape(c: &mut Criterion) {
     let sample = machine();
     let mut group = c.benchmark_group("agent_scrape_8gpu_200proc");
     group.bench_function("render", |b| {
-        b.iter(|| render(black_box(&sample), "node7", AgentStatus::default()))
+        b.iter(|| render(black_box(&sample), &[], "node7", AgentStatus::default()))
     });
 
     let cache = Arc::new(Cache::default());
-    cache.store(render(&sample, "node7", AgentStatus::default()));
+    cache.store(render(&sample, &[], "node7", AgentStatus::default()));
     let exporter = Exporter::bind("127.0.0.1:0", cache).expect("bind loopback");
     let addr = exporter.local_addr().expect("an IP address");
     let stop = exporter.stopper();
