@@ -1,7 +1,8 @@
 //! End to end: `peak_oom wait` runs under the shim (LD_PRELOAD, fake driver) and the real
 //! `memprof attach PID` runs in a real terminal (tmux); the dashboard shows the allocations
 //! alive, then the rest of the run as it streams, the OOM, and that the process ended.
-//! `attach --json` on the same workload gives the series from the stream.
+//! `attach --json` on the same workload gives the series from the stream, and `memprof run
+//! --live` shows the same dashboard on the command it starts.
 
 use crate::shim_preload::{kernels, shim};
 use crate::view_tmux::Tmux;
@@ -134,5 +135,52 @@ fn attach_json_reads_the_shim_stream_until_the_process_ends() {
     assert!(
         first[0]["used"] == 500_000 || first.as_array().is_some_and(Vec::is_empty),
         "b and c, or nothing yet: {doc}"
+    );
+}
+
+#[test]
+fn run_live_shows_the_dashboard_on_its_command() {
+    let dir = kernels("run-live");
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    // `run --live` gives the command no input: peak_oom waits on a FIFO the test writes to.
+    let fifo = dir.join("go.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let out = dir.join("run.memprof");
+    let command = format!(
+        "sh -c 'cd {dir} && XDG_RUNTIME_DIR={runtime} MEMPROF_SHIM={shim} FAKE_CUDA_CAPACITY=1048576 {memprof} run --live -o {out} -- sh -c \"exec ./peak_oom wait < go.fifo\"; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        dir = dir.display(),
+        runtime = runtime.display(),
+        shim = shim().display(),
+        memprof = env!("CARGO_BIN_EXE_memprof"),
+        out = out.display(),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    // Opening blocks until the command opens the FIFO to read it.
+    let mut go = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("the command reads the FIFO");
+    let screen = tmux.wait_text("alive 2");
+    assert!(screen.contains("shim stream (driver level)"), "{screen}");
+    assert!(screen.contains("held 488.28 KiB"), "{screen}");
+    go.write_all(b"go\n").expect("written");
+    drop(go);
+    let screen = tmux.wait_text("has ended");
+    assert!(screen.contains("OOM 1"), "{screen}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(
+        screen.contains("1 out-of-memory"),
+        "the summary follows:\n{screen}"
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("run.log")).is_ok_and(|log| log.contains("ready")),
+        "the command's output went to the log"
     );
 }
