@@ -2,9 +2,12 @@
 //! `memprof attach PID` runs in a real terminal (tmux); the dashboard shows the allocations
 //! alive, then the rest of the run as it streams, the OOM, and that the process ended.
 //! `attach --json` on the same workload gives the series from the stream, and `memprof run
-//! --live` shows the same dashboard on the command it starts.
+//! --live` shows the same dashboard on the command it starts. `memprof top` on the fake NVML
+//! marks the workload as running the shim and opens the same view on Enter.
 
+use crate::nvml_fake::fake_nvml;
 use crate::shim_preload::{kernels, shim};
+use crate::util::memprof;
 use crate::view_tmux::Tmux;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -182,5 +185,68 @@ fn run_live_shows_the_dashboard_on_its_command() {
     assert!(
         std::fs::read_to_string(dir.join("run.log")).is_ok_and(|log| log.contains("ready")),
         "the command's output went to the log"
+    );
+}
+
+#[test]
+fn top_in_tmux_marks_the_shim_process_and_opens_its_view() {
+    let (_child, _stdin, runtime) = workload("top-tmux");
+    let pid = _child.0.id();
+    let nvml = fake_nvml("top-tmux");
+    let scenario = nvml.join("scenario.txt");
+    std::fs::write(
+        &scenario,
+        format!(
+            "driver 550.54.15\n\
+             device 1048576 600000 448576 12 3 GPU-a Fake GPU\n\
+             process 0 {pid} compute 600000\n\
+             process 0 {me} compute 1000\n",
+            me = std::process::id()
+        ),
+    )
+    .expect("write the scenario");
+    let command = format!(
+        "sh -c 'LD_LIBRARY_PATH={nvml} FAKE_NVML_SCENARIO={scenario} XDG_RUNTIME_DIR={runtime} {memprof} top --interval 0.2; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        nvml = nvml.display(),
+        scenario = scenario.display(),
+        runtime = runtime.display(),
+        memprof = env!("CARGO_BIN_EXE_memprof"),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    let screen = tmux.wait_text("peak_oom wait");
+    let row = |screen: &str, pid: u32| -> String {
+        screen
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(row(&screen, pid).contains(" yes "), "{screen}");
+    assert!(
+        row(&screen, std::process::id()).contains(" no "),
+        "{screen}"
+    );
+    // The workload holds the most: it is the first row.
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_text("alive 2");
+    assert!(
+        screen.contains(&format!("memprof attach {pid}")),
+        "{screen}"
+    );
+    assert!(screen.contains("held 488.28 KiB"), "{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_text("Processes, most memory first");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+}
+
+#[test]
+fn run_live_without_a_terminal_is_refused() {
+    let out = memprof(&["run", "--live", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs a terminal"),
+        "{out:?}"
     );
 }
