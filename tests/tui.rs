@@ -265,7 +265,7 @@ mod top {
 mod attach {
     use insta::assert_snapshot;
     use memprof::model::Bytes;
-    use memprof::source::gpu::{FixedClock, ProcessSample, Sample, Scripted};
+    use memprof::source::gpu::{Clock, FixedClock, ProcessSample, Sample, Scripted};
     use memprof::source::live::LiveEvent;
     use memprof::source::live_feed::LiveFeed;
     use memprof::tui::attach::{AttachApp, Feed};
@@ -307,9 +307,18 @@ mod attach {
         }
     }
 
+    /// A clock that moves on by one second at every reading.
+    struct Ticking(Cell<u64>);
+
+    impl Clock for Ticking {
+        fn now_ms(&self) -> u64 {
+            self.0.replace(self.0.get() + 1000)
+        }
+    }
+
     #[test]
     fn attach_in_shim_mode_follows_the_stream_until_the_process_ends() {
-        let clock = FixedClock(NOW_MS);
+        let clock = Ticking(Cell::new(NOW_MS));
         let (to, feed) = LiveFeed::manual();
         // What was alive at connection (flagged snapshot), then the stream.
         let mut alive = Record {
@@ -360,6 +369,7 @@ mod attach {
             screen.contains("allocations 3  frees 1  alive 3  OOM 1"),
             "the snapshot is alive but not counted:\n{screen}"
         );
+        assert!(screen.contains("events/s 2.0  records 7"), "{screen}");
         assert_snapshot!("attach_shim_100x30", screen);
         send(&to, &[LiveEvent::End { dropped: 0 }]);
         drop(to);

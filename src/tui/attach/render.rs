@@ -112,7 +112,7 @@ fn render_chart(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer
                 );
                 if let (Some(total), Some(free)) = (d.total, d.free) {
                     figures.push_str(&format!(
-                        "  device used {} / {} (all processes, last cuMemGetInfo)",
+                        "  device: {} of {} used (all processes)",
                         Bytes(total.0.saturating_sub(free.0)),
                         total
                     ));
