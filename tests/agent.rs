@@ -134,9 +134,15 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
     let dir = fake_nvml("agent");
     let own = std::process::id();
     let scenario = scenario(&dir, own);
+    // A workload running the shim, waiting with b and c alive, for the driver-level series.
+    let (shim_child, _go, runtime) = workload("agent-prometheus");
     let (_agent, addr) = start_agent(
         &["--interval", "0.2"],
-        &[("LD_LIBRARY_PATH", &dir), ("FAKE_NVML_SCENARIO", &scenario)],
+        &[
+            ("LD_LIBRARY_PATH", &dir),
+            ("FAKE_NVML_SCENARIO", &scenario),
+            ("XDG_RUNTIME_DIR", &runtime),
+        ],
     );
     // The agent answers before Prometheus is involved.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -239,6 +245,40 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
             r#"memprof_gpu_utilization_percent{gpu="2",name="GRID A100-8C"}"#
         ),
         5.0
+    );
+
+    // The shim workload's driver-level figures, labelled like NVML's (device 0 of the fake NVML).
+    let shim = format!(r#"{{pid="{}",gpu="0",host="testhost"}}"#, shim_child.0.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(
+        &web,
+        &format!("memprof_process_driver_reserved_bytes{shim}"),
+    )
+    .is_empty()
+    {
+        assert!(Instant::now() < deadline, "no shim series in Prometheus");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_process_driver_reserved_bytes{shim}")
+        ),
+        500_000.0
+    );
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_process_driver_peak_reserved_bytes{shim}")
+        ),
+        500_000.0
+    );
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_process_driver_oom_events_total{shim}")
+        ),
+        0.0
     );
 
     // Processes: ours with its command line, the one NVML has no figure for absent, the
