@@ -397,6 +397,35 @@ mod attach {
         assert_eq!(app.on_key(Key::Char('q')), Flow::Quit);
     }
 
+    #[test]
+    fn attach_with_eight_devices_keeps_every_device_and_the_counts_on_an_80x24_screen() {
+        let clock = FixedClock(NOW_MS);
+        let (to, feed) = LiveFeed::manual();
+        for d in 0..8u64 {
+            send(
+                &to,
+                &[record(
+                    Kind::Alloc,
+                    0x1000 * (d + 1),
+                    (d + 1) * MIB,
+                    d as i32,
+                )],
+            );
+        }
+        let app = AttachApp::new(
+            1,
+            None,
+            Feed::Shim(feed),
+            &clock,
+            Duration::from_secs(1),
+            Theme::plain(),
+            "",
+        );
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("GPU 7  held 8.00 MiB"), "{screen}");
+        assert!(screen.contains("allocations 8"), "{screen}");
+    }
+
     fn ours(time_ms: u64, used: Option<u64>) -> Sample {
         Sample {
             time_ms,

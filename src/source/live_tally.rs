@@ -77,9 +77,18 @@ impl LiveTally {
 
     /// The `n` largest allocations alive, largest first (ties: lower address first).
     pub fn largest(&self, n: usize) -> Vec<LiveAlloc> {
+        let order =
+            |a: &LiveAlloc, b: &LiveAlloc| b.size.cmp(&a.size).then(a.address.cmp(&b.address));
         let mut all: Vec<LiveAlloc> = self.held.values().copied().collect();
-        all.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
-        all.truncate(n);
+        // Only the first `n` need sorting: a process may hold a million allocations.
+        if n == 0 {
+            return Vec::new();
+        }
+        if all.len() > n {
+            all.select_nth_unstable_by(n - 1, order);
+            all.truncate(n);
+        }
+        all.sort_by(order);
         all
     }
 

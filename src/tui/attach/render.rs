@@ -19,8 +19,10 @@ pub const KEYS: [(&str, &str); 3] = [
     ("q / Ctrl-C", "quit"),
 ];
 
-/// Rows of each device's sparkline.
+/// Rows of each device's sparkline at most (fewer when many devices share the screen).
 const SPARK_ROWS: u16 = 3;
+/// Rows kept below the chart for the counts and at least a few allocations.
+const BODY_MIN: u16 = 8;
 
 fn or_unknown(b: Option<Bytes>) -> String {
     b.map_or("unknown".into(), |b| b.to_string())
@@ -29,7 +31,10 @@ fn or_unknown(b: Option<Bytes>) -> String {
 /// Draws the whole screen.
 pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let devices = state.series.len().max(1) as u16;
-    let chart_rows = devices * (SPARK_ROWS + 1) + 2;
+    // Header, footer and the body's minimum first; the chart's borders; then rows per device.
+    let per_device = area.height.saturating_sub(2 + BODY_MIN + 2) / devices;
+    let spark_rows = per_device.saturating_sub(1).clamp(1, SPARK_ROWS);
+    let chart_rows = devices * (spark_rows + 1) + 2;
     let [header, chart, body, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(chart_rows),
@@ -50,7 +55,7 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
         state.command.as_deref().unwrap_or("unknown command")
     ));
     Paragraph::new(Line::styled(head, theme.title())).render(header, buf);
-    render_chart(state, theme, chart, buf);
+    render_chart(state, theme, spark_rows, chart, buf);
     match &state.mode {
         Mode::Shim => render_shim_body(state, theme, body, buf),
         Mode::Nvml { why, .. } => render_nvml_body(why, theme, body, buf),
@@ -74,7 +79,7 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
     }
 }
 
-fn render_chart(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) {
+fn render_chart(state: &AttachState, theme: &Theme, spark_rows: u16, area: Rect, buf: &mut Buffer) {
     let title = match state.mode {
         Mode::Shim => " Memory held through the driver, over time ",
         Mode::Nvml { .. } => " Memory NVML charges to the process, over time ",
@@ -94,7 +99,7 @@ fn render_chart(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer
     }
     let mut y = inner.y;
     for (&device, points) in &state.series {
-        if y + 1 + SPARK_ROWS > inner.bottom() {
+        if y + 1 + spark_rows > inner.bottom() {
             break;
         }
         let peak = points.iter().filter_map(|p| p.1).max();
@@ -130,8 +135,8 @@ fn render_chart(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer
             .data(&data)
             .max(peak.map_or(1, |b| b.0.max(1)))
             .style(theme.allocated())
-            .render(Rect::new(inner.x, y + 1, inner.width, SPARK_ROWS), buf);
-        y += 1 + SPARK_ROWS;
+            .render(Rect::new(inner.x, y + 1, inner.width, spark_rows), buf);
+        y += 1 + spark_rows;
     }
 }
 
