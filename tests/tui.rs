@@ -537,6 +537,12 @@ mod attach {
         let screen = draw(&app, 80, 24);
         assert!(screen.contains("memprof attach 4242"), "{screen}");
         assert!(screen.contains("held 300.00 MiB"), "{screen}");
+        assert_eq!(
+            app.on_key(Key::Char('q')),
+            Flow::Continue,
+            "q comes back too"
+        );
+        assert!(draw(&app, 80, 24).contains("memprof top"));
         assert_eq!(app.on_key(Key::Char('q')), Flow::Quit);
         assert_eq!(senders.borrow().len(), 1);
     }

@@ -15,8 +15,11 @@ use ratatui::widgets::{Block, Borders, Paragraph, Sparkline, Widget, Wrap};
 /// The keys of the attach view, for the help overlay.
 pub const KEYS: [(&str, &str); 3] = [
     ("?", "this help"),
-    ("Esc", "back to the process list (from top), else quit"),
-    ("q / Ctrl-C", "quit"),
+    (
+        "Esc / q",
+        "back to the process list (opened from top), else quit",
+    ),
+    ("Ctrl-C", "quit"),
 ];
 
 /// Rows of each device's sparkline at most (fewer when many devices share the screen).
@@ -63,7 +66,7 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
     let hint = if state.gone {
         Line::styled(
             format!(
-                " process {} has ended; its last state stays on screen  q quit",
+                " process {} has ended; its last state stays on screen  q / Esc quit (back, from top)",
                 state.pid
             ),
             theme.oom(),
@@ -71,7 +74,7 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
     } else if let Some(e) = &state.error {
         Line::styled(format!(" {e}"), theme.oom())
     } else {
-        Line::styled(" ? help  q quit  Esc back", theme.muted())
+        Line::styled(" ? help  q / Esc quit (back, from top)", theme.muted())
     };
     Paragraph::new(hint).render(footer, buf);
     if state.help {

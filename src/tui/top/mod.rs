@@ -1,7 +1,7 @@
 //! `memprof top`: every GPU and the processes on them, from a `GpuSampler` (NVML, a replay or
 //! the scripted fake) at a fixed interval; `state` holds what is shown, `render` draws it.
 //! Enter opens the attach view of the selected process (its shim stream when it runs the shim,
-//! else top's own samples filtered to it); Esc comes back.
+//! else top's own samples filtered to it); Esc or q comes back.
 
 pub mod render;
 pub mod state;
@@ -111,7 +111,7 @@ impl Dashboard for TopApp<'_> {
 
     fn on_key(&mut self, key: Key) -> Flow {
         if let Some(view) = &mut self.attached {
-            if key == Key::Esc && !view.state.help {
+            if matches!(key, Key::Esc | Key::Char('q')) && !view.state.help {
                 self.attached = None;
                 return Flow::Continue;
             }

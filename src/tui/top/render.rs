@@ -17,7 +17,7 @@ pub const KEYS: [(&str, &str); 6] = [
     ("↑ ↓ / k j", "select a process"),
     ("Home End / g G", "first / last process"),
     ("Enter", "open the selected process (the attach view)"),
-    ("Esc", "from the attach view: back to this list"),
+    ("Esc / q", "from the attach view: back to this list"),
     ("?", "this help"),
     ("q / Ctrl-C", "quit"),
 ];
