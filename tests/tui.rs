@@ -494,12 +494,15 @@ mod attach {
         let sampler = Scripted::new(vec![ours(NOW_MS, Some(100 * MIB))]);
         let senders = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let keep = std::rc::Rc::clone(&senders);
+        let running = std::rc::Rc::new(Cell::new(true));
+        let check = std::rc::Rc::clone(&running);
         let mut app = TopApp::new(
             Box::new(sampler),
             &clock,
             Duration::from_secs(1),
             Theme::plain(),
         )
+        .with_liveness(std::rc::Rc::new(move |pid| pid != 1 || check.get()))
         .with_shims(
             Box::new(|| vec![4242]),
             Box::new(move |pid| {
@@ -530,6 +533,10 @@ mod attach {
         );
         assert!(screen.contains("now 999.00 MiB"), "{screen}");
         assert!(!screen.contains("100.00 MiB"), "{screen}");
+        running.set(false);
+        app.on_tick();
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("process 1 has ended"), "{screen}");
         assert_eq!(app.on_key(Key::Esc), Flow::Continue);
         assert!(draw(&app, 80, 24).contains("memprof top"));
         app.on_key(Key::Down);

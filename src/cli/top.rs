@@ -13,6 +13,7 @@ use crate::tui::top::TopApp;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::io::IsTerminal;
+use std::path::Path;
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -48,7 +49,10 @@ pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
         let client = connect_shim(pid)?;
         LiveFeed::start(client).map_err(|e| e.to_string())
     });
-    let mut app = TopApp::new(sampler, &clock, interval, theme).with_shims(list, open);
+    let alive = std::rc::Rc::new(|pid: u32| Path::new(&format!("/proc/{pid}")).exists());
+    let mut app = TopApp::new(sampler, &clock, interval, theme)
+        .with_shims(list, open)
+        .with_liveness(alive);
     terminal::run(&mut app).context("terminal")?;
     Ok(Outcome::Ok)
 }

@@ -26,8 +26,12 @@ pub enum Feed {
         sampler: Box<dyn GpuSampler>,
         alive: Box<dyn Fn() -> bool>,
     },
-    /// Samples handed in by the caller (`top`'s own), from the sampler this names.
-    Outside(String),
+    /// Samples handed in by the caller (`top`'s own) from the sampler `source` names, and a
+    /// check of whether the process still runs.
+    Outside {
+        source: String,
+        alive: Box<dyn Fn() -> bool>,
+    },
 }
 
 /// The attach dashboard: a feed, the injected clock and the state.
@@ -56,7 +60,7 @@ impl<'c> AttachApp<'c> {
                 source: sampler.describe(),
                 why: nvml_why.to_owned(),
             },
-            Feed::Outside(source) => Mode::Nvml {
+            Feed::Outside { source, .. } => Mode::Nvml {
                 source: source.clone(),
                 why: nvml_why.to_owned(),
             },
@@ -74,7 +78,14 @@ impl<'c> AttachApp<'c> {
 
     /// Takes a sample the caller took, when the feed is `Outside`.
     pub fn take_sample(&mut self, now_ms: u64, sample: &Sample) {
-        if let Feed::Outside(_) = self.feed {
+        if let Feed::Outside { alive, .. } = &self.feed {
+            if self.state.gone {
+                return;
+            }
+            if !alive() {
+                self.state.gone = true;
+                return;
+            }
             self.state.tick_nvml(now_ms, Ok(sample.clone()));
         }
     }
@@ -121,7 +132,7 @@ impl Dashboard for AttachApp<'_> {
                 let sample = sampler.sample().map_err(|e| e.to_string());
                 self.state.tick_nvml(now, sample);
             }
-            Feed::Outside(_) => {}
+            Feed::Outside { .. } => {}
         }
     }
 }

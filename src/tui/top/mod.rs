@@ -15,12 +15,15 @@ use crate::source::live_feed::LiveFeed;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use state::TopState;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// Which PIDs run the shim now (sorted).
 pub type ShimLister = Box<dyn Fn() -> Vec<u32>>;
 /// Connects to the shim of a PID, or says why not.
 pub type ShimOpener = Box<dyn Fn(u32) -> Result<LiveFeed, String>>;
+/// Whether a PID still runs.
+pub type Liveness = Rc<dyn Fn(u32) -> bool>;
 
 /// The `top` dashboard: a sampler, the injected clock, and the state.
 pub struct TopApp<'c> {
@@ -30,6 +33,8 @@ pub struct TopApp<'c> {
     pub state: TopState,
     pub theme: Theme,
     shims: Option<(ShimLister, ShimOpener)>,
+    /// Tells the attach view of a process without the shim that it ended; `None`: never.
+    liveness: Option<Liveness>,
     /// The attach view opened with Enter.
     pub attached: Option<AttachApp<'c>>,
 }
@@ -49,6 +54,7 @@ impl<'c> TopApp<'c> {
             state: TopState::default(),
             theme,
             shims: None,
+            liveness: None,
             attached: None,
         };
         app.on_tick();
@@ -59,6 +65,12 @@ impl<'c> TopApp<'c> {
     pub fn with_shims(mut self, list: ShimLister, open: ShimOpener) -> TopApp<'c> {
         self.state.shims = Some(list());
         self.shims = Some((list, open));
+        self
+    }
+
+    /// Lets attach views without the shim say when their process has ended.
+    pub fn with_liveness(mut self, alive: Liveness) -> TopApp<'c> {
+        self.liveness = Some(alive);
         self
     }
 
@@ -77,7 +89,12 @@ impl<'c> TopApp<'c> {
         };
         let (feed, why) = match feed {
             Ok(feed) => (Feed::Shim(feed), String::new()),
-            Err(why) => (Feed::Outside(self.sampler.describe()), why),
+            Err(why) => {
+                let check = self.liveness.clone();
+                let alive = Box::new(move || check.as_ref().is_none_or(|alive| alive(pid)));
+                let source = self.sampler.describe();
+                (Feed::Outside { source, alive }, why)
+            }
         };
         let mut view = AttachApp::new(
             pid,
