@@ -31,6 +31,9 @@ pub struct AttachArgs {
     pub interval: f64,
 }
 
+/// How long `--json` in shim mode waits for the stream's first record before its first sample.
+const FIRST_WAIT: Duration = Duration::from_millis(500);
+
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
     if value.is_finite() && value > 0.0 && value <= 86_400.0 {
         Ok(Duration::from_secs_f64(value))
@@ -114,6 +117,10 @@ fn follow_shim(feed: LiveFeed, doc: &mut AttachDocument, duration: Duration, int
     let start = Instant::now();
     let clock = SystemClock;
     let mut tally = LiveTally::default();
+    // The first sample waits (briefly) for the stream to start, so it shows what was alive.
+    if let Some(Ok(event)) = feed.next_within(interval.min(FIRST_WAIT)) {
+        tally.apply(&event);
+    }
     loop {
         let state = feed.drain(usize::MAX, |item| {
             if let Ok(event) = item {

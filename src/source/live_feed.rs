@@ -5,6 +5,7 @@ use super::live::{LiveClient, LiveError, LiveEvent};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::time::Duration;
 
 /// One thing read from the stream, or why reading stopped.
 pub type FeedItem = Result<LiveEvent, String>;
@@ -53,6 +54,12 @@ impl LiveFeed {
     pub fn manual() -> (Sender<FeedItem>, LiveFeed) {
         let (send, items) = channel();
         (send, LiveFeed { items, stop: None })
+    }
+
+    /// The next item, waiting at most `timeout` for it; `None` when none came or the feed is
+    /// closed.
+    pub fn next_within(&self, timeout: Duration) -> Option<FeedItem> {
+        self.items.recv_timeout(timeout).ok()
     }
 
     /// Hands at most `max` items that have arrived to `take`, without waiting.
