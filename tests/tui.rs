@@ -491,7 +491,15 @@ mod attach {
     #[test]
     fn top_marks_shim_processes_and_enter_opens_the_attach_view() {
         let clock = FixedClock(NOW_MS);
-        let sampler = Scripted::new(vec![ours(NOW_MS, Some(100 * MIB))]);
+        // PID 9 is another user's: whether it runs the shim is unknown.
+        let mut sample = ours(NOW_MS, Some(100 * MIB));
+        sample.processes.push(ProcessSample {
+            pid: 9,
+            device: 0,
+            used: Some(Bytes(MIB)),
+            ..ProcessSample::default()
+        });
+        let sampler = Scripted::new(vec![sample]);
         let senders = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         let keep = std::rc::Rc::clone(&senders);
         let running = std::rc::Rc::new(Cell::new(true));
@@ -504,7 +512,12 @@ mod attach {
         )
         .with_liveness(std::rc::Rc::new(move |pid| pid != 1 || check.get()))
         .with_shims(
-            Box::new(|| vec![4242]),
+            Box::new(|pids: &[u32]| {
+                pids.iter()
+                    .filter(|&&p| p != 9)
+                    .map(|&p| (p, p == 4242))
+                    .collect()
+            }),
             Box::new(move |pid| {
                 assert_eq!(pid, 4242);
                 let (to, feed) = LiveFeed::manual();
@@ -522,6 +535,7 @@ mod attach {
         };
         assert_eq!(row("4242 ").as_deref(), Some("yes"), "{screen}");
         assert_eq!(row("1 ").as_deref(), Some("no"), "{screen}");
+        assert_eq!(row("9 ").as_deref(), Some("?"), "{screen}");
         // The first row has no shim: its view is top's own samples, filtered to it.
         app.on_key(Key::Enter);
         app.on_tick();

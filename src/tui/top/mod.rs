@@ -18,8 +18,9 @@ use state::TopState;
 use std::rc::Rc;
 use std::time::Duration;
 
-/// Which PIDs run the shim now (sorted).
-pub type ShimLister = Box<dyn Fn() -> Vec<u32>>;
+/// Of the PIDs given, whether each runs the shim, for those it can tell (a process of another
+/// user has its socket where we cannot look: it is left out, unknown).
+pub type ShimLister = Box<dyn Fn(&[u32]) -> Vec<(u32, bool)>>;
 /// Connects to the shim of a PID, or says why not.
 pub type ShimOpener = Box<dyn Fn(u32) -> Result<LiveFeed, String>>;
 /// Whether a PID still runs.
@@ -63,9 +64,25 @@ impl<'c> TopApp<'c> {
 
     /// Fills the SHIM column from `list` and opens shim processes' streams with `open`.
     pub fn with_shims(mut self, list: ShimLister, open: ShimOpener) -> TopApp<'c> {
-        self.state.shims = Some(list());
         self.shims = Some((list, open));
+        self.look_for_shims();
         self
+    }
+
+    /// Fills the SHIM column for the processes of the latest sample.
+    fn look_for_shims(&mut self) {
+        if let Some((list, _)) = &self.shims {
+            let pids: Vec<u32> = self
+                .state
+                .sample
+                .iter()
+                .flat_map(|s| s.processes.iter().map(|p| p.pid))
+                .collect();
+            let mut known = list(&pids);
+            known.sort_unstable();
+            known.dedup_by_key(|k| k.0);
+            self.state.shims = Some(known);
+        }
     }
 
     /// Lets attach views without the shim say when their process has ended.
@@ -82,8 +99,11 @@ impl<'c> TopApp<'c> {
         let (pid, command) = (p.pid, p.command.clone());
         let feed = match &self.shims {
             Some((_, open)) if self.state.has_shim(pid) == Some(true) => open(pid),
-            Some(_) => Err(format!(
+            Some(_) if self.state.has_shim(pid) == Some(false) => Err(format!(
                 "PID {pid} does not run the memprof shim: NVML mode"
+            )),
+            Some(_) => Err(format!(
+                "PID {pid} belongs to another user: whether it runs the shim is unknown; NVML mode"
             )),
             None => Err("shim detection is off: NVML mode".to_owned()),
         };
@@ -154,9 +174,6 @@ impl Dashboard for TopApp<'_> {
             }
             s
         });
-        if let Some((list, _)) = &self.shims {
-            self.state.shims = Some(list());
-        }
         let sample = sample.map_err(|e| e.to_string());
         if let Some(view) = &mut self.attached {
             view.on_tick();
@@ -165,5 +182,6 @@ impl Dashboard for TopApp<'_> {
             }
         }
         self.state.update(sample);
+        self.look_for_shims();
     }
 }

@@ -16,8 +16,9 @@ pub struct TopState {
     pub selected: usize,
     pub help: bool,
     pub message: Option<String>,
-    /// PIDs with a live shim socket at the latest sample; `None` when not looked up.
-    pub shims: Option<Vec<u32>>,
+    /// Whether the processes of the latest sample run the shim, by PID (sorted), for those
+    /// that could be told; `None` when not looked up.
+    pub shims: Option<Vec<(u32, bool)>>,
 }
 
 impl TopState {
@@ -45,7 +46,9 @@ impl TopState {
 
     /// Whether `pid` runs the shim: `None` when unknown.
     pub fn has_shim(&self, pid: u32) -> Option<bool> {
-        Some(self.shims.as_ref()?.binary_search(&pid).is_ok())
+        let shims = self.shims.as_ref()?;
+        let at = shims.binary_search_by_key(&pid, |k| k.0).ok()?;
+        Some(shims[at].1)
     }
 
     /// The process on the selected row.
