@@ -467,7 +467,7 @@ mod attach {
             &clock,
             Duration::from_secs(1),
             Theme::plain(),
-            "no memprof shim in PID 4242: NVML mode",
+            "no memprof shim in PID 4242",
         );
         app.on_tick();
         app.on_tick();

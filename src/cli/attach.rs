@@ -97,12 +97,12 @@ pub fn connect_shim(pid: u32) -> Result<LiveClient, String> {
     let path = socket_path(pid);
     if !path.exists() {
         return Err(format!(
-            "no memprof shim in PID {pid} (no socket {}): NVML mode",
+            "no memprof shim in PID {pid} (no socket {})",
             path.display()
         ));
     }
     LiveClient::connect(pid)
-        .map_err(|e| format!("the shim socket of PID {pid} did not answer ({e}): NVML mode"))
+        .map_err(|e| format!("the shim socket of PID {pid} did not answer ({e})"))
 }
 
 /// NVML, or one line saying that neither the shim nor NVML can see the process.

@@ -201,7 +201,7 @@ fn render_shim_body(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Bu
 
 fn render_nvml_body(why: &str, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let lines = vec![
-        Line::styled(why.to_owned(), theme.oom()),
+        Line::styled(format!("{why}: sampling NVML instead"), theme.oom()),
         Line::raw(
             "NVML mode sees only the device memory the driver charges to the process (PyTorch's \
 reserved segments plus the CUDA context), per GPU. Allocations, frees, OOM events, tensors, \

@@ -99,13 +99,13 @@ impl<'c> TopApp<'c> {
         let (pid, command) = (p.pid, p.command.clone());
         let feed = match &self.shims {
             Some((_, open)) if self.state.has_shim(pid) == Some(true) => open(pid),
-            Some(_) if self.state.has_shim(pid) == Some(false) => Err(format!(
-                "PID {pid} does not run the memprof shim: NVML mode"
-            )),
+            Some(_) if self.state.has_shim(pid) == Some(false) => {
+                Err(format!("PID {pid} does not run the memprof shim"))
+            }
             Some(_) => Err(format!(
-                "PID {pid} belongs to another user: whether it runs the shim is unknown; NVML mode"
+                "PID {pid} belongs to another user: whether it runs the shim is unknown"
             )),
-            None => Err("shim detection is off: NVML mode".to_owned()),
+            None => Err("shim detection is off".to_owned()),
         };
         let (feed, why) = match feed {
             Ok(feed) => (Feed::Shim(feed), String::new()),
