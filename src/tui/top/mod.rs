@@ -103,7 +103,7 @@ impl<'c> TopApp<'c> {
                 Err(format!("PID {pid} does not run the memprof shim"))
             }
             Some(_) => Err(format!(
-                "PID {pid} belongs to another user: whether it runs the shim is unknown"
+                "whether PID {pid} runs the shim cannot be told (not a process of this user)"
             )),
             None => Err("shim detection is off".to_owned()),
         };
