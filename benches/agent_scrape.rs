@@ -1,12 +1,14 @@
 //! Scrape latency of `memprof agent` with 8 devices and 200 processes (target: under 10 ms):
-//! rendering the OpenMetrics text from a sample, and a whole HTTP round trip to /metrics
-//! (connect, request, read the answer) against the real server on loopback.
+//! rendering the OpenMetrics text from a sample (also with 64 of the processes running the
+//! shim), and a whole HTTP round trip to /metrics (connect, request, read the answer) against
+//! the real server on loopback.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use memprof::agent::{Cache, Exporter};
+use memprof::agent::{Cache, Exporter, ShimProcess};
 use memprof::model::Bytes;
 use memprof::report::prometheus::{render, AgentStatus};
 use memprof::source::gpu::{DeviceSample, ProcessSample, Sample};
+use memprof::source::live_tally::DeviceFigures;
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -47,15 +49,42 @@ fn machine() -> Sample {
     }
 }
 
+/// 64 processes running the shim, one device each.
+fn shims() -> Vec<ShimProcess> {
+    (0..64u32)
+        .map(|i| ShimProcess {
+            pid: 10_000 + i,
+            command: Some(format!("/usr/bin/python3 train.py --rank {i}")),
+            devices: [(
+                i % DEVICES,
+                DeviceFigures {
+                    held: Bytes(u64::from(i) << 30),
+                    peak: Bytes(u64::from(i + 1) << 30),
+                    allocations: 1_000_000,
+                    frees: 999_000,
+                    ..DeviceFigures::default()
+                },
+            )]
+            .into(),
+            lost: 0,
+        })
+        .collect()
+}
+
 fn scrape(c: &mut Criterion) {
     let sample = machine();
     let mut group = c.benchmark_group("agent_scrape_8gpu_200proc");
     group.bench_function("render", |b| {
-        b.iter(|| render(black_box(&sample), "node7", AgentStatus::default()))
+        b.iter(|| render(black_box(&sample), &[], "node7", AgentStatus::default()))
+    });
+
+    let shims = shims();
+    group.bench_function("render_with_64_shims", |b| {
+        b.iter(|| render(black_box(&sample), &shims, "node7", AgentStatus::default()))
     });
 
     let cache = Arc::new(Cache::default());
-    cache.store(render(&sample, "node7", AgentStatus::default()));
+    cache.store(render(&sample, &[], "node7", AgentStatus::default()));
     let exporter = Exporter::bind("127.0.0.1:0", cache).expect("bind loopback");
     let addr = exporter.local_addr().expect("an IP address");
     let stop = exporter.stopper();

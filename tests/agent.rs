@@ -1,8 +1,10 @@
 //! `memprof agent` end to end: the binary on the fake NVML, scraped by a real Prometheus
 //! server (Debian's `prometheus` package; skipped with a message when /usr/bin/prometheus is
 //! absent), with the values read back through Prometheus's query API. Also the alert rules of
-//! `contrib/prometheus/` through `promtool`.
+//! `contrib/prometheus/` through `promtool`. A workload running the shim gets driver-level
+//! series from its live stream.
 
+use crate::attach_shim::workload;
 use crate::nvml_fake::{fake_nvml, scenario, GONE_PID};
 use crate::util::{memprof, repo, stderr};
 use memprof::source::gpu::ProcView;
@@ -132,9 +134,15 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
     let dir = fake_nvml("agent");
     let own = std::process::id();
     let scenario = scenario(&dir, own);
+    // A workload running the shim, waiting with b and c alive, for the driver-level series.
+    let (shim_child, _go, runtime) = workload("agent-prometheus");
     let (_agent, addr) = start_agent(
         &["--interval", "0.2"],
-        &[("LD_LIBRARY_PATH", &dir), ("FAKE_NVML_SCENARIO", &scenario)],
+        &[
+            ("LD_LIBRARY_PATH", &dir),
+            ("FAKE_NVML_SCENARIO", &scenario),
+            ("XDG_RUNTIME_DIR", &runtime),
+        ],
     );
     // The agent answers before Prometheus is involved.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -239,6 +247,40 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
         5.0
     );
 
+    // The shim workload's driver-level figures, labelled like NVML's (device 0 of the fake NVML).
+    let shim = format!(r#"{{pid="{}",gpu="0",host="testhost"}}"#, shim_child.0.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(
+        &web,
+        &format!("memprof_process_driver_reserved_bytes{shim}"),
+    )
+    .is_empty()
+    {
+        assert!(Instant::now() < deadline, "no shim series in Prometheus");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_process_driver_reserved_bytes{shim}")
+        ),
+        500_000.0
+    );
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_process_driver_peak_reserved_bytes{shim}")
+        ),
+        500_000.0
+    );
+    assert_eq!(
+        one(
+            &web,
+            &format!("memprof_process_driver_oom_events_total{shim}")
+        ),
+        0.0
+    );
+
     // Processes: ours with its command line, the one NVML has no figure for absent, the
     // growing one growing.
     let processes = query(&web, "memprof_process_memory_used_bytes");
@@ -271,6 +313,66 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
         std::thread::sleep(Duration::from_millis(500));
     }
     let _ = std::fs::remove_dir_all(&work);
+}
+
+/// The value of the one series of `name` whose labels contain `pid="PID"`, when present.
+fn series_of(body: &str, name: &str, pid: u32) -> Option<f64> {
+    let pid = format!("pid=\"{pid}\"");
+    body.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&pid))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn a_shim_process_gets_driver_level_series_until_it_ends() {
+    let nvml = fake_nvml("agent-shim");
+    let scenario = scenario(&nvml, std::process::id());
+    let (mut child, mut stdin, runtime) = workload("agent-shim");
+    let pid = child.0.id();
+    let (_agent, addr) = start_agent(
+        &["--interval", "0.1"],
+        &[
+            ("LD_LIBRARY_PATH", &nvml),
+            ("FAKE_NVML_SCENARIO", &scenario),
+            ("XDG_RUNTIME_DIR", &runtime),
+        ],
+    );
+    let reserved = "memprof_process_driver_reserved_bytes";
+    let wait = |what: &str, ok: &dyn Fn(&str) -> bool| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, body) = get(&addr, "/metrics");
+            assert_eq!(status, 200);
+            if ok(&body) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "waited for {what}:\n{body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // b and c are alive while the workload waits.
+    let body = wait("the shim's figures", &|b| {
+        series_of(b, reserved, pid) == Some(500_000.0)
+    });
+    let line = body
+        .lines()
+        .find(|l| l.starts_with(reserved))
+        .expect("the series");
+    assert!(line.contains("host=\"testhost\",gpu=\"0\""), "{line}");
+    assert!(line.contains("command=\""), "{line}");
+    assert!(line.contains("peak_oom wait\""), "{line}");
+    assert_eq!(
+        series_of(&body, "memprof_process_driver_allocations_total", pid),
+        Some(0.0),
+        "what was alive before the agent connected is not counted"
+    );
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    assert!(child.0.wait().expect("exits").success());
+    // Once the process has ended its series go away (the socket is gone).
+    wait("the series to go", &|b| {
+        series_of(b, reserved, pid).is_none()
+    });
 }
 
 #[test]

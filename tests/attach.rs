@@ -1,8 +1,10 @@
-//! `memprof attach PID --json --duration SECS` in NVML mode, on the fake NVML: the series of
-//! the process's device memory, and the refusals.
+//! `memprof attach PID` in NVML mode, on the fake NVML: the `--json` series of the process's
+//! device memory, the dashboard in tmux until the process ends, and the refusals.
 
+use crate::attach_shim::Guard;
 use crate::nvml_fake::{fake_nvml, GONE_PID};
 use crate::util::{memprof, stderr, stdout};
+use crate::view_tmux::Tmux;
 use serde_json::Value;
 use std::process::Command;
 
@@ -80,11 +82,52 @@ fn attach_refuses_what_it_cannot_do() {
         "{}",
         stderr(&out)
     );
-    let out = memprof(&["attach", "1"]);
+    let own = std::process::id().to_string();
+    let out = memprof(&["attach", &own]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("is not built yet"),
+        stderr(&out).contains("is an interactive dashboard and needs a terminal"),
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn attach_in_tmux_without_the_shim_samples_nvml_and_says_what_it_cannot_see() {
+    let dir = fake_nvml("attach-tmux");
+    // A process of ours that holds memory on device 0, growing, and ends when the test kills it.
+    let mut sleeper = Guard(Command::new("sleep").arg("60").spawn().expect("sleep runs"));
+    let pid = sleeper.0.id();
+    let scenario = dir.join("attach.txt");
+    std::fs::write(
+        &scenario,
+        format!(
+            "device 1000000000 0 1000000000 0 0 GPU-a A\n\
+             process 0 {pid} compute 1048576 1048576\n"
+        ),
+    )
+    .expect("write the scenario");
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let command = format!(
+        "sh -c 'LD_LIBRARY_PATH={dir} FAKE_NVML_SCENARIO={scenario} XDG_RUNTIME_DIR={runtime} {memprof} attach {pid} --interval 0.2; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        dir = dir.display(),
+        scenario = scenario.display(),
+        runtime = runtime.display(),
+        memprof = env!("CARGO_BIN_EXE_memprof"),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    let screen = tmux.wait_text("What NVML cannot see");
+    assert!(screen.contains("NVML (driver 550.54.15)"), "{screen}");
+    assert!(
+        screen.contains(&format!("no memprof shim in PID {pid}")),
+        "{screen}"
+    );
+    tmux.wait_text("peak 3.00 MiB");
+    let _ = sleeper.0.kill();
+    let _ = sleeper.0.wait();
+    tmux.wait_text(&format!("process {pid} has ended"));
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
 }

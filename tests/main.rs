@@ -4,6 +4,7 @@
 mod agent;
 mod analyze_fixtures;
 mod attach;
+mod attach_shim;
 mod bad_input;
 mod commands;
 mod diagnose;

@@ -245,16 +245,317 @@ mod top {
         let server = screen.find("vllm serve").expect("server row");
         assert!(trainer < server, "resorted by memory:\n{screen}");
         assert_snapshot!("top_after_second_sample", t.backend());
-        app.on_key(Key::Enter);
-        let screen = draw(&app, 80, 24).backend().to_string();
-        assert!(
-            screen.contains("the attach view (memprof attach 4242) is not built yet"),
-            "the selection followed PID 4242 to the top row:\n{screen}"
-        );
         app.on_key(Key::Char('?'));
         assert_snapshot!("top_help", draw(&app, 80, 24).backend());
         for (w, h) in [(1, 1), (20, 4)] {
             draw(&app, w, h);
         }
+    }
+}
+
+mod attach {
+    use insta::assert_snapshot;
+    use memprof::model::Bytes;
+    use memprof::source::gpu::{Clock, FixedClock, ProcessSample, Sample, Scripted};
+    use memprof::source::live::LiveEvent;
+    use memprof::source::live_feed::LiveFeed;
+    use memprof::tui::attach::{AttachApp, Feed};
+    use memprof::tui::keys::Key;
+    use memprof::tui::theme::Theme;
+    use memprof::tui::top::TopApp;
+    use memprof::tui::{Dashboard, Flow};
+    use memprof_wire::{Kind, Record, CUDA_ERROR_OUT_OF_MEMORY, FLAG_SNAPSHOT};
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use std::cell::Cell;
+    use std::sync::mpsc::Sender;
+    use std::time::Duration;
+
+    const MIB: u64 = 1 << 20;
+    /// 2026-11-30 10:20:00 UTC.
+    const NOW_MS: u64 = 1_796_034_000_000;
+
+    fn draw(app: &dyn Dashboard, width: u16, height: u16) -> String {
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        terminal
+            .draw(|f| app.render(f.area(), f.buffer_mut()))
+            .expect("draws");
+        terminal.backend().to_string()
+    }
+
+    fn record(kind: Kind, ptr: u64, size: u64, device: i32) -> LiveEvent {
+        LiveEvent::Record(Record {
+            ptr,
+            size,
+            device,
+            ..Record::new(kind)
+        })
+    }
+
+    fn send(to: &Sender<Result<LiveEvent, String>>, events: &[LiveEvent]) {
+        for e in events {
+            to.send(Ok(*e)).expect("the view listens");
+        }
+    }
+
+    /// A clock that moves on by one second at every reading.
+    struct Ticking(Cell<u64>);
+
+    impl Clock for Ticking {
+        fn now_ms(&self) -> u64 {
+            self.0.replace(self.0.get() + 1000)
+        }
+    }
+
+    #[test]
+    fn attach_in_shim_mode_follows_the_stream_until_the_process_ends() {
+        let clock = Ticking(Cell::new(NOW_MS));
+        let (to, feed) = LiveFeed::manual();
+        // What was alive at connection (flagged snapshot), then the stream.
+        let mut alive = Record {
+            ptr: 0x7f00_0000_0000,
+            size: 512 * MIB,
+            device: 0,
+            ..Record::new(Kind::Alloc)
+        };
+        alive.flags = FLAG_SNAPSHOT;
+        send(&to, &[LiveEvent::Record(alive)]);
+        let mut app = AttachApp::new(
+            4242,
+            Some("python train.py --bs 32".into()),
+            Feed::Shim(feed),
+            &clock,
+            Duration::from_secs(1),
+            Theme::colored(),
+            "",
+        );
+        send(
+            &to,
+            &[
+                record(Kind::Alloc, 0x7f10_0000_0000, 2048 * MIB, 0),
+                record(Kind::Alloc, 0x7f20_0000_0000, 256 * MIB, 1),
+                record(Kind::Alloc, 0x7f30_0000_0000, 64 * MIB, 0),
+                record(Kind::Free, 0x7f30_0000_0000, 0, 0),
+            ],
+        );
+        let mut info = Record {
+            size: 80 * 1024 * MIB,
+            aux: 70 * 1024 * MIB,
+            device: 0,
+            ..Record::new(Kind::MemGetInfo)
+        };
+        app.on_tick();
+        info.ts_ns = 1;
+        let mut oom = Record {
+            size: 16 * 1024 * MIB,
+            device: 0,
+            ..Record::new(Kind::Alloc)
+        };
+        oom.result = CUDA_ERROR_OUT_OF_MEMORY;
+        send(&to, &[LiveEvent::Record(info), LiveEvent::Record(oom)]);
+        app.on_tick();
+        let screen = draw(&app, 100, 30);
+        assert!(screen.contains("held 2.50 GiB  peak 2.56 GiB"), "{screen}");
+        assert!(
+            screen.contains("allocations 3  frees 1  alive 3  OOM 1"),
+            "the snapshot is alive but not counted:\n{screen}"
+        );
+        assert!(screen.contains("events/s 2.0  records 7"), "{screen}");
+        assert_snapshot!("attach_shim_100x30", screen);
+        send(&to, &[LiveEvent::End { dropped: 0 }]);
+        drop(to);
+        app.on_tick();
+        let screen = draw(&app, 100, 30);
+        assert!(
+            screen.contains("process 4242 has ended; its last state stays on screen"),
+            "{screen}"
+        );
+        assert!(screen.contains("dropped by the shim 0"), "{screen}");
+        assert!(
+            screen.contains("held 2.50 GiB"),
+            "the last state stays:\n{screen}"
+        );
+        assert_snapshot!("attach_shim_ended", screen);
+        for (w, h) in [(1, 1), (20, 4), (200, 60)] {
+            draw(&app, w, h);
+        }
+        assert_eq!(app.on_key(Key::Char('?')), Flow::Continue);
+        assert_eq!(
+            app.on_key(Key::Char('x')),
+            Flow::Continue,
+            "closes the help"
+        );
+        assert_eq!(app.on_key(Key::Char('q')), Flow::Quit);
+    }
+
+    #[test]
+    fn attach_with_eight_devices_keeps_every_device_and_the_counts_on_an_80x24_screen() {
+        let clock = FixedClock(NOW_MS);
+        let (to, feed) = LiveFeed::manual();
+        for d in 0..8u64 {
+            send(
+                &to,
+                &[record(
+                    Kind::Alloc,
+                    0x1000 * (d + 1),
+                    (d + 1) * MIB,
+                    d as i32,
+                )],
+            );
+        }
+        let app = AttachApp::new(
+            1,
+            None,
+            Feed::Shim(feed),
+            &clock,
+            Duration::from_secs(1),
+            Theme::plain(),
+            "",
+        );
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("GPU 7  held 8.00 MiB"), "{screen}");
+        assert!(screen.contains("allocations 8"), "{screen}");
+    }
+
+    fn ours(time_ms: u64, used: Option<u64>) -> Sample {
+        Sample {
+            time_ms,
+            devices: Vec::new(),
+            processes: vec![
+                ProcessSample {
+                    pid: 4242,
+                    device: 0,
+                    used: used.map(Bytes),
+                    ..ProcessSample::default()
+                },
+                ProcessSample {
+                    pid: 1,
+                    device: 0,
+                    used: Some(Bytes(999 * MIB)),
+                    ..ProcessSample::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn attach_in_nvml_mode_shows_the_pid_only_and_what_nvml_cannot_see() {
+        let clock = FixedClock(NOW_MS);
+        let alive = std::rc::Rc::new(Cell::new(true));
+        let still = std::rc::Rc::clone(&alive);
+        let sampler = Scripted::new(vec![
+            ours(NOW_MS, Some(100 * MIB)),
+            ours(NOW_MS + 1000, Some(300 * MIB)),
+            ours(NOW_MS + 2000, Some(200 * MIB)),
+        ]);
+        let mut app = AttachApp::new(
+            4242,
+            None,
+            Feed::Nvml {
+                sampler: Box::new(sampler),
+                alive: Box::new(move || still.get()),
+            },
+            &clock,
+            Duration::from_secs(1),
+            Theme::plain(),
+            "no memprof shim in PID 4242",
+        );
+        app.on_tick();
+        app.on_tick();
+        let screen = draw(&app, 100, 24);
+        assert!(
+            screen.contains("GPU 0  now 200.00 MiB  peak 300.00 MiB"),
+            "{screen}"
+        );
+        assert!(
+            !screen.contains("999"),
+            "another process's memory:\n{screen}"
+        );
+        assert!(screen.contains("What NVML cannot see"), "{screen}");
+        assert_snapshot!("attach_nvml_100x24", screen);
+        alive.set(false);
+        app.on_tick();
+        assert!(app.state.gone);
+        assert_eq!(app.state.series.get(&0).map(Vec::len), Some(3));
+    }
+
+    #[test]
+    fn top_marks_shim_processes_and_enter_opens_the_attach_view() {
+        let clock = FixedClock(NOW_MS);
+        // PID 9 is another user's: whether it runs the shim is unknown.
+        let mut sample = ours(NOW_MS, Some(100 * MIB));
+        sample.processes.push(ProcessSample {
+            pid: 9,
+            device: 0,
+            used: Some(Bytes(MIB)),
+            ..ProcessSample::default()
+        });
+        let sampler = Scripted::new(vec![sample]);
+        let senders = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let keep = std::rc::Rc::clone(&senders);
+        let running = std::rc::Rc::new(Cell::new(true));
+        let check = std::rc::Rc::clone(&running);
+        let mut app = TopApp::new(
+            Box::new(sampler),
+            &clock,
+            Duration::from_secs(1),
+            Theme::plain(),
+        )
+        .with_liveness(std::rc::Rc::new(move |pid| pid != 1 || check.get()))
+        .with_shims(
+            Box::new(|pids: &[u32]| {
+                pids.iter()
+                    .filter(|&&p| p != 9)
+                    .map(|&p| (p, p == 4242))
+                    .collect()
+            }),
+            Box::new(move |pid| {
+                assert_eq!(pid, 4242);
+                let (to, feed) = LiveFeed::manual();
+                send(&to, &[record(Kind::Alloc, 0x1000, 300 * MIB, 0)]);
+                keep.borrow_mut().push(to);
+                Ok(feed)
+            }),
+        );
+        let screen = draw(&app, 80, 24);
+        let row = |pid: &str| {
+            screen
+                .lines()
+                .find(|l| l.trim_start_matches(['"', '│', ' ']).starts_with(pid))
+                .map(|l| l.split_whitespace().nth(5).unwrap_or_default().to_owned())
+        };
+        assert_eq!(row("4242 ").as_deref(), Some("yes"), "{screen}");
+        assert_eq!(row("1 ").as_deref(), Some("no"), "{screen}");
+        assert_eq!(row("9 ").as_deref(), Some("?"), "{screen}");
+        // The first row has no shim: its view is top's own samples, filtered to it.
+        app.on_key(Key::Enter);
+        app.on_tick();
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("memprof attach 1 "), "{screen}");
+        assert!(
+            screen.contains("PID 1 does not run the memprof shim"),
+            "{screen}"
+        );
+        assert!(screen.contains("now 999.00 MiB"), "{screen}");
+        assert!(!screen.contains("100.00 MiB"), "{screen}");
+        running.set(false);
+        app.on_tick();
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("process 1 has ended"), "{screen}");
+        assert_eq!(app.on_key(Key::Esc), Flow::Continue);
+        assert!(draw(&app, 80, 24).contains("memprof top"));
+        app.on_key(Key::Down);
+        app.on_key(Key::Enter);
+        let screen = draw(&app, 80, 24);
+        assert!(screen.contains("memprof attach 4242"), "{screen}");
+        assert!(screen.contains("held 300.00 MiB"), "{screen}");
+        assert_eq!(
+            app.on_key(Key::Char('q')),
+            Flow::Continue,
+            "q comes back too"
+        );
+        assert!(draw(&app, 80, 24).contains("memprof top"));
+        assert_eq!(app.on_key(Key::Char('q')), Flow::Quit);
+        assert_eq!(senders.borrow().len(), 1);
     }
 }

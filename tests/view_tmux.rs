@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A tmux server of our own (its own socket), killed when dropped.
-struct Tmux {
+pub struct Tmux {
     socket: String,
 }
 
@@ -16,7 +16,7 @@ static SERVERS: AtomicUsize = AtomicUsize::new(0);
 
 impl Tmux {
     /// Starts `command` in a detached `width` x `height` session.
-    fn start(command: &str, width: u16, height: u16) -> Tmux {
+    pub fn start(command: &str, width: u16, height: u16) -> Tmux {
         let n = SERVERS.fetch_add(1, Ordering::SeqCst);
         let tmux = Tmux {
             socket: format!("memprof-test-{}-{n}", std::process::id()),
@@ -27,7 +27,7 @@ impl Tmux {
         tmux
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub fn run(&self, args: &[&str]) -> Output {
         Command::new("tmux")
             .args(["-L", &self.socket, "-f", "/dev/null"])
             .args(args)
@@ -35,18 +35,18 @@ impl Tmux {
             .expect("tmux is installed (the CI script installs it)")
     }
 
-    fn keys(&self, keys: &[&str]) {
+    pub fn keys(&self, keys: &[&str]) {
         let mut args = vec!["send-keys"];
         args.extend_from_slice(keys);
         assert!(self.run(&args).status.success());
     }
 
-    fn screen(&self) -> String {
+    pub fn screen(&self) -> String {
         String::from_utf8_lossy(&self.run(&["capture-pane", "-p"]).stdout).into_owned()
     }
 
     /// Waits until the screen satisfies `ok`, and returns it; fails after 20 s.
-    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    pub fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let screen = self.screen();
@@ -61,7 +61,7 @@ impl Tmux {
         }
     }
 
-    fn wait_text(&self, text: &str) -> String {
+    pub fn wait_text(&self, text: &str) -> String {
         self.wait_for(text, |s| s.contains(text))
     }
 }

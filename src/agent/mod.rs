@@ -2,14 +2,15 @@
 //! latest exposition in a cache; the HTTP server (`http`) answers `/metrics` from that cache, so
 //! a scrape never waits on NVML or on a slow process.
 //!
-//! Seam for allocator-level figures: processes running under the recording shim will publish
-//! their allocator counters on the shim's socket (built separately). When that reader exists,
-//! the sampling loop below reads it next to the GPU sample and `report::prometheus::render`
-//! gets those counters as a second input; nothing of it is wired yet.
+//! Processes running the shim are followed through their live sockets (`shims`): each has a
+//! reader thread of its own, and the sampling loop copies their driver-level figures next to
+//! the GPU sample.
 
 mod http;
+mod shims;
 
 pub use http::{Exporter, HttpError};
+pub use shims::{ShimProcess, ShimWatch};
 
 use crate::report::prometheus::{render, AgentStatus};
 use crate::source::gpu::{GpuSampler, Sample, SampleError};
@@ -41,11 +42,13 @@ impl Cache {
     }
 }
 
-/// Samples `sampler` every `interval` into `cache`, forever (until the process ends). A failed
-/// sample is counted (`memprof_failed_samples_total`), reported through `on_error`, and the
-/// last good figures stay; a replay that ends leaves its last sample in place.
+/// Samples `sampler` (and the shims of `shims`, when given) every `interval` into `cache`,
+/// forever (until the process ends). A failed sample is counted
+/// (`memprof_failed_samples_total`), reported through `on_error`, and the last good figures
+/// stay; a replay that ends leaves its last sample in place.
 pub fn sample_forever(
     mut sampler: Box<dyn GpuSampler + Send>,
+    mut shims: Option<ShimWatch>,
     interval: Duration,
     host: &str,
     cache: &Cache,
@@ -62,7 +65,8 @@ pub fn sample_forever(
                 on_error(&e);
             }
         }
-        cache.store(render(&last, host, status));
+        let followed = shims.as_mut().map(ShimWatch::poll).unwrap_or_default();
+        cache.store(render(&last, &followed, host, status));
         std::thread::sleep(interval);
     }
 }
@@ -132,7 +136,7 @@ mod tests {
                     first: Some(first),
                     gate,
                 };
-                sample_forever(Box::new(stuck), Duration::ZERO, "h", &cache, &|_| {});
+                sample_forever(Box::new(stuck), None, Duration::ZERO, "h", &cache, &|_| {});
             })
         };
         while cache.latest().is_empty() {
@@ -171,6 +175,7 @@ mod tests {
         assert_eq!(cache.latest().as_str(), "");
         sample_forever(
             Box::new(Scripted::once(vec![at(1), at(2)])),
+            None,
             Duration::ZERO,
             "h",
             &cache,

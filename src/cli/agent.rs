@@ -1,9 +1,11 @@
 //! `memprof agent`: serve Prometheus metrics for every GPU and process from NVML (or, for tests
-//! and bug reports, from a recorded replay).
+//! and bug reports, from a recorded replay), and driver-level figures of the processes running
+//! the memprof shim, read from their live sockets.
 
 use super::Outcome;
-use crate::agent::{host_name, sample_forever, Cache, Exporter};
+use crate::agent::{host_name, sample_forever, Cache, Exporter, ShimWatch};
 use crate::source::gpu::{open_nvml, GpuSampler, Recorder, Replay, SystemClock};
+use crate::source::live::socket_dir;
 use anyhow::Context;
 use clap::Args;
 use std::io::{BufReader, LineWriter, Write};
@@ -26,6 +28,9 @@ pub struct AgentArgs {
     /// of NVML.
     #[arg(long, value_name = "FILE", hide = true)]
     pub replay: Option<PathBuf>,
+    /// Do not follow the processes running the memprof shim (their driver-level figures).
+    #[arg(long)]
+    pub no_shims: bool,
     /// Also append every sample to FILE (JSON lines), e.g. to attach to a bug report.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
@@ -64,6 +69,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<Outcome> {
     };
     let source = sampler.describe();
     let host = args.host.clone().or_else(host_name).unwrap_or_default();
+    let shims = (!args.no_shims).then(|| ShimWatch::new(socket_dir()));
     let cache = Arc::new(Cache::default());
     let exporter = Exporter::bind(&args.listen, Arc::clone(&cache))?;
     let shown = exporter
@@ -72,7 +78,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<Outcome> {
     {
         let cache = Arc::clone(&cache);
         std::thread::spawn(move || {
-            sample_forever(sampler, interval, &host, &cache, &|e| {
+            sample_forever(sampler, shims, interval, &host, &cache, &|e| {
                 // A closed stderr must not stop the sampling (eprintln! would panic).
                 let _ = writeln!(std::io::stderr(), "memprof agent: sample failed: {e}");
             });

@@ -1,14 +1,20 @@
-//! `memprof attach PID --json --duration SECS` in NVML mode: samples the process's device
-//! memory per GPU at an interval and prints the series as one JSON document. The interactive
-//! view (no `--json`) is the dashboard's and is built beside this file.
+//! `memprof attach PID`: the live view of one process (`tui::attach`), or with `--json
+//! --duration SECS` its series as one JSON document. With the shim loaded in the process its
+//! socket's event stream is read; otherwise NVML is sampled for the PID.
 
 use super::Outcome;
 use crate::report::attach_json::AttachDocument;
 use crate::source::gpu::{open_nvml, GpuSampler, ProcView, SystemClock};
+use crate::source::live::{socket_path, LiveClient};
+use crate::source::live_feed::{FeedState, LiveFeed};
+use crate::source::live_tally::LiveTally;
+use crate::tui::attach::{AttachApp, Feed};
+use crate::tui::terminal;
+use crate::tui::theme::Theme;
 use anyhow::{bail, Context};
 use clap::Args;
-use std::io::Write;
-use std::path::Path;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
@@ -25,31 +31,108 @@ pub struct AttachArgs {
     pub interval: f64,
 }
 
-pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
-    if !args.json {
-        bail!("the live view of `memprof attach` is not built yet in this version; `memprof attach PID --json --duration SECS` is");
+/// How long `--json` in shim mode waits for the stream's first record before its first sample.
+const FIRST_WAIT: Duration = Duration::from_millis(500);
+
+fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    if value.is_finite() && value > 0.0 && value <= 86_400.0 {
+        Ok(Duration::from_secs_f64(value))
+    } else {
+        bail!("{flag} {value}: expected seconds between 0 and 86400")
     }
-    let Some(duration) = args.duration else {
-        bail!("`memprof attach --json` needs --duration SECS");
+}
+
+pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
+    let interval = seconds("--interval", args.interval)?;
+    let duration = match (args.json, args.duration) {
+        (true, None) => bail!("`memprof attach --json` needs --duration SECS"),
+        (true, Some(d)) => Some(seconds("--duration", d)?),
+        (false, Some(_)) => bail!("--duration is for `memprof attach --json`"),
+        (false, None) => None,
     };
-    let seconds = |flag: &str, value: f64| -> anyhow::Result<Duration> {
-        if value.is_finite() && value > 0.0 && value <= 86_400.0 {
-            Ok(Duration::from_secs_f64(value))
-        } else {
-            bail!("{flag} {value}: expected seconds between 0 and 86400")
+    check_process(Path::new("/proc"), args.pid)?;
+    if !args.json && !std::io::stdout().is_terminal() {
+        bail!("`memprof attach PID` is an interactive dashboard and needs a terminal; use --json --duration SECS for a series");
+    }
+    let command = ProcView::system().command(args.pid);
+    let shim = connect_shim(args.pid);
+    if let Some(duration) = duration {
+        let doc = match shim {
+            Ok(client) => {
+                let mut doc = AttachDocument::new_shim(args.pid, command, args.interval);
+                follow_shim(LiveFeed::start(client)?, &mut doc, duration, interval);
+                doc
+            }
+            Err(why) => {
+                let mut sampler = open_nvml_for(args.pid, &why)?;
+                let mut doc =
+                    AttachDocument::new(args.pid, command, sampler.describe(), args.interval);
+                follow(sampler.as_mut(), &mut doc, duration, interval)?;
+                doc
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+        return Ok(Outcome::Ok);
+    }
+    let (feed, why) = match shim {
+        Ok(client) => (Feed::Shim(LiveFeed::start(client)?), String::new()),
+        Err(why) => {
+            let sampler = open_nvml_for(args.pid, &why)?;
+            let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
+            let alive = Box::new(move || proc_dir.exists());
+            (Feed::Nvml { sampler, alive }, why)
         }
     };
-    let duration = seconds("--duration", duration)?;
-    let interval = seconds("--interval", args.interval)?;
-    check_process(Path::new("/proc"), args.pid)?;
-    let mut sampler = open_nvml(Box::new(SystemClock))?;
-    let command = ProcView::system().command(args.pid);
-    let mut doc = AttachDocument::new(args.pid, command, sampler.describe(), args.interval);
-    follow(sampler.as_mut(), &mut doc, duration, interval)?;
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &doc)?;
-    writeln!(out)?;
+    let clock = SystemClock;
+    let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
+    let mut app = AttachApp::new(args.pid, command, feed, &clock, interval, theme, &why);
+    terminal::run(&mut app).context("terminal")?;
     Ok(Outcome::Ok)
+}
+
+/// Connects to the shim in `pid`, or says why not (then NVML is sampled instead).
+pub fn connect_shim(pid: u32) -> Result<LiveClient, String> {
+    let path = socket_path(pid);
+    if !path.exists() {
+        return Err(format!(
+            "no memprof shim in PID {pid} (no socket {})",
+            path.display()
+        ));
+    }
+    LiveClient::connect(pid)
+        .map_err(|e| format!("the shim socket of PID {pid} did not answer ({e})"))
+}
+
+/// NVML, or one line saying that neither the shim nor NVML can see the process.
+fn open_nvml_for(pid: u32, why: &str) -> anyhow::Result<Box<dyn GpuSampler + Send>> {
+    open_nvml(Box::new(SystemClock))
+        .with_context(|| format!("cannot watch PID {pid}: {why}, and NVML cannot be used"))
+}
+
+/// Takes the shim's stream every `interval` into the series until `duration` has passed or the
+/// process ended.
+fn follow_shim(feed: LiveFeed, doc: &mut AttachDocument, duration: Duration, interval: Duration) {
+    let start = Instant::now();
+    let clock = SystemClock;
+    let mut tally = LiveTally::default();
+    // The first sample waits (briefly) for the stream to start, so it shows what was alive.
+    if let Some(Ok(event)) = feed.next_within(interval.min(FIRST_WAIT)) {
+        tally.apply(&event);
+    }
+    loop {
+        let state = feed.drain(usize::MAX, |item| {
+            if let Ok(event) = item {
+                tally.apply(&event);
+            }
+        });
+        doc.push_shim(crate::source::gpu::Clock::now_ms(&clock), &tally);
+        if state == FeedState::Closed || start.elapsed() + interval > duration {
+            return;
+        }
+        std::thread::sleep(interval);
+    }
 }
 
 /// Samples until `duration` has passed (the first sample at once, the last no later than

@@ -1,19 +1,32 @@
 //! `memprof run [-o OUT.memprof] -- CMD...`: runs CMD with the recording shim preloaded, passes
 //! its exit code through and prints a short summary of the recording on stderr.
 //!
-//! `--torch` and `--live` are not built yet and are refused.
+//! With `--live` the attach dashboard (`tui::attach`) follows CMD through the shim's socket while
+//! it runs; CMD's output then goes to a log file beside the recording and its input is empty, as
+//! the dashboard holds the terminal. `--torch` is not built yet and is refused.
 
 use super::unbuilt::RunArgs;
 use super::Outcome;
+use crate::source::gpu::SystemClock;
+use crate::source::live::{socket_path, LiveClient};
+use crate::source::live_feed::LiveFeed;
+use crate::tui::attach::{AttachApp, Feed};
+use crate::tui::terminal;
+use crate::tui::theme::Theme;
 use anyhow::{bail, Context};
 use memprof_wire::{decode_recording, Kind, Recording};
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
+use std::time::Duration;
 
 /// Where the recording goes without `-o`.
 const DEFAULT_OUT: &str = "memprof-run.memprof";
+/// How often `--live` looks for the shim's socket, and refreshes the dashboard.
+const SOCKET_POLL: Duration = Duration::from_millis(20);
+const LIVE_INTERVAL: Duration = Duration::from_millis(500);
 /// File name of the shim next to the `memprof` binary.
 const SHIM_NAME: &str = "libmemprof_shim.so";
 
@@ -21,8 +34,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     if args.torch {
         bail!("`memprof run --torch` is not built yet in this version; plain `memprof run` is");
     }
-    if args.live {
-        bail!("`memprof run --live` is not built yet in this version; plain `memprof run` is");
+    if args.live && !std::io::stdout().is_terminal() {
+        bail!("`memprof run --live` opens a dashboard and needs a terminal");
     }
     let shim = find_shim()?;
     let out = args
@@ -46,12 +59,39 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         preload.push(" ");
         preload.push(existing);
     }
-    let status = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(rest)
         .env("LD_PRELOAD", preload)
-        .env("MEMPROF_OUT", &out)
-        .status()
-        .with_context(|| format!("cannot run {program}"))?;
+        .env("MEMPROF_OUT", &out);
+    let status = if args.live {
+        let log = out.with_extension("log");
+        let file = std::fs::File::create(&log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        // The dashboard reads the keys: CMD gets no terminal input.
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().context("cannot share the log file")?)
+            .stderr(file);
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot run {program}"))?;
+        let pid = child.id();
+        watch_live(&mut child, &args.command.join(" "))?;
+        if child.try_wait()?.is_none() {
+            eprintln!(
+                "memprof: the view is closed; waiting for PID {pid} to end (its output is in {})",
+                log.display()
+            );
+        }
+        let status = child.wait().context("waiting for the command")?;
+        eprintln!("memprof: the command's output is in {}", log.display());
+        status
+    } else {
+        command
+            .status()
+            .with_context(|| format!("cannot run {program}"))?
+    };
     eprintln!("memprof: {}", summary(&out));
     let code = match status.code() {
         Some(code) => code,
@@ -65,6 +105,42 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::Exit(code.clamp(0, 255) as u8)
     })
+}
+
+/// Waits for the shim's socket in `child` (it opens at the first recorded call) and shows the
+/// attach dashboard on it until the viewer quits; says so when the command ends first.
+fn watch_live(child: &mut Child, command: &str) -> anyhow::Result<()> {
+    let pid = child.id();
+    let socket = socket_path(pid);
+    eprintln!("memprof: waiting for PID {pid}'s first CUDA memory call");
+    while !socket.exists() {
+        if child.try_wait()?.is_some() {
+            eprintln!("memprof: the command ended before any CUDA memory call; no live view");
+            return Ok(());
+        }
+        std::thread::sleep(SOCKET_POLL);
+    }
+    let client = match LiveClient::connect(pid) {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("memprof: no live view: {e}");
+            return Ok(());
+        }
+    };
+    let feed = Feed::Shim(LiveFeed::start(client)?);
+    let clock = SystemClock;
+    let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
+    let mut app = AttachApp::new(
+        pid,
+        Some(command.to_owned()),
+        feed,
+        &clock,
+        LIVE_INTERVAL,
+        theme,
+        "",
+    );
+    terminal::run(&mut app).context("terminal")?;
+    Ok(())
 }
 
 /// `MEMPROF_SHIM`, else the shim next to this binary.

@@ -1,14 +1,20 @@
-//! `memprof top`: the dashboard of every GPU and its processes, sampled through NVML. A
-//! machine without NVML gets one line saying so (exit 2), never made-up numbers.
+//! `memprof top`: the dashboard of every GPU and its processes, sampled through NVML, with the
+//! processes that run the shim marked; Enter opens a process's attach view. A machine without
+//! NVML gets one line saying so (exit 2), never made-up numbers.
 
 use super::Outcome;
+use crate::cli::attach::connect_shim;
 use crate::source::gpu::{open_nvml, GpuSampler, SystemClock};
+use crate::source::live::{processes_in, socket_dir};
+use crate::source::live_feed::LiveFeed;
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use crate::tui::top::TopApp;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::io::IsTerminal;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -22,6 +28,23 @@ pub struct TopArgs {
 fn open_sampler() -> anyhow::Result<Box<dyn GpuSampler>> {
     let sampler = open_nvml(Box::new(SystemClock)).context("cannot sample GPUs")?;
     Ok(sampler)
+}
+
+/// Whether each of `pids` runs the shim: a socket in our directory says yes; a process of ours
+/// without one, no; another user's process (its socket would be in its own directory) is left
+/// out, unknown.
+fn shim_column(dir: &Path, pids: &[u32]) -> Vec<(u32, bool)> {
+    let with_socket = processes_in(dir);
+    let own = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    pids.iter()
+        .filter_map(|&pid| {
+            if with_socket.contains(&pid) {
+                return Some((pid, true));
+            }
+            let owner = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+            (Some(owner) == own).then_some((pid, false))
+        })
+        .collect()
 }
 
 pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
@@ -38,7 +61,16 @@ pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
     let clock = SystemClock;
     let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
     let interval = Duration::from_secs_f64(args.interval);
-    let mut app = TopApp::new(sampler, &clock, interval, theme);
+    let dir = socket_dir();
+    let list = Box::new(move |pids: &[u32]| shim_column(&dir, pids));
+    let open = Box::new(|pid| {
+        let client = connect_shim(pid)?;
+        LiveFeed::start(client).map_err(|e| e.to_string())
+    });
+    let alive = std::rc::Rc::new(|pid: u32| Path::new(&format!("/proc/{pid}")).exists());
+    let mut app = TopApp::new(sampler, &clock, interval, theme)
+        .with_shims(list, open)
+        .with_liveness(alive);
     terminal::run(&mut app).context("terminal")?;
     Ok(Outcome::Ok)
 }

@@ -29,7 +29,7 @@ pub struct RunArgs {
     /// Also turn on PyTorch's memory history (not built yet).
     #[arg(long)]
     pub torch: bool,
-    /// Open the dashboard while CMD runs (not built yet).
+    /// Open the attach dashboard on CMD while it runs (CMD's output goes to OUT.log).
     #[arg(long)]
     pub live: bool,
     /// The program and its arguments; its exit code is passed through.

@@ -1,9 +1,11 @@
-//! The `attach --json` document in NVML mode: one process's device memory on each GPU over
-//! time, as NVML reports it (`schema_version` 1, `kind` `memprof_attach`).
+//! The `attach --json` document: one process's device memory on each GPU over time, as NVML
+//! reports it or, in shim mode, as held through the driver by the shim's event stream, with the
+//! stream's counts (`schema_version` 1, `kind` `memprof_attach`).
 
 use super::analyze_json::{Tool, SCHEMA_VERSION};
 use crate::model::Bytes;
 use crate::source::gpu::Sample;
+use crate::source::live_tally::LiveTally;
 use serde::Serialize;
 
 /// What NVML mode can and cannot see, stated in the document itself.
@@ -13,6 +15,29 @@ allocations, tensors, stacks or allocator caching are visible; a GPU on which th
 no context does not appear; `used` is null where the driver will not say (some vGPU and \
 container set-ups).";
 
+/// What shim mode can and cannot see.
+pub const SHIM_NOTE: &str = "Shim mode: every CUDA driver allocation and mapping of the process \
+(cuMemAlloc*, cuMemMap) from the shim's live stream; `used` is the memory held through the \
+driver at each sample (what PyTorch's caching allocator reserved, without the CUDA context). \
+Tensors inside PyTorch's segments are not visible. Counts start when attach connected; what \
+was alive then is included in `used` but not counted as allocations.";
+
+/// The shim stream's counts at the last sample (shim mode only).
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct ShimCounts {
+    pub allocations: u64,
+    pub frees: u64,
+    pub alive: usize,
+    pub oom_events: u64,
+    pub failed_calls: u64,
+    /// Records the shim dropped from its recording; null until the process ended.
+    pub dropped: Option<u64>,
+    /// Records not sent to this client because it read too slowly.
+    pub not_sent: u64,
+    /// The process ended during the series.
+    pub ended: bool,
+}
+
 #[derive(Debug, Serialize)]
 pub struct AttachDocument {
     pub schema_version: u32,
@@ -20,7 +45,7 @@ pub struct AttachDocument {
     pub tool: Tool,
     pub pid: u32,
     pub command: Option<String>,
-    /// "nvml" (the shim's event stream is not read yet).
+    /// "nvml" or "shim".
     pub mode: &'static str,
     /// Where the samples came from, e.g. "NVML (driver 550.54.15)".
     pub source: String,
@@ -29,6 +54,8 @@ pub struct AttachDocument {
     pub samples: Vec<PidSample>,
     /// Per device, the highest `used` seen and when.
     pub peak: Vec<DevicePeak>,
+    /// The stream's counts in shim mode; null in NVML mode.
+    pub shim: Option<ShimCounts>,
 }
 
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -66,7 +93,52 @@ impl AttachDocument {
             note: NVML_NOTE,
             samples: Vec::new(),
             peak: Vec::new(),
+            shim: None,
         }
+    }
+
+    /// An empty series for `pid` read from the shim's stream.
+    pub fn new_shim(pid: u32, command: Option<String>, interval_s: f64) -> Self {
+        Self {
+            mode: "shim",
+            source: "memprof shim live stream".to_owned(),
+            note: SHIM_NOTE,
+            ..Self::new(pid, command, String::new(), interval_s)
+        }
+    }
+
+    /// Adds the memory held through the driver per device in `tally` at `time_ms`, and the
+    /// stream's counts so far.
+    pub fn push_shim(&mut self, time_ms: u64, tally: &LiveTally) {
+        let devices = tally
+            .devices
+            .iter()
+            .map(|(&index, d)| PidDevice {
+                index,
+                uuid: None,
+                used: Some(d.held),
+            })
+            .collect();
+        self.push_devices(time_ms, devices);
+        for (&index, d) in &tally.devices {
+            if let Some(peak) = self.peak.iter_mut().find(|p| p.index == index) {
+                // A peak between two samples: known from the stream, timed at this sample.
+                if d.peak > peak.used {
+                    peak.used = d.peak;
+                    peak.time_ms = time_ms;
+                }
+            }
+        }
+        self.shim = Some(ShimCounts {
+            allocations: tally.allocations,
+            frees: tally.frees,
+            alive: tally.alive(),
+            oom_events: tally.ooms,
+            failed_calls: tally.failed,
+            dropped: tally.dropped,
+            not_sent: tally.lost,
+            ended: tally.ended,
+        });
     }
 
     /// Adds the process's share of `sample`.
@@ -85,25 +157,26 @@ impl AttachDocument {
                 used: p.used,
             })
             .collect();
+        self.push_devices(sample.time_ms, devices);
+    }
+
+    fn push_devices(&mut self, time_ms: u64, devices: Vec<PidDevice>) {
         for device in &devices {
             let Some(used) = device.used else { continue };
             match self.peak.iter_mut().find(|p| p.index == device.index) {
                 Some(peak) if peak.used >= used => {}
                 Some(peak) => {
                     peak.used = used;
-                    peak.time_ms = sample.time_ms;
+                    peak.time_ms = time_ms;
                 }
                 None => self.peak.push(DevicePeak {
                     index: device.index,
                     used,
-                    time_ms: sample.time_ms,
+                    time_ms,
                 }),
             }
         }
-        self.samples.push(PidSample {
-            time_ms: sample.time_ms,
-            devices,
-        });
+        self.samples.push(PidSample { time_ms, devices });
     }
 }
 

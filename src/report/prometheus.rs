@@ -1,7 +1,9 @@
 //! GPU samples as Prometheus metrics in the OpenMetrics text format, encoded by
 //! `prometheus-client`. A figure the sample does not have (`None`) has no series at all, and an
-//! unknown label (a device name NVML would not give) is left out.
+//! unknown label (a device name NVML would not give) is left out. Processes running the shim
+//! add driver-level figures (`memprof_process_driver_*`) from their live streams.
 
+use crate::agent::ShimProcess;
 use crate::model::Bytes;
 use crate::source::gpu::{DeviceSample, Sample};
 use prometheus_client::encoding::text::encode;
@@ -28,9 +30,11 @@ pub struct AgentStatus {
 }
 
 type GaugeFamily = Family<Labels, Gauge>;
+type CounterFamily = Family<Labels, Counter<u64>>;
 
-/// Renders `sample` (taken on `host`, "" when unknown) as a complete OpenMetrics exposition.
-pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
+/// Renders `sample` (taken on `host`, "" when unknown) and the figures of the processes running
+/// the shim as a complete OpenMetrics exposition.
+pub fn render(sample: &Sample, shims: &[ShimProcess], host: &str, status: AgentStatus) -> String {
     let mut registry = Registry::with_prefix("memprof");
     let total = GaugeFamily::default();
     let used = GaugeFamily::default();
@@ -71,6 +75,7 @@ pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
     }
     time.set(sample.time_ms as f64 / 1000.0);
     failed.inc_by(status.failed_samples);
+    register_shims(&mut registry, sample, shims, host);
 
     registry.register_with_unit(
         "gpu_memory_total",
@@ -125,6 +130,81 @@ pub fn render(sample: &Sample, host: &str, status: AgentStatus) -> String {
         text = format!("# memprof: could not encode the metrics: {e}\n# EOF\n");
     }
     text
+}
+
+/// The `memprof_process_driver_*` families of the processes running the shim.
+fn register_shims(registry: &mut Registry, sample: &Sample, shims: &[ShimProcess], host: &str) {
+    let reserved = GaugeFamily::default();
+    let peak = GaugeFamily::default();
+    let allocations = CounterFamily::default();
+    let frees = CounterFamily::default();
+    let ooms = CounterFamily::default();
+    let not_sent = CounterFamily::default();
+    for process in shims {
+        let with_process = |mut labels: Labels| {
+            labels.push(("pid", process.pid.to_string()));
+            if let Some(command) = &process.command {
+                labels.push(("command", command_label(command)));
+            }
+            labels
+        };
+        for (&gpu, figures) in &process.devices {
+            let labels = with_process(match sample.devices.iter().find(|d| d.index == gpu) {
+                Some(device) => device_labels(device, host),
+                None => base_labels(host, gpu),
+            });
+            reserved
+                .get_or_create(&labels)
+                .set(gauge_bytes(figures.held));
+            peak.get_or_create(&labels).set(gauge_bytes(figures.peak));
+            allocations
+                .get_or_create(&labels)
+                .inc_by(figures.allocations);
+            frees.get_or_create(&labels).inc_by(figures.frees);
+            ooms.get_or_create(&labels).inc_by(figures.ooms);
+        }
+        let mut labels = Vec::new();
+        if !host.is_empty() {
+            labels.push(("host", host.to_owned()));
+        }
+        not_sent
+            .get_or_create(&with_process(labels))
+            .inc_by(process.lost);
+    }
+    registry.register_with_unit(
+        "process_driver_reserved",
+        "Device memory a shim process holds through the CUDA driver now (cuMemAlloc* and \
+         cuMemMap alive: what PyTorch's caching allocator reserved, without the CUDA context)",
+        Unit::Bytes,
+        reserved,
+    );
+    registry.register_with_unit(
+        "process_driver_peak_reserved",
+        "The most process_driver_reserved has been since the agent connected to the shim",
+        Unit::Bytes,
+        peak,
+    );
+    registry.register(
+        "process_driver_allocations",
+        "Driver allocations and mappings of a shim process since the agent connected",
+        allocations,
+    );
+    registry.register(
+        "process_driver_frees",
+        "Driver frees and unmaps of a shim process since the agent connected",
+        frees,
+    );
+    registry.register(
+        "process_driver_oom_events",
+        "Driver allocations of a shim process that failed with out-of-memory since the agent \
+         connected",
+        ooms,
+    );
+    registry.register(
+        "process_shim_records_not_sent",
+        "Records a shim did not send to the agent because the agent read too slowly",
+        not_sent,
+    );
 }
 
 /// `host` (left out when unknown, the empty string) and `gpu`.
@@ -205,7 +285,7 @@ mod tests {
 
     #[test]
     fn every_known_figure_is_one_series_and_unknowns_are_absent() {
-        let text = render(&sample(), "node7", AgentStatus { failed_samples: 3 });
+        let text = render(&sample(), &[], "node7", AgentStatus { failed_samples: 3 });
         let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             series,
@@ -228,7 +308,7 @@ mod tests {
         sample.devices[1].utilization_gpu_percent = Some(3);
         sample.processes[1].used = Some(Bytes(9));
         sample.processes[1].device = 5;
-        let text = render(&sample, "", AgentStatus::default());
+        let text = render(&sample, &[], "", AgentStatus::default());
         assert!(
             text.contains("\nmemprof_gpu_utilization_percent{gpu=\"1\"} 3\n"),
             "{text}"
@@ -238,6 +318,39 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("host="));
+    }
+
+    #[test]
+    fn shim_processes_get_driver_series_per_device() {
+        use crate::source::live_tally::DeviceFigures;
+        let figures = DeviceFigures {
+            held: Bytes(300),
+            peak: Bytes(900),
+            ooms: 2,
+            allocations: 5,
+            frees: 4,
+            ..DeviceFigures::default()
+        };
+        let shim = ShimProcess {
+            pid: 42,
+            command: Some("python train.py".into()),
+            devices: [(0, figures), (3, DeviceFigures::default())].into(),
+            lost: 7,
+        };
+        let text = render(&sample(), &[shim], "node7", AgentStatus::default());
+        let gpu0 = "host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\",pid=\"42\",command=\"python train.py\"";
+        let gpu3 = "host=\"node7\",gpu=\"3\",pid=\"42\",command=\"python train.py\"";
+        for line in [
+            format!("memprof_process_driver_reserved_bytes{{{gpu0}}} 300"),
+            format!("memprof_process_driver_peak_reserved_bytes{{{gpu0}}} 900"),
+            format!("memprof_process_driver_allocations_total{{{gpu0}}} 5"),
+            format!("memprof_process_driver_frees_total{{{gpu0}}} 4"),
+            format!("memprof_process_driver_oom_events_total{{{gpu0}}} 2"),
+            format!("memprof_process_driver_reserved_bytes{{{gpu3}}} 0"),
+            "memprof_process_shim_records_not_sent_total{host=\"node7\",pid=\"42\",command=\"python train.py\"} 7".to_owned(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
     }
 
     #[test]

@@ -132,6 +132,12 @@ impl LiveClient {
         Ok(self.stream.set_read_timeout(timeout)?)
     }
 
+    /// A second handle on the connection: shutting it down from another thread makes a
+    /// `next_event` blocked on this client return `None`.
+    pub fn stopper(&self) -> Result<UnixStream, LiveError> {
+        Ok(self.stream.try_clone()?)
+    }
+
     /// The next event, waiting for it; `None` once the process has ended or the stream closed.
     pub fn next_event(&mut self) -> Result<Option<LiveEvent>, LiveError> {
         if self.ended {

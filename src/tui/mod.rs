@@ -1,6 +1,7 @@
 //! Terminal dashboards (`memprof view`, `memprof top`): pure state and pure rendering over the
 //! model and analyses; `terminal.rs` is the only file that touches the real terminal.
 
+pub mod attach;
 pub mod help;
 pub mod keys;
 pub mod terminal;

@@ -1,17 +1,30 @@
 //! `memprof top`: every GPU and the processes on them, from a `GpuSampler` (NVML, a replay or
 //! the scripted fake) at a fixed interval; `state` holds what is shown, `render` draws it.
+//! Enter opens the attach view of the selected process (its shim stream when it runs the shim,
+//! else top's own samples filtered to it); Esc or q comes back.
 
 pub mod render;
 pub mod state;
 
+use super::attach::{AttachApp, Feed};
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
 use crate::source::gpu::{Clock, GpuSampler};
+use crate::source::live_feed::LiveFeed;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use state::TopState;
+use std::rc::Rc;
 use std::time::Duration;
+
+/// Of the PIDs given, whether each runs the shim, for those it can tell (a process of another
+/// user has its socket where we cannot look: it is left out, unknown).
+pub type ShimLister = Box<dyn Fn(&[u32]) -> Vec<(u32, bool)>>;
+/// Connects to the shim of a PID, or says why not.
+pub type ShimOpener = Box<dyn Fn(u32) -> Result<LiveFeed, String>>;
+/// Whether a PID still runs.
+pub type Liveness = Rc<dyn Fn(u32) -> bool>;
 
 /// The `top` dashboard: a sampler, the injected clock, and the state.
 pub struct TopApp<'c> {
@@ -20,6 +33,11 @@ pub struct TopApp<'c> {
     interval: Duration,
     pub state: TopState,
     pub theme: Theme,
+    shims: Option<(ShimLister, ShimOpener)>,
+    /// Tells the attach view of a process without the shim that it ended; `None`: never.
+    liveness: Option<Liveness>,
+    /// The attach view opened with Enter.
+    pub attached: Option<AttachApp<'c>>,
 }
 
 impl<'c> TopApp<'c> {
@@ -36,14 +54,89 @@ impl<'c> TopApp<'c> {
             interval,
             state: TopState::default(),
             theme,
+            shims: None,
+            liveness: None,
+            attached: None,
         };
         app.on_tick();
         app
+    }
+
+    /// Fills the SHIM column from `list` and opens shim processes' streams with `open`.
+    pub fn with_shims(mut self, list: ShimLister, open: ShimOpener) -> TopApp<'c> {
+        self.shims = Some((list, open));
+        self.look_for_shims();
+        self
+    }
+
+    /// Fills the SHIM column for the processes of the latest sample.
+    fn look_for_shims(&mut self) {
+        if let Some((list, _)) = &self.shims {
+            let pids: Vec<u32> = self
+                .state
+                .sample
+                .iter()
+                .flat_map(|s| s.processes.iter().map(|p| p.pid))
+                .collect();
+            let mut known = list(&pids);
+            known.sort_unstable();
+            known.dedup_by_key(|k| k.0);
+            self.state.shims = Some(known);
+        }
+    }
+
+    /// Lets attach views without the shim say when their process has ended.
+    pub fn with_liveness(mut self, alive: Liveness) -> TopApp<'c> {
+        self.liveness = Some(alive);
+        self
+    }
+
+    /// Opens the attach view of the selected process.
+    fn open_selected(&mut self) {
+        let Some(p) = self.state.selected_process() else {
+            return;
+        };
+        let (pid, command) = (p.pid, p.command.clone());
+        let feed = match &self.shims {
+            Some((_, open)) if self.state.has_shim(pid) == Some(true) => open(pid),
+            Some(_) if self.state.has_shim(pid) == Some(false) => {
+                Err(format!("PID {pid} does not run the memprof shim"))
+            }
+            Some(_) => Err(format!(
+                "whether PID {pid} runs the shim cannot be told (not a process of this user)"
+            )),
+            None => Err("shim detection is off".to_owned()),
+        };
+        let (feed, why) = match feed {
+            Ok(feed) => (Feed::Shim(feed), String::new()),
+            Err(why) => {
+                let check = self.liveness.clone();
+                let alive = Box::new(move || check.as_ref().is_none_or(|alive| alive(pid)));
+                let source = self.sampler.describe();
+                (Feed::Outside { source, alive }, why)
+            }
+        };
+        let mut view = AttachApp::new(
+            pid,
+            command,
+            feed,
+            self.clock,
+            self.interval,
+            self.theme,
+            &why,
+        );
+        if let Some(sample) = &self.state.sample {
+            view.take_sample(self.clock.now_ms(), sample);
+        }
+        self.attached = Some(view);
     }
 }
 
 impl Dashboard for TopApp<'_> {
     fn render(&self, area: Rect, buf: &mut Buffer) {
+        if let Some(view) = &self.attached {
+            return view.render(area, buf);
+        }
         render::render(
             &self.state,
             &self.sampler.describe(),
@@ -54,6 +147,16 @@ impl Dashboard for TopApp<'_> {
     }
 
     fn on_key(&mut self, key: Key) -> Flow {
+        if let Some(view) = &mut self.attached {
+            if matches!(key, Key::Esc | Key::Char('q')) && !view.state.help {
+                self.attached = None;
+                return Flow::Continue;
+            }
+            return view.on_key(key);
+        }
+        if key == Key::Enter && !self.state.help {
+            self.open_selected();
+        }
         self.state.on_key(key)
     }
 
@@ -71,6 +174,14 @@ impl Dashboard for TopApp<'_> {
             }
             s
         });
-        self.state.update(sample.map_err(|e| e.to_string()));
+        let sample = sample.map_err(|e| e.to_string());
+        if let Some(view) = &mut self.attached {
+            view.on_tick();
+            if let Ok(sample) = &sample {
+                view.take_sample(self.clock.now_ms(), sample);
+            }
+        }
+        self.state.update(sample);
+        self.look_for_shims();
     }
 }

@@ -16,20 +16,14 @@ use ratatui::widgets::{Block, Borders, Paragraph, Widget};
 pub const KEYS: [(&str, &str); 6] = [
     ("↑ ↓ / k j", "select a process"),
     ("Home End / g G", "first / last process"),
-    (
-        "Enter",
-        "open the selected process (attach view: not built yet)",
-    ),
+    ("Enter", "open the selected process (the attach view)"),
+    ("Esc / q", "from the attach view: back to this list"),
     ("?", "this help"),
     ("q / Ctrl-C", "quit"),
-    (
-        "",
-        "the SHIM column is unknown until shim detection is built",
-    ),
 ];
 
 /// `HH:MM:SS UTC` of milliseconds since the epoch.
-fn clock_time(ms: u64) -> String {
+pub fn clock_time(ms: u64) -> String {
     let s = ms / 1000 % 86_400;
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
@@ -148,7 +142,11 @@ fn render_table(state: &TopState, theme: &Theme, area: Rect, buf: &mut Buffer) {
             p.pid,
             p.device,
             or_unknown(p.used),
-            "?",
+            match state.has_shim(p.pid) {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            },
             p.command.as_deref().unwrap_or("unknown")
         );
         let style = if i == state.selected {

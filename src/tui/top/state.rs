@@ -16,6 +16,9 @@ pub struct TopState {
     pub selected: usize,
     pub help: bool,
     pub message: Option<String>,
+    /// Whether the processes of the latest sample run the shim, by PID (sorted), for those
+    /// that could be told; `None` when not looked up.
+    pub shims: Option<Vec<(u32, bool)>>,
 }
 
 impl TopState {
@@ -39,6 +42,13 @@ impl TopState {
             }
             Err(e) => self.error = Some(e),
         }
+    }
+
+    /// Whether `pid` runs the shim: `None` when unknown.
+    pub fn has_shim(&self, pid: u32) -> Option<bool> {
+        let shims = self.shims.as_ref()?;
+        let at = shims.binary_search_by_key(&pid, |k| k.0).ok()?;
+        Some(shims[at].1)
     }
 
     /// The process on the selected row.
@@ -66,14 +76,8 @@ impl TopState {
             }
             Key::Home | Key::Char('g') => self.selected = 0,
             Key::End | Key::Char('G') => self.selected = rows.saturating_sub(1),
-            Key::Enter => {
-                self.message = Some(match self.selected_process() {
-                    Some(p) => format!(
-                        "the attach view (memprof attach {}) is not built yet",
-                        p.pid
-                    ),
-                    None => "no process selected".into(),
-                })
+            Key::Enter if self.selected_process().is_none() => {
+                self.message = Some("no process selected".into())
             }
             _ => {}
         }
@@ -142,14 +146,12 @@ mod tests {
     }
 
     #[test]
-    fn enter_says_attach_is_not_built_and_q_quits() {
+    fn enter_without_a_process_says_so_and_q_quits() {
         let mut s = TopState::default();
-        s.update(Ok(sample(vec![process(42, Some(1))])));
+        s.update(Ok(sample(Vec::new())));
         s.on_key(Key::Enter);
-        assert!(s
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("attach 42")));
+        assert_eq!(s.message.as_deref(), Some("no process selected"));
+        s.update(Ok(sample(vec![process(42, Some(1))])));
         s.on_key(Key::Down);
         assert_eq!(s.selected, 0);
         assert_eq!(s.on_key(Key::Char('q')), Flow::Quit);

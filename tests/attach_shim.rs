@@ -1,0 +1,252 @@
+//! End to end: `peak_oom wait` runs under the shim (LD_PRELOAD, fake driver) and the real
+//! `memprof attach PID` runs in a real terminal (tmux); the dashboard shows the allocations
+//! alive, then the rest of the run as it streams, the OOM, and that the process ended.
+//! `attach --json` on the same workload gives the series from the stream, and `memprof run
+//! --live` shows the same dashboard on the command it starts. `memprof top` on the fake NVML
+//! marks the workload as running the shim and opens the same view on Enter.
+
+use crate::nvml_fake::fake_nvml;
+use crate::shim_preload::{kernels, shim};
+use crate::util::memprof;
+use crate::view_tmux::Tmux;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+/// Kills the workload if the test fails before it ends.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `peak_oom wait` under the shim with its own runtime directory; returns it once it
+/// has printed "ready" (b and c alive), with its stdin to let it go on.
+pub fn workload(name: &str) -> (Guard, ChildStdin, std::path::PathBuf) {
+    let dir = kernels(name);
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let mut child = Command::new(dir.join("peak_oom"))
+        .arg("wait")
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_OUT", dir.join("run.memprof"))
+        .env("LD_PRELOAD", shim())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("peak_oom runs");
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
+    let guard = Guard(child);
+    let mut ready = String::new();
+    lines.read_line(&mut ready).expect("a line");
+    assert_eq!(ready, "ready\n");
+    (guard, stdin, runtime)
+}
+
+#[test]
+fn attach_in_tmux_streams_a_shim_workload_until_it_ends() {
+    let (mut child, mut stdin, runtime) = workload("attach-tmux");
+    let pid = child.0.id();
+    let command = format!(
+        "sh -c 'XDG_RUNTIME_DIR={} {} attach {pid} --interval 0.2; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        runtime.display(),
+        env!("CARGO_BIN_EXE_memprof"),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    let screen = tmux.wait_text("alive 2");
+    assert!(screen.contains("shim stream (driver level)"), "{screen}");
+    assert!(
+        screen.contains(&format!("memprof attach {pid}")),
+        "{screen}"
+    );
+    // b (300000 bytes) and c (200000), largest first, from the snapshot of what was alive.
+    let b = screen.find("292.97 KiB  cuMemAlloc").expect("b listed");
+    let c = screen.find("195.31 KiB  cuMemAlloc").expect("c listed");
+    assert!(b < c, "{screen}");
+    assert!(screen.contains("held 488.28 KiB"), "{screen}");
+
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    let screen = tmux.wait_text("has ended");
+    assert!(child.0.wait().expect("exits").success());
+    assert!(screen.contains("OOM 1"), "{screen}");
+    assert!(screen.contains("dropped by the shim 0"), "{screen}");
+    // c and the 32768-byte mapping stay: the last state is kept on screen.
+    assert!(screen.contains("alive 2"), "{screen}");
+    assert!(screen.contains("32.00 KiB  cuMemMap"), "{screen}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+}
+
+#[test]
+fn attach_json_reads_the_shim_stream_until_the_process_ends() {
+    let (mut child, mut stdin, runtime) = workload("attach-json");
+    let pid = child.0.id().to_string();
+    let mut attach = Guard(
+        Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .args([
+                "attach",
+                &pid,
+                "--json",
+                "--duration",
+                "30",
+                "--interval",
+                "0.1",
+            ])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("memprof runs"),
+    );
+    // Let attach connect while b and c are alive, then let the workload finish.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    assert!(child.0.wait().expect("exits").success());
+    let mut stdout = String::new();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut attach.0.stdout.take().expect("stdout"), &mut stdout)
+        .expect("attach ends with the process, long before --duration");
+    std::io::Read::read_to_string(&mut attach.0.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    let status = attach.0.wait().expect("attach exits");
+    assert_eq!(status.code(), Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(doc["mode"], "shim");
+    assert_eq!(doc["kind"], "memprof_attach");
+    let shim = &doc["shim"];
+    assert_eq!(shim["ended"], true, "{shim}");
+    assert_eq!(shim["oom_events"], 1, "{shim}");
+    assert_eq!(shim["dropped"], 0, "{shim}");
+    assert_eq!(shim["alive"], 2, "c and the mapping: {shim}");
+    let samples = doc["samples"].as_array().expect("samples");
+    let first = &samples[0]["devices"];
+    let last = &samples[samples.len() - 1]["devices"];
+    assert_eq!(
+        last[0]["used"], 232_768,
+        "c and the mapping at the end: {doc}"
+    );
+    // Between two samples: b and c with both 65536-byte handles mapped, from the stream.
+    assert_eq!(doc["peak"][0]["used"], 631_072, "{doc}");
+    assert!(
+        first[0]["used"] == 500_000 || first.as_array().is_some_and(Vec::is_empty),
+        "b and c, or nothing yet: {doc}"
+    );
+}
+
+#[test]
+fn run_live_shows_the_dashboard_on_its_command() {
+    let dir = kernels("run-live");
+    let runtime = dir.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    // `run --live` gives the command no input: peak_oom waits on a FIFO the test writes to.
+    let fifo = dir.join("go.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let out = dir.join("run.memprof");
+    let command = format!(
+        "sh -c 'cd {dir} && XDG_RUNTIME_DIR={runtime} MEMPROF_SHIM={shim} FAKE_CUDA_CAPACITY=1048576 {memprof} run --live -o {out} -- sh -c \"exec ./peak_oom wait < go.fifo\"; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        dir = dir.display(),
+        runtime = runtime.display(),
+        shim = shim().display(),
+        memprof = env!("CARGO_BIN_EXE_memprof"),
+        out = out.display(),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    // Opening blocks until the command opens the FIFO to read it.
+    let mut go = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("the command reads the FIFO");
+    let screen = tmux.wait_text("alive 2");
+    assert!(screen.contains("shim stream (driver level)"), "{screen}");
+    assert!(screen.contains("held 488.28 KiB"), "{screen}");
+    go.write_all(b"go\n").expect("written");
+    drop(go);
+    let screen = tmux.wait_text("has ended");
+    assert!(screen.contains("OOM 1"), "{screen}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(
+        screen.contains("1 out-of-memory"),
+        "the summary follows:\n{screen}"
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("run.log")).is_ok_and(|log| log.contains("ready")),
+        "the command's output went to the log"
+    );
+}
+
+#[test]
+fn top_in_tmux_marks_the_shim_process_and_opens_its_view() {
+    let (_child, _stdin, runtime) = workload("top-tmux");
+    let pid = _child.0.id();
+    let nvml = fake_nvml("top-tmux");
+    let scenario = nvml.join("scenario.txt");
+    std::fs::write(
+        &scenario,
+        format!(
+            "driver 550.54.15\n\
+             device 1048576 600000 448576 12 3 GPU-a Fake GPU\n\
+             process 0 {pid} compute 600000\n\
+             process 0 {me} compute 1000\n",
+            me = std::process::id()
+        ),
+    )
+    .expect("write the scenario");
+    let command = format!(
+        "sh -c 'LD_LIBRARY_PATH={nvml} FAKE_NVML_SCENARIO={scenario} XDG_RUNTIME_DIR={runtime} {memprof} top --interval 0.2; echo \"exit=$?\"; echo end-of-check; sleep 60'",
+        nvml = nvml.display(),
+        scenario = scenario.display(),
+        runtime = runtime.display(),
+        memprof = env!("CARGO_BIN_EXE_memprof"),
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    let screen = tmux.wait_text("peak_oom wait");
+    let row = |screen: &str, pid: u32| -> String {
+        screen
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(&pid.to_string()))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(row(&screen, pid).contains(" yes "), "{screen}");
+    assert!(
+        row(&screen, std::process::id()).contains(" no "),
+        "{screen}"
+    );
+    // The workload holds the most: it is the first row.
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_text("alive 2");
+    assert!(
+        screen.contains(&format!("memprof attach {pid}")),
+        "{screen}"
+    );
+    assert!(screen.contains("held 488.28 KiB"), "{screen}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_text("Processes, most memory first");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+}
+
+#[test]
+fn run_live_without_a_terminal_is_refused() {
+    let out = memprof(&["run", "--live", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs a terminal"),
+        "{out:?}"
+    );
+}
