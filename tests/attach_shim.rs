@@ -135,9 +135,12 @@ fn attach_json_reads_the_shim_stream_until_the_process_ends() {
     );
     // Between two samples: b and c with both 65536-byte handles mapped, from the stream.
     assert_eq!(doc["peak"][0]["used"], 631_072, "{doc}");
+    // The first sample comes once the stream started: on a loaded machine the workload may
+    // have gone on by then, so it is one of the states it passes through (or nothing yet).
     assert!(
-        first[0]["used"] == 500_000 || first.as_array().is_some_and(Vec::is_empty),
-        "b and c, or nothing yet: {doc}"
+        first.as_array().is_some_and(Vec::is_empty)
+            || [500_000, 631_072, 232_768].contains(&first[0]["used"].as_u64().unwrap_or(0)),
+        "b and c, the peak, the end, or nothing yet: {doc}"
     );
 }
 

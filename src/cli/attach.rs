@@ -105,8 +105,16 @@ pub fn connect_shim(pid: u32) -> Result<LiveClient, String> {
         .map_err(|e| format!("the shim socket of PID {pid} did not answer ({e})"))
 }
 
-/// NVML, or one line saying that neither the shim nor NVML can see the process.
+/// NVML, or one line saying that neither the shim nor NVML can see the process. NVML names
+/// processes by their PID in the host's namespace, so inside a container (another PID
+/// namespace) it would never find this PID: that is refused rather than shown as no memory.
 fn open_nvml_for(pid: u32, why: &str) -> anyhow::Result<Box<dyn GpuSampler + Send>> {
+    if !ProcView::system().host_namespace() {
+        bail!(
+            "cannot watch PID {pid}: {why}, and NVML reports host PIDs, which this PID namespace \
+             (a container) cannot match; run memprof on the host or load the shim"
+        );
+    }
     open_nvml(Box::new(SystemClock))
         .with_context(|| format!("cannot watch PID {pid}: {why}, and NVML cannot be used"))
 }
@@ -136,7 +144,8 @@ fn follow_shim(feed: LiveFeed, doc: &mut AttachDocument, duration: Duration, int
 }
 
 /// Samples until `duration` has passed (the first sample at once, the last no later than
-/// `duration`).
+/// `duration`). Only a failing first sample is an error; later failures (a transient driver
+/// error an hour in) are counted and the series goes on.
 fn follow(
     sampler: &mut dyn GpuSampler,
     doc: &mut AttachDocument,
@@ -144,12 +153,16 @@ fn follow(
     interval: Duration,
 ) -> anyhow::Result<()> {
     let start = Instant::now();
+    doc.push(&sampler.sample()?);
     loop {
-        doc.push(&sampler.sample()?);
         if start.elapsed() + interval > duration {
             return Ok(());
         }
         std::thread::sleep(interval);
+        match sampler.sample() {
+            Ok(sample) => doc.push(&sample),
+            Err(_) => doc.failed_samples += 1,
+        }
     }
 }
 

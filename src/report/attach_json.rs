@@ -56,6 +56,9 @@ pub struct AttachDocument {
     pub peak: Vec<DevicePeak>,
     /// The stream's counts in shim mode; null in NVML mode.
     pub shim: Option<ShimCounts>,
+    /// NVML samples that failed after the first (a transient driver error); the series goes on
+    /// without them.
+    pub failed_samples: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -94,6 +97,7 @@ impl AttachDocument {
             samples: Vec::new(),
             peak: Vec::new(),
             shim: None,
+            failed_samples: 0,
         }
     }
 
