@@ -25,7 +25,18 @@ pub enum LiveError {
     Read(#[from] std::io::Error),
     #[error("live stream: {0}")]
     Decode(#[from] DecodeError),
+    /// The shim closed the connection before its header: it serves a few clients at a time
+    /// and only its own user.
+    #[error("{path} closed the connection (the shim serves at most 8 clients, of its own user)")]
+    Refused { path: PathBuf },
+    /// The shim did not send its header in time: its writer thread is not running (the
+    /// process is stopped, or the thread could not start).
+    #[error("{path} sent nothing for {} s (is the process stopped?)", HEADER_WAIT.as_secs())]
+    Silent { path: PathBuf },
 }
+
+/// How long a new connection waits for the shim's header.
+const HEADER_WAIT: Duration = Duration::from_secs(5);
 
 /// One thing the stream says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,15 +105,27 @@ impl LiveClient {
             path: path.to_path_buf(),
             source,
         })?;
+        // The kernel accepts the connection on the shim's behalf; only its writer thread
+        // answers, so a stopped process would make a plain read wait forever.
+        stream.set_read_timeout(Some(HEADER_WAIT))?;
+        let header_read = |e: std::io::Error| match e.kind() {
+            ErrorKind::UnexpectedEof => LiveError::Refused {
+                path: path.to_path_buf(),
+            },
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => LiveError::Silent {
+                path: path.to_path_buf(),
+            },
+            _ => LiveError::Read(e),
+        };
         let mut head = [0u8; FILE_HEADER_LEN];
-        stream.read_exact(&mut head)?;
+        stream.read_exact(&mut head).map_err(header_read)?;
         let header_error = |e: HeaderError| LiveError::Decode(DecodeError::Header(e));
         let version = decode_header(&head[..HEADER_LEN]).map_err(header_error)?;
         let header = FileHeader::decode(&head).map_err(header_error)?;
         let mut records_at = FILE_HEADER_LEN;
         let process = if version >= 2 {
             let mut len = [0u8; 4];
-            stream.read_exact(&mut len)?;
+            stream.read_exact(&mut len).map_err(header_read)?;
             let body_len = u32::from_le_bytes(len) as usize;
             if body_len > MAX_PROCESS_BLOCK {
                 return Err(header_error(HeaderError::BadProcessBlock(
@@ -111,12 +134,13 @@ impl LiveClient {
             }
             let mut block = len.to_vec();
             block.resize(4 + body_len, 0);
-            stream.read_exact(&mut block[4..])?;
+            stream.read_exact(&mut block[4..]).map_err(header_read)?;
             records_at += block.len();
             Some(ProcessInfo::decode(&block).map_err(header_error)?.0)
         } else {
             None
         };
+        stream.set_read_timeout(None)?;
         Ok(LiveClient {
             stream,
             header,
@@ -168,5 +192,43 @@ impl LiveClient {
             }
             _ => LiveEvent::Record(record),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixListener;
+
+    /// A listener at a fresh path that answers each connection with `reply` (then closes).
+    fn server(name: &str, reply: Vec<u8>) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("memprof-live-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("s.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        std::thread::spawn(move || {
+            if let Ok((mut peer, _)) = listener.accept() {
+                let _ = peer.write_all(&reply);
+            }
+        });
+        path
+    }
+
+    #[test]
+    fn a_refusal_or_a_damaged_header_is_a_clear_error_not_a_hang() {
+        let refused = LiveClient::connect_path(&server("refused", Vec::new()));
+        assert!(
+            matches!(refused, Err(LiveError::Refused { .. })),
+            "{:?}",
+            refused.err()
+        );
+        let garbage = LiveClient::connect_path(&server("garbage", vec![0xa5; 200]));
+        assert!(
+            matches!(garbage, Err(LiveError::Decode(_))),
+            "{:?}",
+            garbage.err()
+        );
     }
 }
