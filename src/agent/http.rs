@@ -79,10 +79,18 @@ impl Exporter {
         let result = match (request.method(), path) {
             (Method::Get | Method::Head, "/metrics") => {
                 let text = self.cache.latest();
-                request.respond(with_type(
-                    Response::from_string(text.as_str()),
-                    CONTENT_TYPE,
-                ))
+                if text.is_empty() {
+                    // No GPU sample has succeeded yet: no figures rather than made-up ones.
+                    request.respond(
+                        Response::from_string("memprof agent: no GPU sample yet\n")
+                            .with_status_code(503),
+                    )
+                } else {
+                    request.respond(with_type(
+                        Response::from_string(text.as_str()),
+                        CONTENT_TYPE,
+                    ))
+                }
             }
             (Method::Get | Method::Head, "/") => request.respond(with_type(
                 Response::from_string("memprof agent: metrics at /metrics\n"),

@@ -54,11 +54,13 @@ pub fn sample_forever(
     cache: &Cache,
     on_error: &dyn Fn(&SampleError),
 ) {
-    let mut last = Sample::default();
+    // Until one sample succeeds there are no figures to serve (not zeros): the cache stays
+    // empty and the server answers 503.
+    let mut last: Option<Sample> = None;
     let mut status = AgentStatus::default();
     loop {
         match sampler.sample() {
-            Ok(sample) => last = sample,
+            Ok(sample) => last = Some(sample),
             Err(SampleError::Exhausted) => return,
             Err(e) => {
                 status.failed_samples += 1;
@@ -66,7 +68,9 @@ pub fn sample_forever(
             }
         }
         let followed = shims.as_mut().map(ShimWatch::poll).unwrap_or_default();
-        cache.store(render(&last, &followed, host, status));
+        if let Some(sample) = &last {
+            cache.store(render(sample, &followed, host, status));
+        }
         std::thread::sleep(interval);
     }
 }
@@ -124,6 +128,9 @@ mod tests {
         let addr = exporter.local_addr().expect("an IP address");
         let stop = exporter.stopper();
         let server = std::thread::spawn(move || exporter.serve());
+        // Before any sample: no figures, and the scrape says so.
+        let early = get(addr, "GET /metrics HTTP/1.0\r\n\r\n");
+        assert!(early.starts_with("HTTP/1.0 503"), "{early}");
         let (release, gate) = std::sync::mpsc::channel();
         let first = Sample {
             time_ms: 5000,
@@ -158,6 +165,41 @@ mod tests {
         sampling.join().expect("the sampler ends");
         stop();
         server.join().expect("the server stops");
+    }
+
+    /// Fails `left` times like a broken NVML, then ends.
+    struct Failing {
+        left: u32,
+    }
+
+    impl GpuSampler for Failing {
+        fn sample(&mut self) -> Result<Sample, SampleError> {
+            if self.left == 0 {
+                return Err(SampleError::Exhausted);
+            }
+            self.left -= 1;
+            Err(SampleError::Nvml {
+                call: "nvmlDeviceGetCount_v2",
+                message: "Unknown Error".into(),
+            })
+        }
+
+        fn describe(&self) -> String {
+            "failing".to_owned()
+        }
+    }
+
+    /// A sampler whose samples fail leaves nothing to serve (not zeros, not time 0).
+    #[test]
+    fn failing_samples_publish_no_figures() {
+        let cache = Cache::default();
+        let errors = std::cell::Cell::new(0);
+        let sampler = Box::new(Failing { left: 3 });
+        sample_forever(sampler, None, Duration::ZERO, "h", &cache, &|_| {
+            errors.set(errors.get() + 1)
+        });
+        assert_eq!(errors.get(), 3);
+        assert_eq!(cache.latest().as_str(), "");
     }
 
     #[test]
