@@ -4,7 +4,7 @@
 
 use super::Outcome;
 use crate::report::attach_json::AttachDocument;
-use crate::source::gpu::{open_nvml, GpuSampler, ProcView, SystemClock};
+use crate::source::gpu::{open_nvml, Background, GpuSampler, ProcView, SystemClock};
 use crate::source::live::{socket_path, LiveClient};
 use crate::source::live_feed::{FeedState, LiveFeed};
 use crate::source::live_tally::LiveTally;
@@ -79,7 +79,8 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
     let (feed, why) = match shim {
         Ok(client) => (Feed::Shim(LiveFeed::start(client)?), String::new()),
         Err(why) => {
-            let sampler = open_nvml_for(args.pid, &why)?;
+            // The dashboard samples on a thread of its own: a hung driver call cannot freeze it.
+            let sampler = Box::new(Background::start(open_nvml_for(args.pid, &why)?, interval));
             let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
             let alive = Box::new(move || proc_dir.exists());
             (Feed::Nvml { sampler, alive }, why)

@@ -4,7 +4,7 @@
 
 use super::Outcome;
 use crate::cli::attach::connect_shim;
-use crate::source::gpu::{open_nvml, GpuSampler, SystemClock};
+use crate::source::gpu::{open_nvml, Background, GpuSampler, SystemClock};
 use crate::source::live::{processes_in, socket_dir};
 use crate::source::live_feed::LiveFeed;
 use crate::tui::terminal;
@@ -24,10 +24,11 @@ pub struct TopArgs {
     pub interval: f64,
 }
 
-/// The sampler `top` reads: NVML.
-fn open_sampler() -> anyhow::Result<Box<dyn GpuSampler>> {
+/// The sampler `top` reads: NVML, on a thread of its own so a hung driver call cannot freeze
+/// the dashboard.
+fn open_sampler(interval: Duration) -> anyhow::Result<Box<dyn GpuSampler>> {
     let sampler = open_nvml(Box::new(SystemClock)).context("cannot sample GPUs")?;
-    Ok(sampler)
+    Ok(Box::new(Background::start(sampler, interval)))
 }
 
 /// Whether each of `pids` runs the shim: a socket in our directory says yes; a process of ours
@@ -54,13 +55,13 @@ pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
             args.interval
         );
     }
-    let sampler = open_sampler()?;
+    let interval = Duration::from_secs_f64(args.interval);
+    let sampler = open_sampler(interval)?;
     if !std::io::stdout().is_terminal() {
         bail!("`memprof top` is an interactive dashboard and needs a terminal");
     }
     let clock = SystemClock;
     let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
-    let interval = Duration::from_secs_f64(args.interval);
     let dir = socket_dir();
     let list = Box::new(move |pids: &[u32]| shim_column(&dir, pids));
     let open = Box::new(|pid| {

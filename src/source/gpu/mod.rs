@@ -1,11 +1,13 @@
 //! GPU sampling: what the devices and their processes use, from NVML, a recorded replay, or a
 //! scripted fake. Everything above `source/` sees only the `GpuSampler` trait and these types.
 
+mod background;
 mod nvml;
 mod procfs;
 mod replay;
 mod scripted;
 
+pub use background::Background;
 pub use nvml::{open_nvml, NvmlSampler};
 pub use procfs::ProcView;
 pub use replay::{Recorder, Replay, ReplayWriter};
@@ -76,6 +78,9 @@ pub enum SampleError {
     /// A recorded replay or script has no more samples.
     #[error("no more samples")]
     Exhausted,
+    /// The sampling thread has not answered for this long (a driver call that hangs).
+    #[error("NVML has not answered for {seconds} s")]
+    Stalled { seconds: u64 },
 }
 
 /// A source of device and process samples. NVML, a recorded replay and the scripted fake
