@@ -18,6 +18,7 @@ mod real_snapshots;
 mod recording;
 mod shim_preload;
 mod simulate;
+mod stacks;
 mod tui;
 mod util;
 mod view_tmux;

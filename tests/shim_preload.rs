@@ -24,7 +24,7 @@ fn tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-fn check(what: &str, out: &Output) {
+pub fn check(what: &str, out: &Output) {
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",
@@ -147,6 +147,8 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::AddressReserve => "address_reserve",
         Kind::AddressFree => "address_free",
         Kind::LiveDropped => "live_dropped",
+        Kind::Stack => "stack",
+        Kind::Mapping => "mapping",
     }
 }
 

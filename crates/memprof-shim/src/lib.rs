@@ -36,6 +36,8 @@ mod hooks;
 mod live;
 mod recorder;
 pub mod ring;
+mod stack;
+mod stacks;
 mod table;
 
 /// The recording format version this shim writes.

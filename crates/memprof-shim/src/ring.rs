@@ -1,38 +1,34 @@
-//! A preallocated, bounded, lock-free multi-producer queue of encoded records (Vyukov's bounded
-//! queue). Producers never block and never allocate: a full queue makes `push` return false. The
-//! single consumer is whoever holds the writer lock.
+//! A preallocated, bounded, lock-free multi-producer queue of fixed-size entries of `W` words
+//! (Vyukov's bounded queue). Producers never block and never allocate: a full queue makes `push`
+//! return false. The single consumer is whoever holds the writer lock.
 
-use memprof_wire::RECORD_LEN;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Words per record.
-pub const WORDS: usize = RECORD_LEN / 8;
-
-struct Slot {
+struct Slot<const W: usize> {
     /// Sequence number, stored minus the slot's index so that all-zero is the initial state.
     seq: AtomicU64,
-    words: [AtomicU64; WORDS],
+    words: [AtomicU64; W],
 }
 
-impl Slot {
-    const fn new() -> Slot {
+impl<const W: usize> Slot<W> {
+    const fn new() -> Slot<W> {
         Slot {
             seq: AtomicU64::new(0),
-            words: [const { AtomicU64::new(0) }; WORDS],
+            words: [const { AtomicU64::new(0) }; W],
         }
     }
 }
 
-pub struct Ring<const N: usize> {
-    slots: [Slot; N],
+pub struct Ring<const N: usize, const W: usize> {
+    slots: [Slot<W>; N],
     enqueue: AtomicU64,
     /// Only the consumer moves it.
     dequeue: AtomicU64,
 }
 
-impl<const N: usize> Ring<N> {
+impl<const N: usize, const W: usize> Ring<N, W> {
     /// `N` must be a power of two.
-    pub const fn new() -> Ring<N> {
+    pub const fn new() -> Ring<N, W> {
         assert!(N.is_power_of_two());
         Ring {
             slots: [const { Slot::new() }; N],
@@ -41,13 +37,14 @@ impl<const N: usize> Ring<N> {
         }
     }
 
-    fn slot(&self, pos: u64) -> (&Slot, u64) {
+    fn slot(&self, pos: u64) -> (&Slot<W>, u64) {
         let index = (pos as usize) & (N - 1);
         (&self.slots[index], index as u64)
     }
 
-    /// Adds a record; false when the queue is full.
-    pub fn push(&self, record: &[u8; RECORD_LEN]) -> bool {
+    /// Adds an entry: `words` (at most `W`) fill the slot from its start; the rest keep what an
+    /// earlier entry left there (the entry must say how much of it counts). False when full.
+    pub fn push(&self, words: &[u64]) -> bool {
         let mut pos = self.enqueue.load(Ordering::Relaxed);
         loop {
             let (slot, index) = self.slot(pos);
@@ -61,10 +58,8 @@ impl<const N: usize> Ring<N> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        for (word, bytes) in slot.words.iter().zip(record.chunks_exact(8)) {
-                            let mut le = [0u8; 8];
-                            le.copy_from_slice(bytes);
-                            word.store(u64::from_le_bytes(le), Ordering::Relaxed);
+                        for (word, &value) in slot.words.iter().zip(words) {
+                            word.store(value, Ordering::Relaxed);
                         }
                         slot.seq
                             .store(pos.wrapping_add(1).wrapping_sub(index), Ordering::Release);
@@ -80,17 +75,17 @@ impl<const N: usize> Ring<N> {
         }
     }
 
-    /// Takes the oldest record. Only one consumer at a time (the caller holds the writer lock).
-    pub fn pop(&self) -> Option<[u8; RECORD_LEN]> {
+    /// Takes the oldest entry. Only one consumer at a time (the caller holds the writer lock).
+    pub fn pop(&self) -> Option<[u64; W]> {
         let pos = self.dequeue.load(Ordering::Relaxed);
         let (slot, index) = self.slot(pos);
         let seq = slot.seq.load(Ordering::Acquire).wrapping_add(index);
         if seq != pos.wrapping_add(1) {
             return None;
         }
-        let mut out = [0u8; RECORD_LEN];
-        for (word, bytes) in slot.words.iter().zip(out.chunks_exact_mut(8)) {
-            bytes.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        let mut out = [0u64; W];
+        for (word, value) in slot.words.iter().zip(out.iter_mut()) {
+            *value = word.load(Ordering::Relaxed);
         }
         slot.seq.store(
             pos.wrapping_add(N as u64).wrapping_sub(index),
@@ -101,8 +96,8 @@ impl<const N: usize> Ring<N> {
     }
 }
 
-impl<const N: usize> Default for Ring<N> {
-    fn default() -> Ring<N> {
+impl<const N: usize, const W: usize> Default for Ring<N, W> {
+    fn default() -> Ring<N, W> {
         Ring::new()
     }
 }
@@ -112,25 +107,20 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    fn record(n: u64) -> [u8; RECORD_LEN] {
-        let mut out = [0u8; RECORD_LEN];
-        out[..8].copy_from_slice(&n.to_le_bytes());
-        out[56..].copy_from_slice(&(!n).to_le_bytes());
+    fn record(n: u64) -> [u64; 8] {
+        let mut out = [n; 8];
+        out[7] = !n;
         out
     }
 
-    fn number(record: &[u8; RECORD_LEN]) -> u64 {
-        let mut le = [0u8; 8];
-        le.copy_from_slice(&record[..8]);
-        let n = u64::from_le_bytes(le);
-        le.copy_from_slice(&record[56..]);
-        assert_eq!(u64::from_le_bytes(le), !n, "torn record");
-        n
+    fn number(record: &[u64; 8]) -> u64 {
+        assert_eq!(record[7], !record[0], "torn record");
+        record[0]
     }
 
     #[test]
     fn fifo_and_full() {
-        let ring = Ring::<4>::new();
+        let ring = Ring::<4, 8>::new();
         assert!(ring.pop().is_none());
         for lap in 0..3u64 {
             for i in 0..4 {
@@ -146,7 +136,7 @@ mod tests {
 
     #[test]
     fn concurrent_producers_lose_nothing_they_were_told_was_kept() {
-        let ring = Arc::new(Ring::<1024>::new());
+        let ring = Arc::new(Ring::<1024, 8>::new());
         let producers: Vec<_> = (0..4u64)
             .map(|t| {
                 let ring = Arc::clone(&ring);
