@@ -17,14 +17,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-/// Slots in the ring (336 bytes each: 11 MiB of .bss, touched as the ring fills).
-const SLOTS: usize = 1 << 15;
+/// Slots in the ring (80-byte heads and 256-byte stacks: 21 MiB of .bss, touched as the ring
+/// fills; stacks only by events that have one).
+const SLOTS: usize = 1 << 16;
 /// Words of a record.
 const RECORD_WORDS: usize = RECORD_LEN / 8;
-/// Words of an entry: the record, the stack depth, the return addresses.
-const ENTRY_WORDS: usize = RECORD_WORDS + 1 + MAX_DEPTH;
+/// Words of an entry's head: the record and the stack depth.
+const HEAD_WORDS: usize = RECORD_WORDS + 1;
 
-static RING: Ring<SLOTS, ENTRY_WORDS> = Ring::new();
+static RING: Ring<SLOTS, HEAD_WORDS, MAX_DEPTH> = Ring::new();
 /// Whether hooks capture call stacks (`MEMPROF_STACKS=0` turns it off).
 static STACKS: AtomicBool = AtomicBool::new(true);
 /// Events that could not be recorded (full ring, write error, after the final flush).
@@ -192,22 +193,18 @@ pub fn record(mut event: Record) {
         event.tid = cached_tid();
         // The process that started recording: only it records (see `forked_child`).
         event.pid = RECORDING_PID.load(Ordering::Relaxed);
-        let mut entry = [0u64; ENTRY_WORDS];
-        for (word, bytes) in entry.iter_mut().zip(event.encode().chunks_exact(8)) {
+        let mut head = [0u64; HEAD_WORDS];
+        for (word, bytes) in head.iter_mut().zip(event.encode().chunks_exact(8)) {
             let mut le = [0u8; 8];
             le.copy_from_slice(bytes);
             *word = u64::from_le_bytes(le);
         }
-        let mut used = RECORD_WORDS + 1;
+        let mut frames = [0u64; MAX_DEPTH];
         if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
-            let mut frames = [0u64; MAX_DEPTH];
-            let depth = stack::capture(&mut frames);
-            entry[RECORD_WORDS] = depth as u64;
-            entry[used..used + depth].copy_from_slice(&frames[..depth]);
-            used += depth;
+            head[RECORD_WORDS] = stack::capture(&mut frames) as u64;
         }
-        if !RING.push(&entry[..used]) {
-            push_when_drained(&entry[..used]);
+        if !RING.push(&head, &frames) {
+            push_when_drained(&head, &frames);
         }
     }
     // SAFETY: as above.
@@ -215,12 +212,12 @@ pub fn record(mut event: Record) {
 }
 
 /// The ring was full: yield to the writer a bounded number of times, then count a drop.
-fn push_when_drained(encoded: &[u64]) {
+fn push_when_drained(head: &[u64; HEAD_WORDS], frames: &[u64]) {
     let mut yields = 0;
     while WRITER_ALIVE.load(Ordering::Acquire) && yields < MAX_YIELDS {
         // SAFETY: sched_yield takes no arguments.
         unsafe { libc::sched_yield() };
-        if RING.push(encoded) {
+        if RING.push(head, frames) {
             DELAYED.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -345,18 +342,21 @@ fn drain(writer: &mut Writer) -> (u64, bool) {
     // Definitions and records for the file; records alone for the live stream.
     let mut file_bytes = Vec::with_capacity(64 * RECORD_LEN);
     let mut live_bytes = Vec::with_capacity(64 * RECORD_LEN);
+    let mut head = [0u64; HEAD_WORDS];
+    let mut stack = [0u64; MAX_DEPTH];
     loop {
         file_bytes.clear();
         live_bytes.clear();
         let mut count = 0u64;
         while count < 64 {
-            let Some(entry) = RING.pop() else { break };
+            let Some(depth) = RING.pop(&mut head, &mut stack) else {
+                break;
+            };
             let mut record = [0u8; RECORD_LEN];
-            for (bytes, word) in record.chunks_exact_mut(8).zip(&entry[..RECORD_WORDS]) {
+            for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
                 bytes.copy_from_slice(&word.to_le_bytes());
             }
-            let depth = (entry[RECORD_WORDS] as usize).min(MAX_DEPTH);
-            let frames = &entry[RECORD_WORDS + 1..RECORD_WORDS + 1 + depth];
+            let frames = &stack[..depth];
             if let Some(id) = writer.stacks.id(frames, &mut file_bytes) {
                 record[60..64].copy_from_slice(&id.to_le_bytes());
             }
