@@ -19,6 +19,7 @@ mod recording;
 mod shim_preload;
 mod simulate;
 mod stacks;
+mod torch_run;
 mod tui;
 mod util;
 mod view_tmux;

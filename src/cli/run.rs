@@ -1,8 +1,12 @@
-//! `memprof run [-o OUT.memprof] -- CMD...`: runs CMD with the recording shim preloaded, passes
-//! its exit code through and prints a short summary of the recording on stderr.
+//! `memprof run [-o OUT.memprof] [--torch] -- CMD...`: runs CMD with the recording shim
+//! preloaded, passes its exit code through and prints a short summary of the recording on
+//! stderr. `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`)
+//! that turns on PyTorch's memory history and dumps a snapshot next to the recording when the
+//! program runs out of memory.
 //!
-//! `--torch` and `--live` are not built yet and are refused.
+//! `--live` is not built yet and is refused.
 
+use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
 use super::unbuilt::RunArgs;
 use super::Outcome;
 use anyhow::{bail, Context};
@@ -18,9 +22,6 @@ const DEFAULT_OUT: &str = "memprof-run.memprof";
 const SHIM_NAME: &str = "libmemprof_shim.so";
 
 pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
-    if args.torch {
-        bail!("`memprof run --torch` is not built yet in this version; plain `memprof run` is");
-    }
     if args.live {
         bail!("`memprof run --live` is not built yet in this version; plain `memprof run` is");
     }
@@ -46,13 +47,45 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         preload.push(" ");
         preload.push(existing);
     }
-    let status = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(rest)
         .env("LD_PRELOAD", preload)
-        .env("MEMPROF_OUT", &out)
+        .env("MEMPROF_OUT", &out);
+    let hook = if args.torch {
+        // Snapshots of an earlier run must not be taken for this one's.
+        for stale in snapshots_written(&out) {
+            std::fs::remove_file(&stale)
+                .with_context(|| format!("cannot replace {}", stale.display()))?;
+        }
+        let hook = TorchHook::create()?;
+        command
+            .env(
+                "PYTHONPATH",
+                hook.python_path(std::env::var_os("PYTHONPATH")),
+            )
+            .env("MEMPROF_TORCH_SNAPSHOT", snapshot_pattern(&out));
+        Some(hook)
+    } else {
+        None
+    };
+    let status = command
         .status()
         .with_context(|| format!("cannot run {program}"))?;
+    drop(hook);
     eprintln!("memprof: {}", summary(&out));
+    if args.torch {
+        let written = snapshots_written(&out);
+        if written.is_empty() {
+            eprintln!("memprof: no PyTorch out-of-memory snapshot was written");
+        }
+        for snapshot in written {
+            eprintln!(
+                "memprof: PyTorch snapshot at out-of-memory: {}",
+                snapshot.display()
+            );
+        }
+    }
     let code = match status.code() {
         Some(code) => code,
         None => {

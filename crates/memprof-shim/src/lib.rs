@@ -14,9 +14,14 @@
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
 //! shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
 //! `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them) so that each record carries
-//! the device of the calling thread's current context (`context.rs`). Not yet: `dlsym` on other
-//! architectures, context push/pop, context events in the recording, recording in forked
-//! children, stacks. A program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
+//! the device of the calling thread's current context (`context.rs`). Each allocation (and
+//! `cuMemMap`) carries the native call stack of its caller, found by a frame-pointer walk
+//! (`stack.rs`; x86_64 and aarch64; `MEMPROF_STACKS=0` turns it off); the writer thread gives
+//! each distinct stack an id and writes the executable mappings needed to symbolize it
+//! (`stacks.rs`). Not yet: `dlsym` on other architectures, context push/pop, context events in
+//! the recording, recording in forked children, stacks of code built without frame pointers
+//! (partial), stack definitions on the live socket (its records carry ids it never defines). A
+//! program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
 //!
 //! While it records, the shim also streams the same bytes to clients of a Unix socket named after
 //! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
