@@ -1,10 +1,11 @@
 //! Call stacks in recordings: `kernels/workloads/two_sites.c` (built with frame pointers and
 //! `-g`) allocates from named functions and from a library it loads with `dlopen`; its recording
 //! carries a stack per allocation and the mappings to symbolize them, and `analyze` names those
-//! functions, with file and line, as the top sites with the bytes each left alive.
+//! functions, with file and line, as the top sites with the bytes each left alive; `gate` names
+//! the site that grew and `export --to torch-snapshot` keeps the stacks.
 
 use crate::shim_preload::{check, kernels, shim};
-use crate::util::{analyze_json, repo};
+use crate::util::{analyze_json, memprof, repo, stderr, stdout};
 use memprof_wire::{decode_recording, Kind, Recording};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -50,13 +51,19 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
 
 /// Runs two_sites (loading the plugin) under the shim; `stacks` false sets `MEMPROF_STACKS=0`.
 fn record(name: &str, stacks: bool) -> (PathBuf, Recording) {
+    record_run(name, stacks, true)
+}
+
+/// `record`, with or without loading the plugin.
+fn record_run(name: &str, stacks: bool, load_plugin: bool) -> (PathBuf, Recording) {
     let dir = kernels(name);
     let (exe, plugin) = build(&dir);
     let out = dir.join("two_sites.memprof");
     let mut cmd = Command::new(exe);
-    cmd.arg(&plugin)
-        .env("MEMPROF_OUT", &out)
-        .env("LD_PRELOAD", shim());
+    if load_plugin {
+        cmd.arg(&plugin);
+    }
+    cmd.env("MEMPROF_OUT", &out).env("LD_PRELOAD", shim());
     if !stacks {
         cmd.env("MEMPROF_STACKS", "0");
     }
@@ -164,4 +171,50 @@ fn memprof_stacks_0_records_no_stacks() {
     let found = sites(&doc);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0], ("<no stack recorded>".to_string(), 1_170_000, 6));
+}
+
+#[test]
+fn gate_names_the_site_that_grew_and_exports_keep_the_stacks() {
+    let (base, _) = record_run("stacks-base", true, false);
+    let (current, _) = record("stacks-current", true);
+    let dir = current.parent().expect("a directory");
+    let baseline = dir.join("baseline.json").display().to_string();
+    let out = memprof(&[
+        "gate",
+        &base.display().to_string(),
+        "--write-baseline",
+        &baseline,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let current_arg = current.display().to_string();
+    let out = memprof(&[
+        "gate",
+        &current_arg,
+        "--baseline",
+        &baseline,
+        "--limit",
+        "1100000",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let grown = format!(
+        "kernels/workloads/plugin.c:{}:plugin_buffer  (0 B -> 68.36 KiB)",
+        line_of("plugin.c", "cuMemAlloc_v2(p, 70000)")
+    );
+    assert!(text.contains(&grown), "{text}");
+
+    let pickle = dir.join("two_sites.pickle");
+    let pickle_arg = pickle.display().to_string();
+    let out = memprof(&[
+        "export",
+        &current_arg,
+        "--to",
+        "torch-snapshot",
+        "-o",
+        &pickle_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let from_recording = sites(&analyze_json(std::slice::from_ref(&current)));
+    let from_export = sites(&analyze_json(&[pickle]));
+    assert_eq!(from_export, from_recording);
 }
