@@ -1,7 +1,7 @@
 //! memprof recordings as input: `kernels/workloads/peak_oom.c` runs on the fake driver under
 //! the shim, and `analyze`, `diagnose`, `gate` and `export` read its recording with the figures
 //! the workload's calls imply; `export --to torch-snapshot` round-trips through `analyze` and
-//! Python's `pickle` (and `--to json` / `perfetto` work); a version-1 recording still reads;
+//! Python's `pickle` (and `--to json` / `perfetto` work); version-1 and -2 recordings still read;
 //! `simulate` refuses; damaged recordings fail with one line or warn; a program ending with
 //! `_exit` / `_Exit` still gets its whole recording; `MEMPROF_LISTEN=0` opens no socket.
 
@@ -133,7 +133,7 @@ fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
 }
 
 #[test]
-fn a_version_1_recording_reads_with_the_same_figures_and_no_process_details() {
+fn version_1_and_2_recordings_read_with_the_same_figures() {
     // Without stacks, as version 1 has none.
     let (path, _) = record_with("v1", None, &[("MEMPROF_STACKS", "0")]);
     let figures = |file: &Path| {
@@ -149,6 +149,10 @@ fn a_version_1_recording_reads_with_the_same_figures_and_no_process_details() {
     let (now, process) = figures(&path);
     let (old, old_process) = figures(&crate::util::fixture("recordings/peak_oom_v1.memprof"));
     assert_eq!(old, now);
+    // Version 2 (before stacks, written by that version's shim) reads the same, with its process.
+    let (v2, v2_process) = figures(&crate::util::fixture("recordings/peak_oom_v2.memprof"));
+    assert_eq!(v2, now);
+    assert!(v2_process["host"].is_string());
     assert!(process["host"].is_string());
     assert_eq!(old_process["host"], Value::Null);
     assert_eq!(old_process["command"], serde_json::json!([]));
