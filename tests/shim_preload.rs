@@ -198,6 +198,19 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
         .records
         .iter()
         .all(|r| r.pid == recording.header.pid));
+    // Every call that makes memory addressable carries a defined call stack, whichever way it
+    // reached the driver (by symbol, cuGetProcAddress, dlsym; threads included); others none.
+    for r in &recording.records {
+        let wants = r.kind.allocates() || r.kind == Kind::VmmMap;
+        assert_eq!(
+            recording.stacks.contains_key(&r.stack),
+            wants,
+            "{:?} flags {} stack {}",
+            r.kind,
+            r.flags,
+            r.stack
+        );
+    }
 
     // The main thread's calls, in order, exactly as the workload saw them.
     let main_tid = recording.records[0].tid;

@@ -28,7 +28,8 @@
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
-//! the file and starts the writer thread). When the buffer is full the hook yields to the writer
+//! the file and starts the writer thread), except that a thread's first allocation looks up its
+//! stack bounds once (`pthread_getattr_np`, which allocates; see `stack.rs`). When the buffer is full the hook yields to the writer
 //! up to 10,000 times (counted as delayed), then drops the event (counted); both counts are in
 //! the trailer.
 
