@@ -20,6 +20,8 @@ mod real_snapshots;
 mod recording;
 mod shim_preload;
 mod simulate;
+mod stacks;
+mod torch_run;
 mod tui;
 mod util;
 mod view_tmux;

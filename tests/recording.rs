@@ -1,13 +1,13 @@
 //! memprof recordings as input: `kernels/workloads/peak_oom.c` runs on the fake driver under
 //! the shim, and `analyze`, `diagnose`, `gate` and `export` read its recording with the figures
 //! the workload's calls imply; `export --to torch-snapshot` round-trips through `analyze` and
-//! Python's `pickle` (and `--to json` / `perfetto` work); a version-1 recording still reads;
+//! Python's `pickle` (and `--to json` / `perfetto` work); version-1 and -2 recordings still read;
 //! `simulate` refuses; damaged recordings fail with one line or warn; a program ending with
 //! `_exit` / `_Exit` still gets its whole recording; `MEMPROF_LISTEN=0` opens no socket.
 
 use crate::shim_preload::{kernels, shim};
 use crate::util::{analyze_json, memprof, repo, stderr, stdout};
-use memprof_wire::{decode_recording, Kind, Recording, RECORD_LEN};
+use memprof_wire::{decode_recording, Kind, Recording};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,13 +18,19 @@ const CAPACITY_DEFAULT: u64 = 1 << 30;
 
 /// Runs peak_oom (with `arg`) under the shim; returns the recording's path and its records.
 fn record(name: &str, arg: Option<&str>) -> (PathBuf, Recording) {
+    record_with(name, arg, &[])
+}
+
+/// `record` with more environment variables.
+fn record_with(name: &str, arg: Option<&str>, env: &[(&str, &str)]) -> (PathBuf, Recording) {
     let dir = kernels(name);
     let out = dir.join("peak_oom.memprof");
     let mut cmd = Command::new(dir.join("peak_oom"));
     cmd.args(arg)
         .env("FAKE_CUDA_CAPACITY", CAPACITY.to_string())
         .env("MEMPROF_OUT", &out)
-        .env("LD_PRELOAD", shim());
+        .env("LD_PRELOAD", shim())
+        .envs(env.iter().copied());
     let status = cmd.status().expect("peak_oom runs");
     assert!(status.success(), "peak_oom {arg:?}: {status}");
     let bytes = std::fs::read(&out).expect("the recording was written");
@@ -127,8 +133,9 @@ fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
 }
 
 #[test]
-fn a_version_1_recording_reads_with_the_same_figures_and_no_process_details() {
-    let (path, _) = record("v1", None);
+fn version_1_and_2_recordings_read_with_the_same_figures() {
+    // Without stacks, as version 1 has none.
+    let (path, _) = record_with("v1", None, &[("MEMPROF_STACKS", "0")]);
     let figures = |file: &Path| {
         let doc = analyze_json(&[file.to_path_buf()]);
         let input = &doc["inputs"][0];
@@ -142,6 +149,10 @@ fn a_version_1_recording_reads_with_the_same_figures_and_no_process_details() {
     let (now, process) = figures(&path);
     let (old, old_process) = figures(&crate::util::fixture("recordings/peak_oom_v1.memprof"));
     assert_eq!(old, now);
+    // Version 2 (before stacks, written by that version's shim) reads the same, with its process.
+    let (v2, v2_process) = figures(&crate::util::fixture("recordings/peak_oom_v2.memprof"));
+    assert_eq!(v2, now);
+    assert!(v2_process["host"].is_string());
     assert!(process["host"].is_string());
     assert_eq!(old_process["host"], Value::Null);
     assert_eq!(
@@ -387,7 +398,7 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
 
     let bad = dir.join("bad-kind.memprof");
     let mut damaged = bytes.clone();
-    let offset = recording.records_at + 3 * RECORD_LEN;
+    let offset = recording.offsets[3];
     damaged[offset] = 0xee;
     std::fs::write(&bad, &damaged).expect("written");
     let out = memprof(&["analyze", &bad.display().to_string()]);
@@ -395,13 +406,15 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains(&format!("at byte {offset}: record 3 has unknown kind 238")),
+        // The index counts the stack and mapping definitions before it too.
+        err.contains(&format!("at byte {offset}: record "))
+            && err.ends_with(" has unknown kind 238\n"),
         "{err}"
     );
 
     // Cut in the middle of the sixth record: five records are read, with warnings.
     let cut = dir.join("cut.memprof");
-    let at = recording.records_at + 5 * RECORD_LEN + 40;
+    let at = recording.offsets[5] + 40;
     std::fs::write(&cut, &bytes[..at]).expect("written");
     let doc = analyze_json(std::slice::from_ref(&cut));
     let warnings = doc["inputs"][0]["warnings"].to_string();

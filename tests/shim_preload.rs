@@ -24,7 +24,7 @@ fn tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-fn check(what: &str, out: &Output) {
+pub fn check(what: &str, out: &Output) {
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",
@@ -147,6 +147,8 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::AddressReserve => "address_reserve",
         Kind::AddressFree => "address_free",
         Kind::LiveDropped => "live_dropped",
+        Kind::Stack => "stack",
+        Kind::Mapping => "mapping",
     }
 }
 
@@ -196,6 +198,19 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
         .records
         .iter()
         .all(|r| r.pid == recording.header.pid));
+    // Every call that makes memory addressable carries a defined call stack, whichever way it
+    // reached the driver (by symbol, cuGetProcAddress, dlsym; threads included); others none.
+    for r in &recording.records {
+        let wants = r.kind.allocates() || r.kind == Kind::VmmMap;
+        assert_eq!(
+            recording.stacks.contains_key(&r.stack),
+            wants,
+            "{:?} flags {} stack {}",
+            r.kind,
+            r.flags,
+            r.stack
+        );
+    }
 
     // The main thread's calls, in order, exactly as the workload saw them.
     let main_tid = recording.records[0].tid;
@@ -430,10 +445,10 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     assert!(!dir.join("stale.memprof").exists());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no recording written"));
 
-    // Refusals: a missing shim, and the flags not built yet.
+    // Refusals: a missing shim, and the flag not built yet.
     let out = memprof_run(&["--", "true"], &dir, Some(&dir.join("nope.so")));
     assert_eq!(out.status.code(), Some(2));
-    let out = memprof_run(&["--torch", "--", "true"], &dir, Some(shim()));
+    let out = memprof_run(&["--live", "--", "true"], &dir, Some(shim()));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
 }

@@ -43,6 +43,15 @@ const PLUMBING: [&str; 5] = [
     "_start",
 ];
 
+/// Libraries between a program and the device: in a recording's native stacks (the CUDA runtime
+/// calls the driver), never the place a user would change.
+const CUDA_LIBRARIES: [&str; 2] = ["/libcudart.so", "/libcuda.so"];
+
+fn is_plumbing(f: &Frame) -> bool {
+    PLUMBING.iter().any(|p| f.name.contains(p))
+        || CUDA_LIBRARIES.iter().any(|l| f.filename.contains(l))
+}
+
 /// A C++ function name without its argument list.
 fn short_name(name: &str) -> &str {
     name.find('(').map_or(name, |i| &name[..i]).trim_end()
@@ -73,11 +82,7 @@ pub fn site_of(stacks: &StackTable, stack: Option<StackId>) -> String {
                 .rev()
                 .find(|f| f.name.starts_with("at::_ops::"))
         })
-        .or_else(|| {
-            frames
-                .iter()
-                .find(|f| !PLUMBING.iter().any(|p| f.name.contains(p)))
-        })
+        .or_else(|| frames.iter().find(|f| !is_plumbing(f)))
         .or(frames.first())
         .map_or_else(|| NO_STACK.to_string(), |f| native(&f))
 }
@@ -193,6 +198,20 @@ mod tests {
         );
         let forward = t.add_stack([unwind, malloc, op].into());
         assert_eq!(site_of(&t, forward), "??:0:at::_ops::bmm::call");
+        // A recording's stack: the CUDA runtime's frames are passed over.
+        let runtime = t.add_frame(frame(
+            "/usr/local/cuda/lib64/libcudart.so.12",
+            0,
+            "libcudart.so.12+0x4f1a0",
+        ));
+        let caller = t.add_frame(frame("/src/app.cc", 31, "load_weights()"));
+        let recorded = t.add_stack([runtime, caller].into());
+        assert_eq!(site_of(&t, recorded), "/src/app.cc:31:load_weights");
+        let runtime_only = t.add_stack([runtime].into());
+        assert_eq!(
+            site_of(&t, runtime_only),
+            "/usr/local/cuda/lib64/libcudart.so.12:0:libcudart.so.12+0x4f1a0"
+        );
         let bare = t.add_stack([unwind, malloc, engine].into());
         assert_eq!(
             site_of(&t, bare),

@@ -15,6 +15,7 @@ mod report;
 mod run;
 mod simulate;
 mod top;
+mod torch_hook;
 mod unbuilt;
 mod view;
 

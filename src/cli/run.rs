@@ -1,10 +1,14 @@
-//! `memprof run [-o OUT.memprof] -- CMD...`: runs CMD with the recording shim preloaded, passes
-//! its exit code through and prints a short summary of the recording on stderr.
+//! `memprof run [-o OUT.memprof] [--torch] -- CMD...`: runs CMD with the recording shim
+//! preloaded, passes its exit code through and prints a short summary of the recording on
+//! stderr. `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`)
+//! that turns on PyTorch's memory history and dumps a snapshot next to the recording when the
+//! program runs out of memory.
 //!
 //! With `--live` the attach dashboard (`tui::attach`) follows CMD through the shim's socket while
 //! it runs; CMD's output then goes to a log file beside the recording and its input is empty, as
-//! the dashboard holds the terminal. `--torch` is not built yet and is refused.
+//! the dashboard holds the terminal.
 
+use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
 use super::unbuilt::RunArgs;
 use super::Outcome;
 use crate::source::gpu::SystemClock;
@@ -31,9 +35,6 @@ const LIVE_INTERVAL: Duration = Duration::from_millis(500);
 const SHIM_NAME: &str = "libmemprof_shim.so";
 
 pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
-    if args.torch {
-        bail!("`memprof run --torch` is not built yet in this version; plain `memprof run` is");
-    }
     if args.live && !std::io::stdout().is_terminal() {
         bail!("`memprof run --live` opens a dashboard and needs a terminal");
     }
@@ -64,6 +65,23 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         .args(rest)
         .env("LD_PRELOAD", preload)
         .env("MEMPROF_OUT", &out);
+    let hook = if args.torch {
+        // Snapshots of an earlier run must not be taken for this one's.
+        for stale in snapshots_written(&out) {
+            std::fs::remove_file(&stale)
+                .with_context(|| format!("cannot replace {}", stale.display()))?;
+        }
+        let hook = TorchHook::create()?;
+        command
+            .env(
+                "PYTHONPATH",
+                hook.python_path(std::env::var_os("PYTHONPATH")),
+            )
+            .env("MEMPROF_TORCH_SNAPSHOT", snapshot_pattern(&out));
+        Some(hook)
+    } else {
+        None
+    };
     let status = if args.live {
         let log = out.with_extension("log");
         let file = std::fs::File::create(&log)
@@ -92,7 +110,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             .status()
             .with_context(|| format!("cannot run {program}"))?
     };
+    drop(hook);
     eprintln!("memprof: {}", summary(&out));
+    if args.torch {
+        let written = snapshots_written(&out);
+        if written.is_empty() {
+            eprintln!("memprof: no PyTorch out-of-memory snapshot was written");
+        }
+        for snapshot in written {
+            eprintln!(
+                "memprof: PyTorch snapshot at out-of-memory: {}",
+                snapshot.display()
+            );
+        }
+    }
     let code = match status.code() {
         Some(code) => code,
         None => {

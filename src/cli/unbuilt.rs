@@ -26,7 +26,8 @@ pub struct RunArgs {
     /// Where to write the recording (default memprof-run.memprof).
     #[arg(short = 'o', value_name = "OUT.memprof")]
     pub output: Option<PathBuf>,
-    /// Also turn on PyTorch's memory history (not built yet).
+    /// Also turn on PyTorch's memory history in a Python CMD and dump a snapshot next to the
+    /// recording when it runs out of memory.
     #[arg(long)]
     pub torch: bool,
     /// Open the attach dashboard on CMD while it runs (CMD's output goes to OUT.log).

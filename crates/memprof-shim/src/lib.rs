@@ -14,16 +14,22 @@
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
 //! shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
 //! `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them) so that each record carries
-//! the device of the calling thread's current context (`context.rs`). Not yet: `dlsym` on other
-//! architectures, context push/pop, context events in the recording, recording in forked
-//! children, stacks. A program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
+//! the device of the calling thread's current context (`context.rs`). Each allocation (and
+//! `cuMemMap`) carries the native call stack of its caller, found by a frame-pointer walk
+//! (`stack.rs`; x86_64 and aarch64; `MEMPROF_STACKS=0` turns it off); the writer thread gives
+//! each distinct stack an id and writes the executable mappings needed to symbolize it
+//! (`stacks.rs`). Not yet: `dlsym` on other architectures, context push/pop, context events in
+//! the recording, recording in forked children, stacks of code built without frame pointers
+//! (partial), stack definitions on the live socket (its records carry ids it never defines). A
+//! program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
 //!
 //! While it records, the shim also streams the same bytes to clients of a Unix socket named after
 //! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
-//! the file and starts the writer thread). When the buffer is full the hook yields to the writer
+//! the file and starts the writer thread), except that a thread's first allocation looks up its
+//! stack bounds once (`pthread_getattr_np`, which allocates; see `stack.rs`). When the buffer is full the hook yields to the writer
 //! up to 10,000 times (counted as delayed), then drops the event (counted); both counts are in
 //! the trailer.
 
@@ -36,6 +42,8 @@ mod hooks;
 mod live;
 mod recorder;
 pub mod ring;
+mod stack;
+mod stacks;
 mod table;
 
 /// The recording format version this shim writes.

@@ -1,7 +1,14 @@
 //! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
+//!
+//! Each ring entry is an encoded record, the depth of its call stack and the stack's return
+//! addresses (`stack.rs`; allocations only, unless `MEMPROF_STACKS=0`). The writer gives each
+//! distinct stack an id (`stacks.rs`), writes its definition and the mappings it needs before
+//! the first record that uses it, and puts the id in the record.
 
 use crate::live::Server;
 use crate::ring::Ring;
+use crate::stack::{self, MAX_DEPTH};
+use crate::stacks::Stacks;
 use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, RECORD_LEN};
 use std::cell::Cell;
 use std::fs::File;
@@ -10,10 +17,17 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-/// Slots in the ring (64 bytes each: 4 MiB, preallocated in .bss).
+/// Slots in the ring (80-byte heads and 256-byte stacks: 21 MiB of .bss, touched as the ring
+/// fills; stacks only by events that have one).
 const SLOTS: usize = 1 << 16;
+/// Words of a record.
+const RECORD_WORDS: usize = RECORD_LEN / 8;
+/// Words of an entry's head: the record and the stack depth.
+const HEAD_WORDS: usize = RECORD_WORDS + 1;
 
-static RING: Ring<SLOTS> = Ring::new();
+static RING: Ring<SLOTS, HEAD_WORDS, MAX_DEPTH> = Ring::new();
+/// Whether hooks capture call stacks (`MEMPROF_STACKS=0` turns it off).
+static STACKS: AtomicBool = AtomicBool::new(true);
 /// Events that could not be recorded (full ring, write error, after the final flush).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Events that found the ring full and were written after the hook waited for the writer.
@@ -41,6 +55,8 @@ struct Writer {
     closed: bool,
     /// The live socket, unless `MEMPROF_LISTEN=0` or it could not be made.
     live: Option<Server>,
+    /// Stack ids and the mappings written so far.
+    stacks: Stacks,
 }
 
 static WRITER: Mutex<Writer> = Mutex::new(Writer {
@@ -48,6 +64,7 @@ static WRITER: Mutex<Writer> = Mutex::new(Writer {
     written: 0,
     closed: false,
     live: None,
+    stacks: Stacks::new(),
 });
 
 thread_local! {
@@ -159,7 +176,15 @@ fn pid() -> u32 {
     unsafe { libc::getpid() as u32 }
 }
 
-/// Records an event; fills in time, thread and process. Keeps `errno`.
+/// Whether events of this kind carry a call stack: the calls that make memory addressable.
+fn wants_stack(kind: Kind) -> bool {
+    kind.allocates() || kind == Kind::VmmMap
+}
+
+/// Records an event; fills in time, thread, process and (for allocations) the call stack.
+/// Keeps `errno`.
+// Not inlined, so that the stack walk sees the same shim frames above every hook.
+#[inline(never)]
 pub fn record(mut event: Record) {
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
@@ -168,9 +193,18 @@ pub fn record(mut event: Record) {
         event.tid = cached_tid();
         // The process that started recording: only it records (see `forked_child`).
         event.pid = RECORDING_PID.load(Ordering::Relaxed);
-        let encoded = event.encode();
-        if !RING.push(&encoded) {
-            push_when_drained(&encoded);
+        let mut head = [0u64; HEAD_WORDS];
+        for (word, bytes) in head.iter_mut().zip(event.encode().chunks_exact(8)) {
+            let mut le = [0u8; 8];
+            le.copy_from_slice(bytes);
+            *word = u64::from_le_bytes(le);
+        }
+        let mut frames = [0u64; MAX_DEPTH];
+        if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
+            head[RECORD_WORDS] = stack::capture(&mut frames) as u64;
+        }
+        if !RING.push(&head, &frames) {
+            push_when_drained(&head, &frames);
         }
     }
     // SAFETY: as above.
@@ -178,12 +212,12 @@ pub fn record(mut event: Record) {
 }
 
 /// The ring was full: yield to the writer a bounded number of times, then count a drop.
-fn push_when_drained(encoded: &[u8; memprof_wire::RECORD_LEN]) {
+fn push_when_drained(head: &[u64; HEAD_WORDS], frames: &[u64]) {
     let mut yields = 0;
     while WRITER_ALIVE.load(Ordering::Acquire) && yields < MAX_YIELDS {
         // SAFETY: sched_yield takes no arguments.
         unsafe { libc::sched_yield() };
-        if RING.push(encoded) {
+        if RING.push(head, frames) {
             DELAYED.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -226,6 +260,10 @@ fn start() -> bool {
     let Some(out) = out.to_str() else {
         return false;
     };
+    STACKS.store(
+        std::env::var_os("MEMPROF_STACKS").is_none_or(|v| v != "0"),
+        Ordering::Relaxed,
+    );
     // Never overwrite: a second process with the same MEMPROF_OUT (a CUDA program started by
     // the recorded one) records to `OUT.<pid>` instead.
     let path = out.replace("%p", &pid().to_string());
@@ -301,21 +339,37 @@ fn drain(writer: &mut Writer) -> (u64, bool) {
         return (0, true);
     }
     let mut taken = 0;
-    let mut buffer = [0u8; 64 * RECORD_LEN];
+    // Definitions and records for the file; records alone for the live stream.
+    let mut file_bytes = Vec::with_capacity(64 * RECORD_LEN);
+    let mut live_bytes = Vec::with_capacity(64 * RECORD_LEN);
+    let mut head = [0u64; HEAD_WORDS];
+    let mut stack = [0u64; MAX_DEPTH];
     loop {
-        let mut filled = 0;
-        while filled < buffer.len() {
-            let Some(record) = RING.pop() else { break };
-            buffer[filled..filled + RECORD_LEN].copy_from_slice(&record);
-            filled += RECORD_LEN;
+        file_bytes.clear();
+        live_bytes.clear();
+        let mut count = 0u64;
+        while count < 64 {
+            let Some(depth) = RING.pop(&mut head, &mut stack) else {
+                break;
+            };
+            let mut record = [0u8; RECORD_LEN];
+            for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
+                bytes.copy_from_slice(&word.to_le_bytes());
+            }
+            let frames = &stack[..depth];
+            if let Some(id) = writer.stacks.id(frames, &mut file_bytes) {
+                record[60..64].copy_from_slice(&id.to_le_bytes());
+            }
+            file_bytes.extend_from_slice(&record);
+            live_bytes.extend_from_slice(&record);
+            count += 1;
         }
-        if filled == 0 {
+        if count == 0 {
             return (taken, false);
         }
-        let count = (filled / RECORD_LEN) as u64;
         taken += count;
         let ok = match writer.file.as_mut() {
-            Some(file) => file.write_all(&buffer[..filled]).is_ok(),
+            Some(file) => file.write_all(&file_bytes).is_ok(),
             None => false,
         };
         if ok {
@@ -325,7 +379,7 @@ fn drain(writer: &mut Writer) -> (u64, bool) {
             DROPPED.fetch_add(count, Ordering::Relaxed);
         }
         if let Some(live) = writer.live.as_mut() {
-            live.send(&buffer[..filled]);
+            live.send(&live_bytes);
         }
     }
 }

@@ -62,7 +62,7 @@ impl Table {
             Kind::MemGetInfo => {
                 self.info.insert(r.device, *r);
             }
-            Kind::Trailer | Kind::LiveDropped => {}
+            Kind::Trailer | Kind::LiveDropped | Kind::Stack | Kind::Mapping => {}
         }
     }
 

@@ -8,16 +8,26 @@
 //!                    | start time u64 (CLOCK_MONOTONIC, ns)
 //! process block:     length u32 | entries, each tag u16 | length u32 | bytes      (version 2)
 //! record (64 bytes): kind u16 | flags u16 | tid u32 | ts_ns u64 | ptr u64 | size u64
-//!                    | stream u64 | aux u64 | pid u32 | device i32 | result u32 | reserved u32
+//!                    | stream u64 | aux u64 | pid u32 | device i32 | result u32 | stack u32
 //! ```
+//!
+//! Version 3 adds call stacks. A record's last word (reserved, zero, before) is the id of its
+//! call stack, 0 for none. Two kinds of definition records, each followed by a payload padded
+//! with zeros to whole 64-byte blocks, come before the first record that needs them:
+//! [`Kind::Stack`] (`aux` = stack id, `size` = frame count, payload: the return addresses as
+//! u64, innermost first) and [`Kind::Mapping`] (an executable file mapping of the process, as in
+//! `/proc/<pid>/maps`: `ptr` = start, `size` = length, `aux` = file offset, `stream` = length of
+//! the path, payload: the path's bytes), so that addresses can be symbolized after the process
+//! is gone. Definitions are not events and are not in [`Recording::records`].
 //!
 //! Process block entries ([`ProcessInfo`]): tag 1 the wall clock (`CLOCK_REALTIME`, ns since the
 //! Unix epoch) read together with the header's start time, tag 2 the host name, tag 3 one
 //! command-line argument (repeated, in order). Readers skip tags they do not know, so new tags
 //! need no version bump.
 //!
-//! Compatibility: this reader reads versions 1 (no process block) and 2, and refuses a newer
-//! version with a message saying so.
+//! Compatibility: this reader reads versions 1 (no process block), 2 (no stacks) and 3, and
+//! refuses a newer version with a message saying so. A definition record in a version 1 or 2
+//! recording is an unknown kind, as it was to the readers of those versions.
 //!
 //! A recording that was closed cleanly ends with one [`Kind::Trailer`] record carrying the number
 //! of events written and the number dropped. A recording without one was cut short (the program
@@ -33,7 +43,7 @@
 pub const MAGIC: &[u8; 8] = b"MEMPROF\0";
 
 /// Version of the layout written after the magic.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// The oldest version this reader still reads.
 pub const OLDEST_VERSION: u32 = 1;
@@ -49,6 +59,15 @@ pub const FILE_HEADER_LEN: usize = 32;
 
 /// Length of one record.
 pub const RECORD_LEN: usize = 64;
+
+/// The most frames a [`Kind::Stack`] definition may hold.
+pub const MAX_FRAMES: usize = 128;
+
+/// The longest path a [`Kind::Mapping`] definition may hold, in bytes.
+pub const MAX_PATH: usize = 4096;
+
+/// The first version with call stacks ([`Kind::Stack`], [`Kind::Mapping`], [`Record::stack`]).
+pub const STACKS_VERSION: u32 = 3;
 
 /// `CUDA_SUCCESS`.
 pub const CUDA_SUCCESS: u32 = 0;
@@ -262,6 +281,10 @@ pub enum Kind {
     /// Live stream only (never in a file): `size` events were not sent to this client because
     /// it read too slowly. They are in the file.
     LiveDropped = 16,
+    /// Definition of call stack `aux` with `size` frames, followed by the frames (version 3).
+    Stack = 17,
+    /// An executable file mapping, followed by its path (version 3; see the module docs).
+    Mapping = 18,
 }
 
 impl Kind {
@@ -284,6 +307,8 @@ impl Kind {
             14 => Kind::AddressReserve,
             15 => Kind::AddressFree,
             16 => Kind::LiveDropped,
+            17 => Kind::Stack,
+            18 => Kind::Mapping,
             _ => return None,
         })
     }
@@ -321,6 +346,9 @@ pub struct Record {
     pub device: i32,
     /// The `CUresult` the call returned.
     pub result: u32,
+    /// Id of the call stack (a [`Kind::Stack`] definition), 0 for none (always 0 before
+    /// version 3).
+    pub stack: u32,
 }
 
 impl Record {
@@ -338,6 +366,7 @@ impl Record {
             pid: 0,
             device: -1,
             result: CUDA_SUCCESS,
+            stack: 0,
         }
     }
 
@@ -359,6 +388,7 @@ impl Record {
         out[48..52].copy_from_slice(&self.pid.to_le_bytes());
         out[52..56].copy_from_slice(&self.device.to_le_bytes());
         out[56..60].copy_from_slice(&self.result.to_le_bytes());
+        out[60..64].copy_from_slice(&self.stack.to_le_bytes());
         out
     }
 
@@ -378,6 +408,7 @@ impl Record {
             pid: u32_at(bytes, 48),
             device: u32_at(bytes, 52) as i32,
             result: u32_at(bytes, 56),
+            stack: u32_at(bytes, 60),
         })
     }
 }
@@ -386,6 +417,57 @@ impl Record {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordError {
     UnknownKind(u16),
+    /// A stack definition with no frames, more than [`MAX_FRAMES`], or id 0 / above u32.
+    BadStack,
+    /// A mapping definition with an empty path or one longer than [`MAX_PATH`].
+    BadMapping,
+}
+
+/// An executable file mapping of the recorded process (a [`Kind::Mapping`] definition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address of the mapping.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Offset in the file of the mapping's first byte.
+    pub file_offset: u64,
+    /// The file, as `/proc/<pid>/maps` names it.
+    pub path: Vec<u8>,
+}
+
+/// Bytes of payload after a definition record whose header says it holds `bytes`: whole blocks.
+fn padded(bytes: usize) -> usize {
+    bytes.div_ceil(RECORD_LEN) * RECORD_LEN
+}
+
+/// A [`Kind::Stack`] definition with its payload. `frames` must hold 1 to [`MAX_FRAMES`]
+/// addresses (more are cut off; an empty stack writes a definition readers refuse).
+pub fn encode_stack(id: u32, frames: &[u64]) -> Vec<u8> {
+    let frames = &frames[..frames.len().min(MAX_FRAMES)];
+    let mut head = Record::new(Kind::Stack);
+    head.aux = u64::from(id);
+    head.size = frames.len() as u64;
+    let mut out = head.encode().to_vec();
+    for frame in frames {
+        out.extend_from_slice(&frame.to_le_bytes());
+    }
+    out.resize(RECORD_LEN + padded(frames.len() * 8), 0);
+    out
+}
+
+/// A [`Kind::Mapping`] definition with its payload (a path longer than [`MAX_PATH`] is cut).
+pub fn encode_mapping(mapping: &Mapping) -> Vec<u8> {
+    let path = &mapping.path[..mapping.path.len().min(MAX_PATH)];
+    let mut head = Record::new(Kind::Mapping);
+    head.ptr = mapping.start;
+    head.size = mapping.len;
+    head.aux = mapping.file_offset;
+    head.stream = path.len() as u64;
+    let mut out = head.encode().to_vec();
+    out.extend_from_slice(path);
+    out.resize(RECORD_LEN + padded(path.len()), 0);
+    out
 }
 
 /// A whole recording read into memory.
@@ -398,8 +480,14 @@ pub struct Recording {
     pub process: Option<ProcessInfo>,
     /// Byte offset of the first record.
     pub records_at: usize,
-    /// The events, without the trailer.
+    /// The events, without the trailer and the definitions.
     pub records: Vec<Record>,
+    /// Byte offset of each event in `records` (definitions make records variable in length).
+    pub offsets: Vec<usize>,
+    /// Call stacks by id: return addresses, innermost first (version 3).
+    pub stacks: std::collections::BTreeMap<u32, Vec<u64>>,
+    /// The process's executable file mappings, in the order they were recorded (version 3).
+    pub mappings: Vec<Mapping>,
     /// `Some(dropped)` when the recording ends with a trailer; `None` when it was cut short.
     pub dropped: Option<u64>,
     /// Events written late because the hook waited for room (0 without a trailer).
@@ -412,7 +500,8 @@ pub struct Recording {
 #[derive(Debug, PartialEq, Eq)]
 pub enum DecodeError {
     Header(HeaderError),
-    /// Record number `index` (from 0), at byte `offset` of the file, is not valid.
+    /// Record number `index` (from 0, counting definitions), at byte `offset` of the file, is
+    /// not valid.
     Record {
         index: usize,
         offset: usize,
@@ -440,9 +529,20 @@ impl std::fmt::Display for DecodeError {
             DecodeError::Record {
                 index,
                 offset,
-                error: RecordError::UnknownKind(k),
+                error,
             } => {
-                write!(f, "at byte {offset}: record {index} has unknown kind {k}")
+                write!(f, "at byte {offset}: record {index} ")?;
+                match error {
+                    RecordError::UnknownKind(k) => write!(f, "has unknown kind {k}"),
+                    RecordError::BadStack => write!(
+                        f,
+                        "defines a stack with id 0 or with no frames or more than {MAX_FRAMES}"
+                    ),
+                    RecordError::BadMapping => write!(
+                        f,
+                        "defines a mapping with an empty path or one longer than {MAX_PATH} bytes"
+                    ),
+                }
             }
         }
     }
@@ -450,8 +550,33 @@ impl std::fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Reads a recording. Records after a trailer are ignored; a partial last record is counted in
-/// `trailing_bytes`, not an error, since a killed program leaves one.
+/// The payload length a definition record announces, checked against the limits.
+fn payload_len(record: &Record) -> Result<usize, RecordError> {
+    match record.kind {
+        Kind::Stack => {
+            let frames = usize::try_from(record.size).unwrap_or(usize::MAX);
+            if record.aux == 0
+                || record.aux > u64::from(u32::MAX)
+                || frames == 0
+                || frames > MAX_FRAMES
+            {
+                return Err(RecordError::BadStack);
+            }
+            Ok(frames * 8)
+        }
+        Kind::Mapping => {
+            let len = usize::try_from(record.stream).unwrap_or(usize::MAX);
+            if len == 0 || len > MAX_PATH {
+                return Err(RecordError::BadMapping);
+            }
+            Ok(len)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// Reads a recording. Records after a trailer are ignored; a partial last record (or
+/// definition) is counted in `trailing_bytes`, not an error, since a killed program leaves one.
 pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     let header = FileHeader::decode(bytes).map_err(DecodeError::Header)?;
     let version = decode_header(bytes).map_err(DecodeError::Header)?;
@@ -462,41 +587,70 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     } else {
         (None, FILE_HEADER_LEN)
     };
-    let body = bytes.get(records_at..).unwrap_or_default();
-    let mut chunks = body.chunks_exact(RECORD_LEN);
-    let mut records = Vec::with_capacity(body.len() / RECORD_LEN);
-    let mut dropped = None;
-    let mut delayed = 0;
-    for (index, chunk) in chunks.by_ref().enumerate() {
-        let mut raw = [0u8; RECORD_LEN];
-        raw.copy_from_slice(chunk);
-        let record = Record::decode(&raw).map_err(|error| DecodeError::Record {
-            index,
-            offset: records_at + index * RECORD_LEN,
-            error,
-        })?;
-        if record.kind == Kind::Trailer {
-            dropped = Some(record.aux);
-            delayed = record.stream;
-            break;
-        }
-        records.push(record);
-    }
-    let trailing_bytes = if dropped.is_some() {
-        0
-    } else {
-        chunks.remainder().len()
-    };
-    Ok(Recording {
+    let mut out = Recording {
         header,
         version,
         process,
         records_at,
-        records,
-        dropped,
-        delayed,
-        trailing_bytes,
-    })
+        records: Vec::with_capacity(bytes.len().saturating_sub(records_at) / RECORD_LEN),
+        offsets: Vec::new(),
+        stacks: std::collections::BTreeMap::new(),
+        mappings: Vec::new(),
+        dropped: None,
+        delayed: 0,
+        trailing_bytes: 0,
+    };
+    let mut at = records_at;
+    let mut index = 0;
+    while let Some(chunk) = bytes.get(at..at + RECORD_LEN) {
+        let mut raw = [0u8; RECORD_LEN];
+        raw.copy_from_slice(chunk);
+        let fail = |error| DecodeError::Record {
+            index,
+            offset: at,
+            error,
+        };
+        let mut record = Record::decode(&raw).map_err(fail)?;
+        let definition = matches!(record.kind, Kind::Stack | Kind::Mapping);
+        if definition && version < STACKS_VERSION {
+            return Err(fail(RecordError::UnknownKind(record.kind as u16)));
+        }
+        if version < STACKS_VERSION {
+            // The reserved word: not a stack id before version 3.
+            record.stack = 0;
+        }
+        if record.kind == Kind::Trailer {
+            out.dropped = Some(record.aux);
+            out.delayed = record.stream;
+            return Ok(out);
+        }
+        let payload_at = at + RECORD_LEN;
+        let len = payload_len(&record).map_err(fail)?;
+        let Some(payload) = bytes.get(payload_at..payload_at + padded(len)) else {
+            break;
+        };
+        let payload = &payload[..len];
+        match record.kind {
+            Kind::Stack => {
+                let frames = payload.chunks_exact(8).map(|w| u64_at(w, 0)).collect();
+                out.stacks.insert(record.aux as u32, frames);
+            }
+            Kind::Mapping => out.mappings.push(Mapping {
+                start: record.ptr,
+                len: record.size,
+                file_offset: record.aux,
+                path: payload.to_vec(),
+            }),
+            _ => {
+                out.records.push(record);
+                out.offsets.push(at);
+            }
+        }
+        at = payload_at + padded(len);
+        index += 1;
+    }
+    out.trailing_bytes = bytes.len().saturating_sub(at);
+    Ok(out)
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
@@ -577,6 +731,7 @@ mod tests {
             pid: 99,
             device: -1,
             result: CUDA_ERROR_OUT_OF_MEMORY,
+            stack: 0x0102_0304,
         }
     }
 
@@ -599,7 +754,7 @@ mod tests {
         assert_eq!(&bytes[16..24], &0x7f00_0000_1000u64.to_le_bytes());
         assert_eq!(&bytes[52..56], &[0xff; 4]);
         assert_eq!(&bytes[56..60], &[2, 0, 0, 0]);
-        assert_eq!(&bytes[60..64], &[0; 4]);
+        assert_eq!(&bytes[60..64], &[4, 3, 2, 1]);
     }
 
     #[test]
@@ -677,10 +832,16 @@ mod tests {
         assert_eq!(decoded.version, 1);
         assert_eq!(decoded.process, None);
         assert_eq!(decoded.records_at, FILE_HEADER_LEN);
-        assert_eq!(decoded.records, records);
+        // Before version 3 the last word was reserved: never a stack id.
+        let unstacked: Vec<Record> = records.iter().map(|r| Record { stack: 0, ..*r }).collect();
+        assert_eq!(decoded.records, unstacked);
+        let decoded = decode_recording(&file_of(2, &records, Some(0))).expect("decodes");
+        assert_eq!(decoded.version, 2);
+        assert_eq!(decoded.process, Some(process()));
+        assert_eq!(decoded.records, unstacked);
         assert_eq!(
-            decode_recording(&file_of(3, &records, None)).map(|_| ()),
-            Err(DecodeError::Header(HeaderError::UnknownVersion(3)))
+            decode_recording(&file_of(4, &records, None)).map(|_| ()),
+            Err(DecodeError::Header(HeaderError::UnknownVersion(4)))
         );
     }
 
@@ -707,6 +868,117 @@ mod tests {
         assert_eq!(
             ProcessInfo::decode(&huge),
             Err(HeaderError::BadProcessBlock("longer than 1 MiB"))
+        );
+    }
+
+    fn mapping() -> Mapping {
+        Mapping {
+            start: 0x5555_0000_0000,
+            len: 0x2000,
+            file_offset: 0x1000,
+            path: b"/usr/lib/x86_64-linux-gnu/libfoo.so.1 (deleted)".to_vec(),
+        }
+    }
+
+    /// A version-3 recording: a mapping, two stacks (1 and 9 frames), and events using them.
+    fn stacked_file(trailer: bool) -> (Vec<u8>, Vec<Record>) {
+        let mut out = file(&[], None);
+        let mut alloc = sample(Kind::Alloc);
+        alloc.stack = 1;
+        let mut free = sample(Kind::Free);
+        free.stack = 2;
+        out.extend_from_slice(&encode_mapping(&mapping()));
+        out.extend_from_slice(&encode_stack(1, &[0x5555_0000_1234]));
+        out.extend_from_slice(&alloc.encode());
+        out.extend_from_slice(&encode_stack(2, &(1..=9).collect::<Vec<u64>>()));
+        out.extend_from_slice(&free.encode());
+        if trailer {
+            out.extend_from_slice(&Record::new(Kind::Trailer).encode());
+        }
+        (out, vec![alloc, free])
+    }
+
+    #[test]
+    fn stacks_and_mappings_round_trip() {
+        let (bytes, records) = stacked_file(true);
+        let decoded = decode_recording(&bytes).expect("decodes");
+        assert_eq!(decoded.records, records);
+        assert_eq!(decoded.mappings, vec![mapping()]);
+        assert_eq!(decoded.stacks.len(), 2);
+        assert_eq!(decoded.stacks[&1], vec![0x5555_0000_1234]);
+        assert_eq!(decoded.stacks[&2], (1..=9).collect::<Vec<u64>>());
+        let start = FILE_HEADER_LEN + process().encode().len();
+        // mapping: 1 + 1 blocks, stack 1: 1 + 1, alloc, stack 2: 1 + 2, free.
+        assert_eq!(
+            decoded.offsets,
+            vec![start + 4 * RECORD_LEN, start + 8 * RECORD_LEN]
+        );
+        assert_eq!(decoded.dropped, Some(0));
+    }
+
+    #[test]
+    fn a_recording_cut_inside_a_definition_keeps_what_came_before() {
+        let (bytes, records) = stacked_file(false);
+        let start = FILE_HEADER_LEN + process().encode().len();
+        for cut in start..bytes.len() {
+            let decoded = decode_recording(&bytes[..cut]).expect("a cut recording decodes");
+            let kept = decoded.records.len();
+            assert_eq!(decoded.records, records[..kept], "cut at {cut}");
+            let used = decoded.offsets.last().map_or(start, |&o| o + RECORD_LEN);
+            assert!(decoded.trailing_bytes <= cut - used, "cut at {cut}");
+            assert_eq!(decoded.dropped, None);
+        }
+    }
+
+    #[test]
+    fn damaged_definitions_are_errors_with_their_index() {
+        let (bytes, _) = stacked_file(true);
+        let start = FILE_HEADER_LEN + process().encode().len();
+        let stack_at = start + 2 * RECORD_LEN;
+        let cases: [(usize, usize, u64, RecordError); 4] = [
+            (stack_at + 24, 1, 0, RecordError::BadStack),
+            (
+                stack_at + 24,
+                1,
+                MAX_FRAMES as u64 + 1,
+                RecordError::BadStack,
+            ),
+            (stack_at + 40, 1, 0, RecordError::BadStack),
+            (start + 32, 0, MAX_PATH as u64 + 1, RecordError::BadMapping),
+        ];
+        for (field, index, value, error) in cases {
+            let mut damaged = bytes.clone();
+            damaged[field..field + 8].copy_from_slice(&value.to_le_bytes());
+            let offset = if index == 0 { start } else { stack_at };
+            assert_eq!(
+                decode_recording(&damaged).map(|_| ()),
+                Err(DecodeError::Record {
+                    index,
+                    offset,
+                    error
+                })
+            );
+        }
+        let mut huge_id = bytes.clone();
+        huge_id[stack_at + 40..stack_at + 48].copy_from_slice(&(1u64 << 32).to_le_bytes());
+        let err = decode_recording(&huge_id).map(|_| ()).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "at byte {stack_at}: record 1 defines a stack with id 0 or with no frames or \
+                 more than {MAX_FRAMES}"
+            )
+        );
+        // A definition in a version-2 recording is a kind that version did not have.
+        let mut old = bytes;
+        old[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(
+            decode_recording(&old).map(|_| ()),
+            Err(DecodeError::Record {
+                index: 0,
+                offset: start,
+                error: RecordError::UnknownKind(Kind::Mapping as u16)
+            })
         );
     }
 

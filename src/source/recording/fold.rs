@@ -3,7 +3,7 @@
 //! a live client can fold as records arrive, ask what is held now, and take a model any time.
 
 use crate::model::{
-    Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackTable,
+    Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackId, StackTable,
     StreamIndex, Timeline, TraceEntry,
 };
 use memprof_wire::{Kind, Record, CUDA_SUCCESS};
@@ -17,6 +17,7 @@ struct Held {
     size: u64,
     stream: StreamIndex,
     mapped: bool,
+    stack: Option<StackId>,
 }
 
 /// The fold's state: entries so far and what is held.
@@ -47,6 +48,9 @@ pub struct DriverFold {
     other_device: bool,
     /// Index of the record being applied.
     index: usize,
+    /// The recording's call stacks, symbolized, and the model's id of each recorded stack id.
+    stacks: StackTable,
+    stack_ids: FxHashMap<u32, StackId>,
 }
 
 impl DriverFold {
@@ -56,6 +60,15 @@ impl DriverFold {
         DriverFold {
             clock: wall_start_ns.map(|wall| (start_ns, wall)),
             ..DriverFold::default()
+        }
+    }
+
+    /// Gives the fold the recording's stacks: `ids` maps a record's stack id into `stacks`.
+    pub fn with_stacks(self, stacks: StackTable, ids: FxHashMap<u32, StackId>) -> DriverFold {
+        DriverFold {
+            stacks,
+            stack_ids: ids,
+            ..self
         }
     }
 
@@ -85,11 +98,14 @@ impl DriverFold {
             let ns = wall.checked_add(r.ts_ns.checked_sub(mono)?)?;
             i64::try_from(ns / 1000).ok()
         });
+        let stack = self.stack_ids.get(&r.stack).copied();
         if r.is_oom() {
             let device = self.device_of(r);
             let free = self.info.get(&device).map(|&(free, _)| free);
             let stream = self.stream(r);
-            self.push(device, TraceEntry::oom(r.size, free, stream));
+            let mut entry = TraceEntry::oom(r.size, free, stream);
+            entry.stack = stack;
+            self.push(device, entry);
             return;
         }
         if r.result != CUDA_SUCCESS {
@@ -104,7 +120,7 @@ impl DriverFold {
             | Kind::AllocFromPoolAsync => {
                 let device = self.device_of(r);
                 let stream = self.stream(r);
-                self.hold(r.ptr, device, r.size, stream, false);
+                self.hold(r.ptr, device, r.size, stream, false, stack);
             }
             Kind::Free | Kind::FreeAsync => match self.held.get(&r.ptr).copied() {
                 Some(h) if !h.mapped => self.release(r.ptr, h),
@@ -119,7 +135,7 @@ impl DriverFold {
                     Some(&d) => d,
                     None => self.device_of(r),
                 };
-                self.hold(r.ptr, device, r.size, StreamIndex(0), true);
+                self.hold(r.ptr, device, r.size, StreamIndex(0), true, stack);
             }
             Kind::VmmUnmap => {
                 let end = r.ptr.saturating_add(r.size);
@@ -144,11 +160,21 @@ impl DriverFold {
             | Kind::AddressReserve
             | Kind::AddressFree
             | Kind::Trailer
-            | Kind::LiveDropped => {}
+            | Kind::LiveDropped
+            | Kind::Stack
+            | Kind::Mapping => {}
         }
     }
 
-    fn hold(&mut self, addr: u64, device: u32, size: u64, stream: StreamIndex, mapped: bool) {
+    fn hold(
+        &mut self,
+        addr: u64,
+        device: u32,
+        size: u64,
+        stream: StreamIndex,
+        mapped: bool,
+        stack: Option<StackId>,
+    ) {
         if let Some(old) = self.held.get(&addr).copied() {
             // The driver handed out an address the recording still holds, so its free was not
             // recorded (dropped): end the old one first so the totals stay right.
@@ -160,16 +186,18 @@ impl DriverFold {
         } else {
             Action::SegmentAlloc
         };
-        self.push(device, TraceEntry::new(segment, Some(addr), size, stream));
-        self.push(
-            device,
-            TraceEntry::new(Action::Alloc, Some(addr), size, stream),
-        );
+        let mut segment = TraceEntry::new(segment, Some(addr), size, stream);
+        segment.stack = stack;
+        self.push(device, segment);
+        let mut alloc = TraceEntry::new(Action::Alloc, Some(addr), size, stream);
+        alloc.stack = stack;
+        self.push(device, alloc);
         let held = Held {
             device,
             size,
             stream,
             mapped,
+            stack,
         };
         self.held.insert(addr, held);
     }
@@ -181,14 +209,13 @@ impl DriverFold {
         } else {
             Action::SegmentFree
         };
-        self.push(
-            h.device,
-            TraceEntry::new(Action::FreeCompleted, Some(addr), h.size, h.stream),
-        );
-        self.push(
-            h.device,
-            TraceEntry::new(segment, Some(addr), h.size, h.stream),
-        );
+        // A free carries the stack of the allocation it ends, as PyTorch's trace entries do.
+        let mut free = TraceEntry::new(Action::FreeCompleted, Some(addr), h.size, h.stream);
+        free.stack = h.stack;
+        self.push(h.device, free);
+        let mut segment = TraceEntry::new(segment, Some(addr), h.size, h.stream);
+        segment.stack = h.stack;
+        self.push(h.device, segment);
     }
 
     fn unknown(&mut self, index: usize) {
@@ -302,13 +329,13 @@ impl DriverFold {
                 pool: PoolKind::Large,
                 pool_id: (0, 0),
                 is_expandable: h.mapped,
-                stack: None,
+                stack: h.stack,
                 blocks: vec![Block {
                     address,
                     size: h.size,
                     requested_size: h.size,
                     state: BlockState::ActiveAllocated,
-                    stack: None,
+                    stack: h.stack,
                 }],
             })
             .collect();
@@ -318,7 +345,7 @@ impl DriverFold {
             format: SnapshotFormat::Recording,
             segments,
             timeline,
-            stacks: StackTable::default(),
+            stacks: self.stacks,
             settings: None,
             annotations: Vec::new(),
         }

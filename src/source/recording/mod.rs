@@ -16,7 +16,9 @@
 //!
 //! So reserved, allocated, active and requested figures are all driver memory, fragmentation
 //! inside the allocator is not visible (it is reported as zero only because every segment is one
-//! whole block), there are no stacks and no allocator settings. The segments at the end are the
+//! whole block), and there are no allocator settings. Native call stacks (version 3, unless the
+//! program ran with `MEMPROF_STACKS=0`) are symbolized here (`symbols.rs`) and carried by the
+//! entries and blocks of each allocation; its free carries the same stack. The segments at the end are the
 //! allocations and mappings still alive, one block each. Entry times are Unix times when the
 //! recording has the wall clock of its start (version 2), else absent. A record's device
 //! is the one the shim saw (`cuMemCreate`'s property, else the calling thread's current context);
@@ -24,11 +26,15 @@
 //! some call names another device, a warning says how many were put there.
 
 mod fold;
+mod symbols;
 
 pub use fold::DriverFold;
+use symbols::Symbolizer;
 
+use crate::model::{StackId, StackTable};
 use crate::source::torch_snapshot::Parsed;
 use memprof_wire::{decode_recording, DecodeError, ProcessInfo, Recording};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// Device ordinals from 0 up to this one (excluded) are read; a record naming a higher one is
@@ -71,6 +77,30 @@ pub struct ReadRecording {
     pub info: RecordingInfo,
 }
 
+/// The recording's stacks, symbolized into a stack table, and the table's id of each recorded
+/// stack id. Each address is symbolized once.
+fn stack_table(recording: &Recording) -> (StackTable, FxHashMap<u32, StackId>) {
+    let mut symbols = Symbolizer::new(&recording.mappings);
+    let mut table = StackTable::default();
+    let mut frames_of: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
+    let mut ids = FxHashMap::default();
+    for (&id, addrs) in &recording.stacks {
+        let mut frames = Vec::new();
+        for &addr in addrs {
+            let indices = frames_of.entry(addr).or_insert_with(|| {
+                (symbols.frames(addr).into_iter())
+                    .map(|f| table.add_frame(f))
+                    .collect()
+            });
+            frames.extend_from_slice(indices);
+        }
+        if let Some(stack) = table.add_stack(frames.into()) {
+            ids.insert(id, stack);
+        }
+    }
+    (table, ids)
+}
+
 /// Reads a whole recording. A recording cut short (no trailer, a partial last record) is read
 /// as far as it goes, with a warning.
 pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
@@ -86,12 +116,14 @@ pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingE
     {
         return Err(RecordingError::Device {
             index,
-            offset: recording.records_at + index * memprof_wire::RECORD_LEN,
+            offset: (recording.offsets.get(index).copied())
+                .unwrap_or(recording.records_at + index * memprof_wire::RECORD_LEN),
             device: r.device,
         });
     }
     let wall = recording.process.as_ref().and_then(|p| p.wall_start_ns);
-    let mut builder = DriverFold::new(recording.header.start_ns, wall);
+    let (stacks, ids) = stack_table(recording);
+    let mut builder = DriverFold::new(recording.header.start_ns, wall).with_stacks(stacks, ids);
     for record in &recording.records {
         builder.apply(record);
     }
@@ -152,7 +184,12 @@ mod tests {
             version: memprof_wire::VERSION,
             process: None,
             records_at: 0,
+            offsets: (0..records.len())
+                .map(|i| i * memprof_wire::RECORD_LEN)
+                .collect(),
             records,
+            stacks: BTreeMap::new(),
+            mappings: Vec::new(),
             dropped,
             delayed: 0,
             trailing_bytes: 0,

@@ -1,0 +1,229 @@
+//! Symbolizing a recording's call stacks: each return address to `function` at `file:line`,
+//! through the recorded executable mappings and the ELF files they name (DWARF line tables
+//! when present, else the symbol table), falling back to `file+0xOFFSET`.
+//!
+//! The files are read where the recording is read, so a recording symbolizes fully on the
+//! machine that made it, while the binaries are unchanged; a file that is gone, rebuilt or
+//! unreadable gives `file+0xOFFSET` frames (the offset stays meaningful for the original file).
+//! Frames of inlined functions come first, as the innermost.
+
+use crate::model::Frame;
+use memprof_wire::Mapping;
+use rustc_hash::FxHashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// An ELF file of the recorded process, as far as it could be read.
+struct ElfFile {
+    loader: Option<addr2line::Loader>,
+    /// `(file offset, file size, virtual address)` of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+/// Bytes read from the start of a file to find its program headers.
+const HEAD_BYTES: u64 = 64 << 10;
+
+/// `(file offset, file size, virtual address)` of each loadable segment of the 64-bit ELF file
+/// whose first bytes are `head`.
+fn load_segments(head: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(head).ok()?;
+    let endian = header.endian().ok()?;
+    let segments = header.program_headers(endian, head).ok()?;
+    Some(
+        segments
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
+            .collect(),
+    )
+}
+
+impl ElfFile {
+    /// Reads what it can of `path`; only a regular file is opened (a recording may name any
+    /// path, a device or a pipe included).
+    fn open(path: &Path) -> ElfFile {
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return ElfFile {
+                loader: None,
+                segments: Vec::new(),
+            };
+        }
+        let mut head = Vec::new();
+        let read = std::fs::File::open(path).and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES), &mut head)
+        });
+        let segments = read
+            .ok()
+            .and_then(|_| load_segments(&head))
+            .unwrap_or_default();
+        ElfFile {
+            loader: addr2line::Loader::new(path).ok(),
+            segments,
+        }
+    }
+
+    /// The address in the file's own terms (as its symbols and DWARF use) of file offset `at`.
+    fn file_address(&self, at: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(offset, size, _)| offset <= at && at - offset < size)
+            .map(|&(offset, _, vaddr)| vaddr + (at - offset))
+    }
+}
+
+/// Symbolizes addresses of one recording; files are opened once each.
+pub struct Symbolizer<'a> {
+    mappings: &'a [Mapping],
+    files: FxHashMap<&'a [u8], ElfFile>,
+}
+
+/// The last path component, for `file+0xOFFSET` frames.
+fn base_name(path: &[u8]) -> String {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    String::from_utf8_lossy(name).into_owned()
+}
+
+impl<'a> Symbolizer<'a> {
+    pub fn new(mappings: &'a [Mapping]) -> Symbolizer<'a> {
+        Symbolizer {
+            mappings,
+            files: FxHashMap::default(),
+        }
+    }
+
+    /// The frames of return address `addr`, innermost (inlined) first; at least one.
+    pub fn frames(&mut self, addr: u64) -> Vec<Frame> {
+        // The latest mapping wins: a library loaded where an unloaded one was.
+        let Some(mapping) = self
+            .mappings
+            .iter()
+            .rev()
+            .find(|m| m.start <= addr && addr - m.start < m.len)
+        else {
+            return vec![Frame {
+                filename: "??".into(),
+                line: 0,
+                name: format!("{addr:#x}"),
+            }];
+        };
+        let at = addr - mapping.start + mapping.file_offset;
+        let path: &'a [u8] = &mapping.path;
+        let file = self
+            .files
+            .entry(path)
+            .or_insert_with(|| ElfFile::open(Path::new(OsStr::from_bytes(path))));
+        let object_name = String::from_utf8_lossy(path).into_owned();
+        let fallback = || Frame {
+            filename: object_name.clone(),
+            line: 0,
+            name: format!("{}+{at:#x}", base_name(path)),
+        };
+        let (Some(loader), Some(svma)) = (&file.loader, file.file_address(at)) else {
+            return vec![fallback()];
+        };
+        // A return address is just after the call: look up the call itself.
+        let probe = svma.saturating_sub(1);
+        let mut out = Vec::new();
+        if let Ok(mut frames) = loader.find_frames(probe) {
+            while let Ok(Some(frame)) = frames.next() {
+                let Some(name) = frame.function.as_ref().and_then(|f| f.demangle().ok()) else {
+                    continue;
+                };
+                let location = frame.location.as_ref();
+                out.push(Frame {
+                    filename: location
+                        .and_then(|l| l.file)
+                        .map_or_else(|| object_name.clone(), str::to_string),
+                    line: location.and_then(|l| l.line).map_or(0, i64::from),
+                    name: name.into_owned(),
+                });
+            }
+        }
+        if out.is_empty() {
+            if let Some(symbol) = loader.find_symbol(probe) {
+                let name = addr2line::demangle_auto(symbol.into(), None).into_owned();
+                let line = loader.find_location(probe).ok().flatten();
+                out.push(Frame {
+                    filename: (line.as_ref())
+                        .and_then(|l| l.file)
+                        .map_or_else(|| object_name.clone(), str::to_string),
+                    line: line.as_ref().and_then(|l| l.line).map_or(0, i64::from),
+                    name,
+                });
+            }
+        }
+        if out.is_empty() {
+            out.push(fallback());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn a_named_function() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// This test binary's executable mappings, read as the shim reads them.
+    fn own_mappings() -> Vec<Mapping> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        maps.lines()
+            .filter_map(|line| {
+                let mut f = line.split_ascii_whitespace();
+                let (start, end) = f.next()?.split_once('-')?;
+                let perms = f.next()?;
+                let offset = f.next()?;
+                let path = &line[line.find('/')?..];
+                let start = u64::from_str_radix(start, 16).ok()?;
+                let end = u64::from_str_radix(end, 16).ok()?;
+                let file_offset = u64::from_str_radix(offset, 16).ok()?;
+                perms.contains('x').then(|| Mapping {
+                    start,
+                    len: end - start,
+                    file_offset,
+                    path: path.as_bytes().to_vec(),
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn addresses_in_this_binary_name_their_function_file_and_line() {
+        assert_eq!(a_named_function(), 7);
+        let mappings = own_mappings();
+        let mut symbols = Symbolizer::new(&mappings);
+        // One byte in: the lookup steps back one byte, as for a return address.
+        let addr = a_named_function as fn() -> u64 as usize as u64 + 2;
+        let frames = symbols.frames(addr);
+        let last = frames.last().expect("a frame");
+        assert!(last.name.ends_with("a_named_function"), "{frames:?}");
+        assert!(last.filename.ends_with("symbols.rs"), "{frames:?}");
+        assert!(last.line > 0, "{frames:?}");
+    }
+
+    #[test]
+    fn unknown_addresses_and_files_fall_back() {
+        let gone = [Mapping {
+            start: 0x1000,
+            len: 0x1000,
+            file_offset: 0x3000,
+            path: b"/nonexistent/libgone.so".to_vec(),
+        }];
+        let mut symbols = Symbolizer::new(&gone);
+        assert_eq!(
+            symbols.frames(0x1010),
+            vec![Frame {
+                filename: "/nonexistent/libgone.so".into(),
+                line: 0,
+                name: "libgone.so+0x3010".into(),
+            }]
+        );
+        assert_eq!(symbols.frames(0x10)[0].name, "0x10");
+    }
+}

@@ -1,0 +1,168 @@
+//! `memprof run --torch` with real Python processes: the start-up hook is inert without PyTorch
+//! (same output and exit code, `import torch` still fails as before, the program's own
+//! `sitecustomize` still runs, nothing left behind), and with a stand-in `torch` package (PyTorch
+//! with CUDA is not available here) it waits for CUDA's lazy initialization, then turns on the
+//! memory history and registers an out-of-memory observer that dumps the snapshot next to the
+//! recording. Not tested with real PyTorch on a GPU.
+
+use crate::shim_preload::shim;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run_torch(dir: &Path, python_path: Option<&Path>, script: &str) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memprof"));
+    cmd.args(["run", "--torch", "-o"])
+        .arg(dir.join("run.memprof"))
+        .args(["--", "python3", "-c", script])
+        .current_dir(dir)
+        .env("MEMPROF_SHIM", shim())
+        .env("STANDIN_LOG", dir.join("standin.log"))
+        .env_remove("MEMPROF_OUT")
+        .env_remove("LD_PRELOAD");
+    match python_path {
+        Some(p) => cmd.env("PYTHONPATH", p),
+        None => cmd.env_remove("PYTHONPATH"),
+    };
+    cmd.output().expect("memprof runs")
+}
+
+fn fresh_dir(name: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("torch-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// Hook directories this process's memprof runs could have left in the temporary directory.
+fn hook_dirs() -> usize {
+    std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("memprof-torch-")
+        })
+        .count()
+}
+
+#[test]
+fn without_torch_the_hook_changes_nothing() {
+    let dir = fresh_dir("inert");
+    let own = dir.join("own");
+    std::fs::create_dir_all(&own).expect("dir");
+    std::fs::write(
+        own.join("sitecustomize.py"),
+        "import builtins\nbuiltins.OWN_SITECUSTOMIZE = 'ran'\n",
+    )
+    .expect("written");
+    let script = "import builtins, sys\n\
+        try:\n    import torch\nexcept ImportError as e:\n    print('no torch:', type(e).__name__)\n\
+        print(getattr(builtins, 'OWN_SITECUSTOMIZE', 'missing'))\n\
+        print('torch' in sys.modules)\nsys.exit(3)";
+    let before = hook_dirs();
+    let out = run_torch(&dir, Some(&own), script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(stdout, "no torch: ModuleNotFoundError\nran\nFalse\n");
+    assert!(!stderr.contains("memprof --torch:"), "{stderr}");
+    assert!(
+        stderr.contains("no PyTorch out-of-memory snapshot was written"),
+        "{stderr}"
+    );
+    assert!(hook_dirs() <= before, "the hook directory is removed");
+    // The same script without memprof prints the same (with its own sitecustomize).
+    let plain = Command::new("python3")
+        .args(["-c", script])
+        .env("PYTHONPATH", &own)
+        .output()
+        .expect("python3 runs");
+    assert_eq!(plain.stdout, out.stdout);
+}
+
+const STANDIN: &str = r#"
+# A stand-in for PyTorch's few entry points the hook uses; it logs each call.
+import os
+
+def _log(*words):
+    with open(os.environ["STANDIN_LOG"], "a") as f:
+        f.write(" ".join(str(w) for w in words) + "\n")
+
+class _C:
+    observers = []
+
+    @staticmethod
+    def _cuda_attach_out_of_memory_observer(observer):
+        _C.observers.append(observer)
+        _log("observer")
+
+class _Memory:
+    @staticmethod
+    def _record_memory_history(max_entries):
+        _log("history", max_entries)
+
+    @staticmethod
+    def _dump_snapshot(path):
+        with open(path, "wb") as f:
+            f.write(b"snapshot")
+        _log("dump", os.path.basename(path))
+
+class cuda:
+    memory = _Memory
+    queued = []
+
+    @staticmethod
+    def _lazy_call(callback):
+        cuda.queued.append(callback)
+        _log("lazy_call")
+
+    @staticmethod
+    def init():
+        _log("init")
+        for callback in cuda.queued:
+            callback()
+"#;
+
+#[test]
+fn with_torch_history_starts_at_cuda_init_and_oom_dumps_a_snapshot() {
+    let dir = fresh_dir("standin");
+    let site = dir.join("site");
+    std::fs::create_dir_all(site.join("torch")).expect("dir");
+    std::fs::write(site.join("torch/__init__.py"), STANDIN).expect("written");
+    let script = "import os, torch\n\
+        print(len(torch.cuda.queued))\n\
+        torch.cuda.init()\n\
+        torch._C.observers[0](0, 1 << 30, 5, 6)\n\
+        print(os.getpid())";
+    let out = run_torch(&dir, Some(&site), script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("1"), "one callback waits for CUDA");
+    let pid = lines.next().expect("the pid");
+    let snapshot = format!("run.oom-{pid}.pickle");
+    let log = std::fs::read_to_string(dir.join("standin.log")).expect("the stand-in was used");
+    assert_eq!(
+        log,
+        format!("lazy_call\ninit\nhistory 100000\nobserver\ndump {snapshot}\n")
+    );
+    assert_eq!(
+        std::fs::read(dir.join(&snapshot)).expect("the snapshot is next to the recording"),
+        b"snapshot"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "memprof: PyTorch snapshot at out-of-memory: {}",
+            dir.join(&snapshot).display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("memprof --torch: out of memory on device 0"),
+        "{stderr}"
+    );
+}
