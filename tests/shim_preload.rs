@@ -445,12 +445,12 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     assert!(!dir.join("stale.memprof").exists());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no recording written"));
 
-    // Refusals: a missing shim, and the flag not built yet.
+    // Refusals: a missing shim, and the dashboard without a terminal.
     let out = memprof_run(&["--", "true"], &dir, Some(&dir.join("nope.so")));
     assert_eq!(out.status.code(), Some(2));
     let out = memprof_run(&["--live", "--", "true"], &dir, Some(shim()));
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a terminal"));
 }
 
 #[test]

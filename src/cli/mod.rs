@@ -16,7 +16,6 @@ mod run;
 mod simulate;
 mod top;
 mod torch_hook;
-mod unbuilt;
 mod view;
 
 use clap::{Args, Parser, Subcommand};
@@ -52,11 +51,11 @@ pub enum Command {
     /// fragmentation, top sites.
     Analyze(AnalyzeArgs),
     /// Replay an allocation trace through the caching-allocator model under other settings.
-    Simulate(unbuilt::SimulateArgs),
+    Simulate(simulate::SimulateArgs),
     /// Root cause of an out-of-memory error from a snapshot, recording or log.
     Diagnose(diagnose::DiagnoseArgs),
     /// Run a program under the recording shim.
-    Run(unbuilt::RunArgs),
+    Run(run::RunArgs),
     /// Live view of a running process.
     Attach(attach::AttachArgs),
     /// Dashboard of all GPUs and their processes.

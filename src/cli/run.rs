@@ -9,7 +9,6 @@
 //! the dashboard holds the terminal.
 
 use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
-use super::unbuilt::RunArgs;
 use super::Outcome;
 use crate::source::gpu::SystemClock;
 use crate::source::live::{socket_path, LiveClient};
@@ -18,6 +17,7 @@ use crate::tui::attach::{AttachApp, Feed};
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use anyhow::{bail, Context};
+use clap::Args;
 use memprof_wire::{decode_recording, Kind, Recording};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -25,6 +25,23 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where to write the recording (default memprof-run.memprof).
+    #[arg(short = 'o', value_name = "OUT.memprof")]
+    pub output: Option<PathBuf>,
+    /// Also turn on PyTorch's memory history in a Python CMD and dump a snapshot next to the
+    /// recording when it runs out of memory.
+    #[arg(long)]
+    pub torch: bool,
+    /// Open the attach dashboard on CMD while it runs (CMD's output goes to OUT.log).
+    #[arg(long)]
+    pub live: bool,
+    /// The program and its arguments; its exit code is passed through.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
 
 /// Where the recording goes without `-o`.
 const DEFAULT_OUT: &str = "memprof-run.memprof";

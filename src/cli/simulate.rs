@@ -2,7 +2,6 @@
 //! validates it against the record (`--validate`) or reports what other settings would do.
 
 use super::input::load_snapshot;
-use super::unbuilt::SimulateArgs;
 use super::Outcome;
 use crate::model::Bytes;
 use crate::report::simulate::{
@@ -11,7 +10,27 @@ use crate::report::simulate::{
 use crate::sim::replay::{self, DeviceTrace, Prepared};
 use crate::sim::{sweep, AllocatorConfig, Backend};
 use anyhow::{anyhow, bail, Context};
+use clap::Args;
 use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// A PyTorch memory snapshot pickle.
+    pub file: PathBuf,
+    /// Settings in PYTORCH_CUDA_ALLOC_CONF syntax.
+    #[arg(long, value_name = "CONF")]
+    pub alloc_conf: Option<String>,
+    /// Device memory the model may reserve (bytes or units: 80GiB).
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
+    #[arg(long)]
+    pub validate: bool,
+    #[arg(long)]
+    pub sweep: bool,
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
     let capacity = match &args.capacity {
