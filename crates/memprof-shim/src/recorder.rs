@@ -9,7 +9,7 @@ use crate::live::Server;
 use crate::ring::Ring;
 use crate::stack::{self, MAX_DEPTH};
 use crate::stacks::Stacks;
-use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, RECORD_LEN};
+use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, PROCESS_ENTRY_HEAD, RECORD_LEN};
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
@@ -136,18 +136,25 @@ const MAX_ARGS_BYTES: usize = 64 << 10;
 
 /// This process's arguments from `/proc/self/cmdline`, the first 64 KiB of them.
 fn command_line() -> Vec<String> {
-    let Ok(raw) = std::fs::read("/proc/self/cmdline") else {
-        return Vec::new();
-    };
+    match std::fs::read("/proc/self/cmdline") {
+        Ok(raw) => kept_args(&raw),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The arguments of a /proc cmdline that fit in `MAX_ARGS_BYTES` of process block.
+fn kept_args(raw: &[u8]) -> Vec<String> {
     // Each argument ends with a NUL; an empty argument is kept.
-    let raw = raw.strip_suffix(&[0]).unwrap_or(&raw);
+    let raw = raw.strip_suffix(&[0]).unwrap_or(raw);
     if raw.is_empty() {
         return Vec::new();
     }
+    // Each argument costs its entry head too: 100,000 empty arguments must not make a block
+    // the reader refuses.
     let mut kept = 0;
     raw.split(|&b| b == 0)
         .take_while(|a| {
-            kept += a.len();
+            kept += a.len() + PROCESS_ENTRY_HEAD;
             kept <= MAX_ARGS_BYTES
         })
         .map(|a| String::from_utf8_lossy(a).into_owned())
@@ -452,3 +459,29 @@ extern "C" fn init() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kept_command_line_always_fits_the_block_readers_accept() {
+        // 200,000 empty arguments (a 1.8 MB argv the kernel allows) and a few long ones.
+        let mut raw = vec![0u8; 200_000];
+        for _ in 0..3 {
+            raw.extend(std::iter::repeat_n(b'x', 40_000));
+            raw.push(0);
+        }
+        for raw in [&raw[..200_000], &raw[200_000..], &raw[..]] {
+            let block = ProcessInfo {
+                wall_start_ns: Some(1),
+                host: Some("h".into()),
+                args: kept_args(raw),
+            }
+            .encode();
+            assert!(block.len() <= MAX_ARGS_BYTES + 64, "{} bytes", block.len());
+            assert!(ProcessInfo::decode(&block).is_ok());
+        }
+        assert_eq!(kept_args(b"prog\0-v\0\0"), ["prog", "-v", ""]);
+    }
+}

@@ -151,6 +151,9 @@ pub struct ProcessInfo {
     pub args: Vec<String>,
 }
 
+/// Bytes before each entry's value in the process block: its tag (u16) and length (u32).
+pub const PROCESS_ENTRY_HEAD: usize = 6;
+
 impl ProcessInfo {
     /// The whole process block, length first.
     pub fn encode(&self) -> Vec<u8> {
