@@ -223,13 +223,16 @@ impl DriverFold {
         self.first_unknown.get_or_insert(index);
     }
 
+    /// The record's device; an unknown one (no current context, or a number no machine has,
+    /// which only a damaged record carries) is counted and taken as device 0, so the fold never
+    /// builds per-device tables for billions of devices whoever feeds it.
     fn device_of(&mut self, r: &Record) -> u32 {
         match u32::try_from(r.device) {
-            Ok(d) => {
+            Ok(d) if r.device < super::MAX_DEVICES => {
                 self.other_device |= d != 0;
                 d
             }
-            Err(_) => {
+            _ => {
                 self.guessed_device += 1;
                 0
             }
@@ -389,5 +392,18 @@ mod tests {
         let end = fold.into_snapshot();
         assert!(end.segments.is_empty());
         assert_eq!(end.timeline.device(0).len(), 4);
+    }
+
+    /// A damaged live record naming device 2^31 - 1 is an unknown device, not a reason to build
+    /// tables for two billion devices.
+    #[test]
+    fn an_absurd_device_number_is_unknown() {
+        let mut fold = DriverFold::new(0, None);
+        fold.apply(&rec(Kind::Alloc, 0x100, 10, 0, i32::MAX));
+        fold.apply(&rec(Kind::VmmCreate, 0, 32, 5, i32::MAX));
+        fold.apply(&rec(Kind::VmmMap, 0x7000, 32, 5, -1));
+        assert_eq!(fold.held_bytes(), BTreeMap::from([(0, 42)]));
+        let snapshot = fold.into_snapshot();
+        assert_eq!(snapshot.devices(), [0]);
     }
 }
