@@ -4,11 +4,36 @@
 //!
 //! `exit()` reaches glibc's `_exit` without going through these symbols, so a normal exit is
 //! flushed by the `atexit` handler alone.
+//!
+//! `_exit` is async-signal-safe and programs call it from signal handlers. The flush takes no
+//! lock it could wait on forever (the writer lock is only tried), looks nothing up (the next
+//! `_exit` is resolved at load time) and leaves the live socket's bookkeeping alone. One risk
+//! remains: writing out a call stack not seen before allocates (the writer's stack table), so an
+//! `_exit` from a handler that interrupted `malloc` while such a stack waits in the ring could
+//! block in the allocator. Without the shim the same program would not; with `MEMPROF_STACKS=0`
+//! the flush does not allocate.
 
 use crate::recorder::flush_before_exit;
-use std::ffi::{c_int, CStr};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
+
+/// The next `_exit` and `_Exit` (libc's), looked up when the shim is loaded: at exit time a
+/// `dlsym` would take the loader's lock, which a signal handler or a `vfork` child (Python's
+/// subprocess ends its failed children with `_exit`) must not wait for. 0: none found.
+static NEXT_EXIT: AtomicUsize = AtomicUsize::new(0);
+static NEXT_UNDERSCORE_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Looks up the next `_exit` and `_Exit`; called once from the shim's constructor.
+pub fn resolve() {
+    for (name, slot) in [(c"_exit", &NEXT_EXIT), (c"_Exit", &NEXT_UNDERSCORE_EXIT)] {
+        // SAFETY: `name` is NUL-terminated; RTLD_NEXT looks past this library; called from the
+        // constructor, where the loader allows dlsym.
+        let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        slot.store(next, Ordering::Release);
+    }
+}
 
 /// # Safety
 /// Same contract as libc's `_exit`.
@@ -16,7 +41,7 @@ type ExitFn = unsafe extern "C" fn(c_int) -> !;
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     flush_before_exit();
     // SAFETY: forwards to the next `_exit` with the caller's status.
-    unsafe { next_exit(c"_exit", status) }
+    unsafe { next_exit(&NEXT_EXIT, status) }
 }
 
 /// # Safety
@@ -25,14 +50,13 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     flush_before_exit();
     // SAFETY: as above.
-    unsafe { next_exit(c"_Exit", status) }
+    unsafe { next_exit(&NEXT_UNDERSCORE_EXIT, status) }
 }
 
-/// Calls the next definition of `name`, or ends the process with the system call when there
-/// is none.
-unsafe fn next_exit(name: &CStr, status: c_int) -> ! {
-    // SAFETY: `name` is NUL-terminated; RTLD_NEXT looks past this library.
-    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+/// Calls the next definition resolved into `slot`, or ends the process with the system call
+/// when there is none.
+unsafe fn next_exit(slot: &AtomicUsize, status: c_int) -> ! {
+    let next = slot.load(Ordering::Acquire);
     if next != 0 {
         // SAFETY: the next definition of `_exit` / `_Exit` has this signature.
         let next = unsafe { std::mem::transmute::<usize, ExitFn>(next) };

@@ -408,10 +408,20 @@ pub fn flush_before_exit() {
     if STATE.load(Ordering::Acquire) != RUNNING || RECORDING_PID.load(Ordering::Acquire) != pid() {
         return;
     }
+    // `_exit` may come from a signal handler that interrupted malloc: the live socket's
+    // bookkeeping (which allocates and frees) is left alone; its clients see the socket close.
+    let skip_live = |writer: &mut Writer| std::mem::forget(writer.live.take());
     for _ in 0..EXIT_LOCK_TRIES {
         match WRITER.try_lock() {
-            Ok(mut writer) => return finish(&mut writer),
-            Err(TryLockError::Poisoned(poisoned)) => return finish(&mut poisoned.into_inner()),
+            Ok(mut writer) => {
+                skip_live(&mut writer);
+                return finish(&mut writer);
+            }
+            Err(TryLockError::Poisoned(poisoned)) => {
+                let mut writer = poisoned.into_inner();
+                skip_live(&mut writer);
+                return finish(&mut writer);
+            }
             Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
@@ -454,6 +464,9 @@ extern "C" fn init() {
         libc::atexit(flush_at_exit);
         libc::pthread_atfork(None, None, Some(forked_child));
     }
+    // The `_exit` interposers exist outside unit tests only (see lib.rs).
+    #[cfg(not(test))]
+    crate::exit::resolve();
 }
 
 #[used]
