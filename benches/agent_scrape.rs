@@ -34,7 +34,6 @@ fn machine() -> Sample {
     let processes = (0..PROCESSES)
         .map(|i| ProcessSample {
             pid: 10_000 + i,
-            host_pid: None,
             device: i % DEVICES,
             used: Some(Bytes((u64::from(i) + 1) << 24)),
             command: Some(format!(

@@ -116,7 +116,6 @@ fn the_nvml_sampler_reads_exactly_the_scenario() {
     }
     let process = |pid, device, used: Option<u64>, command: Option<String>| ProcessSample {
         pid,
-        host_pid: None,
         device,
         used: used.map(Bytes),
         command,

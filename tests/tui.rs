@@ -193,7 +193,6 @@ mod top {
     fn process(pid: u32, device: u32, used: Option<u64>, command: Option<&str>) -> ProcessSample {
         ProcessSample {
             pid,
-            host_pid: None,
             device,
             used: used.map(Bytes),
             command: command.map(str::to_string),

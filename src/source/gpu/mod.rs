@@ -35,12 +35,9 @@ pub struct DeviceSample {
 /// One process's use of one device at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessSample {
-    /// The PID as this machine's /proc sees it (mapped from NVML's, which is the host
-    /// namespace's, where /proc allows; see `host_pid`). Inside a container's PID namespace
-    /// NVML's host PID cannot be mapped: it is kept as it is and `command` is `None`.
+    /// The PID as NVML reports it: the host's PID namespace's. Inside a container (another
+    /// PID namespace) /proc cannot map it, so `command` is then `None`.
     pub pid: u32,
-    /// The PID NVML reported, when it differs from `pid` (container PID namespaces).
-    pub host_pid: Option<u32>,
     /// The device's NVML index.
     pub device: u32,
     /// Device memory the process holds; `None` where the driver will not say (some vGPU and

@@ -106,7 +106,6 @@ impl NvmlSampler {
         // mapped (see `procfs`), so it is kept as it is and `command` is `None`.
         ProcessSample {
             pid: info.pid,
-            host_pid: None,
             device,
             used: match info.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(Bytes(bytes)),
