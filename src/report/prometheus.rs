@@ -271,7 +271,6 @@ mod tests {
                     device: 0,
                     used: Some(Bytes(512 << 20)),
                     command: Some("python \"train.py\"".into()),
-                    ..ProcessSample::default()
                 },
                 ProcessSample {
                     pid: 43,

@@ -140,7 +140,6 @@ mod tests {
                 device: 0,
                 used: used.map(Bytes),
                 command: Some("python train.py".into()),
-                ..ProcessSample::default()
             }],
         }
     }
