@@ -9,6 +9,20 @@
 //! small blocks are kept, which raised peak RSS to twice the file's size in the same test.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether large blocks get the hint; `MEMPROF_HUGE_PAGES=0` turns it off (see `configure`).
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Reads `MEMPROF_HUGE_PAGES` once at start-up: `0` turns the hint off. The kernel backs
+/// hinted memory with huge pages only when it can; where huge pages must first be made by
+/// compaction (a machine whose memory is fragmented and whose `defrag` setting is `madvise`),
+/// faulting them in can cost more than it saves.
+pub fn configure() {
+    if std::env::var_os("MEMPROF_HUGE_PAGES").is_some_and(|v| v == "0") {
+        ENABLED.store(false, Ordering::Relaxed);
+    }
+}
 
 /// Blocks at least this large get the hint; smaller ones never span a whole huge page.
 const HINT_FROM_BYTES: usize = 4 << 20;
@@ -23,7 +37,7 @@ pub struct HugePageHint;
 
 #[cfg(target_os = "linux")]
 fn hint(ptr: *mut u8, size: usize) {
-    if ptr.is_null() || size < HINT_FROM_BYTES {
+    if ptr.is_null() || size < HINT_FROM_BYTES || !ENABLED.load(Ordering::Relaxed) {
         return;
     }
     // Whole base pages, from the one holding the block's first byte: advising only the

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 static ALLOCATOR: memprof::huge_pages::HugePageHint = memprof::huge_pages::HugePageHint;
 
 fn main() -> ExitCode {
+    memprof::huge_pages::configure();
     let parsed = Cli::parse();
     match cli::run(parsed) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
