@@ -1,6 +1,6 @@
 //! Checks that need a real NVIDIA GPU, its driver and NVML (and, for the last, PyTorch with
 //! CUDA). Ignored by default so CI without a GPU stays green; on a GPU machine run
-//! `cargo test --release --test main -- --ignored gpu::` (kernels/gpu/check.sh runs the same
+//! `cargo test --release --test main -- --ignored gpu::` (scripts/gpu-check.sh runs the same
 //! steps from release binaries, for a machine that cannot build).
 
 use crate::util::{memprof, repo, stderr, stdout};

@@ -41,6 +41,7 @@ def main() -> int:
             print(f"oom as intended: {str(e).splitlines()[0]}", flush=True)
     torch.cuda.memory._dump_snapshot(args.snapshot)
     print(f"snapshot {args.snapshot}", flush=True)
+    print(f"max_memory_reserved {torch.cuda.max_memory_reserved()}", flush=True)
     return 0
 
 
