@@ -27,25 +27,20 @@ measure() { # prints "seconds max_rss_kb" for one run of the command
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-py_t=(); py_m=(); mp_t=(); mp_m=(); nh_t=()
+py_t=(); py_m=(); mp_t=(); mp_m=()
 for i in $(seq "$runs"); do
   read -r t m < <(measure python3 -c "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))" "$file")
   py_t+=("$t"); py_m+=("$m")
   read -r t m < <(measure "$bin" analyze --json "$file")
   mp_t+=("$t"); mp_m+=("$m")
-  # The same without the huge-page hint (src/huge_pages.rs), to show what it is worth here.
-  read -r t _ < <(MEMPROF_HUGE_PAGES=0 measure "$bin" analyze --json "$file")
-  nh_t+=("$t")
 done
 size=$(stat -c %s "$file")
 pt=$(printf '%s\n' "${py_t[@]}" | median); pm=$(printf '%s\n' "${py_m[@]}" | median)
 mt=$(printf '%s\n' "${mp_t[@]}" | median); mm=$(printf '%s\n' "${mp_m[@]}" | median)
-nt=$(printf '%s\n' "${nh_t[@]}" | median)
-awk -v size="$size" -v pt="$pt" -v pm="$pm" -v mt="$mt" -v mm="$mm" -v nt="$nt" -v runs="$runs" -v f="$file" 'BEGIN {
+awk -v size="$size" -v pt="$pt" -v pm="$pm" -v mt="$mt" -v mm="$mm" -v runs="$runs" -v f="$file" 'BEGIN {
   printf "input: %s (%.1f MB), medians of %d runs\n", f, size/1e6, runs
   printf "python pickle.load (load only): %.3f s, peak RSS %.1f MB (%.2fx file)\n", pt, pm*1024/1e6, pm*1024/size
   printf "memprof analyze --json:         %.3f s, peak RSS %.1f MB (%.2fx file)\n", mt, mm*1024/1e6, mm*1024/size
   printf "speed ratio (python / memprof): %.1fx   target >= 10x\n", pt/mt
-  printf "  without the huge-page hint:   %.3f s, %.1fx\n", nt, pt/nt
   printf "memprof RSS / file size:        %.2fx   target <= 1.5x\n", mm*1024/size
 }'

@@ -19,7 +19,6 @@ pub mod agent;
 pub mod analysis;
 pub mod cli;
 pub mod diagnose;
-pub mod huge_pages;
 pub mod model;
 pub mod plan;
 pub mod report;

@@ -5,11 +5,7 @@ use clap::Parser;
 use memprof::cli::{self, Cli, Outcome};
 use std::process::ExitCode;
 
-#[global_allocator]
-static ALLOCATOR: memprof::huge_pages::HugePageHint = memprof::huge_pages::HugePageHint;
-
 fn main() -> ExitCode {
-    memprof::huge_pages::configure();
     let parsed = Cli::parse();
     match cli::run(parsed) {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
