@@ -1,10 +1,24 @@
 //! The help overlay every dashboard shows on `?`: a centred box listing its keys.
 
+use super::keys::Key;
 use super::theme::Theme;
+use super::Flow;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget};
+
+/// While the help is open, any key closes it and only `q` or Ctrl-C also quit; returns `None`
+/// when the help was not open and the key is the dashboard's to handle.
+pub fn dismiss(open: &mut bool, key: Key) -> Option<Flow> {
+    if !std::mem::replace(open, false) {
+        return None;
+    }
+    Some(match key {
+        Key::Char('q') | Key::Interrupt => Flow::Quit,
+        _ => Flow::Continue,
+    })
+}
 
 /// Draws the key list over the middle of `area`.
 pub fn render(title: &str, keys: &[(&str, &str)], theme: &Theme, area: Rect, buf: &mut Buffer) {

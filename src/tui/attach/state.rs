@@ -130,12 +130,8 @@ impl AttachState {
 
     /// Handles a key: `q` quits, Esc goes back (quits when the view stands alone).
     pub fn on_key(&mut self, key: Key) -> Flow {
-        if self.help {
-            self.help = false;
-            return match key {
-                Key::Char('q') | Key::Interrupt => Flow::Quit,
-                _ => Flow::Continue,
-            };
+        if let Some(flow) = crate::tui::help::dismiss(&mut self.help, key) {
+            return flow;
         }
         match key {
             Key::Char('q') | Key::Esc | Key::Interrupt => Flow::Quit,

@@ -59,12 +59,8 @@ impl TopState {
     /// Handles a key.
     pub fn on_key(&mut self, key: Key) -> Flow {
         self.message = None;
-        if self.help {
-            self.help = false;
-            return match key {
-                Key::Char('q') | Key::Interrupt => Flow::Quit,
-                _ => Flow::Continue,
-            };
+        if let Some(flow) = crate::tui::help::dismiss(&mut self.help, key) {
+            return flow;
         }
         let rows = self.sample.as_ref().map_or(0, |s| s.processes.len());
         match key {

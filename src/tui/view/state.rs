@@ -94,12 +94,8 @@ impl ViewState {
     /// Handles a key; the caller recomputes what depends on the cursor or device.
     pub fn on_key(&mut self, key: Key) -> Flow {
         self.message = None;
-        if self.help {
-            self.help = false;
-            return match key {
-                Key::Char('q') | Key::Interrupt => Flow::Quit,
-                _ => Flow::Continue,
-            };
+        if let Some(flow) = crate::tui::help::dismiss(&mut self.help, key) {
+            return flow;
         }
         match key {
             Key::Char('q') | Key::Interrupt => return Flow::Quit,
