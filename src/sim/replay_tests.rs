@@ -395,9 +395,17 @@ mod expandable_windows {
 
     /// Records `program` (which sets the cut) and replays the trace from the cut.
     fn window(program: impl FnOnce(&mut CachingAllocator, &mut usize)) -> Prepared {
+        window_under(CAPACITY, program)
+    }
+
+    /// `window` on a device of `capacity` bytes.
+    fn window_under(
+        capacity: u64,
+        program: impl FnOnce(&mut CachingAllocator, &mut usize),
+    ) -> Prepared {
         let conf = "expandable_segments:True";
         let mut cut = 0;
-        let rec = record(conf, Some(CAPACITY), |a| program(a, &mut cut));
+        let rec = record(conf, Some(capacity), |a| program(a, &mut cut));
         let trace = DeviceTrace {
             device: 0,
             entries: &rec.0[cut..],
@@ -407,7 +415,7 @@ mod expandable_windows {
         let p = prepare(
             &trace,
             &AllocatorConfig::parse(conf).expect("valid"),
-            Some(CAPACITY),
+            Some(capacity),
         );
         assert_reproduced("window", &p);
         p
@@ -458,10 +466,7 @@ mod expandable_windows {
         // unmapped pages at the bottom, needs two of them and fails: what the record shows
         // only if the replay puts those pages below the ones the window shows. (Placed above,
         // one page after the free tail of page 3 would have done.)
-        let conf = "expandable_segments:True";
-        let capacity = 110 * MIB;
-        let mut cut = 0;
-        let rec = record(conf, Some(capacity), |a| {
+        let p = window_under(110 * MIB, |a, cut| {
             let x0 = ok(a, 20 * MIB);
             let x1 = ok(a, 20 * MIB);
             ok(a, 20 * MIB);
@@ -471,21 +476,9 @@ mod expandable_windows {
             a.free(x1).expect("allocated");
             a.empty_cache();
             on(a, 40 * MIB, SIDE);
-            cut = a.events().len();
+            *cut = a.events().len();
             assert!(a.malloc(20 * MIB + 512, 0).is_err());
         });
-        let trace = DeviceTrace {
-            device: 0,
-            entries: &rec.0[cut..],
-            streams: rec.1.clone(),
-            segments: rec.2.clone(),
-        };
-        let p = prepare(
-            &trace,
-            &AllocatorConfig::parse(conf).expect("valid"),
-            Some(capacity),
-        );
-        assert_reproduced("window", &p);
         assert_eq!(p.validation.oom.matches, 1);
     }
 
