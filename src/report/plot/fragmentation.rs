@@ -2,7 +2,7 @@
 //! allocations (reserved - active), with reserved for scale and the OOM marked.
 
 use super::style;
-use super::timeline::{draw_empty, time_axes};
+use super::timeline::time_axes;
 use crate::analysis::MemorySeries;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -19,16 +19,10 @@ impl super::Figure for FragmentationPlot<'_> {
         area: &DrawingArea<DB, Shift>,
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let s = self.series;
-        if s.points.is_empty() {
-            return draw_empty(
-                area,
-                &self.title,
-                "No trace entries: nothing to plot over time.",
-            );
-        }
-        area.fill(&WHITE)?;
         let top = s.points.iter().map(|p| p.reserved).max().unwrap_or(0);
-        let axes = time_axes(area, &self.title, s, top)?;
+        let Some(axes) = time_axes(area, &self.title, s, top)? else {
+            return Ok(());
+        };
         let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
         let unused = style::PENDING_FREE;
         chart

@@ -26,13 +26,19 @@ pub struct TimeAxes<'a, DB: DrawingBackend> {
     pub x_range: f64,
 }
 
-/// Builds and draws the axes of a chart over time for a non-empty series.
+/// Clears the area and draws the axes of a chart over time; for an empty series, draws the
+/// title and a line saying there is nothing to plot, and returns `None`.
 pub fn time_axes<'a, DB: DrawingBackend + 'a>(
     area: &'a DrawingArea<DB, Shift>,
     title: &str,
     s: &MemorySeries,
     top: u64,
-) -> Result<TimeAxes<'a, DB>, DrawingAreaErrorKind<DB::ErrorType>> {
+) -> Result<Option<TimeAxes<'a, DB>>, DrawingAreaErrorKind<DB::ErrorType>> {
+    if s.points.is_empty() {
+        draw_empty(area, title, "No trace entries: nothing to plot over time.")?;
+        return Ok(None);
+    }
+    area.fill(&WHITE)?;
     let first = s.points.first().map_or(0.0, |p| p.x);
     let last = s.points.last().map_or(0.0, |p| p.x);
     let unit = Unit::for_max(top);
@@ -56,13 +62,13 @@ pub fn time_axes<'a, DB: DrawingBackend + 'a>(
         .x_label_formatter(&|v| tick(*v, x_range))
         .y_label_formatter(&|v| tick(*v, y_max))
         .draw()?;
-    Ok(TimeAxes {
+    Ok(Some(TimeAxes {
         chart,
         unit,
         y_max,
         x_min,
         x_range,
-    })
+    }))
 }
 
 pub fn x_label(series: &MemorySeries) -> &'static str {
@@ -96,14 +102,6 @@ impl super::Figure for TimelinePlot<'_> {
         area: &DrawingArea<DB, Shift>,
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let s = self.series;
-        if s.points.is_empty() {
-            return draw_empty(
-                area,
-                &self.title,
-                "No trace entries: nothing to plot over time.",
-            );
-        }
-        area.fill(&WHITE)?;
         let top = s
             .points
             .iter()
@@ -111,7 +109,9 @@ impl super::Figure for TimelinePlot<'_> {
             .max()
             .unwrap_or(0)
             .max(s.oom.map_or(0, |o| o.bytes));
-        let axes = time_axes(area, &self.title, s, top)?;
+        let Some(axes) = time_axes(area, &self.title, s, top)? else {
+            return Ok(());
+        };
         let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
         let (x_min, x_range) = (axes.x_min, axes.x_range);
         // Stacked areas: draw the sum of sites 0..=k for k from "other" down, so each band
