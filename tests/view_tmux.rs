@@ -45,13 +45,17 @@ impl Tmux {
         String::from_utf8_lossy(&self.run(&["capture-pane", "-p"]).stdout).into_owned()
     }
 
-    /// Waits until the screen satisfies `ok`, and returns it; fails after 20 s.
+    /// Waits until the screen satisfies `ok` and holds still (the same on a second look 40 ms
+    /// later, so a frame is not caught half drawn), and returns it; fails after 20 s.
     pub fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let screen = self.screen();
             if ok(&screen) {
-                return screen;
+                std::thread::sleep(Duration::from_millis(40));
+                if self.screen() == screen {
+                    return screen;
+                }
             }
             assert!(
                 Instant::now() < deadline,
@@ -107,12 +111,14 @@ fn view_in_tmux_browses_resizes_and_quits_cleanly() {
         .run(&["resize-window", "-x", "80", "-y", "24"])
         .status
         .success());
-    let screen = tmux.wait_for("an 80x24 frame", |s| {
+    // The whole 80x24 frame, not one caught while tmux is still drawing it.
+    let screen = tmux.wait_for("an 80x24 frame at entry 0", |s| {
         let lines: Vec<&str> = s.lines().collect();
         lines.len() >= 24
             && lines[1].starts_with('┌')
             && lines[1].chars().count() == 80
             && lines[1].ends_with('┐')
+            && s.contains("entry 0 of 1649")
     });
     assert!(screen.contains("entry 0 of 1649"), "{screen}");
     tmux.keys(&["q"]);
