@@ -252,21 +252,34 @@ fn record(
     conf: &str,
     capacity: Option<u64>,
     program: impl FnOnce(&mut CachingAllocator),
-) -> (Vec<TraceEntry>, Vec<u64>, Vec<Segment>) {
+) -> Recorded {
     let config = AllocatorConfig::parse(conf).expect("valid settings");
     let mut real = CachingAllocator::new(config, Driver::new(capacity));
     program(&mut real);
     (real.take_events(), real.streams().to_vec(), real.layout(0))
 }
 
-fn replay_recording(conf: &str, rec: &(Vec<TraceEntry>, Vec<u64>, Vec<Segment>)) -> Prepared {
+/// What `record` returns: the trace, the streams and the final layout.
+type Recorded = (Vec<TraceEntry>, Vec<u64>, Vec<Segment>);
+
+fn replay_recording(conf: &str, rec: &Recorded) -> Prepared {
+    replay_window(conf, None, rec, 0)
+}
+
+/// Replays a recording from entry `start` (the window a ring buffer would have kept) under
+/// `conf` and `capacity`.
+fn replay_window(conf: &str, capacity: Option<u64>, rec: &Recorded, start: usize) -> Prepared {
     let trace = DeviceTrace {
         device: 0,
-        entries: &rec.0,
+        entries: &rec.0[start..],
         streams: rec.1.clone(),
         segments: rec.2.clone(),
     };
-    prepare(&trace, &AllocatorConfig::parse(conf).expect("valid"), None)
+    prepare(
+        &trace,
+        &AllocatorConfig::parse(conf).expect("valid"),
+        capacity,
+    )
 }
 
 fn ok(a: &mut CachingAllocator, size: u64) -> u64 {
@@ -406,17 +419,7 @@ mod expandable_windows {
         let conf = "expandable_segments:True";
         let mut cut = 0;
         let rec = record(conf, Some(capacity), |a| program(a, &mut cut));
-        let trace = DeviceTrace {
-            device: 0,
-            entries: &rec.0[cut..],
-            streams: rec.1.clone(),
-            segments: rec.2.clone(),
-        };
-        let p = prepare(
-            &trace,
-            &AllocatorConfig::parse(conf).expect("valid"),
-            Some(capacity),
-        );
+        let p = replay_window(conf, Some(capacity), &rec, cut);
         assert_reproduced("window", &p);
         p
     }
@@ -586,23 +589,7 @@ mod generated {
         steps: &[Step],
         cut: usize,
     ) -> Result<(), TestCaseError> {
-        let mut bounds = vec![0];
-        let rec = record(conf, capacity, |a| {
-            let (mut live, mut pending) = (Vec::new(), Vec::new());
-            for k in 0..steps.len() {
-                run_steps(a, &steps[k..=k], &mut live, &mut pending);
-                bounds.push(a.events().len());
-            }
-        });
-        let start = bounds[cut % bounds.len()];
-        let trace = DeviceTrace {
-            device: 0,
-            entries: &rec.0[start..],
-            streams: rec.1.clone(),
-            segments: rec.2.clone(),
-        };
-        let config = AllocatorConfig::parse(conf).expect("valid");
-        let p = prepare(&trace, &config, capacity);
+        let p = replay_steps_from(conf, capacity, steps, cut);
         prop_assert!(
             p.validation.all_match(),
             "{:?}",
@@ -622,30 +609,30 @@ mod generated {
         Ok(())
     }
 
-    /// A window of an expandable-segment program: replays exactly, or its first mismatch
-    /// says that the reserved ranges had to be inferred.
-    fn check_expandable_window(steps: &[Step], cut: usize) -> Result<(), TestCaseError> {
-        let conf = "expandable_segments:True";
+    /// Records `steps` and replays them from the step boundary `cut` picks (modulo the number
+    /// of boundaries).
+    fn replay_steps_from(
+        conf: &str,
+        capacity: Option<u64>,
+        steps: &[Step],
+        cut: usize,
+    ) -> Prepared {
         let mut bounds = vec![0];
-        let rec = record(conf, Some(300 * MIB), |a| {
+        let rec = record(conf, capacity, |a| {
             let (mut live, mut pending) = (Vec::new(), Vec::new());
             for k in 0..steps.len() {
                 run_steps(a, &steps[k..=k], &mut live, &mut pending);
                 bounds.push(a.events().len());
             }
         });
-        let start = bounds[cut % bounds.len()];
-        let trace = DeviceTrace {
-            device: 0,
-            entries: &rec.0[start..],
-            streams: rec.1.clone(),
-            segments: rec.2.clone(),
-        };
-        let p = prepare(
-            &trace,
-            &AllocatorConfig::parse(conf).expect("valid"),
-            Some(300 * MIB),
-        );
+        replay_window(conf, capacity, &rec, bounds[cut % bounds.len()])
+    }
+
+    /// A window of an expandable-segment program: replays exactly, or its first mismatch
+    /// says that the reserved ranges had to be inferred.
+    fn check_expandable_window(steps: &[Step], cut: usize) -> Result<(), TestCaseError> {
+        let conf = "expandable_segments:True";
+        let p = replay_steps_from(conf, Some(300 * MIB), steps, cut);
         prop_assert!(p.issues.is_empty(), "{:?}", p.issues);
         match &p.validation.first_mismatch {
             None => prop_assert!(p.validation.final_layout_matches),

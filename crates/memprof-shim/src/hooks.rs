@@ -316,10 +316,22 @@ fn address_reserve(
 }
 
 fn address_free(real: AddressFreeFn, flags: u16, ptr: u64, size: usize) -> u32 {
+    range_call(Kind::AddressFree, real, flags, ptr, size)
+}
+
+/// A call on the range `[ptr, ptr + size)` that returns only its result (`cuMemUnmap`,
+/// `cuMemAddressFree`): forwarded, then recorded as `kind`.
+fn range_call(
+    kind: Kind,
+    real: unsafe extern "C" fn(u64, usize) -> u32,
+    flags: u16,
+    ptr: u64,
+    size: usize,
+) -> u32 {
     let guard = Guard::enter();
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(ptr, size) };
-    emit(&guard, Kind::AddressFree, flags, result, |event| {
+    emit(&guard, kind, flags, result, |event| {
         event.ptr = ptr;
         event.size = size as u64;
     });
@@ -499,14 +511,7 @@ fn map(real: MapFn, flags: u16, ptr: u64, size: usize, offset: usize, handle: u6
 }
 
 fn unmap(real: UnmapFn, flags: u16, ptr: u64, size: usize) -> u32 {
-    let guard = Guard::enter();
-    // SAFETY: forwards the caller's arguments unchanged to the real function.
-    let result = unsafe { real(ptr, size) };
-    emit(&guard, Kind::VmmUnmap, flags, result, |event| {
-        event.ptr = ptr;
-        event.size = size as u64;
-    });
-    result
+    range_call(Kind::VmmUnmap, real, flags, ptr, size)
 }
 
 fn release(real: ReleaseFn, flags: u16, handle: u64) -> u32 {
