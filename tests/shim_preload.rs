@@ -53,7 +53,28 @@ pub fn shim() -> &'static Path {
     })
 }
 
-/// The fake driver and the workload, compiled into a fresh directory named `name`.
+/// Compiles `src` into `out` with `-Wall -Werror`, `flags` and `libs`, linked against the fake
+/// `libcuda.so.1` in `dir` (found there at run time too).
+pub fn cc_with_driver(dir: &Path, flags: &[&str], src: &Path, out: &Path, libs: &[&str]) {
+    let built = Command::new("cc")
+        .args(["-Wall", "-Werror"])
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .args(libs)
+        .output()
+        .expect("cc runs");
+    let name = src
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    check(&format!("cc {name}"), &built);
+}
+
+/// The fake driver and the workloads, compiled into a fresh directory named `name`.
 pub fn kernels(name: &str) -> PathBuf {
     let dir = tmp().join(format!("kernels-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -75,17 +96,16 @@ pub fn kernels(name: &str) -> PathBuf {
         .output()
         .expect("cc runs");
     check("cc fake_cuda.c", &out);
-    let out = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(dir.join("alloc_free"))
-        .arg(k.join("workloads/alloc_free.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .args(["-ldl", "-lpthread"])
-        .output()
-        .expect("cc runs");
-    check("cc alloc_free.c", &out);
+    for (name, libs) in [
+        ("alloc_free", &["-ldl", "-lpthread"][..]),
+        ("stress", &["-lpthread"][..]),
+        ("peak_oom", &[][..]),
+        ("devices", &["-ldl"][..]),
+    ] {
+        let src = k.join(format!("workloads/{name}.c"));
+        cc_with_driver(&dir, &["-O1"], &src, &dir.join(name), libs);
+    }
+    // Reaches the driver only through dlopen, as libcudart does: not linked against it.
     let out = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-o"])
         .arg(dir.join("runtime_style"))
@@ -94,38 +114,6 @@ pub fn kernels(name: &str) -> PathBuf {
         .output()
         .expect("cc runs");
     check("cc runtime_style.c", &out);
-    let out = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(dir.join("stress"))
-        .arg(k.join("workloads/stress.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-lpthread")
-        .output()
-        .expect("cc runs");
-    check("cc stress.c", &out);
-    let out = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(dir.join("peak_oom"))
-        .arg(k.join("workloads/peak_oom.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .expect("cc runs");
-    check("cc peak_oom.c", &out);
-    let out = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(dir.join("devices"))
-        .arg(k.join("workloads/devices.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-ldl")
-        .output()
-        .expect("cc runs");
-    check("cc devices.c", &out);
     dir
 }
 

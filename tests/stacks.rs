@@ -4,48 +4,29 @@
 //! functions, with file and line, as the top sites with the bytes each left alive; `gate` names
 //! the site that grew and `export --to torch-snapshot` keeps the stacks.
 
-use crate::shim_preload::{check, kernels, shim};
+use crate::shim_preload::{cc_with_driver, check, kernels, shim};
 use crate::util::{analyze_json, memprof, repo, stderr, stdout};
 use memprof_wire::{decode_recording, Kind, Recording};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FLAGS: [&str; 5] = [
+/// Frame pointers, debug lines, and no sibling calls: each allocating function keeps a frame.
+const FLAGS: [&str; 4] = [
     "-O1",
     "-g",
     "-fno-omit-frame-pointer",
     "-fno-optimize-sibling-calls",
-    "-Werror",
 ];
 
 /// Builds two_sites and libplugin.so next to the fake driver in `dir`.
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
     let src = repo().join("kernels/workloads");
     let exe = dir.join("two_sites");
-    let out = Command::new("cc")
-        .args(FLAGS)
-        .arg("-o")
-        .arg(&exe)
-        .arg(src.join("two_sites.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-ldl")
-        .output()
-        .expect("cc runs");
-    check("cc two_sites.c", &out);
+    cc_with_driver(dir, &FLAGS, &src.join("two_sites.c"), &exe, &["-ldl"]);
     let plugin = dir.join("libplugin.so");
-    let out = Command::new("cc")
-        .args(FLAGS)
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&plugin)
-        .arg(src.join("plugin.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-l:libcuda.so.1")
-        .output()
-        .expect("cc runs");
-    check("cc plugin.c", &out);
+    let shared = [&FLAGS[..], &["-shared", "-fPIC"]].concat();
+    cc_with_driver(dir, &shared, &src.join("plugin.c"), &plugin, &[]);
     (exe, plugin)
 }
 
