@@ -29,7 +29,9 @@ pub fn decode<R: Refill, F: Fold>(
         node_memo: Vec::new(),
         free_nodes: Vec::new(),
         string_ids: FxHashMap::default(),
-        flat_pairs: Vec::with_capacity(FLAT_PAIRS),
+        flat_keys: Vec::with_capacity(FLAT_PAIRS),
+        flat_values: [Value::None; FLAT_PAIRS],
+        flat_shape: 0,
         flat_stores: Vec::with_capacity(2 * FLAT_PAIRS + 1),
         fold,
     };
@@ -66,8 +68,12 @@ pub(super) struct Machine<'f, R, F> {
     pub(super) node_memo: Vec<u32>,
     pub(super) free_nodes: Vec<NodeId>,
     pub(super) string_ids: FxHashMap<Box<str>, StrId>,
+    /// The keys of the last flat dict read (see `FlatDict`), and their shape number, which
+    /// changes whenever they do.
+    pub(super) flat_keys: Vec<Value>,
+    pub(super) flat_shape: u64,
     /// Scratch space of `flat_dict`, kept to avoid allocating per dict.
-    pub(super) flat_pairs: Vec<(Value, Value)>,
+    pub(super) flat_values: [Value; FLAT_PAIRS],
     pub(super) flat_stores: Vec<(usize, Value)>,
     pub(super) fold: &'f mut F,
 }
@@ -558,6 +564,12 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     /// Stores `value` in memo slot `index`.
     #[inline]
     pub(super) fn memo_store(&mut self, index: usize, top: Value) -> Step {
+        if index == self.memo.len() && !matches!(top, Value::Node(_)) {
+            // The common case: a new slot for a scalar, string or folded dict.
+            self.memo.push(Some(top));
+            self.memo_count += 1;
+            return Ok(());
+        }
         if index == self.memo.len() {
             self.memo.push(None);
         } else if index > self.memo.len() {

@@ -2,7 +2,7 @@
 //! straight from the input buffer, and flat dicts handed to the fold without building a node.
 
 use super::decode::Machine;
-use super::fold::Fold;
+use super::fold::{FlatDict, Fold};
 use super::input::Refill;
 use super::value::Value;
 
@@ -120,13 +120,16 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         let buf = buf.get(..end)?;
         let mut p = start + 1;
         // Memo stores are applied only if the fold takes the dict, so a fallback redoes them.
-        let mut pairs = std::mem::take(&mut self.flat_pairs);
         let mut stores = std::mem::take(&mut self.flat_stores);
-        pairs.clear();
         stores.clear();
-        let taken = self.scan_flat_dict(buf, &mut p, &mut pairs, &mut stores);
-        let handle = taken.and_then(|dict_slot| {
-            let handle = self.fold.fold_flat(&self.doc, &pairs)?;
+        let scanned = self.scan_flat_dict(buf, &mut p, &mut stores);
+        let handle = scanned.and_then(|(dict_slot, len)| {
+            let dict = FlatDict {
+                shape: self.flat_shape,
+                keys: &self.flat_keys,
+                values: &self.flat_values[..len],
+            };
+            let handle = self.fold.fold_flat(&self.doc, dict)?;
             for &(slot, value) in &stores {
                 self.memo_store(slot, value).ok()?;
             }
@@ -135,46 +138,72 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             }
             Some(handle)
         });
-        self.flat_pairs = pairs;
         self.flat_stores = stores;
         self.stack.push(Value::Folded(handle?));
         Some(p)
     }
 
-    /// Reads a flat dict's pairs and memo stores without changing the machine; returns the
-    /// dict's own memo slot (if it has one), or `None` if the dict is not flat.
+    /// Reads a flat dict's keys (into `flat_keys`, renumbering `flat_shape` when they differ
+    /// from the last flat dict's), values (into `flat_values`) and memo stores without changing
+    /// the memo; returns the dict's own memo slot (if it has one) and its number of pairs, or
+    /// `None` if the dict is not flat.
     fn scan_flat_dict(
         &mut self,
         buf: &[u8],
         p: &mut usize,
-        pairs: &mut Vec<(Value, Value)>,
         stores: &mut Vec<(usize, Value)>,
-    ) -> Option<Option<usize>> {
+    ) -> Option<(Option<usize>, usize)> {
         let mut next_memoize = self.memo_count;
         let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize)?;
         if *buf.get(*p)? != b'(' {
             return None;
         }
         *p += 1;
+        let mut len = 0;
         loop {
             if *buf.get(*p)? == b'u' {
                 *p += 1;
-                return Some(dict_slot);
+                if self.flat_keys.len() != len {
+                    self.flat_keys.truncate(len);
+                    self.flat_shape += 1;
+                }
+                return Some((dict_slot, len));
             }
-            if pairs.len() == FLAT_PAIRS {
+            if len == FLAT_PAIRS {
                 return None;
             }
-            let mut pair = [Value::None; 2];
-            for item in &mut pair {
-                let (value, len) = self.flat_value(buf, *p)?;
-                *p += len;
-                if let Some(slot) = self.flat_memo_op(buf, p, &mut next_memoize)? {
-                    stores.push((slot, value));
+            let key = self.flat_item(buf, p, &mut next_memoize, stores)?;
+            match self.flat_keys.get_mut(len) {
+                Some(known) if *known == key => {}
+                Some(known) => {
+                    *known = key;
+                    self.flat_shape += 1;
                 }
-                *item = value;
+                None => {
+                    self.flat_keys.push(key);
+                    self.flat_shape += 1;
+                }
             }
-            pairs.push((pair[0], pair[1]));
+            self.flat_values[len] = self.flat_item(buf, p, &mut next_memoize, stores)?;
+            len += 1;
         }
+    }
+
+    /// One key or value of a flat dict and the memo store that may follow it.
+    #[inline(always)]
+    fn flat_item(
+        &mut self,
+        buf: &[u8],
+        p: &mut usize,
+        next_memoize: &mut usize,
+        stores: &mut Vec<(usize, Value)>,
+    ) -> Option<Value> {
+        let (value, len) = self.flat_value(buf, *p)?;
+        *p += len;
+        if let Some(slot) = self.flat_memo_op(buf, p, next_memoize)? {
+            stores.push((slot, value));
+        }
+        Some(value)
     }
 
     /// An optional memo store at `buf[*p]` (MEMOIZE, BINPUT, LONG_BINPUT): `Some(None)` when
@@ -213,7 +242,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     }
 
     /// One key or value of a flat dict at `buf[p]` and its length in bytes.
-    #[inline]
+    #[inline(always)]
     fn flat_value(&mut self, buf: &[u8], p: usize) -> Option<(Value, usize)> {
         // One bounds check for the longest fixed-size operand; short strings are checked apart.
         let w: &[u8; 10] = buf.get(p..p + 10)?.try_into().ok()?;
@@ -244,14 +273,21 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             b'N' => (Value::None, 1),
             0x88 => (Value::Bool(true), 1),
             0x89 => (Value::Bool(false), 1),
-            0x8c => {
-                let n = w[1] as usize;
-                let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
-                (Value::Str(self.intern(text)), 2 + n)
-            }
+            0x8c => (self.flat_short_string(buf, p)?, 2 + w[1] as usize),
             _ => return None,
         };
         Some(value)
+    }
+}
+
+impl<R: Refill, F: Fold> Machine<'_, R, F> {
+    /// The SHORT_BINUNICODE string at `buf[p]`, interned (out of line: strings are rare in
+    /// trace entries, which refer to their key strings through the memo).
+    #[inline(never)]
+    fn flat_short_string(&mut self, buf: &[u8], p: usize) -> Option<Value> {
+        let n = *buf.get(p + 1)? as usize;
+        let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
+        Some(Value::Str(self.intern(text)))
     }
 }
 

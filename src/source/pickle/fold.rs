@@ -2,11 +2,24 @@
 
 use super::value::{Document, NodeId, Value};
 
+/// A flat dict offered to `Fold::fold_flat`: its keys and values, in the pickle's order.
+///
+/// `shape` numbers the key sequence: it stays the same as long as consecutive flat dicts have
+/// the same keys in the same order (the trace entries of a file nearly always do), and changes
+/// whenever they differ, so a fold can keep what it learned from the keys without comparing
+/// them again.
+#[derive(Clone, Copy)]
+pub struct FlatDict<'a> {
+    pub shape: u64,
+    pub keys: &'a [Value],
+    pub values: &'a [Value],
+}
+
 /// Takes over dicts while they are appended to lists.
 ///
 /// Dicts reach a fold in one of two ways, and the fold sees every dict of a list in list order:
 /// - a flat dict (only scalars and memo references as values) is first offered as soon as it
-///   is decoded, as key/value pairs (`fold_flat`), before any node is made for it; a fold that
+///   is decoded, as keys and values (`fold_flat`), before any node is made for it; a fold that
 ///   takes it returns a handle, and later `adopt`s it when it is appended to its list;
 /// - any other dict (or a flat one not taken) is offered when it is appended (`fold`).
 pub trait Fold {
@@ -22,7 +35,7 @@ pub trait Fold {
 
     /// Offered each flat dict as it is decoded. Returning a handle takes it: the decoder makes
     /// no node, pushes `Value::Folded(handle)`, and calls `adopt` when it is appended to a list.
-    fn fold_flat(&mut self, _doc: &Document, _pairs: &[(Value, Value)]) -> Option<u32> {
+    fn fold_flat(&mut self, _doc: &Document, _dict: FlatDict) -> Option<u32> {
         None
     }
 

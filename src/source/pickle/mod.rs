@@ -15,7 +15,7 @@ mod value;
 
 pub use decode::decode;
 pub use error::{DecodeError, DecodeErrorKind};
-pub use fold::{Fold, KeepAll};
+pub use fold::{FlatDict, Fold, KeepAll};
 pub use input::Refill;
 pub use value::{Document, Node, NodeId, StrId, Value};
 

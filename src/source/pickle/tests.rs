@@ -150,10 +150,12 @@ struct OrderedTake {
 }
 
 impl OrderedTake {
-    fn taken(doc: &Document, pairs: &[(Value, Value)]) -> Option<i64> {
+    fn taken<'a>(
+        doc: &Document,
+        mut pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    ) -> Option<i64> {
         pairs
-            .iter()
-            .find(|(k, _)| doc.as_str(*k) == Some("take"))
+            .find(|(k, _)| doc.as_str(**k) == Some("take"))
             .and_then(|(_, v)| doc.as_i64(*v))
     }
 }
@@ -163,7 +165,7 @@ impl Fold for OrderedTake {
         let Node::Dict(pairs) = doc.node(dict) else {
             return None;
         };
-        let n = Self::taken(doc, pairs)?;
+        let n = Self::taken(doc, pairs.iter().map(|(k, v)| (k, v)))?;
         self.appended.push(n);
         Some(u32::MAX)
     }
@@ -172,8 +174,9 @@ impl Fold for OrderedTake {
         true
     }
 
-    fn fold_flat(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Option<u32> {
-        let n = Self::taken(doc, pairs)?;
+    fn fold_flat(&mut self, doc: &Document, dict: FlatDict) -> Option<u32> {
+        assert_eq!(dict.keys.len(), dict.values.len());
+        let n = Self::taken(doc, dict.keys.iter().zip(dict.values))?;
         self.next += 1;
         self.staged.push((self.next, n));
         Some(self.next)

@@ -2,8 +2,8 @@
 //! interns the stacks, streams and metadata they point to.
 
 use super::intern::Interner;
-use crate::model::{Action, EntryExtra, TraceEntry};
-use crate::source::pickle::{Document, Fold, Node, NodeId, StrId, Value};
+use crate::model::{Action, EntryExtra, StreamIndex, TraceEntry};
+use crate::source::pickle::{Document, FlatDict, Fold, Node, NodeId, StrId, Value};
 
 /// A contiguous run of entries folded out of one list.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +39,34 @@ fn entry_extra(
 fn text_of(doc: &Document, value: Value) -> String {
     doc.as_str(value)
         .map_or_else(|| doc.render(value), str::to_string)
+}
+
+/// A non-negative integer field (`what` names it in the error), read inline when it is a
+/// plain int.
+#[inline(always)]
+fn uint(doc: &Document, value: Option<Value>, what: &str) -> Result<Option<u64>, EntryError> {
+    match value {
+        None => Ok(None),
+        Some(Value::Int(i)) if i >= 0 => Ok(Some(i as u64)),
+        Some(v) => uint_other(doc, v, what).map(Some),
+    }
+}
+
+/// `uint` of anything but a non-negative int: a big int that fits, or an error.
+#[cold]
+#[inline(never)]
+fn uint_other(doc: &Document, value: Value, what: &str) -> Result<u64, EntryError> {
+    doc.as_u64(value).ok_or_else(|| {
+        EntryError::Bad(format!(
+            "'{what}' is not a valid integer: {}",
+            doc.render(value)
+        ))
+    })
+}
+
+/// A row about to be overwritten.
+fn blank_row() -> TraceEntry {
+    TraceEntry::new(Action::Alloc, None, 0, StreamIndex(0))
 }
 
 /// `TraceFolder::actions` marks: not looked at yet, and not an action name.
@@ -129,9 +157,13 @@ pub struct TraceFolder {
     /// messages (trace lists are filled one after the other).
     offered: (NodeId, usize),
     fields: Vec<Field>,
-    /// The keys of the last dict read, and where its fields were.
-    shape_keys: Vec<Value>,
-    shape: Shape,
+    /// Where the fields are in flat dicts of the decoder's shape number `flat_shape.0`.
+    flat_shape: (u64, Shape),
+    /// The keys of the last other dict read, and where its fields were.
+    node_keys: Vec<Value>,
+    node_shape: Shape,
+    /// The values of the last other dict read.
+    node_values: Vec<Value>,
     /// Index in `Action::ALL` of each interned string, see `ACTION_UNSEEN`.
     actions: Vec<u8>,
     /// Entries with an action this version does not know, skipped: (action, count).
@@ -140,7 +172,8 @@ pub struct TraceFolder {
     pub first_problem: Option<EntryProblem>,
     pub problems: usize,
     /// Entries taken by `fold_flat` and not yet appended to their list, with their handles.
-    staged: Vec<(u32, TraceEntry)>,
+    staged: Vec<TraceEntry>,
+    staged_handles: Vec<u32>,
     /// The next staged entry to adopt.
     staged_next: usize,
     /// The handle the next staged entry gets.
@@ -182,42 +215,58 @@ impl TraceFolder {
         Action::ALL.get(self.actions[i] as usize).copied()
     }
 
-    /// Where each field sits in dicts with these keys, from the cache when the keys are those
-    /// of the previous dict (trace entries of one file nearly always share one key order).
-    #[inline]
-    fn shape(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Shape {
-        let same = self.shape_keys.len() == pairs.len()
+    /// Where each field sits in dicts with these keys.
+    fn shape_of(&mut self, doc: &Document, keys: &[Value]) -> Shape {
+        let mut shape = Shape::default();
+        for (i, &key) in keys.iter().enumerate() {
+            if let Value::Str(key) = key {
+                let field = self.field(doc, key);
+                shape.0[field as usize] = Some(i as u8);
+            }
+        }
+        shape
+    }
+
+    /// Splits a dict node's pairs into `node_keys` and `node_values` and returns its shape,
+    /// worked out again only when the keys differ from the previous dict node's.
+    fn node_shape(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Shape {
+        let same = self.node_keys.len() == pairs.len()
             && self
-                .shape_keys
+                .node_keys
                 .iter()
                 .zip(pairs)
                 .all(|(k, (key, _))| k == key);
         if !same {
-            self.shape_keys.clear();
-            self.shape_keys.extend(pairs.iter().map(|&(key, _)| key));
-            let mut shape = Shape::default();
-            for (i, &(key, _)) in pairs.iter().enumerate() {
-                if let Value::Str(key) = key {
-                    let field = self.field(doc, key);
-                    shape.0[field as usize] = Some(i as u8);
-                }
-            }
-            self.shape = shape;
+            let mut keys = std::mem::take(&mut self.node_keys);
+            keys.clear();
+            keys.extend(pairs.iter().map(|&(key, _)| key));
+            self.node_shape = self.shape_of(doc, &keys);
+            self.node_keys = keys;
         }
-        self.shape
+        self.node_values.clear();
+        self.node_values
+            .extend(pairs.iter().map(|&(_, value)| value));
+        self.node_shape
     }
 
     /// Reads one trace-entry dict. Interns its stack, stream and metadata only when it is good.
+    /// `values` are the dict's values, in the order of the keys `shape` was made from.
+    /// The row is written into `row` (left as it was on an error), and the function always
+    /// inlined: a row returned by value is stored in pieces into a temporary and then read
+    /// back whole, and the CPU stalls on that (store forwarding fails), for a good part of
+    /// the decoding time.
+    #[inline(always)]
     fn entry(
         &mut self,
         doc: &Document,
-        pairs: &[(Value, Value)],
-    ) -> Result<TraceEntry, EntryError> {
-        if pairs.len() > u8::MAX as usize {
+        shape: Shape,
+        values: &[Value],
+        row: &mut TraceEntry,
+    ) -> Result<(), EntryError> {
+        if values.len() > u8::MAX as usize {
             return Err(EntryError::NotAnEntry);
         }
-        let shape = self.shape(doc, pairs);
-        let get = |field: Field| shape.0[field as usize].map(|i| pairs[i as usize].1);
+        let get = |field: Field| shape.0[field as usize].map(|i| values[i as usize]);
         let Some(action_value) = get(Field::Action) else {
             return Err(EntryError::NotAnEntry);
         };
@@ -227,20 +276,8 @@ impl TraceFolder {
         let Some(action) = self.action(doc, name) else {
             return Err(EntryError::UnknownAction(name));
         };
-        let int = |field: Field, what: &str| -> Result<Option<u64>, EntryError> {
-            match get(field) {
-                None => Ok(None),
-                Some(Value::Int(i)) if i >= 0 => Ok(Some(i as u64)),
-                Some(v) => doc.as_u64(v).map(Some).ok_or_else(|| {
-                    EntryError::Bad(format!(
-                        "'{what}' is not a valid integer: {}",
-                        doc.render(v)
-                    ))
-                }),
-            }
-        };
-        let size =
-            int(Field::Size, "size")?.ok_or_else(|| format!("'{action}' entry has no 'size'"))?;
+        let size = uint(doc, get(Field::Size), "size")?
+            .ok_or_else(|| format!("'{action}' entry has no 'size'"))?;
         let stream = match get(Field::Stream) {
             None => 0,
             Some(Value::Int(i)) => i as u64,
@@ -248,32 +285,42 @@ impl TraceFolder {
         };
         let time = match get(Field::Time) {
             None => None,
+            Some(Value::Int(t)) => Some(t),
             Some(v) => Some(doc.as_i64(v).ok_or("'time_us' is not an integer")?),
         };
-        let stream = self.interner.stream(stream)?;
-        let mut entry = if action == Action::Oom {
-            TraceEntry::oom(size, int(Field::DeviceFree, "device_free")?, stream)
+        // Read what can still fail first; intern only for a good entry.
+        let (addr, device_free) = if action == Action::Oom {
+            (None, uint(doc, get(Field::DeviceFree), "device_free")?)
         } else {
-            let addr = int(Field::Addr, "addr")?
+            let addr = uint(doc, get(Field::Addr), "addr")?
                 .ok_or_else(|| format!("'{action}' entry has no 'addr'"))?;
-            TraceEntry::new(action, Some(addr), size, stream)
+            (Some(addr), None)
         };
-        entry = entry.with_time(time);
-        if let Some(frames) = get(Field::Frames) {
-            entry.stack = self.interner.stack(doc, frames)?;
-        }
+        let stream = self.interner.stream(stream)?;
+        let stack = match get(Field::Frames) {
+            Some(frames) => self.interner.stack(doc, frames)?,
+            None => None,
+        };
         let (context, metadata, forward) = (
             get(Field::CompileContext),
             get(Field::UserMetadata),
             get(Field::ForwardFrames),
         );
+        let mut extra = None;
         if context.is_some() || metadata.is_some() || forward.is_some() {
-            let extra = entry_extra(doc, context, metadata, forward);
-            if extra != EntryExtra::default() {
-                entry.extra = Some(self.interner.extra(extra));
+            let found = entry_extra(doc, context, metadata, forward);
+            if found != EntryExtra::default() {
+                extra = Some(self.interner.extra(found));
             }
         }
-        Ok(entry)
+        *row = match addr {
+            Some(addr) => TraceEntry::new(action, Some(addr), size, stream),
+            None => TraceEntry::oom(size, device_free, stream),
+        }
+        .with_time(time);
+        row.stack = stack;
+        row.extra = extra;
+        Ok(())
     }
 
     fn count_unknown_action(&mut self, name: &str) {
@@ -314,8 +361,13 @@ impl Fold for TraceFolder {
             return None;
         };
         let position = self.offer(list);
-        match self.entry(doc, pairs) {
-            Ok(entry) => {
+        let shape = self.node_shape(doc, pairs);
+        let values = std::mem::take(&mut self.node_values);
+        let mut entry = blank_row();
+        let read = self.entry(doc, shape, &values, &mut entry);
+        self.node_values = values;
+        match read {
+            Ok(()) => {
                 self.push(list, entry);
                 Some(TAKEN)
             }
@@ -345,14 +397,28 @@ impl Fold for TraceFolder {
 
     /// Takes good entries only; anything odd is left for `fold`, which reports it in place.
     #[inline]
-    fn fold_flat(&mut self, doc: &Document, pairs: &[(Value, Value)]) -> Option<u32> {
-        let entry = self.entry(doc, pairs).ok()?;
+    fn fold_flat(&mut self, doc: &Document, dict: FlatDict) -> Option<u32> {
+        if dict.shape != self.flat_shape.0 {
+            self.flat_shape = (dict.shape, self.shape_of(doc, dict.keys));
+        }
+        // The row is read in place, at the end of `staged`.
+        let mut staged = std::mem::take(&mut self.staged);
+        staged.push(blank_row());
+        let read = match staged.last_mut() {
+            Some(row) => self.entry(doc, self.flat_shape.1, dict.values, row),
+            None => Err(EntryError::NotAnEntry),
+        };
+        if read.is_err() {
+            staged.pop();
+        }
+        self.staged = staged;
+        read.ok()?;
         let handle = self.next_handle;
         self.next_handle = match handle.wrapping_add(1) {
             TAKEN => 0,
             next => next,
         };
-        self.staged.push((handle, entry));
+        self.staged_handles.push(handle);
         Some(handle)
     }
 
@@ -360,16 +426,17 @@ impl Fold for TraceFolder {
     fn adopt(&mut self, list: NodeId, handle: u32) -> bool {
         // Staged entries are appended in the order they were staged; one staged but never
         // appended (a dict used elsewhere) is dropped when a later one is adopted.
-        let Some(k) = self.staged[self.staged_next..]
+        let Some(k) = self.staged_handles[self.staged_next..]
             .iter()
-            .position(|&(h, _)| h == handle)
+            .position(|&h| h == handle)
         else {
             return false;
         };
-        let entry = self.staged[self.staged_next + k].1;
+        let entry = self.staged[self.staged_next + k];
         self.staged_next += k + 1;
         if self.staged_next == self.staged.len() {
             self.staged.clear();
+            self.staged_handles.clear();
             self.staged_next = 0;
         }
         self.offer(list);

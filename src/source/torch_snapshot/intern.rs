@@ -29,12 +29,16 @@ impl Interner {
     }
 
     /// The interned stream index of a `cudaStream_t` value.
+    #[inline]
     pub fn stream(&mut self, stream: u64) -> Result<StreamIndex, String> {
-        if let Some((last, index)) = self.last_stream {
-            if last == stream {
-                return Ok(index);
-            }
+        match self.last_stream {
+            Some((last, index)) if last == stream => Ok(index),
+            _ => self.new_stream(stream),
         }
+    }
+
+    /// `stream` for a value other than the last one looked up.
+    fn new_stream(&mut self, stream: u64) -> Result<StreamIndex, String> {
         let index = match self.stream_ids.get(&stream) {
             Some(&index) => index,
             None => {
@@ -50,18 +54,26 @@ impl Interner {
     }
 
     /// The stack of a `frames` value (a list of frame dicts, innermost first).
+    #[inline]
     pub fn stack(&mut self, doc: &Document, frames: Value) -> Result<Option<StackId>, String> {
+        if let Value::Node(list) = frames {
+            match self.stack_ids.get(list as usize) {
+                Some(0) | None => {}
+                Some(1) => return Ok(None),
+                Some(&id) => return Ok(NonZeroU32::new(id - 1).map(StackId)),
+            }
+        }
+        self.new_stack(doc, frames)
+    }
+
+    /// `stack` for a frames list not seen before.
+    fn new_stack(&mut self, doc: &Document, frames: Value) -> Result<Option<StackId>, String> {
         let Value::Node(list) = frames else {
             return match frames {
                 Value::None => Ok(None),
                 _ => Err("'frames' is not a list".into()),
             };
         };
-        match self.stack_ids.get(list as usize) {
-            Some(0) | None => {}
-            Some(1) => return Ok(None),
-            Some(&id) => return Ok(NonZeroU32::new(id - 1).map(StackId)),
-        }
         let items = doc.as_seq(frames).ok_or("'frames' is not a list")?;
         let mut ids = Vec::with_capacity(items.len());
         for &item in items {
