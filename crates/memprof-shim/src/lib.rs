@@ -38,6 +38,7 @@ mod context;
 mod dlsym;
 #[cfg(not(test))]
 mod exit;
+mod fork;
 mod hooks;
 mod live;
 mod recorder;
