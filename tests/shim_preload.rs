@@ -504,7 +504,7 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
     assert_eq!(children.len(), 1);
     assert_eq!(
         recordings_beside(&rec),
-        [rec.clone()],
+        std::slice::from_ref(&rec),
         "the child wrote nothing"
     );
 
@@ -577,7 +577,13 @@ fn check_child_recording(rec: &Path, pid: u32, parent: &Recording) {
     assert_eq!(child.header.pid, pid);
     assert_eq!(child.dropped, Some(0), "{}", path.display());
     let kinds: Vec<(Kind, u64)> = child.records.iter().map(|r| (r.kind, r.size)).collect();
-    assert_eq!(kinds.len(), 6, "{} records in {}", kinds.len(), path.display());
+    assert_eq!(
+        kinds.len(),
+        6,
+        "{} records in {}",
+        kinds.len(),
+        path.display()
+    );
     assert_eq!(
         kinds,
         [(Kind::Alloc, 12345), (Kind::Free, 0)].repeat(3),
@@ -729,7 +735,7 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
         .output()
         .expect("memprof runs");
     check("memprof run", &out);
-    assert_eq!(recordings_beside(&rec), [rec.clone()]);
+    assert_eq!(recordings_beside(&rec), std::slice::from_ref(&rec));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr)
             .matches("recorded ")
