@@ -2,9 +2,10 @@
 //! the recording shim preloaded, passes its exit code through and prints a short summary of each
 //! recording on stderr: OUT, and `OUT.<pid>` of every other process that recorded (a CUDA
 //! program CMD starts, and with `--follow-forks` a forked child of one that does not exec;
-//! `MEMPROF_FORK` in the shim). Recordings of an earlier run at these names are removed first. `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`)
-//! that turns on PyTorch's memory history and dumps a snapshot next to the recording when the
-//! program runs out of memory.
+//! `MEMPROF_FORK` in the shim). Recordings of an earlier run at these names are removed first.
+//! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
+//! on PyTorch's memory history and dumps a snapshot next to the recording when the program runs
+//! out of memory.
 //!
 //! With `--live` the attach dashboard (`tui::attach`) follows CMD through the shim's socket while
 //! it runs; CMD's output then goes to a log file beside the recording and its input is empty, as

@@ -24,7 +24,7 @@
 //! writes). `vfork` and `posix_spawn` run no fork handlers; their children exec or exit.
 
 use crate::recorder::{self, Writer};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::MutexGuard;
 
@@ -37,8 +37,11 @@ static WAITING: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     /// The writer lock, held by the forking thread from the prepare handler to the parent's or
-    /// the child's.
+    /// the child's. Its first use registers its destructor, which allocates: only the prepare
+    /// handler does that; the others touch it only when `HOLDS` says it holds the lock.
     static HELD: RefCell<Option<MutexGuard<'static, Writer>>> = const { RefCell::new(None) };
+    /// Whether `HELD` holds the lock (nothing to destroy, so touching it never allocates).
+    static HOLDS: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Reads `MEMPROF_FORK` and registers the fork handlers; called once from the constructor.
@@ -69,21 +72,32 @@ extern "C" fn prepare() {
     WAITING.fetch_sub(1, Ordering::AcqRel);
     // Fails only while this thread's storage is being destroyed: the lock is then released at
     // once, and the child records nothing (see `child`).
-    let _ = HELD.try_with(|held| *held.borrow_mut() = Some(writer));
+    let stored = HELD.try_with(|held| *held.borrow_mut() = Some(writer));
+    let _ = HOLDS.try_with(|holds| holds.set(stored.is_ok()));
+}
+
+/// Takes the guard `prepare` stored, if it did.
+fn release() -> Option<MutexGuard<'static, Writer>> {
+    if !HOLDS
+        .try_with(|holds| holds.replace(false))
+        .unwrap_or(false)
+    {
+        return None;
+    }
+    HELD.try_with(|held| held.borrow_mut().take())
+        .ok()
+        .flatten()
 }
 
 extern "C" fn parent() {
     // Dropping the guard releases the lock.
-    let _ = HELD.try_with(|held| held.borrow_mut().take());
+    drop(release());
 }
 
 extern "C" fn child() {
     // The only thread: the lock is free once its guard is dropped. A child whose forking thread
     // did not hold the lock records nothing: another thread may have held it.
-    let held = HELD
-        .try_with(|held| held.borrow_mut().take())
-        .ok()
-        .flatten();
+    let held = release();
     let record = held.is_some();
     drop(held);
     if record {
