@@ -633,8 +633,8 @@ fn with_memprof_fork_record_forked_children_record_to_their_own_file() {
     }
     expected.sort();
     assert_eq!(recordings_beside(&rec), expected);
-    // Each child's socket is gone once it ended; the parent's is still there (a child never
-    // removes it).
+    // Each child had a socket of its own (it checks), gone once it ended; the parent's is still
+    // there (a child never removes it).
     let stdout = String::from_utf8_lossy(&output.stdout);
     let sockets: Vec<&str> = stdout
         .lines()

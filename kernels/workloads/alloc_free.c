@@ -12,7 +12,8 @@
  * a parent thread makes pairs of 256 bytes all the while (it may be inside the shim at each fork)
  * and "busy <pairs>" is printed once the children are done. After each child "child <pid>" is
  * printed; with ALLOC_FREE_SOCKETS=<dir> (where the shim puts its live sockets) also
- * "sockets <child's> <parent's>": whether each process's socket file exists then (1) or not (0).
+ * "sockets <child's> <parent's>": whether each process's socket file exists then (1) or not (0),
+ * and each child checks that its own socket exists before it exits.
  *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
@@ -120,11 +121,18 @@ static void *busy(void *arg) {
     return NULL;
 }
 
-/* A forked child: CHILD_PAIRS pairs of 12345 bytes, then exit() (atexit handlers run). */
+/* A forked child: CHILD_PAIRS pairs of 12345 bytes, then exit() (atexit handlers run). With
+ * ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not there by then. */
 static void forked_child(void) {
     for (int i = 0; i < CHILD_PAIRS; i++) {
         CUdeviceptr p = 0;
         if (cuMemAlloc_v2(&p, 12345) != 0 || cuMemFree_v2(p) != 0) exit(8);
+    }
+    const char *sockets = getenv("ALLOC_FREE_SOCKETS");
+    if (sockets) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%d.sock", sockets, (int)getpid());
+        if (access(path, F_OK) != 0) exit(9);
     }
     exit(0);
 }
