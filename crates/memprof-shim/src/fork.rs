@@ -1,8 +1,9 @@
 //! Forked children: `MEMPROF_FORK`, read when the shim is loaded. `off` (the default, and any
 //! other value) makes a child that forks and does not exec record nothing; `record` makes it
-//! start over at its first recorded call, with its own file `OUT.<pid>` (`OUT` with `%p` in it:
-//! the name `%p` makes for the child), header, writer thread and live socket. A child that execs
-//! starts over anyway: the shim is loaded again in the new program.
+//! start over at its first recorded call, with its own file `OUT.<pid>` (or, when `OUT` holds
+//! `%p`, `OUT` with the child's pid there), header, writer thread and live socket; a child that
+//! makes no call writes nothing. A child that execs starts over anyway: the shim is loaded again
+//! in the new program.
 //!
 //! A child inherits the parent's memory as it was at `fork`: the events still in the ring (they
 //! are the parent's, and the parent writes them), the recording file's descriptor (its offset is
@@ -14,8 +15,9 @@
 //! - Before `fork` (the prepare handler) the forking thread takes the writer lock, having asked
 //!   the writer to give it up after its current batch (`waiting`): in the child the lock is
 //!   never held by a thread that is not there. The parent's handler gives it back.
-//! - The child's handler only stores atomics and releases the lock (`recorder::forked_child`):
-//!   another thread may have held the allocator's lock at `fork`, so it allocates nothing.
+//! - The child's handler only stores atomics and releases the lock (`recorder::forked_child`:
+//!   it empties the ring, zeroes the counters, forgets the thread id): another thread may have
+//!   held the allocator's lock at `fork`, so it allocates nothing.
 //! - The child's first recorded call (`recorder::start`) replaces the inherited writer state,
 //!   which closes the inherited descriptors without removing the parent's socket file, and opens
 //!   the child's own.
