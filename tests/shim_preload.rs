@@ -492,6 +492,7 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
         .env("ALLOC_FREE_FORK", "1")
         .env("MEMPROF_OUT", &rec)
         .env("LD_PRELOAD", shim())
+        .env_remove("MEMPROF_FORK")
         .output()
         .expect("runs");
     check("alloc_free with a forked child", &output);
@@ -499,6 +500,13 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
     assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
     assert_eq!(recording.dropped, Some(0));
     assert!(!recording.records.iter().any(|r| r.size == 12345));
+    let children = child_pids(&output);
+    assert_eq!(children.len(), 1);
+    assert_eq!(
+        recordings_beside(&rec),
+        std::slice::from_ref(&rec),
+        "the child wrote nothing"
+    );
 
     // Two CUDA programs under one `memprof run`: the second records next to the first.
     let workload = dir.join("alloc_free");
@@ -535,6 +543,205 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
         assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
         assert_eq!(recording.dropped, Some(0));
     }
+}
+
+/// The pids alloc_free printed for its forked children ("child <pid>").
+fn child_pids(output: &Output) -> Vec<u32> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("child ")?.parse().ok())
+        .collect()
+}
+
+/// `rec` and the files named `rec.<something>` beside it, sorted.
+fn recordings_beside(rec: &Path) -> Vec<PathBuf> {
+    let name = rec.file_name().expect("a file name").to_string_lossy();
+    let prefix = format!("{name}.");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(rec.parent().expect("a directory"))
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            let file = p.file_name().expect("a name").to_string_lossy();
+            file == name || file.starts_with(&prefix)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// alloc_free's forked child `pid` recorded exactly its 3 pairs of 12345 bytes (and none of its
+/// parent's events, nor its parent's stack definitions) to `rec.<pid>`.
+fn check_child_recording(rec: &Path, pid: u32, parent: &Recording) {
+    let path = PathBuf::from(format!("{}.{pid}", rec.display()));
+    let child = read(&path);
+    assert_eq!(child.header.pid, pid);
+    assert_eq!(child.dropped, Some(0), "{}", path.display());
+    let kinds: Vec<(Kind, u64)> = child.records.iter().map(|r| (r.kind, r.size)).collect();
+    assert_eq!(
+        kinds.len(),
+        6,
+        "{} records in {}",
+        kinds.len(),
+        path.display()
+    );
+    assert_eq!(
+        kinds,
+        [(Kind::Alloc, 12345), (Kind::Free, 0)].repeat(3),
+        "{}",
+        path.display()
+    );
+    // Its only thread is its main one: the parent's cached thread id is not reused.
+    assert!(child.records.iter().all(|r| r.pid == pid && r.tid == pid));
+    // Its stacks are defined in its own file, with the mappings to symbolize them.
+    for r in child.records.iter().filter(|r| r.kind == Kind::Alloc) {
+        assert!(child.stacks.contains_key(&r.stack), "stack {}", r.stack);
+    }
+    assert!(!child.mappings.is_empty());
+    let args = |r: &Recording| r.process.as_ref().map(|p| p.args.clone());
+    assert_eq!(args(&child), args(parent));
+}
+
+#[test]
+fn with_memprof_fork_record_forked_children_record_to_their_own_file() {
+    let dir = kernels("fork-record");
+    let rec = dir.join("fork.memprof");
+    let xdg = dir.join("xdg");
+    std::fs::create_dir_all(&xdg).expect("mkdir");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_FORK", "2")
+        .env("ALLOC_FREE_SOCKETS", xdg.join("memprof"))
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env("MEMPROF_FORK", "record")
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("alloc_free with forked children", &output);
+    // The parent's recording is what it is without children.
+    let parent = read(&rec);
+    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(parent.dropped, Some(0));
+    assert!(!parent.records.iter().any(|r| r.size == 12345));
+    assert!(parent.records.iter().all(|r| r.pid == parent.header.pid));
+    let children = child_pids(&output);
+    assert_eq!(children.len(), 2);
+    let mut expected = vec![rec.clone()];
+    for &pid in &children {
+        check_child_recording(&rec, pid, &parent);
+        expected.push(PathBuf::from(format!("{}.{pid}", rec.display())));
+    }
+    expected.sort();
+    assert_eq!(recordings_beside(&rec), expected);
+    // Each child had a socket of its own (it checks), gone once it ended; the parent's is still
+    // there (a child never removes it).
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let sockets: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("sockets "))
+        .collect();
+    assert_eq!(sockets, ["sockets 0 1", "sockets 0 1"], "{stdout}");
+}
+
+/// A parent thread records without pause while the main thread forks 20 times: each child gets
+/// the writer lock free (it may have been inside the writer, or a hook, at the fork) and records
+/// its own events only; nothing hangs.
+#[test]
+fn forking_while_another_thread_records_does_not_deadlock() {
+    let dir = kernels("fork-busy");
+    let rec = dir.join("busy.memprof");
+    let mut child = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_FORK", "20")
+        .env("ALLOC_FREE_BUSY", "1")
+        .env("MEMPROF_FORK", "record")
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("alloc_free forking while recording did not end in 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("output");
+    check("alloc_free forking while a thread records", &output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let busy: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("busy ")?.parse().ok())
+        .expect("busy pairs printed");
+    let parent = read(&rec);
+    let dropped = parent.dropped.expect("a trailer");
+    // The ring may fill while a fork holds the writer lock: a drop is counted, never lost.
+    assert_eq!(
+        parent.records.len() as u64 + dropped,
+        (MAIN_CALLS + 4 * 2000 * 2) as u64 + 2 * busy
+    );
+    assert!(!parent.records.iter().any(|r| r.size == 12345));
+    let children = child_pids(&output);
+    assert_eq!(children.len(), 20);
+    for &pid in &children {
+        check_child_recording(&rec, pid, &parent);
+    }
+    assert_eq!(recordings_beside(&rec).len(), 21);
+}
+
+#[test]
+fn memprof_run_follow_forks_records_and_lists_forked_children() {
+    let dir = kernels("run-forks");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    let rec = dir.join("rec.memprof");
+    // A file of an earlier run at a child's name is not taken for this run's.
+    std::fs::write(dir.join("rec.memprof.999999999"), b"old").expect("write");
+    let cmd = ["--", "env", "ALLOC_FREE_FORK=1", workload];
+    let args = [&["-o", "rec.memprof", "--follow-forks"][..], &cmd[..]].concat();
+    let out = memprof_run(&args, &dir, Some(shim()));
+    check("memprof run --follow-forks", &out);
+    let children = child_pids(&out);
+    assert_eq!(children.len(), 1);
+    let child = PathBuf::from(format!("{}.{}", rec.display(), children[0]));
+    assert_eq!(recordings_beside(&rec), [rec.clone(), child.clone()]);
+    let parent = read(&rec);
+    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    check_child_recording(&rec, children[0], &parent);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains(&format!("recorded 16026 calls to {}", rec.display()))
+            && summary.contains(&format!(
+                "recorded 6 calls to {} (3 allocations, 3 frees",
+                child.display()
+            )),
+        "{summary}"
+    );
+
+    // Without the flag a forked child records nothing, whatever MEMPROF_FORK says.
+    let out = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["run", "-o", "rec.memprof"])
+        .args(cmd)
+        .current_dir(&dir)
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_FORK", "record")
+        .env("MEMPROF_SHIM", shim())
+        .env_remove("MEMPROF_OUT")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("memprof runs");
+    check("memprof run", &out);
+    assert_eq!(recordings_beside(&rec), std::slice::from_ref(&rec));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr)
+            .matches("recorded ")
+            .count(),
+        1
+    );
 }
 
 #[test]

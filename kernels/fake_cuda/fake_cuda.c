@@ -3,7 +3,8 @@
  * Device pointers are numbers from a bump allocator (nothing is backed by memory), so programs
  * must not dereference them. Capacity comes from FAKE_CUDA_CAPACITY (bytes, default 1 GiB); an
  * allocation past it returns CUDA_ERROR_OUT_OF_MEMORY (2). cuGetProcAddress(_v2) returns this
- * library's own functions, as the real driver does.
+ * library's own functions, as the real driver does. Unlike the real driver it stays usable in a
+ * forked child (fork handlers hold its lock across fork), so that tests can record one.
  *
  * Build it like the real driver, with -Bsymbolic, so its own references (the table that
  * cuGetProcAddress hands out) cannot be interposed:
@@ -36,6 +37,13 @@ static unsigned long long next_handle = 1;
 static unsigned long long used;
 static unsigned long long capacity;
 static int capacity_read;
+
+/* The lock is never held across fork by a thread the child does not have. */
+static void fork_prepare(void) { pthread_mutex_lock(&lock); }
+static void fork_release(void) { pthread_mutex_unlock(&lock); }
+__attribute__((constructor)) static void fork_handlers(void) {
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
 
 /* Live allocations and physical handles: key (pointer or handle) -> size. */
 static struct { unsigned long long key, size; } live[MAX_LIVE];

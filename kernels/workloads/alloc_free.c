@@ -7,7 +7,13 @@
  *      "gpa"   - pointers from cuGetProcAddress / cuGetProcAddress_v2 reached by symbol;
  *      "dlsym" - dlopen("libcuda.so.1") + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
  * Then THREADS threads each do PAIRS cuMemAlloc_v2/cuMemFree_v2 pairs of 256 bytes (not printed).
- * With ALLOC_FREE_FORK set, a forked child then allocates 12345 bytes and calls exit().
+ * With ALLOC_FREE_FORK=N, N forked children, one after the other, each make CHILD_PAIRS
+ * cuMemAlloc_v2/cuMemFree_v2 pairs of 12345 bytes and call exit(); with ALLOC_FREE_BUSY also set,
+ * a parent thread makes pairs of 256 bytes all the while (it may be inside the shim at each fork)
+ * and "busy <pairs>" is printed once the children are done. After each child "child <pid>" is
+ * printed; with ALLOC_FREE_SOCKETS=<dir> (where the shim puts its live sockets) also
+ * "sockets <child's> <parent's>": whether each process's socket file exists then (1) or not (0),
+ * and each child checks that its own socket exists before it exits.
  *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
@@ -61,6 +67,7 @@ typedef CUresult (*gpa2_fn)(const char *, void **, int, unsigned long long, int 
 
 #define THREADS 4
 #define PAIRS 2000
+#define CHILD_PAIRS 3
 
 static void line(const char *via, const char *kind, unsigned long long ptr, unsigned long long size,
                  unsigned long long stream, unsigned long long aux, int result) {
@@ -96,6 +103,38 @@ static void *worker(void *arg) {
         }
     }
     return NULL;
+}
+
+static volatile int busy_stop;
+
+/* Pairs of 256 bytes until told to stop; returns how many. */
+static void *busy(void *arg) {
+    long *pairs = arg;
+    while (!busy_stop) {
+        CUdeviceptr p = 0;
+        if (cuMemAlloc_v2(&p, 256) != 0 || cuMemFree_v2(p) != 0) {
+            fprintf(stderr, "busy alloc/free failed\n");
+            exit(4);
+        }
+        ++*pairs;
+    }
+    return NULL;
+}
+
+/* A forked child: CHILD_PAIRS pairs of 12345 bytes, then exit() (atexit handlers run). With
+ * ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not there by then. */
+static void forked_child(void) {
+    for (int i = 0; i < CHILD_PAIRS; i++) {
+        CUdeviceptr p = 0;
+        if (cuMemAlloc_v2(&p, 12345) != 0 || cuMemFree_v2(p) != 0) exit(8);
+    }
+    const char *sockets = getenv("ALLOC_FREE_SOCKETS");
+    if (sockets) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%d.sock", sockets, (int)getpid());
+        if (access(path, F_OK) != 0) exit(9);
+    }
+    exit(0);
 }
 
 int main(void) {
@@ -181,16 +220,31 @@ int main(void) {
     for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
     printf("threads %d %d\n", THREADS, PAIRS);
 
-    /* ALLOC_FREE_FORK=1: a forked child allocates 12345 bytes and exits through exit(). */
-    if (getenv("ALLOC_FREE_FORK")) {
-        pid_t child = fork();
-        if (child == 0) {
-            CUdeviceptr p = 0;
-            cuMemAlloc_v2(&p, 12345);
-            exit(0);
+    const char *forks = getenv("ALLOC_FREE_FORK");
+    if (forks) {
+        long busy_pairs = 0;
+        pthread_t busy_thread;
+        int busy_on = getenv("ALLOC_FREE_BUSY") != NULL;
+        if (busy_on) pthread_create(&busy_thread, NULL, busy, &busy_pairs);
+        for (int i = 0; i < atoi(forks); i++) {
+            pid_t child = fork();
+            if (child == 0) forked_child();
+            int status = 0;
+            if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 7;
+            printf("child %d\n", (int)child);
+            const char *sockets = getenv("ALLOC_FREE_SOCKETS");
+            if (sockets) {
+                char path[2][4096];
+                snprintf(path[0], sizeof path[0], "%s/%d.sock", sockets, (int)child);
+                snprintf(path[1], sizeof path[1], "%s/%d.sock", sockets, (int)getpid());
+                printf("sockets %d %d\n", access(path[0], F_OK) == 0, access(path[1], F_OK) == 0);
+            }
         }
-        int status = 0;
-        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 7;
+        if (busy_on) {
+            busy_stop = 1;
+            pthread_join(busy_thread, NULL);
+            printf("busy %ld\n", busy_pairs);
+        }
     }
     return 0;
 }

@@ -1,8 +1,11 @@
-//! `memprof run [-o OUT.memprof] [--torch] -- CMD...`: runs CMD with the recording shim
-//! preloaded, passes its exit code through and prints a short summary of the recording on
-//! stderr. `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`)
-//! that turns on PyTorch's memory history and dumps a snapshot next to the recording when the
-//! program runs out of memory.
+//! `memprof run [-o OUT.memprof] [--torch] [--live] [--follow-forks] -- CMD...`: runs CMD with
+//! the recording shim preloaded, passes its exit code through and prints a short summary of each
+//! recording on stderr: OUT, and `OUT.<pid>` of every other process that recorded (a CUDA
+//! program CMD starts, and with `--follow-forks` a forked child of one that does not exec;
+//! `MEMPROF_FORK` in the shim). Recordings of an earlier run at these names are removed first.
+//! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
+//! on PyTorch's memory history and dumps a snapshot next to the recording when the program runs
+//! out of memory.
 //!
 //! With `--live` the attach dashboard (`tui::attach`) follows CMD through the shim's socket while
 //! it runs; CMD's output then goes to a log file beside the recording and its input is empty, as
@@ -38,6 +41,10 @@ pub struct RunArgs {
     /// Open the attach dashboard on CMD while it runs (CMD's output goes to OUT.log).
     #[arg(long)]
     pub live: bool,
+    /// Also record forked children that do not exec, each to OUT.<pid> (a CUDA program started
+    /// with exec always records to a file of its own).
+    #[arg(long)]
+    pub follow_forks: bool,
     /// The program and its arguments; its exit code is passed through.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -64,10 +71,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let out =
         std::path::absolute(&out).with_context(|| format!("cannot resolve {}", out.display()))?;
     // A stale recording must not be taken for this run's when CMD makes no CUDA call.
-    match std::fs::remove_file(&out) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot replace {}", out.display())),
+    for stale in std::iter::once(out.clone()).chain(other_recordings(&out)) {
+        match std::fs::remove_file(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot replace {}", stale.display())),
+        }
     }
     let Some((program, rest)) = args.command.split_first() else {
         bail!("no command to run");
@@ -81,7 +90,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     command
         .args(rest)
         .env("LD_PRELOAD", preload)
-        .env("MEMPROF_OUT", &out);
+        .env("MEMPROF_OUT", &out)
+        .env(
+            "MEMPROF_FORK",
+            if args.follow_forks { "record" } else { "off" },
+        );
     let hook = if args.torch {
         // Snapshots of an earlier run must not be taken for this one's.
         for stale in snapshots_written(&out) {
@@ -128,7 +141,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             .with_context(|| format!("cannot run {program}"))?
     };
     drop(hook);
-    eprintln!("memprof: {}", summary(&out));
+    let others = other_recordings(&out);
+    if others.is_empty() || out.exists() {
+        eprintln!("memprof: {}", summary(&out));
+    }
+    for other in others {
+        eprintln!("memprof: {}", summary(&other));
+    }
     if args.torch {
         let written = snapshots_written(&out);
         if written.is_empty() {
@@ -213,6 +232,29 @@ fn find_shim() -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
+}
+
+/// The recordings of other processes beside `out` (`OUT.<pid>`), by pid.
+fn other_recordings(out: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (out.parent(), out.file_name().and_then(|n| n.to_str())) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, PathBuf)> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let file = entry.file_name();
+            let pid = file.to_str()?.strip_prefix(name)?.strip_prefix('.')?;
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            Some((pid.parse().ok()?, entry.path()))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, path)| path).collect()
 }
 
 /// One line about the recording.

@@ -4,7 +4,9 @@
 //! the process id). Without `MEMPROF_OUT` the shim forwards every call and records nothing. The
 //! file is created on the first recorded call and never overwritten: when it exists, the process
 //! records to `MEMPROF_OUT.<pid>` (so a CUDA program started by the recorded one gets its own
-//! file). A forked child that does not exec records nothing.
+//! file). A forked child that does not exec records nothing, unless `MEMPROF_FORK=record`: then
+//! it records to `MEMPROF_OUT.<pid>` of its own, from its first call on, and `fork` (not a hook)
+//! holds the writer lock across the fork (`fork.rs`).
 //!
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
@@ -19,9 +21,9 @@
 //! (`stack.rs`; x86_64 and aarch64; `MEMPROF_STACKS=0` turns it off); the writer thread gives
 //! each distinct stack an id and writes the executable mappings needed to symbolize it
 //! (`stacks.rs`). Not yet: `dlsym` on other architectures, context push/pop, context events in
-//! the recording, recording in forked children, stacks of code built without frame pointers
-//! (partial), stack definitions on the live socket (its records carry ids it never defines). A
-//! program ending with `_exit` / `_Exit` is flushed first (`exit.rs`).
+//! the recording, stacks of code built without frame pointers (partial), stack definitions on
+//! the live socket (its records carry ids it never defines). A program ending with `_exit` /
+//! `_Exit` is flushed first (`exit.rs`).
 //!
 //! While it records, the shim also streams the same bytes to clients of a Unix socket named after
 //! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
@@ -38,6 +40,7 @@ mod context;
 mod dlsym;
 #[cfg(not(test))]
 mod exit;
+mod fork;
 mod hooks;
 mod live;
 mod recorder;

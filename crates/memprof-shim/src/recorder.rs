@@ -49,7 +49,7 @@ static RECORDING_PID: AtomicU32 = AtomicU32::new(0);
 #[cfg_attr(test, allow(dead_code))]
 const EXIT_LOCK_TRIES: u32 = 100;
 
-struct Writer {
+pub(crate) struct Writer {
     file: Option<File>,
     written: u64,
     closed: bool,
@@ -59,13 +59,19 @@ struct Writer {
     stacks: Stacks,
 }
 
-static WRITER: Mutex<Writer> = Mutex::new(Writer {
-    file: None,
-    written: 0,
-    closed: false,
-    live: None,
-    stacks: Stacks::new(),
-});
+impl Writer {
+    const fn new() -> Writer {
+        Writer {
+            file: None,
+            written: 0,
+            closed: false,
+            live: None,
+            stacks: Stacks::new(),
+        }
+    }
+}
+
+static WRITER: Mutex<Writer> = Mutex::new(Writer::new());
 
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
@@ -166,8 +172,7 @@ fn tid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// `tid()`, remembered per thread. A forked child's main thread would see its parent's cached
-/// id, but a forked child records nothing.
+/// `tid()`, remembered per thread. A forked child forgets its only thread's (`forked_child`).
 fn cached_tid() -> u32 {
     TID.try_with(|cached| {
         if cached.get() == 0 {
@@ -254,13 +259,18 @@ fn ensure_started() -> bool {
     }
 }
 
-fn lock() -> MutexGuard<'static, Writer> {
+pub(crate) fn lock() -> MutexGuard<'static, Writer> {
     WRITER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn start() -> bool {
+    let forked = crate::fork::in_child();
+    if forked {
+        // The parent's file, socket and stack table: closed and forgotten here, never written.
+        drop(std::mem::replace(&mut *lock(), Writer::new()));
+    }
     let Some(out) = std::env::var_os("MEMPROF_OUT") else {
         return false;
     };
@@ -272,14 +282,18 @@ fn start() -> bool {
         Ordering::Relaxed,
     );
     // Never overwrite: a second process with the same MEMPROF_OUT (a CUDA program started by
-    // the recorded one) records to `OUT.<pid>` instead.
+    // the recorded one) records to `OUT.<pid>` instead, and so does a forked child (`fork.rs`)
+    // unless `%p` already names it.
     let path = out.replace("%p", &pid().to_string());
+    let own = format!("{path}.{}", pid());
     let create = |path: &str| File::options().write(true).create_new(true).open(path);
-    let file = match create(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            create(&format!("{path}.{}", pid()))
+    let file = if forked && !out.contains("%p") {
+        create(&own)
+    } else {
+        match create(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => create(&own),
+            other => other,
         }
-        other => other,
     };
     let Ok(mut file) = file else {
         return false;
@@ -334,7 +348,8 @@ fn writer_loop() {
             WRITER_ALIVE.store(false, Ordering::Release);
             return;
         }
-        if count == 0 {
+        // A `fork` waiting for the lock gets it while the writer sleeps (`fork.rs`).
+        if count == 0 || crate::fork::waiting() {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -388,6 +403,9 @@ fn drain(writer: &mut Writer) -> (u64, bool) {
         if let Some(live) = writer.live.as_mut() {
             live.send(&live_bytes);
         }
+        if crate::fork::waiting() {
+            return (taken, false);
+        }
     }
 }
 
@@ -429,7 +447,8 @@ pub fn flush_before_exit() {
 
 /// Drains the ring and writes the trailer, once.
 fn finish(writer: &mut Writer) {
-    drain(writer);
+    // A `fork` waiting for the lock makes `drain` stop after a batch: all of it goes first.
+    while drain(writer).0 > 0 {}
     if writer.closed {
         return;
     }
@@ -451,19 +470,33 @@ fn finish(writer: &mut Writer) {
     }
 }
 
-/// In a forked child: record nothing. The child shares the parent's file offset and has no
-/// writer thread; a child that execs starts over with its own file (see `start`).
-extern "C" fn forked_child() {
-    STATE.store(OFF, Ordering::Release);
+/// Whether recording is off for good in this process (no `MEMPROF_OUT`, or it failed to start).
+pub(crate) fn is_off() -> bool {
+    STATE.load(Ordering::Acquire) == OFF
+}
+
+/// In a forked child, from its fork handler (`fork.rs`), as its only thread: without `record`,
+/// record nothing (the child shares the parent's file offset and has no writer thread; a child
+/// that execs starts over in the new program). With `record`, forget the parent's recording
+/// (its events still in the ring, its counters, this thread's id) so that the next event starts
+/// the child's own (`start`). Atomics only: another thread may have held the allocator's lock.
+pub(crate) fn forked_child(record: bool) {
     WRITER_ALIVE.store(false, Ordering::Release);
+    if !record || is_off() {
+        STATE.store(OFF, Ordering::Release);
+        return;
+    }
+    RING.discard();
+    DROPPED.store(0, Ordering::Relaxed);
+    DELAYED.store(0, Ordering::Relaxed);
+    let _ = TID.try_with(|cached| cached.set(0));
+    STATE.store(IDLE, Ordering::Release);
 }
 
 extern "C" fn init() {
-    // SAFETY: registers plain functions with no arguments; called once by the loader.
-    unsafe {
-        libc::atexit(flush_at_exit);
-        libc::pthread_atfork(None, None, Some(forked_child));
-    }
+    // SAFETY: registers a plain function with no arguments; called once by the loader.
+    unsafe { libc::atexit(flush_at_exit) };
+    crate::fork::register();
     // The `_exit` interposers exist outside unit tests only (see lib.rs).
     #[cfg(not(test))]
     crate::exit::resolve();

@@ -109,6 +109,25 @@ impl<const N: usize, const H: usize, const T: usize> Ring<N, H, T> {
         self.dequeue.store(pos.wrapping_add(1), Ordering::Relaxed);
         Some(len)
     }
+
+    /// Drops every entry pushed so far, finished or not, and makes their slots free again. Only
+    /// where no other thread can push or pop: in a forked child (`fork.rs`), whose only thread
+    /// must not inherit the parent's entries, nor wait on a slot that a thread missing there had
+    /// claimed and not yet filled.
+    pub fn discard(&self) {
+        let end = self.enqueue.load(Ordering::Relaxed);
+        let mut pos = self.dequeue.load(Ordering::Relaxed);
+        while pos != end {
+            let index = (pos as usize) & (N - 1);
+            // As `pop` leaves a slot it took.
+            self.slots[index].seq.store(
+                pos.wrapping_add(N as u64).wrapping_sub(index as u64),
+                Ordering::Release,
+            );
+            pos = pos.wrapping_add(1);
+        }
+        self.dequeue.store(end, Ordering::Relaxed);
+    }
 }
 
 impl<const N: usize, const H: usize, const T: usize> Default for Ring<N, H, T> {
@@ -166,6 +185,31 @@ mod tests {
         assert!(ring.push(&[3, 99], &[30]));
         assert_eq!(ring.pop(&mut head, &mut tail), Some(3));
         assert_eq!(tail[0], 30);
+    }
+
+    #[test]
+    fn discard_drops_finished_and_unfinished_entries() {
+        let ring = Ring::<4, 4, 3>::new();
+        assert!(push(&ring, 1));
+        assert!(push(&ring, 2));
+        assert_eq!(pop(&ring), Some(1));
+        // A producer that claimed a slot and never filled it (a thread missing in a forked
+        // child): the consumer stops there for good.
+        ring.enqueue.fetch_add(1, Ordering::Relaxed);
+        assert!(push(&ring, 3));
+        assert_eq!(pop(&ring), Some(2));
+        assert_eq!(pop(&ring), None);
+        ring.discard();
+        assert_eq!(pop(&ring), None);
+        for lap in 0..2u64 {
+            for i in 0..4 {
+                assert!(push(&ring, 10 * lap + i), "every slot is free again");
+            }
+            assert!(!push(&ring, 99));
+            for i in 0..4 {
+                assert_eq!(pop(&ring), Some(10 * lap + i));
+            }
+        }
     }
 
     #[test]
