@@ -562,7 +562,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     }
 
     /// Stores `value` in memo slot `index`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn memo_store(&mut self, index: usize, top: Value) -> Step {
         if index == self.memo.len() && !matches!(top, Value::Node(_)) {
             // The common case: a new slot for a scalar, string or folded dict.
@@ -570,6 +570,12 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             self.memo_count += 1;
             return Ok(());
         }
+        self.memo_store_other(index, top)
+    }
+
+    /// `memo_store` of a node, or into a slot that is not the next one.
+    #[inline(never)]
+    fn memo_store_other(&mut self, index: usize, top: Value) -> Step {
         if index == self.memo.len() {
             self.memo.push(None);
         } else if index > self.memo.len() {

@@ -154,7 +154,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         stores: &mut Vec<(usize, Value)>,
     ) -> Option<(Option<usize>, usize)> {
         let mut next_memoize = self.memo_count;
-        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize)?;
+        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize, &[])?;
         if *buf.get(*p)? != b'(' {
             return None;
         }
@@ -172,7 +172,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             if len == FLAT_PAIRS {
                 return None;
             }
-            let key = self.flat_item(buf, p, &mut next_memoize, stores)?;
+            let key = self.flat_item(buf, p, &mut next_memoize, stores, dict_slot)?;
             match self.flat_keys.get_mut(len) {
                 Some(known) if *known == key => {}
                 Some(known) => {
@@ -184,12 +184,13 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                     self.flat_shape += 1;
                 }
             }
-            self.flat_values[len] = self.flat_item(buf, p, &mut next_memoize, stores)?;
+            self.flat_values[len] = self.flat_item(buf, p, &mut next_memoize, stores, dict_slot)?;
             len += 1;
         }
     }
 
-    /// One key or value of a flat dict and the memo store that may follow it.
+    /// One key or value of a flat dict and the memo store that may follow it (which must not
+    /// be to the dict's own slot).
     #[inline(always)]
     fn flat_item(
         &mut self,
@@ -197,47 +198,48 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         p: &mut usize,
         next_memoize: &mut usize,
         stores: &mut Vec<(usize, Value)>,
+        dict_slot: Option<usize>,
     ) -> Option<Value> {
         let (value, len) = self.flat_value(buf, *p)?;
         *p += len;
-        if let Some(slot) = self.flat_memo_op(buf, p, next_memoize)? {
+        if let Some(slot) = self.flat_memo_op(buf, p, next_memoize, stores)? {
+            if dict_slot == Some(slot) {
+                return None;
+            }
             stores.push((slot, value));
         }
         Some(value)
     }
 
     /// An optional memo store at `buf[*p]` (MEMOIZE, BINPUT, LONG_BINPUT): `Some(None)` when
-    /// there is none, `Some(Some(slot))` with `*p` moved past it, `None` to give up.
+    /// there is none, `Some(Some(slot))` with `*p` moved past it, `None` to give up. Only a
+    /// slot that is empty and not stored to earlier in this dict (`pending`) is taken, so each
+    /// store grows the memo by one, which `next_memoize` (the next MEMOIZE's slot) counts as
+    /// the general path does.
     #[inline]
     fn flat_memo_op(
         &self,
         buf: &[u8],
         p: &mut usize,
         next_memoize: &mut usize,
+        pending: &[(usize, Value)],
     ) -> Option<Option<usize>> {
-        let slot = match *buf.get(*p)? {
-            0x94 => {
-                let slot = *next_memoize;
-                *next_memoize += 1;
-                *p += 1;
-                slot
-            }
-            b'q' => {
-                let slot = *buf.get(*p + 1)? as usize;
-                *p += 2;
-                slot
-            }
+        let (slot, len) = match *buf.get(*p)? {
+            0x94 => (*next_memoize, 1),
+            b'q' => (*buf.get(*p + 1)? as usize, 2),
             b'r' => {
                 let b = buf.get(*p + 1..*p + 5)?;
-                *p += 5;
-                u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+                (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 5)
             }
             _ => return Some(None),
         };
-        // A slot already in use would make MEMOIZE numbering differ from the general path.
-        if self.memo.get(slot).is_some_and(Option::is_some) {
+        let fresh = !self.memo.get(slot).is_some_and(Option::is_some)
+            && pending.iter().all(|&(s, _)| s != slot);
+        if !fresh {
             return None;
         }
+        *p += len;
+        *next_memoize += 1;
         Some(Some(slot))
     }
 

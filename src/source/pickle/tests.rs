@@ -215,3 +215,19 @@ fn rendering_a_self_referencing_list_is_bounded() {
     assert!(text.len() < 5000, "{} chars", text.len());
     assert!(text.ends_with("...]") || text.contains("..."), "{text}");
 }
+
+#[test]
+fn memo_numbering_is_the_same_on_the_fast_path_after_a_binput() {
+    // [{'take': 1, 'n': 0, 'm': 2}, {'m': 5, 'take': 9}], the first dict storing 'n' with
+    // BINPUT 7 and 'm' with MEMOIZE, which counts the BINPUT (slot 4); the second dict reads
+    // 'm' back from slot 4.
+    let bytes = b"\x80\x04]\x94(}\x94(\x8c\x04take\x94K\x01\x8c\x01nq\x07K\x00\x8c\x01m\x94K\x02u}(h\x04K\x05h\x02K\x09ue.";
+    let (doc, root) = decode_all(bytes).expect("decodes without a fold");
+    assert_eq!(
+        doc.render(root),
+        "[{\"take\": 1, \"n\": 0, \"m\": 2}, {\"m\": 5, \"take\": 9}]"
+    );
+    let mut fold = OrderedTake::default();
+    decode(&bytes[..], &mut fold).expect("decodes with flat dicts taken early");
+    assert_eq!(fold.appended, [1, 9]);
+}

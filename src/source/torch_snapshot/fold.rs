@@ -201,7 +201,7 @@ impl TraceFolder {
     }
 
     /// The action an interned string names, cached per string (`None`: not an action name).
-    #[inline]
+    #[inline(always)]
     fn action(&mut self, doc: &Document, name: StrId) -> Option<Action> {
         let i = name as usize;
         if i >= self.actions.len() {
