@@ -9,6 +9,7 @@ use super::error::{malformed, DecodeError, DecodeErrorKind, Step};
 use super::fast::FLAT_PAIRS;
 use super::fold::Fold;
 use super::input::{Input, Refill};
+use super::memo::Memo;
 use super::text::{parse_text_int, raw_unicode_escape};
 use super::value::{Document, Node, NodeId, StrId, Value};
 use rustc_hash::FxHashMap;
@@ -24,7 +25,7 @@ pub fn decode<R: Refill, F: Fold>(
         doc: Document::default(),
         stack: Vec::with_capacity(1024),
         marks: Vec::new(),
-        memo: Vec::new(),
+        memo: Memo::default(),
         memo_count: 0,
         node_memo: Vec::new(),
         free_nodes: Vec::new(),
@@ -61,7 +62,7 @@ pub(super) struct Machine<'f, R, F> {
     pub(super) doc: Document,
     pub(super) stack: Vec<Value>,
     pub(super) marks: Vec<usize>,
-    pub(super) memo: Vec<Option<Value>>,
+    pub(super) memo: Memo,
     pub(super) memo_count: usize,
     /// For each node, the memo slot that holds it (`NO_MEMO` if none), so a folded dict's slot
     /// can be updated.
@@ -514,7 +515,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                     if let Some(handle) = self.fold.fold(&self.doc, list, id) {
                         let slot = self.node_memo[id as usize];
                         if slot != NO_MEMO {
-                            self.memo[slot as usize] = Some(Value::Folded(handle));
+                            self.memo.set(slot as usize, Value::Folded(handle));
                         }
                         self.free_nodes.push(id);
                         continue;
@@ -547,11 +548,11 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     #[inline]
     pub(super) fn memo_get(&mut self, index: usize) -> Step {
         match self.memo.get(index) {
-            Some(Some(v)) => {
-                self.stack.push(*v);
+            Some(v) => {
+                self.stack.push(v);
                 Ok(())
             }
-            _ => Err(malformed(format!("memo index {index} was never stored"))),
+            None => Err(malformed(format!("memo index {index} was never stored"))),
         }
     }
 
@@ -566,7 +567,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     pub(super) fn memo_store(&mut self, index: usize, top: Value) -> Step {
         if index == self.memo.len() && !matches!(top, Value::Node(_)) {
             // The common case: a new slot for a scalar, string or folded dict.
-            self.memo.push(Some(top));
+            self.memo.push(top);
             self.memo_count += 1;
             return Ok(());
         }
@@ -576,17 +577,12 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     /// `memo_store` of a node, or into a slot that is not the next one.
     #[inline(never)]
     fn memo_store_other(&mut self, index: usize, top: Value) -> Step {
-        if index == self.memo.len() {
-            self.memo.push(None);
-        } else if index > self.memo.len() {
-            if index > self.memo.len() + (1 << 24) {
-                return Err(malformed(format!(
-                    "memo index {index} is implausibly large"
-                )));
-            }
-            self.memo.resize(index + 1, None);
+        if index > self.memo.len() + (1 << 24) {
+            return Err(malformed(format!(
+                "memo index {index} is implausibly large"
+            )));
         }
-        if self.memo[index].replace(top).is_none() {
+        if self.memo.set(index, top) {
             self.memo_count += 1;
         }
         if let Value::Node(id) = top {

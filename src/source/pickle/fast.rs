@@ -233,8 +233,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             }
             _ => return Some(None),
         };
-        let fresh = !self.memo.get(slot).is_some_and(Option::is_some)
-            && pending.iter().all(|&(s, _)| s != slot);
+        let fresh = !self.memo.is_set(slot) && pending.iter().all(|&(s, _)| s != slot);
         if !fresh {
             return None;
         }
@@ -249,10 +248,10 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         // One bounds check for the longest fixed-size operand; short strings are checked apart.
         let w: &[u8; 10] = buf.get(p..p + 10)?.try_into().ok()?;
         let value = match w[0] {
-            b'h' => (self.memo.get(w[1] as usize).copied().flatten()?, 2),
+            b'h' => (self.memo.get(w[1] as usize)?, 2),
             b'j' => {
                 let index = u32::from_le_bytes([w[1], w[2], w[3], w[4]]) as usize;
-                (self.memo.get(index).copied().flatten()?, 5)
+                (self.memo.get(index)?, 5)
             }
             b'K' => (Value::Int(w[1] as i64), 2),
             b'M' => (Value::Int(u16::from_le_bytes([w[1], w[2]]) as i64), 3),

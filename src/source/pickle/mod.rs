@@ -10,6 +10,7 @@ mod error;
 mod fast;
 mod fold;
 mod input;
+mod memo;
 mod text;
 mod value;
 

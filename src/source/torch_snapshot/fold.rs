@@ -73,6 +73,22 @@ fn blank_row() -> TraceEntry {
 const ACTION_UNSEEN: u8 = u8::MAX;
 const ACTION_UNKNOWN: u8 = u8::MAX - 1;
 
+/// The action an interned string names, cached per string in `actions` (see `ACTION_UNSEEN`;
+/// `None`: not an action name).
+#[inline(always)]
+fn action_of(actions: &mut Vec<u8>, doc: &Document, name: StrId) -> Option<Action> {
+    let i = name as usize;
+    if i >= actions.len() {
+        actions.resize(i + 1, ACTION_UNSEEN);
+    }
+    if actions[i] == ACTION_UNSEEN {
+        actions[i] = Action::from_torch_name(doc.str(name))
+            .and_then(|a| Action::ALL.iter().position(|&b| b == a))
+            .map_or(ACTION_UNKNOWN, |p| p as u8);
+    }
+    Action::ALL.get(actions[i] as usize).copied()
+}
+
 /// Handle for dicts taken in `fold` (as a row, or skipped with a warning); staged handles of
 /// `fold_flat` never take this value, so a stray memo reference cannot be adopted.
 const TAKEN: u32 = u32::MAX;
@@ -200,21 +216,6 @@ impl TraceFolder {
         self.fields[i]
     }
 
-    /// The action an interned string names, cached per string (`None`: not an action name).
-    #[inline(always)]
-    fn action(&mut self, doc: &Document, name: StrId) -> Option<Action> {
-        let i = name as usize;
-        if i >= self.actions.len() {
-            self.actions.resize(i + 1, ACTION_UNSEEN);
-        }
-        if self.actions[i] == ACTION_UNSEEN {
-            self.actions[i] = Action::from_torch_name(doc.str(name))
-                .and_then(|a| Action::ALL.iter().position(|&b| b == a))
-                .map_or(ACTION_UNKNOWN, |p| p as u8);
-        }
-        Action::ALL.get(self.actions[i] as usize).copied()
-    }
-
     /// Where each field sits in dicts with these keys.
     fn shape_of(&mut self, doc: &Document, keys: &[Value]) -> Shape {
         let mut shape = Shape::default();
@@ -255,9 +256,11 @@ impl TraceFolder {
     /// inlined: a row returned by value is stored in pieces into a temporary and then read
     /// back whole, and the CPU stalls on that (store forwarding fails), for a good part of
     /// the decoding time.
+    /// It takes the folder's tables one by one, so that `row` may be borrowed from it too.
     #[inline(always)]
     fn entry(
-        &mut self,
+        interner: &mut Interner,
+        actions: &mut Vec<u8>,
         doc: &Document,
         shape: Shape,
         values: &[Value],
@@ -273,7 +276,7 @@ impl TraceFolder {
         let Value::Str(name) = action_value else {
             return Err(EntryError::Bad("'action' is not a string".into()));
         };
-        let Some(action) = self.action(doc, name) else {
+        let Some(action) = action_of(actions, doc, name) else {
             return Err(EntryError::UnknownAction(name));
         };
         let size = uint(doc, get(Field::Size), "size")?
@@ -296,9 +299,9 @@ impl TraceFolder {
                 .ok_or_else(|| format!("'{action}' entry has no 'addr'"))?;
             (Some(addr), None)
         };
-        let stream = self.interner.stream(stream)?;
+        let stream = interner.stream(stream)?;
         let stack = match get(Field::Frames) {
-            Some(frames) => self.interner.stack(doc, frames)?,
+            Some(frames) => interner.stack(doc, frames)?,
             None => None,
         };
         let (context, metadata, forward) = (
@@ -310,7 +313,7 @@ impl TraceFolder {
         if context.is_some() || metadata.is_some() || forward.is_some() {
             let found = entry_extra(doc, context, metadata, forward);
             if found != EntryExtra::default() {
-                extra = Some(self.interner.extra(found));
+                extra = Some(interner.extra(found));
             }
         }
         *row = match addr {
@@ -364,7 +367,14 @@ impl Fold for TraceFolder {
         let shape = self.node_shape(doc, pairs);
         let values = std::mem::take(&mut self.node_values);
         let mut entry = blank_row();
-        let read = self.entry(doc, shape, &values, &mut entry);
+        let read = Self::entry(
+            &mut self.interner,
+            &mut self.actions,
+            doc,
+            shape,
+            &values,
+            &mut entry,
+        );
         self.node_values = values;
         match read {
             Ok(()) => {
@@ -402,17 +412,22 @@ impl Fold for TraceFolder {
             self.flat_shape = (dict.shape, self.shape_of(doc, dict.keys));
         }
         // The row is read in place, at the end of `staged`.
-        let mut staged = std::mem::take(&mut self.staged);
-        staged.push(blank_row());
-        let read = match staged.last_mut() {
-            Some(row) => self.entry(doc, self.flat_shape.1, dict.values, row),
+        self.staged.push(blank_row());
+        let read = match self.staged.last_mut() {
+            Some(row) => Self::entry(
+                &mut self.interner,
+                &mut self.actions,
+                doc,
+                self.flat_shape.1,
+                dict.values,
+                row,
+            ),
             None => Err(EntryError::NotAnEntry),
         };
         if read.is_err() {
-            staged.pop();
+            self.staged.pop();
+            return None;
         }
-        self.staged = staged;
-        read.ok()?;
         let handle = self.next_handle;
         self.next_handle = match handle.wrapping_add(1) {
             TAKEN => 0,
