@@ -6,7 +6,7 @@
 //! this file has the general step for every opcode.
 
 use super::error::{malformed, DecodeError, DecodeErrorKind, Step};
-use super::fast::FLAT_PAIRS;
+use super::fast::{KeyCode, FLAT_PAIRS};
 use super::fold::Fold;
 use super::input::{Input, Refill};
 use super::memo::Memo;
@@ -33,6 +33,7 @@ pub fn decode<R: Refill, F: Fold>(
         flat_keys: Vec::with_capacity(FLAT_PAIRS),
         flat_values: [Value::None; FLAT_PAIRS],
         flat_shape: 0,
+        flat_key_codes: [KeyCode::default(); FLAT_PAIRS],
         flat_stores: Vec::with_capacity(2 * FLAT_PAIRS + 1),
         fold,
     };
@@ -73,6 +74,8 @@ pub(super) struct Machine<'f, R, F> {
     /// changes whenever they do.
     pub(super) flat_keys: Vec<Value>,
     pub(super) flat_shape: u64,
+    /// How each of `flat_keys` was read, to recognise it in the next flat dict.
+    pub(super) flat_key_codes: [KeyCode; FLAT_PAIRS],
     /// Scratch space of `flat_dict`, kept to avoid allocating per dict.
     pub(super) flat_values: [Value; FLAT_PAIRS],
     pub(super) flat_stores: Vec<(usize, Value)>,
@@ -516,6 +519,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                         let slot = self.node_memo[id as usize];
                         if slot != NO_MEMO {
                             self.memo.set(slot as usize, Value::Folded(handle));
+                            self.forget_flat_keys();
                         }
                         self.free_nodes.push(id);
                         continue;
@@ -574,6 +578,12 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         self.memo_store_other(index, top)
     }
 
+    /// A memo slot changed value: the key codes of the last flat dict may now read other keys.
+    fn forget_flat_keys(&mut self) {
+        self.flat_keys.clear();
+        self.flat_shape += 1;
+    }
+
     /// `memo_store` of a node, or into a slot that is not the next one.
     #[inline(never)]
     fn memo_store_other(&mut self, index: usize, top: Value) -> Step {
@@ -584,6 +594,8 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         }
         if self.memo.set(index, top) {
             self.memo_count += 1;
+        } else {
+            self.forget_flat_keys();
         }
         if let Value::Node(id) = top {
             self.node_memo[id as usize] = index as u32;

@@ -172,16 +172,31 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             if len == FLAT_PAIRS {
                 return None;
             }
-            let key = self.flat_item(buf, p, &mut next_memoize, stores, dict_slot)?;
-            match self.flat_keys.get_mut(len) {
-                Some(known) if *known == key => {}
-                Some(known) => {
-                    *known = key;
-                    self.flat_shape += 1;
+            let code = self.flat_key_codes[len];
+            if len < self.flat_keys.len() && code.matches(buf, *p) {
+                // The same memo reference as the last dict's key here: the same key.
+                *p += code.len;
+                let key = self.flat_keys[len];
+                if let Some(slot) = self.flat_memo_op(buf, p, &mut next_memoize, stores)? {
+                    if dict_slot == Some(slot) {
+                        return None;
+                    }
+                    stores.push((slot, key));
                 }
-                None => {
-                    self.flat_keys.push(key);
-                    self.flat_shape += 1;
+            } else {
+                let start = *p;
+                let key = self.flat_item(buf, p, &mut next_memoize, stores, dict_slot)?;
+                self.flat_key_codes[len] = KeyCode::of(buf, start);
+                match self.flat_keys.get_mut(len) {
+                    Some(known) if *known == key => {}
+                    Some(known) => {
+                        *known = key;
+                        self.flat_shape += 1;
+                    }
+                    None => {
+                        self.flat_keys.push(key);
+                        self.flat_shape += 1;
+                    }
                 }
             }
             self.flat_values[len] = self.flat_item(buf, p, &mut next_memoize, stores, dict_slot)?;
@@ -290,6 +305,56 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
         Some(Value::Str(self.intern(text)))
     }
+}
+
+/// The bytes of the memo reference (BINGET or LONG_BINGET) that read a flat dict's key, so that
+/// the same key in the next dict is known from its bytes, without a memo lookup. Valid while the
+/// memo slot keeps its value: the decoder forgets all codes when a slot is overwritten.
+#[derive(Clone, Copy, Default)]
+pub(super) struct KeyCode {
+    word: u64,
+    mask: u64,
+    /// 0 for a key read some other way: it never matches.
+    len: usize,
+}
+
+impl KeyCode {
+    /// The code of the key read at `buf[start]`.
+    fn of(buf: &[u8], start: usize) -> KeyCode {
+        let len = match buf.get(start) {
+            Some(b'h') => 2,
+            Some(b'j') => 5,
+            _ => return KeyCode::default(),
+        };
+        match buf.get(start..start + 8) {
+            Some(eight) => {
+                let mask = u64::MAX >> (64 - 8 * len);
+                KeyCode {
+                    word: word_at(eight) & mask,
+                    mask,
+                    len,
+                }
+            }
+            None => KeyCode::default(),
+        }
+    }
+
+    /// Whether the bytes at `buf[p]` are this code.
+    #[inline(always)]
+    fn matches(&self, buf: &[u8], p: usize) -> bool {
+        self.len != 0
+            && buf
+                .get(p..p + 8)
+                .is_some_and(|eight| word_at(eight) & self.mask == self.word)
+    }
+}
+
+/// The little-endian word in the first eight bytes of `bytes` (which has at least eight).
+#[inline(always)]
+fn word_at(bytes: &[u8]) -> u64 {
+    let mut eight = [0u8; 8];
+    eight.copy_from_slice(&bytes[..8]);
+    u64::from_le_bytes(eight)
 }
 
 /// A LONG1 operand of `n` bytes (1 to 8), little-endian two's complement, read from the eight
