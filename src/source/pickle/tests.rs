@@ -234,16 +234,20 @@ fn memo_numbering_is_the_same_on_the_fast_path_after_a_binput() {
 
 #[test]
 fn a_key_read_through_an_overwritten_memo_slot_is_the_new_key() {
-    // [{'take': 1}, {'take': 5}, {'x': 9}]: the second and third dicts read their key from
-    // memo slot 2, which BINPUT overwrites with 'x' between them.
-    let bytes = b"\x80\x04]q\x00(}q\x01(\x8c\x04takeq\x02K\x01u}q\x03(h\x02K\x05u\x8c\x01xq\x020}q\x04(h\x02K\x09ue.";
-    let (doc, root) = decode_all(bytes).expect("decodes without a fold");
+    // [{'take': 1}, {'take': 5}, {'x': 9}, 32 * 'p']: the second and third dicts read their key
+    // from memo slot 2, which BINPUT overwrites with 'x' between them (the string at the end
+    // keeps the third dict away from the end of the input, on the fast path).
+    let mut bytes = b"\x80\x04]q\x00(}q\x01(\x8c\x04takeq\x02K\x01u}q\x03(h\x02K\x05u\x8c\x01xq\x020}q\x04(h\x02K\x09u\x8c\x20".to_vec();
+    bytes.extend([b'p'; 32]);
+    bytes.extend(b"e.");
+    let pad = "p".repeat(32);
+    let (doc, root) = decode_all(&bytes).expect("decodes without a fold");
     assert_eq!(
         doc.render(root),
-        "[{\"take\": 1}, {\"take\": 5}, {\"x\": 9}]"
+        format!("[{{\"take\": 1}}, {{\"take\": 5}}, {{\"x\": 9}}, \"{pad}\"]")
     );
     let mut fold = OrderedTake::default();
     let (doc, root) = decode(&bytes[..], &mut fold).expect("decodes with flat dicts taken early");
     assert_eq!(fold.appended, [1, 5]);
-    assert_eq!(doc.render(root), "[{\"x\": 9}]");
+    assert_eq!(doc.render(root), format!("[{{\"x\": 9}}, \"{pad}\"]"));
 }
