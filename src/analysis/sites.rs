@@ -99,10 +99,12 @@ pub fn top_sites(stacks: &StackTable, live: &LiveSet, k: usize) -> Vec<Site> {
     // Stacks in a fixed order, so ties pick the same representative stack on every run.
     let mut by_stack: Vec<_> = by_stack.into_iter().collect();
     by_stack.sort_unstable_by_key(|&(stack, _)| stack);
-    let mut by_site: FxHashMap<String, (Site, u64)> = FxHashMap::default();
+    // Per site: the site without its stack, and the stack of its largest allocation (labelled
+    // only for the sites kept).
+    let mut by_site: FxHashMap<String, (Site, Option<StackId>, u64)> = FxHashMap::default();
     for (stack, (bytes, count, largest)) in by_stack {
         let frame = site_of(stacks, stack);
-        let (site, site_largest) = by_site.entry(frame.clone()).or_insert_with(|| {
+        let (site, site_stack, site_largest) = by_site.entry(frame.clone()).or_insert_with(|| {
             (
                 Site {
                     frame,
@@ -110,22 +112,32 @@ pub fn top_sites(stacks: &StackTable, live: &LiveSet, k: usize) -> Vec<Site> {
                     count: 0,
                     stack: Vec::new(),
                 },
-                0,
+                stack,
+                largest,
             )
         });
         site.bytes = site.bytes.saturating_add(bytes);
         site.count += count;
-        if largest > *site_largest || site.stack.is_empty() {
+        if largest > *site_largest {
             *site_largest = largest;
+            *site_stack = stack;
+        }
+    }
+    let mut sites: Vec<(Site, Option<StackId>)> = by_site
+        .into_values()
+        .map(|(site, stack, _)| (site, stack))
+        .collect();
+    sites.sort_by(|(a, _), (b, _)| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
+    sites.truncate(k);
+    sites
+        .into_iter()
+        .map(|(mut site, stack)| {
             site.stack = stack.map_or_else(Vec::new, |id| {
                 stacks.frames(id).map(|f| f.label()).collect()
             });
-        }
-    }
-    let mut sites: Vec<Site> = by_site.into_values().map(|(s, _)| s).collect();
-    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.frame.cmp(&b.frame)));
-    sites.truncate(k);
-    sites
+            site
+        })
+        .collect()
 }
 
 #[cfg(test)]
