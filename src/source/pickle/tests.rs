@@ -251,3 +251,180 @@ fn a_key_read_through_an_overwritten_memo_slot_is_the_new_key() {
     assert_eq!(fold.appended, [1, 5]);
     assert_eq!(doc.render(root), format!("[{{\"x\": 9}}, \"{pad}\"]"));
 }
+
+/// A fold that takes every dict, flat ones early, and keeps each one's rendering in the order
+/// the dicts reach their list.
+#[derive(Default)]
+struct RenderAll {
+    staged: Vec<(u32, String)>,
+    next: u32,
+    taken: Vec<String>,
+}
+
+fn render_pairs<'a>(doc: &Document, pairs: impl Iterator<Item = (&'a Value, &'a Value)>) -> String {
+    let items: Vec<String> = pairs
+        .map(|(k, v)| format!("{}: {}", doc.render(*k), doc.render(*v)))
+        .collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+impl Fold for RenderAll {
+    fn fold(&mut self, doc: &Document, _: NodeId, dict: NodeId) -> Option<u32> {
+        let Node::Dict(pairs) = doc.node(dict) else {
+            return None;
+        };
+        self.taken
+            .push(render_pairs(doc, pairs.iter().map(|(k, v)| (k, v))));
+        Some(u32::MAX)
+    }
+
+    fn wants_flat(&self) -> bool {
+        true
+    }
+
+    fn fold_flat(&mut self, doc: &Document, dict: FlatDict) -> Option<u32> {
+        let handle = self.next;
+        self.next += 1;
+        let text = render_pairs(doc, dict.keys.iter().zip(dict.values));
+        self.staged.push((handle, text));
+        Some(handle)
+    }
+
+    fn adopt(&mut self, _: NodeId, handle: u32) -> bool {
+        match self.staged.iter().position(|&(h, _)| h == handle) {
+            Some(i) => {
+                let (_, text) = self.staged.swap_remove(i);
+                self.taken.push(text);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Writes a memo opcode for `slot`: the one-byte form (`short`, BINGET or BINPUT) when the slot
+/// fits in a byte, else the four-byte one (LONG_BINGET or LONG_BINPUT).
+fn memo_op(out: &mut Vec<u8>, slot: u32, short: bool, one_byte: u8, four_bytes: u8) {
+    match u8::try_from(slot) {
+        Ok(slot) if short => out.extend([one_byte, slot]),
+        _ => {
+            out.push(four_bytes);
+            out.extend(slot.to_le_bytes());
+        }
+    }
+}
+
+/// Writes a list of flat dicts as a pickle, driven by `choices`: keys inline or through the
+/// memo, scalar values, memo stores after any item (MEMOIZE, BINPUT and LONG_BINPUT, to new
+/// slots and to used ones), and memo slots overwritten between dicts. Memo references only
+/// name slots holding strings or scalars, never a dict.
+fn flat_dicts_pickle(choices: &[u8]) -> Vec<u8> {
+    let mut choices = choices.iter().copied();
+    let mut next = move || choices.next();
+    let mut out = b"\x80\x04]\x94(".to_vec();
+    // Slots that hold a string or scalar (readable as keys or values), and all filled slots
+    // (their number is the next MEMOIZE's slot).
+    let mut readable: Vec<u32> = Vec::new();
+    let mut filled: Vec<u32> = vec![0];
+    let mut store = |out: &mut Vec<u8>, choice: u8, readable: &mut Vec<u32>, item: bool| {
+        // Mostly none or MEMOIZE, as real pickles have: a store to a used slot sends the
+        // dict to the general path.
+        let slot = match choice % 16 {
+            0..=2 => filled.len() as u32,
+            3 => u32::from(choice / 16 % 8),
+            4 => 300 + u32::from(choice / 16 % 4),
+            _ => return,
+        };
+        match choice % 16 {
+            0..=2 => out.push(0x94),
+            _ => memo_op(out, slot, true, b'q', b'r'),
+        }
+        if !filled.contains(&slot) {
+            filled.push(slot);
+        }
+        readable.retain(|&s| s != slot);
+        if item {
+            readable.push(slot);
+        }
+    };
+    while let Some(dict) = next() {
+        if dict % 5 == 0 {
+            // A string stored outside any dict, then popped: a new slot, or one that a key
+            // may have been read from.
+            out.extend(b"\x8c\x01z");
+            let c = next().unwrap_or(1);
+            match readable.get(usize::from(c) % readable.len().clamp(1, 4)) {
+                Some(&slot) if c % 2 == 0 => memo_op(&mut out, slot, true, b'q', b'r'),
+                _ => store(&mut out, c, &mut readable, true),
+            }
+            out.push(b'0');
+        }
+        out.push(b'}');
+        store(&mut out, next().unwrap_or(3), &mut readable, false);
+        out.push(b'(');
+        for _ in 0..next().unwrap_or(0) % 6 {
+            for is_key in [true, false] {
+                let c = next().unwrap_or(0);
+                match c % 8 {
+                    // Keys mostly from the first few slots, as trace entries read theirs.
+                    0..=1 if !readable.is_empty() => {
+                        let slot = readable[usize::from(c / 8) % readable.len()];
+                        memo_op(&mut out, slot, c % 2 == 0, b'h', b'j');
+                    }
+                    2..=5 if is_key && !readable.is_empty() => {
+                        let slot = readable[usize::from(c / 8) % readable.len().min(4)];
+                        memo_op(&mut out, slot, c % 2 == 0, b'h', b'j');
+                    }
+                    2 if !is_key => out.push(b'N'),
+                    3 if !is_key => out.extend([b'J', c, 0xff, 0x12, 0x80]),
+                    4 if !is_key => out.extend([0x8a, 8, c, 1, 2, 3, 4, 5, 6, 0x87]),
+                    5 if !is_key => out.push(0x88),
+                    _ => out.extend([0x8c, 2, b'k', b'a' + c % 6]),
+                }
+                store(&mut out, next().unwrap_or(3), &mut readable, true);
+            }
+        }
+        out.push(b'u');
+    }
+    // Enough bytes after the last dict for the fast path to see it.
+    out.extend(b"\x8c\x20");
+    out.extend([b'p'; 32]);
+    out.extend(b"e.");
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    /// The fast path that hands flat dicts to the fold reads exactly what the general path
+    /// reads, memo numbering included.
+    #[test]
+    fn flat_dicts_read_on_the_fast_path_equal_the_general_path(
+        choices in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)
+    ) {
+        let bytes = flat_dicts_pickle(&choices);
+        let general = decode_all(&bytes);
+        let mut fold = RenderAll::default();
+        let fast = decode(&bytes[..], &mut fold);
+        match (general, fast) {
+            (Ok((doc, root)), Ok((fast_doc, fast_root))) => {
+                let items = doc.as_seq(root).expect("a list");
+                let dicts: Vec<String> = items[..items.len() - 1]
+                    .iter()
+                    .map(|&v| doc.render(v))
+                    .collect();
+                proptest::prop_assert_eq!(&fold.taken, &dicts);
+                proptest::prop_assert_eq!(fast_doc.as_seq(fast_root).map(<[Value]>::len), Some(1));
+            }
+            (Err(general), Err(fast)) => {
+                proptest::prop_assert_eq!(general.to_string(), fast.to_string());
+            }
+            (general, fast) => proptest::prop_assert!(
+                false,
+                "general {:?} but fast {:?}",
+                general.map(|_| ()),
+                fast.map(|_| ())
+            ),
+        }
+    }
+}
