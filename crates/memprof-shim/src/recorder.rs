@@ -1,12 +1,13 @@
-//! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
+//! Hooks record events into per-thread buffers (`buffers.rs`); one writer thread drains them,
+//! in time order, into `MEMPROF_OUT` and the live socket.
 //!
-//! Each ring entry is an encoded record, the depth of its call stack and the stack's return
-//! addresses (`stack.rs`; allocations only, unless `MEMPROF_STACKS=0`). The writer gives each
-//! distinct stack an id (`stacks.rs`), writes its definition and the mappings it needs before
-//! the first record that uses it, and puts the id in the record.
+//! Each entry is a record, the depth of its call stack and the stack's return addresses
+//! (`stack.rs`; allocations only, unless `MEMPROF_STACKS=0`). The writer gives each distinct
+//! stack an id (`stacks.rs`), writes its definition and the mappings it needs before the first
+//! record that uses it, and puts the id in the record.
 
+use crate::buffers::{Merged, Producing, HEAD_WORDS, RECORD_WORDS};
 use crate::live::Server;
-use crate::ring::Ring;
 use crate::stack::{self, MAX_DEPTH};
 use crate::stacks::Stacks;
 use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, PROCESS_ENTRY_HEAD, RECORD_LEN};
@@ -17,25 +18,17 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-/// Slots in the ring (80-byte heads and 256-byte stacks: 21 MiB of .bss, touched as the ring
-/// fills; stacks only by events that have one).
-const SLOTS: usize = 1 << 16;
-/// Words of a record.
-const RECORD_WORDS: usize = RECORD_LEN / 8;
-/// Words of an entry's head: the record and the stack depth.
-const HEAD_WORDS: usize = RECORD_WORDS + 1;
-
-static RING: Ring<SLOTS, HEAD_WORDS, MAX_DEPTH> = Ring::new();
 /// Whether hooks capture call stacks (`MEMPROF_STACKS=0` turns it off).
 static STACKS: AtomicBool = AtomicBool::new(true);
-/// Events that could not be recorded (full ring, write error, after the final flush).
+/// Events that could not be recorded (full buffers without a writer, write error).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Events that found the ring full and were written after the hook waited for the writer.
+/// Events that found the buffers full and were written after the hook waited for the writer.
 static DELAYED: AtomicU64 = AtomicU64::new(0);
-/// Whether the writer thread is draining the ring (a hook that finds it full may wait).
+/// Whether the writer thread is draining the buffers (a hook that finds them full waits).
 static WRITER_ALIVE: AtomicBool = AtomicBool::new(false);
-/// How many times a hook yields to the writer before it drops an event.
-const MAX_YIELDS: u32 = 10_000;
+/// The writer thread's kernel id (0 before it runs): a hook it runs (from a signal handler) must
+/// not wait for itself.
+static WRITER_TID: AtomicU32 = AtomicU32::new(0);
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -57,6 +50,11 @@ struct Writer {
     live: Option<Server>,
     /// Stack ids and the mappings written so far.
     stacks: Stacks,
+    /// Entries taken from the buffers and not yet written.
+    merge: Merged,
+    /// What a drain writes to the file, and to the live socket (kept to be reused).
+    file_bytes: Vec<u8>,
+    live_bytes: Vec<u8>,
 }
 
 static WRITER: Mutex<Writer> = Mutex::new(Writer {
@@ -65,6 +63,9 @@ static WRITER: Mutex<Writer> = Mutex::new(Writer {
     closed: false,
     live: None,
     stacks: Stacks::new(),
+    merge: Merged::new(),
+    file_bytes: Vec::new(),
+    live_bytes: Vec::new(),
 });
 
 thread_local! {
@@ -196,39 +197,58 @@ pub fn record(mut event: Record) {
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
     if ensure_started() {
+        // Before the clock is read: the writer holds back newer events until this one is in.
+        let producing = Producing::begin();
         event.ts_ns = now_ns();
         event.tid = cached_tid();
         // The process that started recording: only it records (see `forked_child`).
         event.pid = RECORDING_PID.load(Ordering::Relaxed);
         let mut head = [0u64; HEAD_WORDS];
-        for (word, bytes) in head.iter_mut().zip(event.encode().chunks_exact(8)) {
-            let mut le = [0u8; 8];
-            le.copy_from_slice(bytes);
-            *word = u64::from_le_bytes(le);
-        }
-        let mut frames = [0u64; MAX_DEPTH];
+        head[..RECORD_WORDS].copy_from_slice(&words(&event));
         if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
-            head[RECORD_WORDS] = stack::capture(&mut frames) as u64;
-        }
-        if !RING.push(&head, &frames) {
-            push_when_drained(&head, &frames);
+            let mut frames = [0u64; MAX_DEPTH];
+            let depth = stack::capture(&mut frames);
+            head[RECORD_WORDS] = depth as u64;
+            publish(&producing, &head, &frames[..depth]);
+        } else {
+            publish(&producing, &head, &[]);
         }
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// The ring was full: yield to the writer a bounded number of times, then count a drop.
-fn push_when_drained(head: &[u64; HEAD_WORDS], frames: &[u64]) {
-    let mut yields = 0;
-    while WRITER_ALIVE.load(Ordering::Acquire) && yields < MAX_YIELDS {
+/// A record's encoding (`Record::encode`) as little-endian words.
+fn words(event: &Record) -> [u64; RECORD_WORDS] {
+    let lo_hi = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    [
+        lo_hi(event.kind as u32 | u32::from(event.flags) << 16, event.tid),
+        event.ts_ns,
+        event.ptr,
+        event.size,
+        event.stream,
+        event.aux,
+        lo_hi(event.pid, event.device as u32),
+        lo_hi(event.result, event.stack),
+    ]
+}
+
+/// Publishes an entry; when the buffers are full, waits for the writer as long as it drains
+/// them, and counts the event as delayed; without a writer (never started, gone, closed by the
+/// final flush, or the calling thread itself) counts it as dropped.
+fn publish(producing: &Producing, head: &[u64; HEAD_WORDS], frames: &[u64]) {
+    if producing.push(head, frames) {
+        return;
+    }
+    let writer = WRITER_TID.load(Ordering::Relaxed);
+    let me = cached_tid();
+    while WRITER_ALIVE.load(Ordering::Acquire) && writer != me {
         // SAFETY: sched_yield takes no arguments.
         unsafe { libc::sched_yield() };
-        if RING.push(head, frames) {
+        if producing.push(head, frames) {
             DELAYED.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        yields += 1;
     }
     DROPPED.fetch_add(1, Ordering::Relaxed);
 }
@@ -309,7 +329,7 @@ fn start() -> bool {
         writer.file = Some(file);
         writer.live = live;
     }
-    // Without a writer thread the ring is still drained at exit.
+    // Without a writer thread the buffers are still drained at exit.
     WRITER_ALIVE.store(true, Ordering::Release);
     if std::thread::Builder::new()
         .name("memprof-writer".into())
@@ -322,16 +342,24 @@ fn start() -> bool {
 }
 
 fn writer_loop() {
+    /// Tells waiting hooks that the writer is gone, however the loop ends (a panic too).
+    struct Gone;
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            WRITER_ALIVE.store(false, Ordering::Release);
+        }
+    }
+    let _gone = Gone;
+    WRITER_TID.store(cached_tid(), Ordering::Relaxed);
     loop {
         let (count, closed) = {
             let mut writer = lock();
             if let Some(live) = writer.live.as_mut() {
                 live.accept();
             }
-            drain(&mut writer)
+            drain(&mut writer, false)
         };
         if closed {
-            WRITER_ALIVE.store(false, Ordering::Release);
             return;
         }
         if count == 0 {
@@ -340,58 +368,57 @@ fn writer_loop() {
     }
 }
 
-/// Writes what the ring holds; returns how many records it took and whether the file is closed.
-fn drain(writer: &mut Writer) -> (u64, bool) {
+/// Takes what the buffers hold and writes what can go out, in time order (everything with
+/// `all`); returns how many events it took and whether the file is closed.
+fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
     if writer.closed {
         return (0, true);
     }
-    let mut taken = 0;
+    let Writer {
+        file,
+        written,
+        live,
+        stacks,
+        merge,
+        file_bytes,
+        live_bytes,
+        ..
+    } = writer;
     // Definitions and records for the file; records alone for the live stream.
-    let mut file_bytes = Vec::with_capacity(64 * RECORD_LEN);
-    let mut live_bytes = Vec::with_capacity(64 * RECORD_LEN);
-    let mut head = [0u64; HEAD_WORDS];
-    let mut stack = [0u64; MAX_DEPTH];
-    loop {
-        file_bytes.clear();
-        live_bytes.clear();
-        let mut count = 0u64;
-        while count < 64 {
-            let Some(depth) = RING.pop(&mut head, &mut stack) else {
-                break;
-            };
-            let mut record = [0u8; RECORD_LEN];
-            for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
-                bytes.copy_from_slice(&word.to_le_bytes());
-            }
-            let frames = &stack[..depth];
-            if let Some(id) = writer.stacks.id(frames, &mut file_bytes) {
-                record[60..64].copy_from_slice(&id.to_le_bytes());
-            }
-            file_bytes.extend_from_slice(&record);
-            live_bytes.extend_from_slice(&record);
-            count += 1;
+    file_bytes.clear();
+    live_bytes.clear();
+    let mut count = 0u64;
+    let taken = merge.drain(now_ns(), all, |head, frames| {
+        let mut record = [0u8; RECORD_LEN];
+        for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
+            bytes.copy_from_slice(&word.to_le_bytes());
         }
-        if count == 0 {
-            return (taken, false);
+        if let Some(id) = stacks.id(frames, file_bytes) {
+            record[60..64].copy_from_slice(&id.to_le_bytes());
         }
-        taken += count;
-        let ok = match writer.file.as_mut() {
-            Some(file) => file.write_all(&file_bytes).is_ok(),
+        file_bytes.extend_from_slice(&record);
+        live_bytes.extend_from_slice(&record);
+        count += 1;
+    });
+    if count > 0 {
+        let ok = match file.as_mut() {
+            Some(file) => file.write_all(file_bytes).is_ok(),
             None => false,
         };
         if ok {
-            writer.written += count;
+            *written += count;
         } else {
-            writer.file = None;
+            *file = None;
             DROPPED.fetch_add(count, Ordering::Relaxed);
         }
-        if let Some(live) = writer.live.as_mut() {
-            live.send(&live_bytes);
+        if let Some(live) = live.as_mut() {
+            live.send(live_bytes);
         }
     }
+    (taken as u64, false)
 }
 
-/// Final flush: drains the ring and writes the trailer. Registered with `atexit` from the
+/// Final flush: drains the buffers and writes the trailer. Registered with `atexit` from the
 /// constructor, so it runs after handlers registered later (the CUDA runtime's teardown).
 extern "C" fn flush_at_exit() {
     if STATE.load(Ordering::Acquire) != RUNNING {
@@ -427,9 +454,9 @@ pub fn flush_before_exit() {
     }
 }
 
-/// Drains the ring and writes the trailer, once.
+/// Writes everything the buffers hold and the trailer, once.
 fn finish(writer: &mut Writer) {
-    drain(writer);
+    drain(writer, true);
     if writer.closed {
         return;
     }
@@ -476,6 +503,26 @@ static INIT: extern "C" fn() = init;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_words_are_the_record_encoding() {
+        let event = Record {
+            kind: Kind::AllocAsync,
+            flags: 0x8001,
+            tid: 0xdead_beef,
+            ts_ns: 1 << 63 | 5,
+            ptr: 0x7f00_0000_1000,
+            size: u64::MAX,
+            stream: 3,
+            aux: 4,
+            pid: 77,
+            device: -1,
+            result: 2,
+            stack: 0xffff_fffe,
+        };
+        let bytes: Vec<u8> = words(&event).iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(bytes, event.encode());
+    }
 
     #[test]
     fn the_kept_command_line_always_fits_the_block_readers_accept() {
