@@ -162,11 +162,14 @@ impl<const W: usize, const H: usize, const T: usize> Spsc<W, H, T> {
                 return false;
             }
         }
+        let word = |i: usize| &self.words[(start as usize + i) & (W - 1)];
+        for (i, &value) in head[..H - 1].iter().enumerate() {
+            word(i).store(value, Ordering::Relaxed);
+        }
         // The stored length is what was kept.
-        let kept_word = [kept as u64];
-        let words = head[..H - 1].iter().chain(&kept_word).chain(&tail[..kept]);
-        for (at, &value) in (start..).zip(words) {
-            self.words[at as usize & (W - 1)].store(value, Ordering::Relaxed);
+        word(H - 1).store(kept as u64, Ordering::Relaxed);
+        for (i, &value) in tail[..kept].iter().enumerate() {
+            word(H + i).store(value, Ordering::Relaxed);
         }
         self.written.0.store(end, Ordering::Release);
         true
