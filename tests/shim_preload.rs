@@ -99,6 +99,7 @@ pub fn kernels(name: &str) -> PathBuf {
     for (name, libs) in [
         ("alloc_free", &["-ldl", "-lpthread"][..]),
         ("stress", &["-lpthread"][..]),
+        ("slow_free", &["-lpthread"][..]),
         ("peak_oom", &[][..]),
         ("devices", &["-ldl"][..]),
     ] {
@@ -583,6 +584,36 @@ fn eight_threads_of_100k_pairs_every_event_accounted_for() {
         800_000.0 / span as f64 * 1e3,
         recording.delayed
     );
+}
+
+/// A free is stamped when its call starts and the writer holds back other threads' newer events
+/// until it is in: a free that is still running when another thread allocates comes first (so an
+/// allocation that gets a freed address back never comes before that free).
+#[test]
+fn a_free_comes_before_what_other_threads_do_while_it_runs() {
+    let dir = kernels("slow_free");
+    let rec = dir.join("slow_free.memprof");
+    let output = Command::new(dir.join("slow_free"))
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .env("FAKE_CUDA_FREE_DELAY_US", "100000")
+        .output()
+        .expect("runs");
+    check("slow_free", &output);
+    let recording = decode_recording(&std::fs::read(&rec).expect("recording")).expect("decodes");
+    let _ = std::fs::remove_file(&rec);
+    let calls: Vec<(Kind, u64)> = recording.records.iter().map(|r| (r.kind, r.size)).collect();
+    assert_eq!(
+        calls,
+        [(Kind::Alloc, 256), (Kind::Free, 0), (Kind::Alloc, 512)],
+        "{:?}",
+        recording.records
+    );
+    let (free, alloc) = (&recording.records[1], &recording.records[2]);
+    assert_ne!(free.tid, alloc.tid);
+    // The free started 30 ms before the allocation and took 100 ms.
+    assert!(free.ts_ns + 20_000_000 < alloc.ts_ns, "{free:?} {alloc:?}");
+    assert_eq!(recording.dropped, Some(0));
 }
 
 /// `MEMPROF_SHIM` relative to where `memprof run` starts still reaches a child that changes

@@ -9,15 +9,18 @@
 //! (`Ring`, many producers). The writer takes everything from both each round.
 //!
 //! Order: readers apply records in file order (an allocation at an address still held, or a free
-//! of an address not held, counts as a lost record), so the writer merges by timestamp. An event
-//! is written only once no thread can still publish an older one. A thread marks itself busy
+//! of an address not held, counts as a lost record), so the writer merges by timestamp. Calls
+//! that give memory back are stamped before they are made, the others after they return, so a
+//! free comes before an allocation in another thread that gets its address back. An event is
+//! written only once no thread can still publish an older one. A thread marks itself busy
 //! before it reads the clock and clears the mark after it published the event; each round the
 //! writer reads the clock (`now`), then for each lane reads the mark and then empties the ring.
 //! A lane that was not busy can only publish events stamped after `now`; a busy one can publish
 //! one stamped at or after the last it published. So entries older than the least of those
 //! bounds (the floor) go out in time order, the rest wait for the next round. Threads without a
 //! lane are counted while they publish, and while any is, the floor does not move. A thread held
-//! inside the hook for longer than `STALE_NS` (stopped, or starved of CPU) no longer holds the
+//! inside the hook for longer than `STALE_NS` (stopped, starved of CPU, or in a call that gives
+//! memory back and takes that long: it is marked busy from its stamp on) no longer holds the
 //! others back: the floor is at least `now - STALE_NS`, and an event of that thread published
 //! later comes out of order. So does the oldest of more than `MAX_STAGED` waiting entries. The
 //! final flush writes everything held.

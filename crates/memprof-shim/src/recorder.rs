@@ -189,33 +189,76 @@ fn wants_stack(kind: Kind) -> bool {
     kind.allocates() || kind == Kind::VmmMap
 }
 
-/// Records an event; fills in time, thread, process and (for allocations) the call stack.
-/// Keeps `errno`.
+/// Records an event stamped now, after its call returned; fills in time, thread, process and
+/// (for allocations) the call stack. Keeps `errno`.
 // Not inlined, so that the stack walk sees the same shim frames above every hook.
 #[inline(never)]
-pub fn record(mut event: Record) {
+pub fn record(event: Record) {
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
     if ensure_started() {
         // Before the clock is read: the writer holds back newer events until this one is in.
         let producing = Producing::begin();
-        event.ts_ns = now_ns();
-        event.tid = cached_tid();
-        // The process that started recording: only it records (see `forked_child`).
-        event.pid = RECORDING_PID.load(Ordering::Relaxed);
-        let mut head = [0u64; HEAD_WORDS];
-        head[..RECORD_WORDS].copy_from_slice(&words(&event));
-        if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
-            let mut frames = [0u64; MAX_DEPTH];
-            let depth = stack::capture(&mut frames);
-            head[RECORD_WORDS] = depth as u64;
-            publish(&producing, &head, &frames[..depth]);
-        } else {
-            publish(&producing, &head, &[]);
-        }
+        let ts_ns = now_ns();
+        publish_event(event, ts_ns, &producing);
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// The time of a call that gives memory back, read before the call is made; the writer holds
+/// back newer events of other threads until its event is recorded (or `STALE_NS` of
+/// `buffers.rs` passed). So a free comes before anything that follows the call's start in
+/// another thread: an allocation that gets the freed address back, above all.
+pub struct Stamp {
+    producing: Producing,
+    ts_ns: u64,
+}
+
+/// Stamps a call that gives memory back (a free, unmap or release), before it is made; `None`
+/// when nothing is recorded. Keeps `errno`.
+pub fn stamp() -> Option<Stamp> {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    let stamp = ensure_started().then(|| {
+        let producing = Producing::begin();
+        Stamp {
+            producing,
+            ts_ns: now_ns(),
+        }
+    });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    stamp
+}
+
+/// Records the event of a call stamped before it was made (`stamp`). Keeps `errno`.
+pub fn record_stamped(event: Record, stamp: Stamp) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    publish_event(event, stamp.ts_ns, &stamp.producing);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Fills in time, thread, process and (for allocations) the call stack, and publishes.
+// Inlined into `record`, whose frame the stack walk expects.
+#[inline(always)]
+fn publish_event(mut event: Record, ts_ns: u64, producing: &Producing) {
+    event.ts_ns = ts_ns;
+    event.tid = cached_tid();
+    // The process that started recording: only it records (see `forked_child`).
+    event.pid = RECORDING_PID.load(Ordering::Relaxed);
+    let mut head = [0u64; HEAD_WORDS];
+    head[..RECORD_WORDS].copy_from_slice(&words(&event));
+    if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
+        let mut frames = [0u64; MAX_DEPTH];
+        let depth = stack::capture(&mut frames);
+        head[RECORD_WORDS] = depth as u64;
+        publish(producing, &head, &frames[..depth]);
+    } else {
+        publish(producing, &head, &[]);
+    }
 }
 
 /// A record's encoding (`Record::encode`) as little-endian words.
