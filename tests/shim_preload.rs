@@ -538,12 +538,14 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
     }
 }
 
-#[test]
-fn eight_threads_of_100k_pairs_every_event_accounted_for() {
+/// Runs `stress` with `threads` threads of `pairs` alloc/free pairs and checks that the recording
+/// has every event, nothing dropped, in time order (each free after its allocation). Returns
+/// the number of events that waited for room and the run's span in ns.
+fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> (u64, u64) {
     let dir = kernels("stress");
     let rec = dir.join("stress.memprof");
     let output = Command::new(dir.join("stress"))
-        .args(["8", "100000"])
+        .args([threads.to_string(), pairs.to_string()])
         .env("MEMPROF_OUT", &rec)
         .env("LD_PRELOAD", shim())
         .output()
@@ -555,13 +557,16 @@ fn eight_threads_of_100k_pairs_every_event_accounted_for() {
     let dropped = recording.dropped.expect("closed with a trailer");
     // A hook that finds its buffer and the spill full waits for the writer: nothing is dropped.
     assert_eq!(dropped, 0, "delayed: {}", recording.delayed);
-    assert_eq!(recording.records.len(), 8 * 100_000 * 2);
-    let mut per_thread: HashMap<u32, i64> = HashMap::new();
+    assert_eq!(recording.records.len(), threads * pairs * 2);
+    let mut per_thread: HashMap<u32, usize> = HashMap::new();
     for r in &recording.records {
         *per_thread.entry(r.tid).or_default() += 1;
     }
-    assert_eq!(per_thread.len(), 8);
-    assert!(per_thread.values().all(|&n| n == 200_000), "{per_thread:?}");
+    assert_eq!(per_thread.len(), threads);
+    assert!(
+        per_thread.values().all(|&n| n == pairs * 2),
+        "{per_thread:?}"
+    );
     // The writer merges the threads' buffers by time, so each free follows its allocation.
     let first_late = recording
         .records
@@ -578,12 +583,24 @@ fn eight_threads_of_100k_pairs_every_event_accounted_for() {
     }
     assert!(held.is_empty());
     let span = recording.records[recording.records.len() - 1].ts_ns - recording.records[0].ts_ns;
+    (recording.delayed, span)
+}
+
+#[test]
+fn eight_threads_of_100k_pairs_every_event_accounted_for() {
+    let (delayed, span) = stress_accounts_for_every_event(8, 100_000);
     eprintln!(
-        "8 x 100,000 pairs in {:.3} s ({:.2} M pairs/s), {} delayed",
+        "8 x 100,000 pairs in {:.3} s ({:.2} M pairs/s), {delayed} delayed",
         span as f64 / 1e9,
         800_000.0 / span as f64 * 1e3,
-        recording.delayed
     );
+}
+
+/// More threads at once than the shim has buffers (64): the others record through the shared
+/// spill, and the writer keeps them in time order too.
+#[test]
+fn more_threads_than_buffers_lose_nothing_and_keep_time_order() {
+    stress_accounts_for_every_event(100, 2_000);
 }
 
 /// A free is stamped when its call starts and the writer holds back other threads' newer events

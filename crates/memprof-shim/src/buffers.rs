@@ -203,8 +203,6 @@ impl Drop for Producing {
 #[derive(Clone, Copy)]
 struct Staged {
     ts: u64,
-    /// Taken order, which breaks ties (and keeps each thread's order).
-    seq: u64,
     at: usize,
 }
 
@@ -214,7 +212,7 @@ pub struct Merge<const L: usize> {
     last: [u64; L],
     /// Entries older than this have been, or can be, written.
     floor: u64,
-    seq: u64,
+    /// In the order taken, which breaks ties of time (and keeps each thread's order).
     staged: Vec<Staged>,
     /// Each staged entry's head, then its tail.
     words: Vec<u64>,
@@ -229,7 +227,6 @@ impl<const L: usize> Merge<L> {
         Merge {
             last: [0; L],
             floor: 0,
-            seq: 0,
             staged: Vec::new(),
             words: Vec::new(),
             spare: Vec::new(),
@@ -240,10 +237,8 @@ impl<const L: usize> Merge<L> {
         let ts = head[TS_WORD];
         self.staged.push(Staged {
             ts,
-            seq: self.seq,
             at: self.words.len(),
         });
-        self.seq += 1;
         self.words.extend_from_slice(head);
         self.words.extend_from_slice(tail);
         ts
@@ -292,7 +287,8 @@ impl<const L: usize> Merge<L> {
 
     /// Hands `write` the entries that can go out (all of them with `all`), oldest first.
     fn take(&mut self, all: bool, mut write: impl FnMut(&[u64; HEAD_WORDS], &[u64])) {
-        self.staged.sort_unstable_by_key(|s| (s.ts, s.seq));
+        // Stable, and quick on what it gets: sorted runs (each lane's, and what waited).
+        self.staged.sort_by_key(|s| s.ts);
         let cut = if all {
             self.staged.len()
         } else {
@@ -309,6 +305,9 @@ impl<const L: usize> Merge<L> {
         for s in &self.staged[..cut] {
             let (head, tail) = entry(&self.words, s.at);
             write(&head, &self.words[tail]);
+        }
+        if cut == 0 {
+            return;
         }
         self.staged.drain(..cut);
         // Keep only the waiting entries' words.
