@@ -17,8 +17,10 @@
 //! writer reads the clock (`now`), then for each lane reads the mark and then empties the ring.
 //! A lane that was not busy can only publish events stamped after `now`; a busy one can publish
 //! one stamped at or after the last it published. So entries older than the least of those
-//! bounds (the floor) go out in time order, the rest wait for the next round. Threads without a
-//! lane are counted while they publish, and while any is, the floor does not move. A thread held
+//! bounds (the floor) go out in time order, the rest wait for the next round. A thread without a
+//! lane takes one of `MARKS` marks while it publishes and writes its event's time there, which
+//! bounds the floor the same way; the floor does not move while a mark has no time yet, or while
+//! a spill slot is taken and not yet written (the entries behind it may be older). A thread held
 //! inside the hook for longer than `STALE_NS` (stopped, starved of CPU, or in a call that gives
 //! memory back and takes that long: it is marked busy from its stamp on) no longer holds the
 //! others back: the floor is at least `now - STALE_NS`, and an event of that thread published
@@ -45,7 +47,7 @@ const LANE_WORDS: usize = 1 << 16;
 /// Entries in the shared spill (344 bytes each: 5.4 MiB).
 const SPILL_SLOTS: usize = 1 << 14;
 /// How long a thread inside the hook may hold back the others' events.
-const STALE_NS: u64 = 200_000_000;
+const STALE_NS: u64 = 1_000_000_000;
 /// Entries the writer holds back at most; beyond, the oldest go out.
 const MAX_STAGED: usize = 1 << 18;
 
@@ -62,12 +64,24 @@ struct Lane<const W: usize> {
     busy: AtomicBool,
 }
 
+/// Marks of threads without a lane that are publishing: the time of their event, or `PENDING`
+/// before they read the clock, or `UNMARKED`.
+const MARKS: usize = 64;
+const UNMARKED: u64 = 0;
+const PENDING: u64 = u64::MAX;
+
+/// Where a publishing thread is marked busy: its lane, or one of the marks.
+#[derive(Clone, Copy)]
+enum Mark {
+    Lane(usize),
+    Unpooled(usize),
+}
+
 /// The buffers: `L` lanes of `W` words and a spill of `S` entries.
 pub struct Pool<const L: usize, const W: usize, const S: usize> {
     lanes: [Lane<W>; L],
     spill: Ring<S, HEAD_WORDS, MAX_DEPTH>,
-    /// Threads without a lane between reading the clock and publishing.
-    unpooled_busy: AtomicU64,
+    unpooled: [AtomicU64; MARKS],
 }
 
 impl<const L: usize, const W: usize, const S: usize> Pool<L, W, S> {
@@ -81,7 +95,7 @@ impl<const L: usize, const W: usize, const S: usize> Pool<L, W, S> {
                 }
             }; L],
             spill: Ring::new(),
-            unpooled_busy: AtomicU64::new(0),
+            unpooled: [const { AtomicU64::new(UNMARKED) }; MARKS],
         }
     }
 
@@ -102,22 +116,40 @@ impl<const L: usize, const W: usize, const S: usize> Pool<L, W, S> {
     }
 
     /// Marks the thread of `lane` (`None`: a thread without one) busy; before it reads the clock.
-    fn begin(&self, lane: Option<usize>) {
-        match lane {
-            Some(i) => self.lanes[i].busy.store(true, Ordering::SeqCst),
-            None => {
-                self.unpooled_busy.fetch_add(1, Ordering::SeqCst);
+    /// A thread without a lane takes a free mark, waiting for one if all are taken.
+    fn begin(&self, lane: Option<usize>) -> Mark {
+        if let Some(i) = lane {
+            self.lanes[i].busy.store(true, Ordering::SeqCst);
+            return Mark::Lane(i);
+        }
+        loop {
+            let free = self.unpooled.iter().position(|mark| {
+                mark.load(Ordering::Relaxed) == UNMARKED
+                    && mark
+                        .compare_exchange(UNMARKED, PENDING, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+            });
+            if let Some(k) = free {
+                return Mark::Unpooled(k);
             }
+            // More threads without a lane are publishing than there are marks; each holds one
+            // for the time it takes to publish.
+            std::thread::yield_now();
+        }
+    }
+
+    /// Tells the writer the time of the event a thread without a lane is publishing.
+    fn stamped(&self, mark: Mark, ts: u64) {
+        if let Mark::Unpooled(k) = mark {
+            self.unpooled[k].store(ts.clamp(1, PENDING - 1), Ordering::Release);
         }
     }
 
     /// Clears the mark of `begin`, once the event is published (or given up).
-    fn end(&self, lane: Option<usize>) {
-        match lane {
-            Some(i) => self.lanes[i].busy.store(false, Ordering::Release),
-            None => {
-                self.unpooled_busy.fetch_sub(1, Ordering::Release);
-            }
+    fn end(&self, mark: Mark) {
+        match mark {
+            Mark::Lane(i) => self.lanes[i].busy.store(false, Ordering::Release),
+            Mark::Unpooled(k) => self.unpooled[k].store(UNMARKED, Ordering::Release),
         }
     }
 
@@ -178,24 +210,33 @@ fn thread_lane() -> Option<usize> {
 }
 
 /// A hook publishing one event: made before it reads the clock, dropped once it published.
-pub struct Producing(Option<usize>);
+pub struct Producing {
+    lane: Option<usize>,
+    mark: Mark,
+}
 
 impl Producing {
     pub fn begin() -> Producing {
         let lane = thread_lane();
-        POOL.begin(lane);
-        Producing(lane)
+        let mark = POOL.begin(lane);
+        Producing { lane, mark }
+    }
+
+    /// Notes the event's time, `ts` (`CLOCK_MONOTONIC`, read after `begin`); returns it.
+    pub fn stamped(&self, ts: u64) -> u64 {
+        POOL.stamped(self.mark, ts);
+        ts
     }
 
     /// Publishes the entry; false when the thread's lane and the spill are both full.
     pub fn push(&self, head: &[u64; HEAD_WORDS], tail: &[u64]) -> bool {
-        POOL.push(self.0, head, tail)
+        POOL.push(self.lane, head, tail)
     }
 }
 
 impl Drop for Producing {
     fn drop(&mut self) {
-        POOL.end(self.0);
+        POOL.end(self.mark);
     }
 }
 
@@ -272,13 +313,23 @@ impl<const L: usize> Merge<L> {
                 );
             }
         }
-        let unpooled = pool.unpooled_busy.load(Ordering::SeqCst);
+        // Threads without a lane: each can publish one event stamped at or after its mark (or,
+        // before it read the clock, after the last floor).
+        let mut frozen = false;
+        for mark in &pool.unpooled {
+            match mark.load(Ordering::SeqCst) {
+                UNMARKED => {}
+                PENDING => frozen = true,
+                ts => floor = floor.min(ts),
+            }
+        }
         let (mut head, mut tail) = ([0u64; HEAD_WORDS], [0u64; MAX_DEPTH]);
         while let Some(len) = pool.spill.pop(&mut head, &mut tail) {
             self.stage(&head, &tail[..len]);
             taken += 1;
         }
-        if unpooled > 0 {
+        // A slot taken and not yet filled hides the entries after it, which may be older.
+        if frozen || !pool.spill.is_drained() {
             floor = floor.min(self.floor);
         }
         self.floor = self.floor.max(floor).max(now.saturating_sub(STALE_NS));
@@ -379,19 +430,19 @@ mod tests {
         let (a, b) = (pool.claim(), pool.claim());
         assert!(a.is_some() && b.is_some() && a != b);
         // `a` read the clock (5) and has not published yet; `b` published 10 and 20.
-        pool.begin(a);
-        pool.begin(b);
+        let busy_a = pool.begin(a);
+        let busy_b = pool.begin(b);
         assert!(push(&pool, b, 10, 0) && push(&pool, b, 20, 2));
-        pool.end(b);
+        pool.end(busy_b);
         assert_eq!(round(&mut merge, &pool, 30, false), [] as [u64; 0]);
         assert!(push(&pool, a, 5, 3));
-        pool.end(a);
+        pool.end(busy_a);
         // `b` is idle: what it publishes next is stamped after 40.
         assert_eq!(round(&mut merge, &pool, 40, false), [5, 10, 20]);
         // Stamped after the round's clock: waits for the next round.
-        pool.begin(b);
+        let busy_b = pool.begin(b);
         assert!(push(&pool, b, 45, 0));
-        pool.end(b);
+        pool.end(busy_b);
         assert_eq!(round(&mut merge, &pool, 44, false), [] as [u64; 0]);
         assert_eq!(round(&mut merge, &pool, 50, false), [45]);
     }
@@ -403,17 +454,17 @@ mod tests {
         let (a, b) = (pool.claim(), pool.claim());
         assert!(push(&pool, a, 10, 0));
         assert_eq!(round(&mut merge, &pool, 15, false), [10]);
-        pool.begin(a);
+        let busy_a = pool.begin(a);
         assert!(push(&pool, b, 12, 0) && push(&pool, b, 30, 0));
         // `a` was idle at 15, so its event is stamped after 15; 30 waits for it.
         assert_eq!(round(&mut merge, &pool, 40, false), [12]);
         assert!(push(&pool, a, 25, 0));
-        pool.end(a);
+        pool.end(busy_a);
         assert_eq!(round(&mut merge, &pool, 50, false), [25, 30]);
     }
 
     #[test]
-    fn threads_without_a_lane_hold_the_floor_while_they_publish() {
+    fn threads_without_a_lane_hold_back_what_is_newer_than_their_event() {
         let pool = Small::new();
         let mut merge = Merge::new();
         let a = pool.claim();
@@ -421,11 +472,16 @@ mod tests {
         assert_eq!(pool.claim(), None, "two lanes, both taken");
         assert!(push(&pool, a, 10, 0));
         assert_eq!(round(&mut merge, &pool, 20, false), [10]);
-        pool.begin(None);
-        assert!(push(&pool, a, 30, 0));
+        // Before it reads the clock, it holds the floor where it is.
+        let unpooled = pool.begin(None);
+        assert!(push(&pool, a, 22, 0));
         assert_eq!(round(&mut merge, &pool, 40, false), [] as [u64; 0]);
+        // Stamped 25: older events go out, newer ones wait.
+        pool.stamped(unpooled, 25);
+        assert!(push(&pool, a, 30, 0));
+        assert_eq!(round(&mut merge, &pool, 40, false), [22]);
         assert!(push(&pool, None, 25, 1));
-        pool.end(None);
+        pool.end(unpooled);
         assert_eq!(round(&mut merge, &pool, 50, false), [25, 30]);
     }
 
@@ -452,7 +508,7 @@ mod tests {
         let pool = Small::new();
         let mut merge = Merge::new();
         let (a, b) = (pool.claim(), pool.claim());
-        pool.begin(a);
+        let _stuck = pool.begin(a);
         assert!(push(&pool, b, 1_000, 0) && push(&pool, b, 2_000, 0));
         assert_eq!(round(&mut merge, &pool, 3_000, false), [] as [u64; 0]);
         assert_eq!(round(&mut merge, &pool, 1_001 + STALE_NS, false), [1_000]);

@@ -199,7 +199,7 @@ pub fn record(event: Record) {
     if ensure_started() {
         // Before the clock is read: the writer holds back newer events until this one is in.
         let producing = Producing::begin();
-        let ts_ns = now_ns();
+        let ts_ns = producing.stamped(now_ns());
         publish_event(event, ts_ns, &producing);
     }
     // SAFETY: as above.
@@ -222,10 +222,8 @@ pub fn stamp() -> Option<Stamp> {
     let errno = unsafe { *libc::__errno_location() };
     let stamp = ensure_started().then(|| {
         let producing = Producing::begin();
-        Stamp {
-            producing,
-            ts_ns: now_ns(),
-        }
+        let ts_ns = producing.stamped(now_ns());
+        Stamp { producing, ts_ns }
     });
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };

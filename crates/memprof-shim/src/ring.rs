@@ -113,6 +113,12 @@ impl<const N: usize, const H: usize, const T: usize> Ring<N, H, T> {
         self.dequeue.store(pos.wrapping_add(1), Ordering::Relaxed);
         Some(len)
     }
+
+    /// Whether every entry producers have started to add was taken (none is half written).
+    /// The consumer's question.
+    pub fn is_drained(&self) -> bool {
+        self.enqueue.load(Ordering::SeqCst) == self.dequeue.load(Ordering::Relaxed)
+    }
 }
 
 impl<const N: usize, const H: usize, const T: usize> Default for Ring<N, H, T> {
@@ -230,6 +236,11 @@ mod tests {
     fn fifo_and_full() {
         let ring = Ring::<4, 4, 3>::new();
         assert!(pop(&ring).is_none());
+        assert!(ring.is_drained());
+        assert!(push(&ring, 7));
+        assert!(!ring.is_drained());
+        assert_eq!(pop(&ring), Some(7));
+        assert!(ring.is_drained());
         for lap in 0..3u64 {
             for i in 0..4 {
                 assert!(push(&ring, lap * 10 + i));
