@@ -4,7 +4,8 @@
 //! `dlsym(RTLD_NEXT)`), and two wrappers handed out by `cuGetProcAddress(_v2)` (each forwarding to
 //! the pointer the real lookup returned; two because the legacy and per-thread-stream variants
 //! can both be asked for). The same wrappers serve pointers found by `dlsym(handle, ...)`. The wrapper bodies (`alloc`, `free`, ...) forward the call unchanged and
-//! record it afterwards.
+//! record it afterwards; calls that give memory back (`free`, `free_async`, `release`,
+//! `range_call`) take their time before the call (`recorder::Stamp`).
 
 use crate::context;
 use crate::recorder::{record, record_stamped, stamp, Guard, Stamp};
