@@ -539,9 +539,8 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
 }
 
 /// Runs `stress` with `threads` threads of `pairs` alloc/free pairs and checks that the recording
-/// has every event, nothing dropped, in time order (each free after its allocation). Returns
-/// the number of events that waited for room and the run's span in ns.
-fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> (u64, u64) {
+/// has every event, nothing dropped, each thread's in its order (each free after its allocation).
+fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> Recording {
     let dir = kernels("stress");
     let rec = dir.join("stress.memprof");
     let output = Command::new(dir.join("stress"))
@@ -558,21 +557,17 @@ fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> (u64, u64) {
     // A hook that finds its buffer and the spill full waits for the writer: nothing is dropped.
     assert_eq!(dropped, 0, "delayed: {}", recording.delayed);
     assert_eq!(recording.records.len(), threads * pairs * 2);
-    let mut per_thread: HashMap<u32, usize> = HashMap::new();
+    let mut last_of_thread: HashMap<u32, (usize, u64)> = HashMap::new();
     for r in &recording.records {
-        *per_thread.entry(r.tid).or_default() += 1;
+        let (count, last) = last_of_thread.entry(r.tid).or_default();
+        assert!(*last <= r.ts_ns, "{r:?} after a later record of its thread");
+        (*count, *last) = (*count + 1, r.ts_ns);
     }
-    assert_eq!(per_thread.len(), threads);
+    assert_eq!(last_of_thread.len(), threads);
     assert!(
-        per_thread.values().all(|&n| n == pairs * 2),
-        "{per_thread:?}"
+        last_of_thread.values().all(|&(n, _)| n == pairs * 2),
+        "{last_of_thread:?}"
     );
-    // The writer merges the threads' buffers by time, so each free follows its allocation.
-    let first_late = recording
-        .records
-        .windows(2)
-        .position(|w| w[1].ts_ns < w[0].ts_ns);
-    assert_eq!(first_late, None, "records out of time order");
     let mut held = HashSet::new();
     for r in &recording.records {
         match r.kind {
@@ -582,25 +577,33 @@ fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> (u64, u64) {
         }
     }
     assert!(held.is_empty());
-    let span = recording.records[recording.records.len() - 1].ts_ns - recording.records[0].ts_ns;
-    (recording.delayed, span)
+    recording
 }
 
 #[test]
 fn eight_threads_of_100k_pairs_every_event_accounted_for() {
-    let (delayed, span) = stress_accounts_for_every_event(8, 100_000);
+    let recording = stress_accounts_for_every_event(8, 100_000);
+    let records = &recording.records;
+    let span = records[records.len() - 1].ts_ns - records[0].ts_ns;
     eprintln!(
-        "8 x 100,000 pairs in {:.3} s ({:.2} M pairs/s), {delayed} delayed",
+        "8 x 100,000 pairs in {:.3} s ({:.2} M pairs/s), {} delayed",
         span as f64 / 1e9,
         800_000.0 / span as f64 * 1e3,
+        recording.delayed
     );
 }
 
 /// More threads at once than the shim has buffers (64): the others record through the shared
-/// spill, and the writer keeps them in time order too.
+/// spill. The writer merges all of it by time (fewer events than it may hold back, so only a
+/// thread stuck for a second inside a hook could put one out of order).
 #[test]
 fn more_threads_than_buffers_lose_nothing_and_keep_time_order() {
-    stress_accounts_for_every_event(100, 2_000);
+    let recording = stress_accounts_for_every_event(100, 500);
+    let first_late = recording
+        .records
+        .windows(2)
+        .position(|w| w[1].ts_ns < w[0].ts_ns);
+    assert_eq!(first_late, None, "records out of time order");
 }
 
 /// A free is stamped when its call starts and the writer holds back other threads' newer events
@@ -613,7 +616,7 @@ fn a_free_comes_before_what_other_threads_do_while_it_runs() {
     let output = Command::new(dir.join("slow_free"))
         .env("MEMPROF_OUT", &rec)
         .env("LD_PRELOAD", shim())
-        .env("FAKE_CUDA_FREE_DELAY_US", "100000")
+        .env("FAKE_CUDA_FREE_DELAY_US", "600000")
         .output()
         .expect("runs");
     check("slow_free", &output);
@@ -628,8 +631,8 @@ fn a_free_comes_before_what_other_threads_do_while_it_runs() {
     );
     let (free, alloc) = (&recording.records[1], &recording.records[2]);
     assert_ne!(free.tid, alloc.tid);
-    // The free started 30 ms before the allocation and took 100 ms.
-    assert!(free.ts_ns + 20_000_000 < alloc.ts_ns, "{free:?} {alloc:?}");
+    // The free started 300 ms before the allocation and took 600 ms.
+    assert!(free.ts_ns + 200_000_000 < alloc.ts_ns, "{free:?} {alloc:?}");
     assert_eq!(recording.dropped, Some(0));
 }
 
