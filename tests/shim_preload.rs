@@ -580,6 +580,13 @@ fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> Recording {
     recording
 }
 
+/// The buffers (about 37 MiB) start all zero, so they take no room in the library file.
+#[test]
+fn the_shim_library_does_not_carry_its_buffers() {
+    let len = std::fs::metadata(shim()).expect("the shim").len();
+    assert!(len < 32 << 20, "{len} bytes");
+}
+
 #[test]
 fn eight_threads_of_100k_pairs_every_event_accounted_for() {
     let recording = stress_accounts_for_every_event(8, 100_000);

@@ -137,8 +137,9 @@ pub struct Spsc<const W: usize, const H: usize, const T: usize> {
     words: [AtomicU64; W],
     /// The producer's: words published so far (a running count, not wrapped).
     written: Line<AtomicU64>,
-    /// The producer's copy of `read + W`: how far it may write before it looks at `read` again.
-    limit: AtomicU64,
+    /// The producer's copy of `read`: it may write up to `W` words past it before it looks at
+    /// `read` again.
+    seen_read: AtomicU64,
     /// The consumer's: words taken so far.
     read: Line<AtomicU64>,
 }
@@ -150,7 +151,8 @@ impl<const W: usize, const H: usize, const T: usize> Spsc<W, H, T> {
         Spsc {
             words: [const { AtomicU64::new(0) }; W],
             written: Line(AtomicU64::new(0)),
-            limit: AtomicU64::new(W as u64),
+            // All zero: the queues live in .bss, not in the library file.
+            seen_read: AtomicU64::new(0),
             read: Line(AtomicU64::new(0)),
         }
     }
@@ -161,10 +163,10 @@ impl<const W: usize, const H: usize, const T: usize> Spsc<W, H, T> {
         let kept = (head[H - 1] as usize).min(T).min(tail.len());
         let start = self.written.0.load(Ordering::Relaxed);
         let end = start + (H + kept) as u64;
-        if end > self.limit.load(Ordering::Relaxed) {
-            let limit = self.read.0.load(Ordering::Acquire) + W as u64;
-            self.limit.store(limit, Ordering::Relaxed);
-            if end > limit {
+        if end > self.seen_read.load(Ordering::Relaxed) + W as u64 {
+            let read = self.read.0.load(Ordering::Acquire);
+            self.seen_read.store(read, Ordering::Relaxed);
+            if end > read + W as u64 {
                 return false;
             }
         }
