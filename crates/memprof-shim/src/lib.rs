@@ -33,9 +33,9 @@
 //! that), and its first allocation looks up its stack bounds (`pthread_getattr_np`, which
 //! allocates; see `stack.rs`). Events go to the calling thread's own buffer, else to a shared
 //! spill (`buffers.rs`); when both are full the hook yields to the writer until there is room
-//! (counted as delayed) for as long as a writer drains them, and without one (it never started,
-//! died, or was closed by the final flush, or the hook runs on the writer thread) drops the
-//! event (counted); both counts are in the trailer. The writer writes events in timestamp order
+//! (counted as delayed) for as long as a writer drains them (or, up to a second, is being
+//! started), and without one (it could not be started, died, or was closed by the final flush,
+//! or the hook runs on the writer thread) drops the event (counted); both counts are in the trailer. The writer writes events in timestamp order
 //! (`buffers.rs` says when one can still come out of order).
 
 mod buffers;

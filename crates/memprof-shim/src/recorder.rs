@@ -26,6 +26,8 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 static DELAYED: AtomicU64 = AtomicU64::new(0);
 /// Whether the writer thread is draining the buffers (a hook that finds them full waits).
 static WRITER_ALIVE: AtomicBool = AtomicBool::new(false);
+/// How long a hook whose buffers are full waits for a writer that is being started.
+const MAX_START_WAIT_NS: u64 = 1_000_000_000;
 /// The writer thread's kernel id (0 before it runs): a hook it runs (from a signal handler) must
 /// not wait for itself.
 static WRITER_TID: AtomicU32 = AtomicU32::new(0);
@@ -275,15 +277,23 @@ fn words(event: &Record) -> [u64; RECORD_WORDS] {
 }
 
 /// Publishes an entry; when the buffers are full, waits for the writer as long as it drains
-/// them, and counts the event as delayed; without a writer (never started, gone, closed by the
-/// final flush, or the calling thread itself) counts it as dropped.
+/// them (or, for up to a second, while it is being started), and counts the event as delayed;
+/// without a writer (it could not be started, is gone, was closed by the final flush, or is the
+/// calling thread) counts it as dropped.
 fn publish(producing: &Producing, head: &[u64; HEAD_WORDS], frames: &[u64]) {
     if producing.push(head, frames) {
         return;
     }
-    let writer = WRITER_TID.load(Ordering::Relaxed);
     let me = cached_tid();
-    while WRITER_ALIVE.load(Ordering::Acquire) && writer != me {
+    // The thread starting the writer might wait for a lock this thread's caller holds.
+    let since = now_ns();
+    let coming = || {
+        STATE.load(Ordering::Acquire) == STARTING
+            && now_ns().wrapping_sub(since) < MAX_START_WAIT_NS
+    };
+    while (WRITER_ALIVE.load(Ordering::Acquire) || coming())
+        && WRITER_TID.load(Ordering::Relaxed) != me
+    {
         // SAFETY: sched_yield takes no arguments.
         unsafe { libc::sched_yield() };
         if producing.push(head, frames) {
