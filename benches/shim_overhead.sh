@@ -5,7 +5,8 @@
 # listening). Builds the release shim, compiles the fake driver and
 # kernels/workloads/pair_timing.c (with frame pointers, so the stack walk goes up to main),
 # runs each setting RUNS times interleaved and prints the median ns per pair and the ratio to
-# the bare driver, and the recording's written/dropped/delayed counts of the last run.
+# the bare driver, the overhead per pair and per call (half a pair) of recording with and
+# without stacks, and the recording's written/dropped/delayed counts of the last run.
 #
 #   sh benches/shim_overhead.sh [PAIRS] [RUNS]      (defaults: 200000 pairs, 11 runs)
 set -eu
@@ -43,7 +44,10 @@ med = {k: statistics.median(float(x) for x in open(f"{work}/{k}")) for k in sett
 print(f"cuMemAlloc_v2 + cuMemFree_v2 pairs on the fake driver: {pairs} pairs x {runs} runs, median ns per pair")
 for k in settings:
     print(f"  {k:<10} {med[k]:8.1f} ns/pair   x{med[k] / med['bare']:.2f}")
-print(f"  recording overhead: {med['recording'] - med['bare']:.1f} ns per pair ({(med['recording'] - med['bare']) / 2:.1f} ns per call)")
+# A pair is two intercepted calls: the overhead per call is half the pair's.
+for k, what in (("no_stacks", "stacks off"), ("recording", "stacks on")):
+    extra = med[k] - med["bare"]
+    print(f"  overhead, {what:<10} {extra:8.1f} ns per pair = {extra / 2:.1f} ns per call")
 # Only the allocation of a pair captures a stack.
 print(f"  stack capture: {med['recording'] - med['no_stacks']:.1f} ns per allocation (recording / no_stacks x{med['recording'] / med['no_stacks']:.2f})")
 data = open(f"{work}/run.memprof", "rb").read()

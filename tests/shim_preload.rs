@@ -11,7 +11,7 @@ use memprof_wire::{
     decode_recording, Kind, Record, Recording, CUDA_ERROR_OUT_OF_MEMORY, FLAG_LOOKED_UP,
     FLAG_PER_THREAD_STREAM,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -99,6 +99,7 @@ pub fn kernels(name: &str) -> PathBuf {
     for (name, libs) in [
         ("alloc_free", &["-ldl", "-lpthread"][..]),
         ("stress", &["-lpthread"][..]),
+        ("slow_free", &["-lpthread"][..]),
         ("peak_oom", &[][..]),
         ("devices", &["-ldl"][..]),
     ] {
@@ -744,12 +745,14 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
     );
 }
 
-#[test]
-fn eight_threads_of_100k_pairs_every_event_accounted_for() {
+/// Runs `stress` with `threads` threads of `pairs` alloc/free pairs and checks that the recording
+/// has every event, nothing dropped, each thread's in its order (each free after its allocation).
+fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> Recording {
     let dir = kernels("stress");
-    let rec = dir.join("stress.memprof");
+    // Its own name: the tests that call this share the directory and may run at once.
+    let rec = dir.join(format!("stress-{threads}x{pairs}.memprof"));
     let output = Command::new(dir.join("stress"))
-        .args(["8", "100000"])
+        .args([threads.to_string(), pairs.to_string()])
         .env("MEMPROF_OUT", &rec)
         .env("LD_PRELOAD", shim())
         .output()
@@ -759,16 +762,93 @@ fn eight_threads_of_100k_pairs_every_event_accounted_for() {
     let recording = decode_recording(&bytes).expect("decodes");
     let _ = std::fs::remove_file(&rec);
     let dropped = recording.dropped.expect("closed with a trailer");
-    // Full ring: the hook waits for the writer (bounded), so drops are rare; never unaccounted.
-    assert_eq!(recording.records.len() as u64 + dropped, 8 * 100_000 * 2);
-    let mut per_thread: HashMap<u32, i64> = HashMap::new();
+    // A hook that finds its buffer and the spill full waits for the writer: nothing is dropped.
+    assert_eq!(dropped, 0, "delayed: {}", recording.delayed);
+    assert_eq!(recording.records.len(), threads * pairs * 2);
+    let mut last_of_thread: HashMap<u32, (usize, u64)> = HashMap::new();
     for r in &recording.records {
-        *per_thread.entry(r.tid).or_default() += 1;
+        let (count, last) = last_of_thread.entry(r.tid).or_default();
+        assert!(*last <= r.ts_ns, "{r:?} after a later record of its thread");
+        (*count, *last) = (*count + 1, r.ts_ns);
     }
-    assert_eq!(per_thread.len(), 8);
-    if dropped == 0 {
-        assert!(per_thread.values().all(|&n| n == 200_000), "{per_thread:?}");
+    assert_eq!(last_of_thread.len(), threads);
+    assert!(
+        last_of_thread.values().all(|&(n, _)| n == pairs * 2),
+        "{last_of_thread:?}"
+    );
+    let mut held = HashSet::new();
+    for r in &recording.records {
+        match r.kind {
+            Kind::Alloc => assert!(held.insert(r.ptr), "{r:?} allocated twice"),
+            Kind::Free => assert!(held.remove(&r.ptr), "{r:?} freed before its allocation"),
+            other => panic!("unexpected {other:?}"),
+        }
     }
+    assert!(held.is_empty());
+    recording
+}
+
+/// The buffers (about 37 MiB) start all zero, so they take no room in the library file.
+#[test]
+fn the_shim_library_does_not_carry_its_buffers() {
+    let len = std::fs::metadata(shim()).expect("the shim").len();
+    assert!(len < 32 << 20, "{len} bytes");
+}
+
+#[test]
+fn eight_threads_of_100k_pairs_every_event_accounted_for() {
+    let recording = stress_accounts_for_every_event(8, 100_000);
+    let records = &recording.records;
+    let span = records[records.len() - 1].ts_ns - records[0].ts_ns;
+    eprintln!(
+        "8 x 100,000 pairs in {:.3} s ({:.2} M pairs/s), {} delayed",
+        span as f64 / 1e9,
+        800_000.0 / span as f64 * 1e3,
+        recording.delayed
+    );
+}
+
+/// More threads at once than the shim has buffers (64): the others record through the shared
+/// spill. The writer merges all of it by time (fewer events than it may hold back, so only a
+/// thread stuck for a second inside a hook could put one out of order).
+#[test]
+fn more_threads_than_buffers_lose_nothing_and_keep_time_order() {
+    let recording = stress_accounts_for_every_event(100, 500);
+    let first_late = recording
+        .records
+        .windows(2)
+        .position(|w| w[1].ts_ns < w[0].ts_ns);
+    assert_eq!(first_late, None, "records out of time order");
+}
+
+/// A free is stamped when its call starts and the writer holds back other threads' newer events
+/// until it is in: a free that is still running when another thread allocates comes first (so an
+/// allocation that gets a freed address back never comes before that free).
+#[test]
+fn a_free_comes_before_what_other_threads_do_while_it_runs() {
+    let dir = kernels("slow_free");
+    let rec = dir.join("slow_free.memprof");
+    let output = Command::new(dir.join("slow_free"))
+        .env("MEMPROF_OUT", &rec)
+        .env("LD_PRELOAD", shim())
+        .env("FAKE_CUDA_FREE_DELAY_US", "600000")
+        .output()
+        .expect("runs");
+    check("slow_free", &output);
+    let recording = decode_recording(&std::fs::read(&rec).expect("recording")).expect("decodes");
+    let _ = std::fs::remove_file(&rec);
+    let calls: Vec<(Kind, u64)> = recording.records.iter().map(|r| (r.kind, r.size)).collect();
+    assert_eq!(
+        calls,
+        [(Kind::Alloc, 256), (Kind::Free, 0), (Kind::Alloc, 512)],
+        "{:?}",
+        recording.records
+    );
+    let (free, alloc) = (&recording.records[1], &recording.records[2]);
+    assert_ne!(free.tid, alloc.tid);
+    // The free started 300 ms before the allocation and took 600 ms.
+    assert!(free.ts_ns + 200_000_000 < alloc.ts_ns, "{free:?} {alloc:?}");
+    assert_eq!(recording.dropped, Some(0));
 }
 
 /// `MEMPROF_SHIM` relative to where `memprof run` starts still reaches a child that changes

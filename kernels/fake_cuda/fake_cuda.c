@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -105,7 +106,21 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
     return take(size, dptr, 0);
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) { return give(dptr); }
+static unsigned long long env_number(const char *name, unsigned long long fallback);
+
+/* FAKE_CUDA_FREE_DELAY_US: how long cuMemFree_v2 takes before it frees (0: no wait), as a real
+ * one waits for the device; read once. */
+static long long free_delay_us = -1;
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    long long delay = __atomic_load_n(&free_delay_us, __ATOMIC_RELAXED);
+    if (delay < 0) {
+        delay = (long long)env_number("FAKE_CUDA_FREE_DELAY_US", 0);
+        __atomic_store_n(&free_delay_us, delay, __ATOMIC_RELAXED);
+    }
+    if (delay > 0) usleep((useconds_t)delay);
+    return give(dptr);
+}
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
     (void)stream;

@@ -1,5 +1,5 @@
 //! `_exit` and `_Exit` interposers: a program that ends with them skips `atexit`, which would
-//! lose the events still in the ring and the trailer, so the shim flushes first (waiting at most
+//! lose the events still in the buffers and the trailer, so the shim flushes first (waiting at most
 //! about 100 ms for the writer) and then calls the real function with the same status.
 //!
 //! `exit()` reaches glibc's `_exit` without going through these symbols, so a normal exit is
@@ -8,10 +8,10 @@
 //! `_exit` is async-signal-safe and programs call it from signal handlers. The flush takes no
 //! lock it could wait on forever (the writer lock is only tried), looks nothing up (the next
 //! `_exit` is resolved at load time) and leaves the live socket's bookkeeping alone. One risk
-//! remains: writing out a call stack not seen before allocates (the writer's stack table), so an
-//! `_exit` from a handler that interrupted `malloc` while such a stack waits in the ring could
-//! block in the allocator. Without the shim the same program would not; with `MEMPROF_STACKS=0`
-//! the flush does not allocate.
+//! remains: the flush may allocate (a call stack not seen before goes into the writer's stack
+//! table; the writer's buffers grow when more events wait than they held before), so an `_exit`
+//! from a handler that interrupted `malloc` could block in the allocator. Without the shim the
+//! same program would not.
 
 use crate::recorder::flush_before_exit;
 use std::ffi::c_int;

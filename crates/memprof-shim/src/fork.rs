@@ -5,8 +5,8 @@
 //! makes no call writes nothing. A child that execs starts over anyway: the shim is loaded again
 //! in the new program.
 //!
-//! A child inherits the parent's memory as it was at `fork`: the events still in the ring (they
-//! are the parent's, and the parent writes them), the recording file's descriptor (its offset is
+//! A child inherits the parent's memory as it was at `fork`: the events still in the buffers
+//! (they are the parent's, and the parent writes them), the lanes of threads it does not have, the recording file's descriptor (its offset is
 //! shared with the parent's), the live socket and its clients, the stack table (the child's file
 //! needs its own definitions), the counters, the forking thread's cached thread id, and the
 //! writer lock in whatever state it was, but no thread other than the one that forked. So, with
@@ -16,8 +16,9 @@
 //!   the writer to give it up after its current batch (`waiting`): in the child the lock is
 //!   never held by a thread that is not there. The parent's handler gives it back.
 //! - The child's handler only stores atomics and releases the lock (`recorder::forked_child`:
-//!   it empties the ring, zeroes the counters, forgets the thread id): another thread may have
-//!   held the allocator's lock at `fork`, so it allocates nothing.
+//!   it empties the buffers and frees the lanes of the threads that are not there, keeping the
+//!   forking thread's, noted by the prepare handler; zeroes the counters; forgets the thread
+//!   id): another thread may have held the allocator's lock at `fork`, so it allocates nothing.
 //! - The child's first recorded call (`recorder::start`) replaces the inherited writer state,
 //!   which closes the inherited descriptors without removing the parent's socket file, and opens
 //!   the child's own.
@@ -69,6 +70,7 @@ extern "C" fn prepare() {
     if !RECORD.load(Ordering::Relaxed) || recorder::is_off() {
         return;
     }
+    crate::buffers::before_fork();
     WAITING.fetch_add(1, Ordering::AcqRel);
     let writer = recorder::lock();
     WAITING.fetch_sub(1, Ordering::AcqRel);

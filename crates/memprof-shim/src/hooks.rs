@@ -4,10 +4,11 @@
 //! `dlsym(RTLD_NEXT)`), and two wrappers handed out by `cuGetProcAddress(_v2)` (each forwarding to
 //! the pointer the real lookup returned; two because the legacy and per-thread-stream variants
 //! can both be asked for). The same wrappers serve pointers found by `dlsym(handle, ...)`. The wrapper bodies (`alloc`, `free`, ...) forward the call unchanged and
-//! record it afterwards.
+//! record it afterwards; calls that give memory back (`free`, `free_async`, `release`,
+//! `range_call`) take their time before the call (`recorder::Stamp`).
 
 use crate::context;
-use crate::recorder::{record, Guard};
+use crate::recorder::{record, record_stamped, stamp, Guard, Stamp};
 use memprof_wire::{Kind, Record, FLAG_LOOKED_UP, FLAG_PER_THREAD_STREAM};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
@@ -320,7 +321,7 @@ fn address_free(real: AddressFreeFn, flags: u16, ptr: u64, size: usize) -> u32 {
 }
 
 /// A call on the range `[ptr, ptr + size)` that returns only its result (`cuMemUnmap`,
-/// `cuMemAddressFree`): forwarded, then recorded as `kind`.
+/// `cuMemAddressFree`): stamped, forwarded, then recorded as `kind`.
 fn range_call(
     kind: Kind,
     real: unsafe extern "C" fn(u64, usize) -> u32,
@@ -329,9 +330,10 @@ fn range_call(
     size: usize,
 ) -> u32 {
     let guard = Guard::enter();
+    let before = stamp_before(&guard);
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(ptr, size) };
-    emit(&guard, kind, flags, result, |event| {
+    emit_stamped(before, kind, flags, result, |event| {
         event.ptr = ptr;
         event.size = size as u64;
     });
@@ -437,9 +439,10 @@ fn alloc(real: AllocFn, flags: u16, dptr: *mut u64, size: usize) -> u32 {
 
 fn free(real: FreeFn, flags: u16, dptr: u64) -> u32 {
     let guard = Guard::enter();
+    let before = stamp_before(&guard);
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr) };
-    emit(&guard, Kind::Free, flags, result, |event| {
+    emit_stamped(before, Kind::Free, flags, result, |event| {
         event.ptr = dptr;
     });
     result
@@ -465,9 +468,10 @@ fn alloc_async(
 
 fn free_async(real: FreeAsyncFn, flags: u16, dptr: u64, stream: *mut c_void) -> u32 {
     let guard = Guard::enter();
+    let before = stamp_before(&guard);
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(dptr, stream) };
-    emit(&guard, Kind::FreeAsync, flags, result, |event| {
+    emit_stamped(before, Kind::FreeAsync, flags, result, |event| {
         event.ptr = dptr;
         event.stream = stream as u64;
     });
@@ -516,9 +520,10 @@ fn unmap(real: UnmapFn, flags: u16, ptr: u64, size: usize) -> u32 {
 
 fn release(real: ReleaseFn, flags: u16, handle: u64) -> u32 {
     let guard = Guard::enter();
+    let before = stamp_before(&guard);
     // SAFETY: forwards the caller's arguments unchanged to the real function.
     let result = unsafe { real(handle) };
-    emit(&guard, Kind::VmmRelease, flags, result, |event| {
+    emit_stamped(before, Kind::VmmRelease, flags, result, |event| {
         event.aux = handle;
     });
     result
@@ -584,15 +589,40 @@ fn emit(
     fill: impl FnOnce(&mut Record),
 ) {
     if guard.is_some() {
-        let mut event = Record::new(kind);
-        event.flags = flags;
-        event.result = result;
-        fill(&mut event);
-        if event.device < 0 {
-            event.device = context::current_device();
-        }
-        record(event);
+        record(event(kind, flags, result, fill));
     }
+}
+
+/// Stamps a call that gives memory back, before it is made (see `Stamp`), unless it came from
+/// inside the shim (no guard) or nothing is recorded.
+fn stamp_before(guard: &Option<Guard>) -> Option<Stamp> {
+    guard.as_ref().and_then(|_| stamp())
+}
+
+/// As `emit`, for a call stamped by `stamp_before`.
+fn emit_stamped(
+    before: Option<Stamp>,
+    kind: Kind,
+    flags: u16,
+    result: u32,
+    fill: impl FnOnce(&mut Record),
+) {
+    if let Some(before) = before {
+        record_stamped(event(kind, flags, result, fill), before);
+    }
+}
+
+/// The event of a call: kind, path flags, result, what `fill` adds, and the calling thread's
+/// device when the call does not name one.
+fn event(kind: Kind, flags: u16, result: u32, fill: impl FnOnce(&mut Record)) -> Record {
+    let mut event = Record::new(kind);
+    event.flags = flags;
+    event.result = result;
+    fill(&mut event);
+    if event.device < 0 {
+        event.device = context::current_device();
+    }
+    event
 }
 
 /// Reads an out-parameter the driver filled in; 0 when the call failed or it is NULL.

@@ -30,11 +30,18 @@
 //!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
-//! the file and starts the writer thread), except that a thread's first allocation looks up its
-//! stack bounds once (`pthread_getattr_np`, which allocates; see `stack.rs`). When the buffer is full the hook yields to the writer
-//! up to 10,000 times (counted as delayed), then drops the event (counted); both counts are in
-//! the trailer.
+//! the file and starts the writer thread), except once per thread: its first event claims a
+//! buffer and registers the thread-local destructor that gives it back (glibc allocates for
+//! that), and its first allocation looks up its stack bounds (`pthread_getattr_np`, which
+//! allocates; see `stack.rs`). Events go to the calling thread's own buffer (a thread beyond the
+//! 64 buffers uses a shared spill; `buffers.rs`); when it is full the hook yields to the writer
+//! until there is room (counted as delayed) for as long as a writer drains them (or, up to a
+//! second, is being started), and without one (it could not be started, died, or was closed by
+//! the final flush, or the hook runs on the writer thread) drops the event (counted); both
+//! counts are in the trailer. The writer writes events in timestamp order, each thread's always
+//! in its own order (`buffers.rs` says when another thread's can still come out of order).
 
+mod buffers;
 mod context;
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
 mod dlsym;

@@ -1,12 +1,13 @@
-//! Where hooks put events: a preallocated ring drained by one writer thread into `MEMPROF_OUT`.
+//! Hooks record events into per-thread buffers (`buffers.rs`); one writer thread drains them,
+//! in time order, into `MEMPROF_OUT` and the live socket.
 //!
-//! Each ring entry is an encoded record, the depth of its call stack and the stack's return
-//! addresses (`stack.rs`; allocations only, unless `MEMPROF_STACKS=0`). The writer gives each
-//! distinct stack an id (`stacks.rs`), writes its definition and the mappings it needs before
-//! the first record that uses it, and puts the id in the record.
+//! Each entry is a record, the depth of its call stack and the stack's return addresses
+//! (`stack.rs`; allocations only, unless `MEMPROF_STACKS=0`). The writer gives each distinct
+//! stack an id (`stacks.rs`), writes its definition and the mappings it needs before the first
+//! record that uses it, and puts the id in the record.
 
+use crate::buffers::{Merged, Producing, HEAD_WORDS, RECORD_WORDS};
 use crate::live::Server;
-use crate::ring::Ring;
 use crate::stack::{self, MAX_DEPTH};
 use crate::stacks::Stacks;
 use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, PROCESS_ENTRY_HEAD, RECORD_LEN};
@@ -17,25 +18,19 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-/// Slots in the ring (80-byte heads and 256-byte stacks: 21 MiB of .bss, touched as the ring
-/// fills; stacks only by events that have one).
-const SLOTS: usize = 1 << 16;
-/// Words of a record.
-const RECORD_WORDS: usize = RECORD_LEN / 8;
-/// Words of an entry's head: the record and the stack depth.
-const HEAD_WORDS: usize = RECORD_WORDS + 1;
-
-static RING: Ring<SLOTS, HEAD_WORDS, MAX_DEPTH> = Ring::new();
 /// Whether hooks capture call stacks (`MEMPROF_STACKS=0` turns it off).
 static STACKS: AtomicBool = AtomicBool::new(true);
-/// Events that could not be recorded (full ring, write error, after the final flush).
+/// Events that could not be recorded (full buffers without a writer, write error).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Events that found the ring full and were written after the hook waited for the writer.
+/// Events that found the buffers full and were written after the hook waited for the writer.
 static DELAYED: AtomicU64 = AtomicU64::new(0);
-/// Whether the writer thread is draining the ring (a hook that finds it full may wait).
+/// Whether the writer thread is draining the buffers (a hook that finds them full waits).
 static WRITER_ALIVE: AtomicBool = AtomicBool::new(false);
-/// How many times a hook yields to the writer before it drops an event.
-const MAX_YIELDS: u32 = 10_000;
+/// How long a hook whose buffers are full waits for a writer that is being started.
+const MAX_START_WAIT_NS: u64 = 1_000_000_000;
+/// The writer thread's kernel id (0 before it runs): a hook it runs (from a signal handler) must
+/// not wait for itself.
+static WRITER_TID: AtomicU32 = AtomicU32::new(0);
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -57,6 +52,11 @@ pub(crate) struct Writer {
     live: Option<Server>,
     /// Stack ids and the mappings written so far.
     stacks: Stacks,
+    /// Entries taken from the buffers and not yet written.
+    merge: Merged,
+    /// What a drain writes to the file, and to the live socket (kept to be reused).
+    file_bytes: Vec<u8>,
+    live_bytes: Vec<u8>,
 }
 
 impl Writer {
@@ -67,6 +67,9 @@ impl Writer {
             closed: false,
             live: None,
             stacks: Stacks::new(),
+            merge: Merged::new(),
+            file_bytes: Vec::new(),
+            live_bytes: Vec::new(),
         }
     }
 }
@@ -193,47 +196,115 @@ fn wants_stack(kind: Kind) -> bool {
     kind.allocates() || kind == Kind::VmmMap
 }
 
-/// Records an event; fills in time, thread, process and (for allocations) the call stack.
-/// Keeps `errno`.
+/// Records an event stamped now, after its call returned; fills in time, thread, process and
+/// (for allocations) the call stack. Keeps `errno`.
 // Not inlined, so that the stack walk sees the same shim frames above every hook.
 #[inline(never)]
-pub fn record(mut event: Record) {
+pub fn record(event: Record) {
     // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
     if ensure_started() {
-        event.ts_ns = now_ns();
-        event.tid = cached_tid();
-        // The process that started recording: only it records (see `forked_child`).
-        event.pid = RECORDING_PID.load(Ordering::Relaxed);
-        let mut head = [0u64; HEAD_WORDS];
-        for (word, bytes) in head.iter_mut().zip(event.encode().chunks_exact(8)) {
-            let mut le = [0u8; 8];
-            le.copy_from_slice(bytes);
-            *word = u64::from_le_bytes(le);
-        }
-        let mut frames = [0u64; MAX_DEPTH];
-        if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
-            head[RECORD_WORDS] = stack::capture(&mut frames) as u64;
-        }
-        if !RING.push(&head, &frames) {
-            push_when_drained(&head, &frames);
-        }
+        // Before the clock is read: the writer holds back newer events until this one is in.
+        let producing = Producing::begin();
+        let ts_ns = producing.stamped(now_ns());
+        publish_event(event, ts_ns, &producing);
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// The ring was full: yield to the writer a bounded number of times, then count a drop.
-fn push_when_drained(head: &[u64; HEAD_WORDS], frames: &[u64]) {
-    let mut yields = 0;
-    while WRITER_ALIVE.load(Ordering::Acquire) && yields < MAX_YIELDS {
+/// The time of a call that gives memory back, read before the call is made; the writer holds
+/// back newer events of other threads until its event is recorded (or `STALE_NS` of
+/// `buffers.rs` passed). So a free comes before anything that follows the call's start in
+/// another thread: an allocation that gets the freed address back, above all.
+pub struct Stamp {
+    producing: Producing,
+    ts_ns: u64,
+}
+
+/// Stamps a call that gives memory back (a free, unmap or release), before it is made; `None`
+/// when nothing is recorded. Keeps `errno`.
+pub fn stamp() -> Option<Stamp> {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    let stamp = ensure_started().then(|| {
+        let producing = Producing::begin();
+        let ts_ns = producing.stamped(now_ns());
+        Stamp { producing, ts_ns }
+    });
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    stamp
+}
+
+/// Records the event of a call stamped before it was made (`stamp`). Keeps `errno`.
+pub fn record_stamped(event: Record, stamp: Stamp) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    publish_event(event, stamp.ts_ns, &stamp.producing);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Fills in time, thread, process and (for allocations) the call stack, and publishes.
+// Inlined into `record`, whose frame the stack walk expects.
+#[inline(always)]
+fn publish_event(mut event: Record, ts_ns: u64, producing: &Producing) {
+    event.ts_ns = ts_ns;
+    event.tid = cached_tid();
+    // The process that started recording: only it records (see `forked_child`).
+    event.pid = RECORDING_PID.load(Ordering::Relaxed);
+    let mut head = [0u64; HEAD_WORDS];
+    head[..RECORD_WORDS].copy_from_slice(&words(&event));
+    if wants_stack(event.kind) && STACKS.load(Ordering::Relaxed) {
+        let mut frames = [0u64; MAX_DEPTH];
+        let depth = stack::capture(&mut frames);
+        head[RECORD_WORDS] = depth as u64;
+        publish(producing, &head, &frames[..depth]);
+    } else {
+        publish(producing, &head, &[]);
+    }
+}
+
+/// A record's encoding (`Record::encode`) as little-endian words.
+fn words(event: &Record) -> [u64; RECORD_WORDS] {
+    let lo_hi = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    [
+        lo_hi(event.kind as u32 | u32::from(event.flags) << 16, event.tid),
+        event.ts_ns,
+        event.ptr,
+        event.size,
+        event.stream,
+        event.aux,
+        lo_hi(event.pid, event.device as u32),
+        lo_hi(event.result, event.stack),
+    ]
+}
+
+/// Publishes an entry; when the buffers are full, waits for the writer as long as it drains
+/// them (or, for up to a second, while it is being started), and counts the event as delayed;
+/// without a writer (it could not be started, is gone, was closed by the final flush, or is the
+/// calling thread) counts it as dropped.
+fn publish(producing: &Producing, head: &[u64; HEAD_WORDS], frames: &[u64]) {
+    if producing.push(head, frames) {
+        return;
+    }
+    let me = cached_tid();
+    // The thread starting the writer might wait for a lock this thread's caller holds.
+    let since = now_ns();
+    let coming = || {
+        STATE.load(Ordering::Acquire) == STARTING
+            && now_ns().wrapping_sub(since) < MAX_START_WAIT_NS
+    };
+    while (WRITER_ALIVE.load(Ordering::Acquire) || coming())
+        && WRITER_TID.load(Ordering::Relaxed) != me
+    {
         // SAFETY: sched_yield takes no arguments.
         unsafe { libc::sched_yield() };
-        if RING.push(head, frames) {
+        if producing.push(head, frames) {
             DELAYED.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        yields += 1;
     }
     DROPPED.fetch_add(1, Ordering::Relaxed);
 }
@@ -323,7 +394,7 @@ fn start() -> bool {
         writer.file = Some(file);
         writer.live = live;
     }
-    // Without a writer thread the ring is still drained at exit.
+    // Without a writer thread the buffers are still drained at exit.
     WRITER_ALIVE.store(true, Ordering::Release);
     if std::thread::Builder::new()
         .name("memprof-writer".into())
@@ -336,16 +407,24 @@ fn start() -> bool {
 }
 
 fn writer_loop() {
+    /// Tells waiting hooks that the writer is gone, however the loop ends (a panic too).
+    struct Gone;
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            WRITER_ALIVE.store(false, Ordering::Release);
+        }
+    }
+    let _gone = Gone;
+    WRITER_TID.store(cached_tid(), Ordering::Relaxed);
     loop {
         let (count, closed) = {
             let mut writer = lock();
             if let Some(live) = writer.live.as_mut() {
                 live.accept();
             }
-            drain(&mut writer)
+            drain(&mut writer, false)
         };
         if closed {
-            WRITER_ALIVE.store(false, Ordering::Release);
             return;
         }
         // A `fork` waiting for the lock gets it while the writer sleeps (`fork.rs`).
@@ -355,61 +434,57 @@ fn writer_loop() {
     }
 }
 
-/// Writes what the ring holds; returns how many records it took and whether the file is closed.
-fn drain(writer: &mut Writer) -> (u64, bool) {
+/// Takes what the buffers hold and writes what can go out, in time order (everything with
+/// `all`); returns how many events it took and whether the file is closed.
+fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
     if writer.closed {
         return (0, true);
     }
-    let mut taken = 0;
+    let Writer {
+        file,
+        written,
+        live,
+        stacks,
+        merge,
+        file_bytes,
+        live_bytes,
+        ..
+    } = writer;
     // Definitions and records for the file; records alone for the live stream.
-    let mut file_bytes = Vec::with_capacity(64 * RECORD_LEN);
-    let mut live_bytes = Vec::with_capacity(64 * RECORD_LEN);
-    let mut head = [0u64; HEAD_WORDS];
-    let mut stack = [0u64; MAX_DEPTH];
-    loop {
-        file_bytes.clear();
-        live_bytes.clear();
-        let mut count = 0u64;
-        while count < 64 {
-            let Some(depth) = RING.pop(&mut head, &mut stack) else {
-                break;
-            };
-            let mut record = [0u8; RECORD_LEN];
-            for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
-                bytes.copy_from_slice(&word.to_le_bytes());
-            }
-            let frames = &stack[..depth];
-            if let Some(id) = writer.stacks.id(frames, &mut file_bytes) {
-                record[60..64].copy_from_slice(&id.to_le_bytes());
-            }
-            file_bytes.extend_from_slice(&record);
-            live_bytes.extend_from_slice(&record);
-            count += 1;
+    file_bytes.clear();
+    live_bytes.clear();
+    let mut count = 0u64;
+    let taken = merge.drain(now_ns(), all, |head, frames| {
+        let mut record = [0u8; RECORD_LEN];
+        for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
+            bytes.copy_from_slice(&word.to_le_bytes());
         }
-        if count == 0 {
-            return (taken, false);
+        if let Some(id) = stacks.id(frames, file_bytes) {
+            record[60..64].copy_from_slice(&id.to_le_bytes());
         }
-        taken += count;
-        let ok = match writer.file.as_mut() {
-            Some(file) => file.write_all(&file_bytes).is_ok(),
+        file_bytes.extend_from_slice(&record);
+        live_bytes.extend_from_slice(&record);
+        count += 1;
+    });
+    if count > 0 {
+        let ok = match file.as_mut() {
+            Some(file) => file.write_all(file_bytes).is_ok(),
             None => false,
         };
         if ok {
-            writer.written += count;
+            *written += count;
         } else {
-            writer.file = None;
+            *file = None;
             DROPPED.fetch_add(count, Ordering::Relaxed);
         }
-        if let Some(live) = writer.live.as_mut() {
-            live.send(&live_bytes);
-        }
-        if crate::fork::waiting() {
-            return (taken, false);
+        if let Some(live) = live.as_mut() {
+            live.send(live_bytes);
         }
     }
+    (taken as u64, false)
 }
 
-/// Final flush: drains the ring and writes the trailer. Registered with `atexit` from the
+/// Final flush: drains the buffers and writes the trailer. Registered with `atexit` from the
 /// constructor, so it runs after handlers registered later (the CUDA runtime's teardown).
 extern "C" fn flush_at_exit() {
     if STATE.load(Ordering::Acquire) != RUNNING {
@@ -445,10 +520,9 @@ pub fn flush_before_exit() {
     }
 }
 
-/// Drains the ring and writes the trailer, once.
+/// Writes everything the buffers hold and the trailer, once.
 fn finish(writer: &mut Writer) {
-    // A `fork` waiting for the lock makes `drain` stop after a batch: all of it goes first.
-    while drain(writer).0 > 0 {}
+    drain(writer, true);
     if writer.closed {
         return;
     }
@@ -478,15 +552,16 @@ pub(crate) fn is_off() -> bool {
 /// In a forked child, from its fork handler (`fork.rs`), as its only thread: without `record`,
 /// record nothing (the child shares the parent's file offset and has no writer thread; a child
 /// that execs starts over in the new program). With `record`, forget the parent's recording
-/// (its events still in the ring, its counters, this thread's id) so that the next event starts
-/// the child's own (`start`). Atomics only: another thread may have held the allocator's lock.
+/// (its events still in the buffers, its counters, this thread's id) so that the next event
+/// starts the child's own (`start`). Atomics only: another thread may have held the allocator's
+/// lock.
 pub(crate) fn forked_child(record: bool) {
     WRITER_ALIVE.store(false, Ordering::Release);
     if !record || is_off() {
         STATE.store(OFF, Ordering::Release);
         return;
     }
-    RING.discard();
+    crate::buffers::discard_in_child();
     DROPPED.store(0, Ordering::Relaxed);
     DELAYED.store(0, Ordering::Relaxed);
     let _ = TID.try_with(|cached| cached.set(0));
@@ -509,6 +584,26 @@ static INIT: extern "C" fn() = init;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_words_are_the_record_encoding() {
+        let event = Record {
+            kind: Kind::AllocAsync,
+            flags: 0x8001,
+            tid: 0xdead_beef,
+            ts_ns: 1 << 63 | 5,
+            ptr: 0x7f00_0000_1000,
+            size: u64::MAX,
+            stream: 3,
+            aux: 4,
+            pid: 77,
+            device: -1,
+            result: 2,
+            stack: 0xffff_fffe,
+        };
+        let bytes: Vec<u8> = words(&event).iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(bytes, event.encode());
+    }
 
     #[test]
     fn the_kept_command_line_always_fits_the_block_readers_accept() {

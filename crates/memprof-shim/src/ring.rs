@@ -1,11 +1,15 @@
-//! A preallocated, bounded, lock-free multi-producer queue of entries (Vyukov's bounded queue).
-//! Producers never block and never allocate: a full queue makes `push` return false. The single
-//! consumer is whoever holds the writer lock.
+//! Preallocated, bounded, lock-free queues of entries; producers never block and never allocate
+//! (a full queue makes `push` return false), and the single consumer is whoever holds the writer
+//! lock.
+//!
+//! `Ring` takes many producers (Vyukov's bounded queue): the shared spill of `buffers.rs`. `Spsc`
+//! takes one producer (one thread's buffer) and stores entries back to back, so an entry without
+//! a tail takes only its head's words.
 //!
 //! An entry is a head of `H` words, whose last word counts the words of its tail (at most `T`).
-//! Heads sit next to their sequence numbers; tails live in a separate array, so an entry without
-//! a tail touches as little memory as a queue of heads alone would (the ring is larger than the
-//! caches: every slot touched is a miss).
+//! In `Ring`, heads sit next to their sequence numbers; tails live in a separate array, so an
+//! entry without a tail touches as little memory as a queue of heads alone would (the ring is
+//! larger than the caches: every slot touched is a miss).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -128,11 +132,112 @@ impl<const N: usize, const H: usize, const T: usize> Ring<N, H, T> {
         }
         self.dequeue.store(end, Ordering::Relaxed);
     }
+
+    /// Whether every entry producers have started to add was taken (none is half written).
+    /// The consumer's question.
+    pub fn is_drained(&self) -> bool {
+        self.enqueue.load(Ordering::SeqCst) == self.dequeue.load(Ordering::Relaxed)
+    }
 }
 
 impl<const N: usize, const H: usize, const T: usize> Default for Ring<N, H, T> {
     fn default() -> Ring<N, H, T> {
         Ring::new()
+    }
+}
+
+/// Aligns its content to a cache line of its own, so the producer's and the consumer's indices
+/// do not share one.
+#[repr(align(64))]
+struct Line<T>(T);
+
+/// A single-producer, single-consumer queue of variable-length entries in `W` words.
+pub struct Spsc<const W: usize, const H: usize, const T: usize> {
+    words: [AtomicU64; W],
+    /// The producer's: words published so far (a running count, not wrapped).
+    written: Line<AtomicU64>,
+    /// The producer's copy of `read`: it may write up to `W` words past it before it looks at
+    /// `read` again.
+    seen_read: AtomicU64,
+    /// The consumer's: words taken so far.
+    read: Line<AtomicU64>,
+}
+
+impl<const W: usize, const H: usize, const T: usize> Spsc<W, H, T> {
+    /// `W` must be a power of two that holds the longest entry, `H` at least 1.
+    pub const fn new() -> Spsc<W, H, T> {
+        assert!(W.is_power_of_two() && H > 0 && H + T <= W);
+        Spsc {
+            words: [const { AtomicU64::new(0) }; W],
+            written: Line(AtomicU64::new(0)),
+            // All zero: the queues live in .bss, not in the library file.
+            seen_read: AtomicU64::new(0),
+            read: Line(AtomicU64::new(0)),
+        }
+    }
+
+    /// Adds an entry; false when it does not fit. Only one producer at a time. `head[H - 1]` is
+    /// the tail's length: only that many words of `tail` are kept.
+    pub fn push(&self, head: &[u64; H], tail: &[u64]) -> bool {
+        let kept = (head[H - 1] as usize).min(T).min(tail.len());
+        let start = self.written.0.load(Ordering::Relaxed);
+        let end = start + (H + kept) as u64;
+        if end > self.seen_read.load(Ordering::Relaxed) + W as u64 {
+            let read = self.read.0.load(Ordering::Acquire);
+            self.seen_read.store(read, Ordering::Relaxed);
+            if end > read + W as u64 {
+                return false;
+            }
+        }
+        let word = |i: usize| &self.words[(start as usize + i) & (W - 1)];
+        for (i, &value) in head[..H - 1].iter().enumerate() {
+            word(i).store(value, Ordering::Relaxed);
+        }
+        // The stored length is what was kept.
+        word(H - 1).store(kept as u64, Ordering::Relaxed);
+        for (i, &value) in tail[..kept].iter().enumerate() {
+            word(H + i).store(value, Ordering::Relaxed);
+        }
+        self.written.0.store(end, Ordering::Release);
+        true
+    }
+
+    /// Drops every entry published so far. Only where no other thread can push or pop: in a
+    /// forked child (`fork.rs`), whose entries are the parent's.
+    pub fn discard(&self) {
+        let written = self.written.0.load(Ordering::Relaxed);
+        self.read.0.store(written, Ordering::Relaxed);
+        self.seen_read.store(written, Ordering::Relaxed);
+    }
+
+    /// Takes every entry published so far, oldest first, handing each head and tail to `take`;
+    /// returns how many. Only one consumer at a time (the caller holds the writer lock).
+    pub fn pop_all(&self, mut take: impl FnMut(&[u64; H], &[u64])) -> usize {
+        let mut at = self.read.0.load(Ordering::Relaxed);
+        let end = self.written.0.load(Ordering::Acquire);
+        let (mut head, mut tail) = ([0u64; H], [0u64; T]);
+        let mut count = 0;
+        while at < end {
+            for (value, i) in head.iter_mut().zip(at..) {
+                *value = self.words[i as usize & (W - 1)].load(Ordering::Relaxed);
+            }
+            let len = (head[H - 1] as usize).min(T);
+            let from = at + H as u64;
+            for (value, i) in tail[..len].iter_mut().zip(from..) {
+                *value = self.words[i as usize & (W - 1)].load(Ordering::Relaxed);
+            }
+            take(&head, &tail[..len]);
+            at = from + len as u64;
+            count += 1;
+        }
+        self.read.0.store(at, Ordering::Release);
+        count
+    }
+}
+
+impl<const W: usize, const H: usize, const T: usize> Default for Spsc<W, H, T> {
+    fn default() -> Spsc<W, H, T> {
+        Spsc::new()
     }
 }
 
@@ -160,6 +265,11 @@ mod tests {
     fn fifo_and_full() {
         let ring = Ring::<4, 4, 3>::new();
         assert!(pop(&ring).is_none());
+        assert!(ring.is_drained());
+        assert!(push(&ring, 7));
+        assert!(!ring.is_drained());
+        assert_eq!(pop(&ring), Some(7));
+        assert!(ring.is_drained());
         for lap in 0..3u64 {
             for i in 0..4 {
                 assert!(push(&ring, lap * 10 + i));
@@ -246,5 +356,67 @@ mod tests {
             kept += p.join().expect("producer");
         }
         assert_eq!(seen, kept);
+    }
+
+    /// An entry of `Spsc`: head n, !n, tail length `n % 5`; tail n + 1, n + 2, ...
+    fn push_spsc<const W: usize>(ring: &Spsc<W, 3, 3>, n: u64) -> bool {
+        let tail: Vec<u64> = (1..=n % 5).map(|i| n + i).collect();
+        ring.push(&[n, !n, n % 5], &tail)
+    }
+
+    /// Pops the entries of `push_spsc`'s shape and returns their n.
+    fn pop_spsc<const W: usize>(ring: &Spsc<W, 3, 3>) -> Vec<u64> {
+        let mut out = Vec::new();
+        ring.pop_all(|head, tail| {
+            let n = head[0];
+            assert_eq!(head[1], !n, "torn head");
+            // A tail of 4 words was cut to the 3 that fit.
+            let want: Vec<u64> = (1..=(n % 5).min(3)).map(|i| n + i).collect();
+            assert_eq!(tail, want, "tail of {n}");
+            out.push(n);
+        });
+        out
+    }
+
+    #[test]
+    fn spsc_keeps_entries_of_any_length_in_order_and_refuses_what_does_not_fit() {
+        let ring = Spsc::<16, 3, 3>::new();
+        assert!(pop_spsc(&ring).is_empty());
+        let mut next = 0u64;
+        for _ in 0..20 {
+            // Fill it, wrapping around the end, then take everything.
+            let mut kept = Vec::new();
+            while push_spsc(&ring, next) {
+                kept.push(next);
+                next += 1;
+            }
+            assert!(!kept.is_empty());
+            assert_eq!(pop_spsc(&ring), kept);
+            // The refused entry fits now.
+            assert!(push_spsc(&ring, next));
+            assert_eq!(pop_spsc(&ring), [next]);
+            next += 1;
+        }
+    }
+
+    #[test]
+    fn spsc_hands_over_every_entry_between_threads() {
+        let ring = Arc::new(Spsc::<64, 3, 3>::new());
+        let producer = {
+            let ring = Arc::clone(&ring);
+            std::thread::spawn(move || {
+                for n in 0..50_000u64 {
+                    while !push_spsc(&ring, n) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let mut seen = Vec::new();
+        while seen.len() < 50_000 {
+            seen.extend(pop_spsc(&ring));
+        }
+        producer.join().expect("producer");
+        assert!(seen.iter().copied().eq(0..50_000));
     }
 }

@@ -338,7 +338,10 @@ pub struct Record {
     pub flags: u16,
     /// Kernel thread id of the caller.
     pub tid: u32,
-    /// `CLOCK_MONOTONIC` after the call returned, in nanoseconds.
+    /// `CLOCK_MONOTONIC` in nanoseconds: after the call returned, or, for calls that give
+    /// memory back (frees, unmaps, releases, address frees), before it was made, so that a free
+    /// precedes an allocation in another thread that gets the address back. Records are in this
+    /// order (see the shim's `buffers.rs` for the exceptions).
     pub ts_ns: u64,
     pub ptr: u64,
     pub size: u64,
