@@ -166,3 +166,39 @@ fn with_torch_history_starts_at_cuda_init_and_oom_dumps_a_snapshot() {
         "{stderr}"
     );
 }
+
+/// With real PyTorch (a CUDA build, on a machine without a GPU): the hook finds the real
+/// package's loader, queues its start behind CUDA's lazy initialization next to PyTorch's own
+/// queued calls, and the functions it will call exist. Run by hand with the Python of an
+/// environment that has PyTorch (`pip install torch`, about 5 GB with its CUDA libraries).
+#[test]
+#[ignore = "needs a Python with PyTorch: MEMPROF_TORCH_PYTHON=/path/to/bin/python"]
+fn with_real_pytorch_the_hook_waits_for_cuda_and_finds_what_it_calls() {
+    let python = std::env::var("MEMPROF_TORCH_PYTHON").expect("MEMPROF_TORCH_PYTHON is set");
+    let dir = fresh_dir("real");
+    let script = "import torch\n\
+        print(torch.__version__)\n\
+        print([getattr(c[0], '__name__', '?') for c in torch.cuda._queued_calls][-1])\n\
+        print(all([hasattr(torch.cuda.memory, '_record_memory_history'),\n\
+                   hasattr(torch.cuda.memory, '_dump_snapshot'),\n\
+                   hasattr(torch._C, '_cuda_attach_out_of_memory_observer')]))\n\
+        print(float(torch.ones(10).sum()))";
+    let out = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["run", "--torch", "-o"])
+        .arg(dir.join("run.memprof"))
+        .args(["--", &python, "-c", script])
+        .current_dir(&dir)
+        .env("MEMPROF_SHIM", shim())
+        .env_remove("MEMPROF_OUT")
+        .env_remove("LD_PRELOAD")
+        .env_remove("PYTHONPATH")
+        .output()
+        .expect("memprof runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[1..], ["_start_history", "True", "10.0"], "{stdout}");
+    assert!(!stderr.contains("memprof --torch:"), "{stderr}");
+    eprintln!("PyTorch {}", lines[0]);
+}
