@@ -33,6 +33,7 @@ pub fn decode<R: Refill, F: Fold>(
         flat_keys: Vec::with_capacity(FLAT_PAIRS),
         flat_values: [Value::None; FLAT_PAIRS],
         flat_shape: 0,
+        window_base: 0,
         flat_key_codes: [KeyCode::default(); FLAT_PAIRS],
         flat_stores: Vec::with_capacity(2 * FLAT_PAIRS + 1),
         fold,
@@ -74,6 +75,8 @@ pub(super) struct Machine<'f, R, F> {
     /// changes whenever they do.
     pub(super) flat_keys: Vec<Value>,
     pub(super) flat_shape: u64,
+    /// The input offset of the fast path's buffer (`run_fast`).
+    pub(super) window_base: u64,
     /// How each of `flat_keys` was read, to recognise it in the next flat dict.
     pub(super) flat_key_codes: [KeyCode; FLAT_PAIRS],
     /// Scratch space of `flat_dict`, kept to avoid allocating per dict.
@@ -333,15 +336,16 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             }
             b'q' => {
                 let i = self.input.byte()? as usize;
-                self.memo_put(i)?;
+                self.memo_put_at(i, at)?;
             }
             b'r' => {
                 let i = u32::from_le_bytes(self.input.array()?) as usize;
-                self.memo_put(i)?;
+                self.memo_put_at(i, at)?;
             }
             b'p' => {
                 let i = parse_text_int(self.input.line()?)?;
-                self.memo_put(usize::try_from(i).map_err(|_| malformed("negative PUT index"))?)?;
+                let i = usize::try_from(i).map_err(|_| malformed("negative PUT index"))?;
+                self.memo_put_at(i, at)?;
             }
             0x94 => self.memo_put(self.memo_count)?,
             // Code execution and out-of-band data: never.
@@ -519,7 +523,9 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                         let slot = self.node_memo[id as usize];
                         if slot != NO_MEMO {
                             self.memo.set(slot as usize, Value::Folded(handle));
-                            self.forget_flat_keys();
+                            if self.flat_keys.contains(&Value::Node(id)) {
+                                self.forget_flat_keys();
+                            }
                         }
                         self.free_nodes.push(id);
                         continue;
@@ -560,22 +566,35 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         }
     }
 
+    /// A PUT, BINPUT or LONG_BINPUT at byte `at` to slot `index`. Python numbers memo slots
+    /// from 0 up, one per store, so a real index is below the bytes read so far; a larger one
+    /// is refused (it would make the memo grow with the index, not with the input).
+    fn memo_put_at(&mut self, index: usize, at: u64) -> Step {
+        if index as u64 > at {
+            return Err(malformed(format!(
+                "memo index {index} is implausibly large (at byte {at})"
+            )));
+        }
+        self.memo_put(index)
+    }
+
     #[inline]
     pub(super) fn memo_put(&mut self, index: usize) -> Step {
         let top = self.top()?;
-        self.memo_store(index, top)
+        self.memo_store(index, top);
+        Ok(())
     }
 
-    /// Stores `value` in memo slot `index`.
+    /// Stores `value` in memo slot `index` (which callers have bounded: see `memo_put_at`).
     #[inline(always)]
-    pub(super) fn memo_store(&mut self, index: usize, top: Value) -> Step {
+    pub(super) fn memo_store(&mut self, index: usize, top: Value) {
         if index == self.memo.len() && !matches!(top, Value::Node(_)) {
             // The common case: a new slot for a scalar, string or folded dict.
             self.memo.push(top);
             self.memo_count += 1;
-            return Ok(());
+            return;
         }
-        self.memo_store_other(index, top)
+        self.memo_store_other(index, top);
     }
 
     /// A memo slot changed value: the key codes of the last flat dict may now read other keys.
@@ -586,12 +605,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
 
     /// `memo_store` of a node, or into a slot that is not the next one.
     #[inline(never)]
-    fn memo_store_other(&mut self, index: usize, top: Value) -> Step {
-        if index > self.memo.len() + (1 << 24) {
-            return Err(malformed(format!(
-                "memo index {index} is implausibly large"
-            )));
-        }
+    fn memo_store_other(&mut self, index: usize, top: Value) {
         if self.memo.set(index, top) {
             self.memo_count += 1;
         } else {
@@ -600,7 +614,6 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         if let Value::Node(id) = top {
             self.node_memo[id as usize] = index as u32;
         }
-        Ok(())
     }
 }
 

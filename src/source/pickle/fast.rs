@@ -13,6 +13,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     /// (and reports any error with its offset), since the fast path never half-applies one.
     pub(super) fn run_fast(&mut self) {
         // The buffer is moved out for the loop so the machine's other fields stay borrowable.
+        self.window_base = self.input.base();
         let (buf, mut i, end) = self.input.take_window();
         while end - i >= 16 {
             let op = buf[i];
@@ -131,10 +132,10 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             };
             let handle = self.fold.fold_flat(&self.doc, dict)?;
             for &(slot, value) in &stores {
-                self.memo_store(slot, value).ok()?;
+                self.memo_store(slot, value);
             }
             if let Some(slot) = dict_slot {
-                self.memo_store(slot, Value::Folded(handle)).ok()?;
+                self.memo_store(slot, Value::Folded(handle));
             }
             Some(handle)
         });
@@ -188,7 +189,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                 let key = self.flat_item(buf, p, &mut next_memoize, stores, dict_slot)?;
                 self.flat_key_codes[len] = KeyCode::of(buf, start);
                 match self.flat_keys.get_mut(len) {
-                    Some(known) if *known == key => {}
+                    Some(known) if same_key(known, &key) => {}
                     Some(known) => {
                         *known = key;
                         self.flat_shape += 1;
@@ -248,8 +249,11 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             }
             _ => return Some(None),
         };
+        // A slot the general path refuses (past the bytes read: `memo_put_at`) is left to it,
+        // to report.
+        let at = self.window_base + *p as u64;
         let fresh = !self.memo.is_set(slot) && pending.iter().all(|&(s, _)| s != slot);
-        if !fresh {
+        if slot as u64 > at || !fresh {
             return None;
         }
         *p += len;
@@ -304,6 +308,14 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         let n = *buf.get(p + 1)? as usize;
         let text = std::str::from_utf8(buf.get(p + 2..p + 2 + n)?).ok()?;
         Some(Value::Str(self.intern(text)))
+    }
+}
+
+/// Whether two keys are the same key: floats bit for bit (`-0.0` is not `0.0`, a NaN is itself).
+fn same_key(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+        _ => a == b,
     }
 }
 

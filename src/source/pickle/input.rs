@@ -103,6 +103,12 @@ impl<R: Refill> Input<R> {
         Ok(())
     }
 
+    /// The offset in the input of the buffer's first byte.
+    #[inline]
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
     /// Lends out the buffer with the read position and the end of valid data, for a caller
     /// that decodes straight from it; `put_window` must give it back.
     #[inline]

@@ -254,11 +254,23 @@ fn a_key_read_through_an_overwritten_memo_slot_is_the_new_key() {
 
 /// A fold that takes every dict, flat ones early, and keeps each one's rendering in the order
 /// the dicts reach their list.
+/// It also checks the shape numbers: a flat dict with the shape number of the previous one
+/// has the same keys, bit for bit.
 #[derive(Default)]
 struct RenderAll {
     staged: Vec<(u32, String)>,
     next: u32,
     taken: Vec<String>,
+    /// The last shape number seen and the keys it stood for, rendered with their bits.
+    shape: Option<(u64, Vec<String>)>,
+}
+
+/// A key as text that tells `0.0` from `-0.0`.
+fn key_bits(doc: &Document, key: Value) -> String {
+    match key {
+        Value::Float(f) => format!("float {:#x}", f.to_bits()),
+        other => doc.render(other),
+    }
 }
 
 fn render_pairs<'a>(doc: &Document, pairs: impl Iterator<Item = (&'a Value, &'a Value)>) -> String {
@@ -283,6 +295,14 @@ impl Fold for RenderAll {
     }
 
     fn fold_flat(&mut self, doc: &Document, dict: FlatDict) -> Option<u32> {
+        assert_eq!(dict.keys.len(), dict.values.len());
+        let keys: Vec<String> = dict.keys.iter().map(|&k| key_bits(doc, k)).collect();
+        if let Some((shape, known)) = &self.shape {
+            if *shape == dict.shape {
+                assert_eq!(known, &keys, "shape {shape} stands for other keys");
+            }
+        }
+        self.shape = Some((dict.shape, keys));
         let handle = self.next;
         self.next += 1;
         let text = render_pairs(doc, dict.keys.iter().zip(dict.values));
@@ -371,6 +391,11 @@ fn flat_dicts_pickle(choices: &[u8]) -> Vec<u8> {
                         let slot = readable[usize::from(c / 8) % readable.len()];
                         memo_op(&mut out, slot, c % 2 == 0, b'h', b'j');
                     }
+                    6 if is_key => {
+                        let key: f64 = if c % 16 < 8 { 0.0 } else { -0.0 };
+                        out.push(b'G');
+                        out.extend(key.to_be_bytes());
+                    }
                     2..=5 if is_key && !readable.is_empty() => {
                         let slot = readable[usize::from(c / 8) % readable.len().min(4)];
                         memo_op(&mut out, slot, c % 2 == 0, b'h', b'j');
@@ -393,6 +418,25 @@ fn flat_dicts_pickle(choices: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Hands out its bytes a few at a time (sizes from `sizes`, cycled), so that dicts and opcodes
+/// are cut at buffer ends.
+struct Chunked<'a> {
+    bytes: &'a [u8],
+    sizes: &'a [u8],
+    next: usize,
+}
+
+impl std::io::Read for Chunked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let size = usize::from(self.sizes[self.next % self.sizes.len()]).max(1);
+        self.next += 1;
+        let n = size.min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
 
@@ -405,7 +449,13 @@ proptest::proptest! {
         let bytes = flat_dicts_pickle(&choices);
         let general = decode_all(&bytes);
         let mut fold = RenderAll::default();
-        let fast = decode(&bytes[..], &mut fold);
+        // Whole, or a few bytes at a time (`choices` again as the sizes).
+        let fast = if choices.len() % 2 == 0 {
+            decode(&bytes[..], &mut fold)
+        } else {
+            let sizes = [&choices[..], &[7]].concat();
+            decode(Chunked { bytes: &bytes, sizes: &sizes, next: 0 }, &mut fold)
+        };
         match (general, fast) {
             (Ok((doc, root)), Ok((fast_doc, fast_root))) => {
                 let items = doc.as_seq(root).expect("a list");
@@ -427,4 +477,30 @@ proptest::proptest! {
             ),
         }
     }
+}
+
+#[test]
+fn a_memo_index_past_the_bytes_read_is_refused_not_allocated() {
+    // None, then LONG_BINPUT 2^24 at byte 3: Python numbers slots from 0, one per store, so no
+    // real pickle has an index above its offset; honouring it would allocate 2^24 slots.
+    let mut bytes = b"\x80\x04Nr".to_vec();
+    bytes.extend((1u32 << 24).to_le_bytes());
+    bytes.push(b'.');
+    let err = decode_all(&bytes).expect_err("refused");
+    assert_eq!(err.offset, 3);
+    assert!(
+        err.to_string()
+            .contains("memo index 16777216 is implausibly large"),
+        "{err}"
+    );
+    // The same inside a flat dict read on the fast path.
+    let mut bytes = b"\x80\x04](}(K\x01K\x02r".to_vec();
+    bytes.extend((1u32 << 24).to_le_bytes());
+    bytes.extend(b"u\x8c\x20");
+    bytes.extend([b'p'; 32]);
+    bytes.extend(b"e.");
+    let mut fold = RenderAll::default();
+    let err = decode(&bytes[..], &mut fold).expect_err("refused");
+    assert_eq!(err.offset, 10);
+    assert!(fold.taken.is_empty() && fold.staged.is_empty());
 }

@@ -250,7 +250,9 @@ impl TraceFolder {
         self.node_shape
     }
 
-    /// Reads one trace-entry dict. Interns its stack, stream and metadata only when it is good.
+    /// Reads one trace-entry dict. Its stream, stack and metadata are interned only once its
+    /// action, sizes, address, time and stream value have been read (an unreadable frames list
+    /// is reported after its stream was interned).
     /// `values` are the dict's values, in the order of the keys `shape` was made from.
     /// The row is written into `row` (left as it was on an error), and the function always
     /// inlined: a row returned by value is stored in pieces into a temporary and then read
@@ -412,18 +414,16 @@ impl Fold for TraceFolder {
             self.flat_shape = (dict.shape, self.shape_of(doc, dict.keys));
         }
         // The row is read in place, at the end of `staged`.
+        let at = self.staged.len();
         self.staged.push(blank_row());
-        let read = match self.staged.last_mut() {
-            Some(row) => Self::entry(
-                &mut self.interner,
-                &mut self.actions,
-                doc,
-                self.flat_shape.1,
-                dict.values,
-                row,
-            ),
-            None => Err(EntryError::NotAnEntry),
-        };
+        let read = Self::entry(
+            &mut self.interner,
+            &mut self.actions,
+            doc,
+            self.flat_shape.1,
+            dict.values,
+            &mut self.staged[at],
+        );
         if read.is_err() {
             self.staged.pop();
             return None;
