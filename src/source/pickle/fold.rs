@@ -7,7 +7,7 @@ use super::value::{Document, NodeId, Value};
 /// `shape` numbers the key sequence: it stays the same as long as consecutive flat dicts have
 /// the same keys in the same order (the trace entries of a file nearly always do), and changes
 /// whenever they differ, so a fold can keep what it learned from the keys without comparing
-/// them again.
+/// them again. Numbers are per `decode`: a fold used for two decodes must forget between them.
 #[derive(Clone, Copy)]
 pub struct FlatDict<'a> {
     pub shape: u64,
