@@ -251,7 +251,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         };
         // A slot the general path refuses (past the bytes read: `memo_put_at`) is left to it,
         // to report.
-        let at = self.window_base + *p as u64;
+        let at = self.window_base.wrapping_add(*p as u64);
         let fresh = !self.memo.is_set(slot) && pending.iter().all(|&(s, _)| s != slot);
         if slot as u64 > at || !fresh {
             return None;

@@ -103,7 +103,8 @@ impl<R: Refill> Input<R> {
         Ok(())
     }
 
-    /// The offset in the input of the buffer's first byte.
+    /// The offset in the input of the buffer's first byte, modulo 2^64: a buffer with room
+    /// kept before its data starts before offset 0 (add positions with `wrapping_add`).
     #[inline]
     pub fn base(&self) -> u64 {
         self.base
