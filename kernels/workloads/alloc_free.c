@@ -13,7 +13,11 @@
  * and "busy <pairs>" is printed once the children are done. After each child "child <pid>" is
  * printed; with ALLOC_FREE_SOCKETS=<dir> (where the shim puts its live sockets) also
  * "sockets <child's> <parent's>": whether each process's socket file exists then (1) or not (0),
- * and each child checks that its own socket exists before it exits.
+ * and each child checks that its own socket exists before it exits. With ALLOC_FREE_FORKERS=K
+ * (instead of BUSY), K threads each fork N children, all K at the same time (a barrier before
+ * each round); with ALLOC_FREE_CHILD_PAIRS=M each child makes M pairs instead of CHILD_PAIRS.
+ * With ALLOC_FREE_FORK_FIRST set, one more child is forked (and "child <pid>" printed) before the
+ * first CUDA call.
  *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
@@ -121,10 +125,13 @@ static void *busy(void *arg) {
     return NULL;
 }
 
-/* A forked child: CHILD_PAIRS pairs of 12345 bytes, then exit() (atexit handlers run). With
- * ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not there by then. */
+/* A forked child: CHILD_PAIRS (or ALLOC_FREE_CHILD_PAIRS) pairs of 12345 bytes, then exit()
+ * (atexit handlers run). With ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not
+ * there by then. */
 static void forked_child(void) {
-    for (int i = 0; i < CHILD_PAIRS; i++) {
+    const char *pairs_env = getenv("ALLOC_FREE_CHILD_PAIRS");
+    int pairs = pairs_env ? atoi(pairs_env) : CHILD_PAIRS;
+    for (int i = 0; i < pairs; i++) {
         CUdeviceptr p = 0;
         if (cuMemAlloc_v2(&p, 12345) != 0 || cuMemFree_v2(p) != 0) exit(8);
     }
@@ -137,8 +144,32 @@ static void forked_child(void) {
     exit(0);
 }
 
+static int forks_each;
+static pthread_barrier_t fork_round;
+
+/* One of ALLOC_FREE_FORKERS threads: forks_each children, each fork at the same time as the other
+ * threads' (the barrier); returns non-NULL when a child failed. */
+static void *forker(void *arg) {
+    for (int i = 0; i < forks_each; i++) {
+        pthread_barrier_wait(&fork_round);
+        pid_t child = fork();
+        if (child == 0) forked_child();
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return arg;
+        printf("child %d\n", (int)child);
+    }
+    return NULL;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (getenv("ALLOC_FREE_FORK_FIRST")) {
+        pid_t child = fork();
+        if (child == 0) forked_child();
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 7;
+        printf("child %d\n", (int)child);
+    }
     if (cuInit(0) != 0) return 2;
 
     /* By symbol. */
@@ -221,7 +252,22 @@ int main(void) {
     printf("threads %d %d\n", THREADS, PAIRS);
 
     const char *forks = getenv("ALLOC_FREE_FORK");
-    if (forks) {
+    const char *forkers_env = getenv("ALLOC_FREE_FORKERS");
+    if (forks && forkers_env) {
+        int forkers = atoi(forkers_env);
+        if (forkers < 1 || forkers > 16) return 7;
+        forks_each = atoi(forks);
+        pthread_barrier_init(&fork_round, NULL, (unsigned)forkers);
+        pthread_t threads[16];
+        for (int i = 0; i < forkers; i++) pthread_create(&threads[i], NULL, forker, &fork_round);
+        int failed = 0;
+        for (int i = 0; i < forkers; i++) {
+            void *result = NULL;
+            pthread_join(threads[i], &result);
+            failed |= result != NULL;
+        }
+        if (failed) return 7;
+    } else if (forks) {
         long busy_pairs = 0;
         pthread_t busy_thread;
         int busy_on = getenv("ALLOC_FREE_BUSY") != NULL;

@@ -252,7 +252,7 @@ pub fn record_stamped(event: Record, stamp: Stamp) {
 fn publish_event(mut event: Record, ts_ns: u64, producing: &Producing) {
     event.ts_ns = ts_ns;
     event.tid = cached_tid();
-    // The process that started recording: only it records (see `forked_child`).
+    // The process that opened this recording (a forked child opens its own: `forked_child`).
     event.pid = RECORDING_PID.load(Ordering::Relaxed);
     let mut head = [0u64; HEAD_WORDS];
     head[..RECORD_WORDS].copy_from_slice(&words(&event));
@@ -309,8 +309,13 @@ fn publish(producing: &Producing, head: &[u64; HEAD_WORDS], frames: &[u64]) {
     DROPPED.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Starts recording on the first event; false when recording is off.
+/// Starts recording on the first event; false when recording is off, and in a forked child
+/// before the shim's child handler has run (another library's fork handler): it still has the
+/// parent's state, and may hold the writer lock that `start` would wait for (`fork.rs`).
 fn ensure_started() -> bool {
+    if crate::fork::in_fork_child() {
+        return false;
+    }
     match STATE.load(Ordering::Acquire) {
         RUNNING | STARTING => true,
         OFF => false,
@@ -334,6 +339,11 @@ pub(crate) fn lock() -> MutexGuard<'static, Writer> {
     WRITER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The writer lock, if it is free now.
+pub(crate) fn try_lock() -> std::sync::TryLockResult<MutexGuard<'static, Writer>> {
+    WRITER.try_lock()
 }
 
 fn start() -> bool {
@@ -415,6 +425,16 @@ fn writer_loop() {
         }
     }
     let _gone = Gone;
+    // A signal handler run on this thread while it holds the writer lock could call `fork`,
+    // whose prepare handler waits for that lock (`fork.rs`), or a hook: this thread runs only
+    // the shim's code, so it takes no signal that can be blocked.
+    // SAFETY: `all` is a valid sigset_t, filled by sigfillset before use; a null old set is
+    // allowed.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
     WRITER_TID.store(cached_tid(), Ordering::Relaxed);
     loop {
         let (count, closed) = {
@@ -485,9 +505,11 @@ fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
 }
 
 /// Final flush: drains the buffers and writes the trailer. Registered with `atexit` from the
-/// constructor, so it runs after handlers registered later (the CUDA runtime's teardown).
+/// constructor, so it runs after handlers registered later (the CUDA runtime's teardown). Does
+/// nothing in a process that did not open the recording (a child made without the fork
+/// handlers, by glibc's `_Fork`, would append the parent's events to the parent's file).
 extern "C" fn flush_at_exit() {
-    if STATE.load(Ordering::Acquire) != RUNNING {
+    if STATE.load(Ordering::Acquire) != RUNNING || RECORDING_PID.load(Ordering::Acquire) != pid() {
         return;
     }
     finish(&mut lock());
@@ -553,8 +575,8 @@ pub(crate) fn is_off() -> bool {
 /// record nothing (the child shares the parent's file offset and has no writer thread; a child
 /// that execs starts over in the new program). With `record`, forget the parent's recording
 /// (its events still in the buffers, its counters, this thread's id) so that the next event
-/// starts the child's own (`start`). Atomics only: another thread may have held the allocator's
-/// lock.
+/// starts the child's own (`start`). Atomic stores and a thread-local `Cell` only: another thread
+/// may have held the allocator's lock.
 pub(crate) fn forked_child(record: bool) {
     WRITER_ALIVE.store(false, Ordering::Release);
     if !record || is_off() {
