@@ -790,14 +790,75 @@ fn a_call_from_an_earlier_fork_handler_in_the_child_is_forwarded_unrecorded() {
     assert_eq!(recordings_beside(&rec), expected);
 }
 
+/// Before the run, only earlier recordings at `OUT.<digits>` are removed: another file, and a
+/// directory, are left alone and do not stop it. The summary leaves out a recording at such a
+/// name whose header names another process, or an earlier start.
+#[test]
+fn memprof_run_removes_and_lists_only_its_own_recordings() {
+    let dir = kernels("run-own");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    // An earlier run's recording.
+    let out = memprof_run(&["-o", "first.memprof", "--", workload], &dir, Some(shim()));
+    check("memprof run", &out);
+    let first = read(&dir.join("first.memprof"));
+    let earlier_pid = first.header.pid;
+    let rec = dir.join("rec.memprof");
+    let not_recording = dir.join("rec.memprof.7");
+    std::fs::write(&not_recording, b"a user's file").expect("write");
+    let directory = dir.join("rec.memprof.8");
+    std::fs::create_dir_all(&directory).expect("mkdir");
+    let stale = dir.join("rec.memprof.99999");
+    std::fs::copy(dir.join("first.memprof"), &stale).expect("copy");
+    // While CMD runs, an earlier run's recording appears at a name that matches its pid, and
+    // another at a name that does not.
+    let script = format!(
+        "cp first.memprof rec.memprof.{earlier_pid} && cp first.memprof rec.memprof.1 && \
+         exec env ALLOC_FREE_FORK=1 {workload}"
+    );
+    let out = memprof_run(
+        &[
+            "-o",
+            "rec.memprof",
+            "--follow-forks",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &dir,
+        Some(shim()),
+    );
+    check("memprof run beside other files", &out);
+    assert_eq!(
+        std::fs::read(&not_recording).expect("still there"),
+        b"a user's file"
+    );
+    assert!(directory.is_dir());
+    assert!(!stale.exists(), "the earlier recording was removed");
+    let children = child_pids(&out);
+    assert_eq!(children.len(), 1);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    let listed: Vec<&str> = summary
+        .lines()
+        .filter_map(|l| l.strip_prefix("memprof: recorded "))
+        .collect();
+    assert_eq!(listed.len(), 2, "{summary}");
+    assert!(listed[0].contains(&format!("calls to {} (", rec.display())));
+    assert!(listed[1].contains(&format!("calls to {}.{} (", rec.display(), children[0])));
+    assert!(!summary.contains("warning"), "{summary}");
+}
+
 #[test]
 fn memprof_run_follow_forks_records_and_lists_forked_children() {
     let dir = kernels("run-forks");
     let workload = dir.join("alloc_free");
     let workload = workload.to_str().expect("utf-8 path");
     let rec = dir.join("rec.memprof");
-    // A file of an earlier run at a child's name is not taken for this run's.
-    std::fs::write(dir.join("rec.memprof.999999999"), b"old").expect("write");
+    // A file at a child's name that is not a recording is neither removed nor taken for this
+    // run's.
+    let other = dir.join("rec.memprof.999999999");
+    std::fs::write(&other, b"old").expect("write");
     let cmd = ["--", "env", "ALLOC_FREE_FORK=1", workload];
     let args = [&["-o", "rec.memprof", "--follow-forks"][..], &cmd[..]].concat();
     let out = memprof_run(&args, &dir, Some(shim()));
@@ -805,7 +866,10 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
     let children = child_pids(&out);
     assert_eq!(children.len(), 1);
     let child = PathBuf::from(format!("{}.{}", rec.display(), children[0]));
-    assert_eq!(recordings_beside(&rec), [rec.clone(), child.clone()]);
+    assert_eq!(
+        recordings_beside(&rec),
+        [rec.clone(), child.clone(), other.clone()]
+    );
     let parent = read(&rec);
     assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
     check_child_recording(&rec, children[0], &parent);
@@ -818,7 +882,7 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
         )) && summary.contains(&format!(
             "recorded 6 calls to {} (3 allocations, 3 frees",
             child.display()
-        )),
+        )) && !summary.contains("999999999"),
         "{summary}"
     );
 
@@ -836,7 +900,7 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
         .output()
         .expect("memprof runs");
     check("memprof run", &out);
-    assert_eq!(recordings_beside(&rec), std::slice::from_ref(&rec));
+    assert_eq!(recordings_beside(&rec), [rec.clone(), other]);
     assert_eq!(
         String::from_utf8_lossy(&out.stderr)
             .matches("recorded ")
