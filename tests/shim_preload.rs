@@ -849,6 +849,48 @@ fn memprof_run_removes_and_lists_only_its_own_recordings() {
     assert!(!summary.contains("warning"), "{summary}");
 }
 
+/// A forked child that recorded execs a CUDA program, which keeps its pid: the new program
+/// records to `OUT.<pid>.1` (its own file is taken), and `memprof run` lists it.
+#[test]
+fn a_recording_child_that_execs_a_cuda_program_records_it_to_a_file_of_its_own() {
+    let dir = kernels("fork-exec");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    let cmd = [
+        "--",
+        "env",
+        "ALLOC_FREE_FORK=1",
+        "ALLOC_FREE_CHILD_EXEC=1",
+        workload,
+    ];
+    let args = [&["-o", "rec.memprof", "--follow-forks"][..], &cmd[..]].concat();
+    let out = memprof_run(&args, &dir, Some(shim()));
+    check("memprof run with a child that execs", &out);
+    let children = child_pids(&out);
+    assert_eq!(children.len(), 1);
+    let rec = dir.join("rec.memprof");
+    let child = PathBuf::from(format!("{}.{}", rec.display(), children[0]));
+    let after_exec = PathBuf::from(format!("{}.1", child.display()));
+    // The child's own recording is cut short by the exec (no exit handler runs).
+    assert_eq!(
+        recordings_beside(&rec),
+        [rec.clone(), child.clone(), after_exec.clone()]
+    );
+    let recording = read(&after_exec);
+    assert_eq!(recording.header.pid, children[0]);
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(recording.dropped, Some(0));
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains(&format!(
+            "recorded {} calls to {} (",
+            MAIN_CALLS + 4 * 2000 * 2,
+            after_exec.display()
+        )),
+        "{summary}"
+    );
+}
+
 #[test]
 fn memprof_run_follow_forks_records_and_lists_forked_children() {
     let dir = kernels("run-forks");

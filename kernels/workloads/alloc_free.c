@@ -17,7 +17,9 @@
  * (instead of BUSY), K threads each fork N children, all K at the same time (a barrier before
  * each round); with ALLOC_FREE_CHILD_PAIRS=M each child makes M pairs instead of CHILD_PAIRS.
  * With ALLOC_FREE_FORK_FIRST set, one more child is forked (and "child <pid>" printed) before the
- * first CUDA call.
+ * first CUDA call. With ALLOC_FREE_CHILD_EXEC set, each child, after its pairs, execs this program
+ * again (without ALLOC_FREE_FORK*, so the new image makes the main thread's and the workers'
+ * calls and no child) instead of calling exit().
  *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
@@ -134,6 +136,15 @@ static void forked_child(void) {
     for (int i = 0; i < pairs; i++) {
         CUdeviceptr p = 0;
         if (cuMemAlloc_v2(&p, 12345) != 0 || cuMemFree_v2(p) != 0) exit(8);
+    }
+    if (getenv("ALLOC_FREE_CHILD_EXEC")) {
+        unsetenv("ALLOC_FREE_CHILD_EXEC");
+        unsetenv("ALLOC_FREE_FORK");
+        unsetenv("ALLOC_FREE_FORKERS");
+        unsetenv("ALLOC_FREE_FORK_FIRST");
+        char *const args[] = {"alloc_free", NULL};
+        execv("/proc/self/exe", args);
+        _exit(11);
     }
     const char *sockets = getenv("ALLOC_FREE_SOCKETS");
     if (sockets) {

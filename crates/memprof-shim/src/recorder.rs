@@ -39,6 +39,8 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// The process that opened the recording (a `vfork` child shares this memory but not the file).
 static RECORDING_PID: AtomicU32 = AtomicU32::new(0);
+/// How many programs that replace one another (`exec`) in one process get `OUT.<pid>.<n>`.
+const MAX_EXEC_SUFFIX: u32 = 1000;
 /// How many times `_exit` tries the writer lock, 1 ms apart, before it gives up on the flush.
 // Used by `exit.rs`, which unit tests do not build (it would replace the test binary's `_exit`).
 #[cfg_attr(test, allow(dead_code))]
@@ -364,19 +366,27 @@ fn start() -> bool {
     );
     // Never overwrite: a second process with the same MEMPROF_OUT (a CUDA program started by
     // the recorded one) records to `OUT.<pid>` instead, and so does a forked child (`fork.rs`)
-    // unless `%p` already names it.
+    // unless `%p` already names it. A program that replaced (`exec`) one that recorded keeps its
+    // pid: it records to `OUT.<pid>.<n>`, the first of them that is free.
     let path = out.replace("%p", &pid().to_string());
     let own = format!("{path}.{}", pid());
-    let create = |path: &str| File::options().write(true).create_new(true).open(path);
-    let file = if forked && !out.contains("%p") {
-        create(&own)
-    } else {
-        match create(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => create(&own),
-            other => other,
+    let first = (!forked || out.contains("%p")).then(|| path.clone());
+    let names = first
+        .into_iter()
+        .chain(std::iter::once(own.clone()))
+        .chain((1..=MAX_EXEC_SUFFIX).map(|n| format!("{own}.{n}")));
+    let mut file = None;
+    for name in names {
+        match File::options().write(true).create_new(true).open(name) {
+            Ok(created) => {
+                file = Some(created);
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => break,
         }
-    };
-    let Ok(mut file) = file else {
+    }
+    let Some(mut file) = file else {
         return false;
     };
     let header = FileHeader {
