@@ -355,6 +355,32 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     }
 }
 
+/// The writer thread blocks every signal it can: a handler run on it while it holds the writer
+/// lock could fork (whose prepare handler waits for that lock) or make a hooked call.
+#[test]
+fn the_writer_thread_blocks_signals() {
+    let dir = kernels("sigmask");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_WRITER_MASK", "1")
+        .env("MEMPROF_OUT", dir.join("mask.memprof"))
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("alloc_free", &output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mask = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("writer_sigblk "))
+        .expect("the mask printed");
+    let mask = u64::from_str_radix(mask.trim(), 16).unwrap_or_else(|_| panic!("{mask}"));
+    // Signal n is bit n - 1; SIGUSR1, SIGTERM, SIGCHLD and SIGPROF (x86_64 and aarch64 Linux).
+    for signal in [10, 15, 17, 27] {
+        assert_ne!(mask & 1 << (signal - 1), 0, "signal {signal} in {mask:x}");
+    }
+}
+
 #[test]
 fn shim_changes_no_result() {
     let dir = kernels("same");

@@ -21,9 +21,13 @@
  * again (without ALLOC_FREE_FORK*, so the new image makes the main thread's and the workers'
  * calls and no child) instead of calling exit().
  *
+ * With ALLOC_FREE_WRITER_MASK set, after the workers it prints "writer_sigblk <hex>": the SigBlk
+ * line of /proc/self/task/<tid>/status of the thread named memprof-writer (the shim's writer).
+ *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -172,6 +176,31 @@ static void *forker(void *arg) {
     return NULL;
 }
 
+/* Prints the signal mask of the thread named memprof-writer ("writer_sigblk none" if none). */
+static void print_writer_mask(void) {
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *task;
+    char path[512], line[256];
+    while (tasks && (task = readdir(tasks))) {
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", task->d_name);
+        FILE *comm = fopen(path, "r");
+        if (!comm) continue;
+        int writer = fgets(line, sizeof line, comm) && !strcmp(line, "memprof-writer\n");
+        fclose(comm);
+        if (!writer) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", task->d_name);
+        FILE *status = fopen(path, "r");
+        while (status && fgets(line, sizeof line, status)) {
+            if (!strncmp(line, "SigBlk:", 7)) printf("writer_sigblk %s", line + 7 + strspn(line + 7, "\t "));
+        }
+        if (status) fclose(status);
+        closedir(tasks);
+        return;
+    }
+    if (tasks) closedir(tasks);
+    printf("writer_sigblk none\n");
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (getenv("ALLOC_FREE_FORK_FIRST")) {
@@ -261,6 +290,7 @@ int main(void) {
     for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
     for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
     printf("threads %d %d\n", THREADS, PAIRS);
+    if (getenv("ALLOC_FREE_WRITER_MASK")) print_writer_mask();
 
     const char *forks = getenv("ALLOC_FREE_FORK");
     const char *forkers_env = getenv("ALLOC_FREE_FORKERS");
