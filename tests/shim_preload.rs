@@ -92,7 +92,7 @@ pub fn kernels(name: &str) -> PathBuf {
         .args(["-Wl,-soname,libcuda.so.1", "-o"])
         .arg(dir.join("libcuda.so.1"))
         .arg(k.join("fake_cuda/fake_cuda.c"))
-        .arg("-lpthread")
+        .args(["-lpthread", "-ldl"])
         .output()
         .expect("cc runs");
     check("cc fake_cuda.c", &out);
@@ -116,6 +116,38 @@ pub fn kernels(name: &str) -> PathBuf {
         .expect("cc runs");
     check("cc runtime_style.c", &out);
     dir
+}
+
+/// A runtime directory for the live sockets of the processes a test runs in `dir`, so that they
+/// stay out of the developer's own.
+pub fn runtime_dir(dir: &Path) -> PathBuf {
+    let xdg = dir.join("xdg");
+    std::fs::create_dir_all(&xdg).expect("mkdir");
+    xdg
+}
+
+/// Runs `cmd` in a process group of its own; after `secs` seconds kills the whole group (a hung
+/// forked child too) and fails.
+fn output_within(mut cmd: Command, secs: u64, what: &str) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            panic!("{what} did not end in {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
 }
 
 fn kind_name(kind: Kind) -> &'static str {
@@ -158,6 +190,7 @@ fn run_workload(dir: &Path, out: &Path, preload: bool) -> String {
     let mut cmd = Command::new(dir.join("alloc_free"));
     cmd.env("FAKE_CUDA_CAPACITY", "1048576")
         .env("MEMPROF_OUT", out)
+        .env("XDG_RUNTIME_DIR", runtime_dir(dir))
         .env_remove("LD_PRELOAD");
     if preload {
         cmd.env("LD_PRELOAD", shim());
@@ -322,6 +355,32 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     }
 }
 
+/// The writer thread blocks every signal it can: a handler run on it while it holds the writer
+/// lock could fork (whose prepare handler waits for that lock) or make a hooked call.
+#[test]
+fn the_writer_thread_blocks_signals() {
+    let dir = kernels("sigmask");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_WRITER_MASK", "1")
+        .env("MEMPROF_OUT", dir.join("mask.memprof"))
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("alloc_free", &output);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mask = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("writer_sigblk "))
+        .expect("the mask printed");
+    let mask = u64::from_str_radix(mask.trim(), 16).unwrap_or_else(|_| panic!("{mask}"));
+    // Signal n is bit n - 1; SIGUSR1, SIGTERM, SIGCHLD and SIGPROF (x86_64 and aarch64 Linux).
+    for signal in [10, 15, 17, 27] {
+        assert_ne!(mask & 1 << (signal - 1), 0, "signal {signal} in {mask:x}");
+    }
+}
+
 #[test]
 fn shim_changes_no_result() {
     let dir = kernels("same");
@@ -362,6 +421,7 @@ fn driver_reached_only_through_dlopen_and_lookups_is_recorded() {
     let output = Command::new(dir.join("runtime_style"))
         .env("LD_LIBRARY_PATH", &dir)
         .env("MEMPROF_OUT", &out)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
         .env("LD_PRELOAD", shim())
         .output()
         .expect("runs");
@@ -395,6 +455,7 @@ fn memprof_run(args: &[&str], dir: &Path, shim: Option<&Path>) -> Output {
         .args(args)
         .current_dir(dir)
         .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("XDG_RUNTIME_DIR", runtime_dir(dir))
         .env_remove("MEMPROF_OUT")
         .env_remove("LD_PRELOAD");
     match shim {
@@ -417,7 +478,7 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     let summary = String::from_utf8_lossy(&out.stderr);
     // Every allocation is freed before the next; the largest is the 65536-byte cuMemCreate.
     assert!(
-        summary.contains("recorded 16026 calls")
+        summary.contains(&format!("recorded {} calls", MAIN_CALLS + 4 * 2000 * 2))
             && summary.contains("1 out-of-memory")
             && summary.contains("peak live device memory 65536 bytes"),
         "{summary}"
@@ -464,6 +525,7 @@ fn another_rtld_next_interposer_works_before_or_after_the_shim() {
         let output = Command::new(dir.join("alloc_free"))
             .env("FAKE_CUDA_CAPACITY", "1048576")
             .env("MEMPROF_OUT", &rec)
+            .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
             .env("LD_PRELOAD", &preload)
             .output()
             .expect("runs");
@@ -492,6 +554,7 @@ fn forked_children_record_nothing_and_exec_children_get_their_own_file() {
         .env("FAKE_CUDA_CAPACITY", "1048576")
         .env("ALLOC_FREE_FORK", "1")
         .env("MEMPROF_OUT", &rec)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
         .env("LD_PRELOAD", shim())
         .env_remove("MEMPROF_FORK")
         .output()
@@ -577,6 +640,7 @@ fn check_child_recording(rec: &Path, pid: u32, parent: &Recording) {
     let child = read(&path);
     assert_eq!(child.header.pid, pid);
     assert_eq!(child.dropped, Some(0), "{}", path.display());
+    assert_eq!(child.delayed, 0, "{}", path.display());
     let kinds: Vec<(Kind, u64)> = child.records.iter().map(|r| (r.kind, r.size)).collect();
     assert_eq!(
         kinds.len(),
@@ -651,27 +715,15 @@ fn with_memprof_fork_record_forked_children_record_to_their_own_file() {
 fn forking_while_another_thread_records_does_not_deadlock() {
     let dir = kernels("fork-busy");
     let rec = dir.join("busy.memprof");
-    let mut child = Command::new(dir.join("alloc_free"))
-        .env("FAKE_CUDA_CAPACITY", "1048576")
+    let mut cmd = Command::new(dir.join("alloc_free"));
+    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
         .env("ALLOC_FREE_FORK", "20")
         .env("ALLOC_FREE_BUSY", "1")
         .env("MEMPROF_FORK", "record")
         .env("MEMPROF_OUT", &rec)
-        .env("LD_PRELOAD", shim())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("runs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("alloc_free forking while recording did not end in 120 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("output");
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        .env("LD_PRELOAD", shim());
+    let output = output_within(cmd, 120, "alloc_free forking while recording");
     check("alloc_free forking while a thread records", &output);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let busy: u64 = stdout
@@ -694,14 +746,187 @@ fn forking_while_another_thread_records_does_not_deadlock() {
     assert_eq!(recordings_beside(&rec).len(), 21);
 }
 
+/// Two threads fork at the same time, five times each: one waits in the prepare handler while
+/// the other's child is made. Every child records exactly its own events, none dropped or
+/// delayed, and nothing hangs.
+#[test]
+fn two_threads_forking_at_once_each_child_records_exactly() {
+    let dir = kernels("fork-two");
+    let rec = dir.join("two.memprof");
+    let mut cmd = Command::new(dir.join("alloc_free"));
+    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("ALLOC_FREE_FORK", "5")
+        .env("ALLOC_FREE_FORKERS", "2")
+        .env("MEMPROF_FORK", "record")
+        .env("MEMPROF_OUT", &rec)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        .env("LD_PRELOAD", shim());
+    let output = output_within(cmd, 120, "alloc_free forking from two threads");
+    check("alloc_free forking from two threads at once", &output);
+    let parent = read(&rec);
+    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(parent.dropped, Some(0));
+    assert!(!parent.records.iter().any(|r| r.size == 12345));
+    let children = child_pids(&output);
+    assert_eq!(children.len(), 10);
+    for &pid in &children {
+        check_child_recording(&rec, pid, &parent);
+    }
+    assert_eq!(recordings_beside(&rec).len(), 11);
+}
+
+/// The fake driver's child fork handler, which runs before the shim's, makes a hooked call: in
+/// a child forked before the parent's first call (the shim still idle: starting would wait for
+/// the writer lock the forking thread holds) and in one forked while it records. The call is
+/// forwarded and not recorded, nothing hangs, and each child still records its own events.
+#[test]
+fn a_call_from_an_earlier_fork_handler_in_the_child_is_forwarded_unrecorded() {
+    let dir = kernels("fork-handler-call");
+    let rec = dir.join("early.memprof");
+    let mut cmd = Command::new(dir.join("alloc_free"));
+    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("FAKE_CUDA_FORK_CALL", "1")
+        .env("ALLOC_FREE_FORK_FIRST", "1")
+        .env("ALLOC_FREE_FORK", "1")
+        .env("MEMPROF_FORK", "record")
+        .env("MEMPROF_OUT", &rec)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        .env("LD_PRELOAD", shim());
+    let output = output_within(
+        cmd,
+        60,
+        "alloc_free with a fork handler that calls the driver",
+    );
+    check(
+        "alloc_free with a fork handler that calls the driver",
+        &output,
+    );
+    let parent = read(&rec);
+    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(parent.dropped, Some(0));
+    assert!(parent.records.iter().all(|r| r.pid == parent.header.pid));
+    let children = child_pids(&output);
+    assert_eq!(children.len(), 2);
+    let mut expected = vec![rec.clone()];
+    for &pid in &children {
+        check_child_recording(&rec, pid, &parent);
+        expected.push(PathBuf::from(format!("{}.{pid}", rec.display())));
+    }
+    expected.sort();
+    assert_eq!(recordings_beside(&rec), expected);
+}
+
+/// Before the run, only earlier recordings at `OUT.<digits>` are removed: another file, and a
+/// directory, are left alone and do not stop it. The summary leaves out a recording at such a
+/// name whose header names another process, or an earlier start.
+#[test]
+fn memprof_run_removes_and_lists_only_its_own_recordings() {
+    let dir = kernels("run-own");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    // An earlier run's recording.
+    let out = memprof_run(&["-o", "first.memprof", "--", workload], &dir, Some(shim()));
+    check("memprof run", &out);
+    let first = read(&dir.join("first.memprof"));
+    let earlier_pid = first.header.pid;
+    let rec = dir.join("rec.memprof");
+    let not_recording = dir.join("rec.memprof.7");
+    std::fs::write(&not_recording, b"a user's file").expect("write");
+    let directory = dir.join("rec.memprof.8");
+    std::fs::create_dir_all(&directory).expect("mkdir");
+    let stale = dir.join("rec.memprof.99999");
+    std::fs::copy(dir.join("first.memprof"), &stale).expect("copy");
+    // While CMD runs, an earlier run's recording appears at a name that matches its pid, and
+    // another at a name that does not.
+    let script = format!(
+        "cp first.memprof rec.memprof.{earlier_pid} && cp first.memprof rec.memprof.1 && \
+         exec env ALLOC_FREE_FORK=1 {workload}"
+    );
+    let out = memprof_run(
+        &[
+            "-o",
+            "rec.memprof",
+            "--follow-forks",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &dir,
+        Some(shim()),
+    );
+    check("memprof run beside other files", &out);
+    assert_eq!(
+        std::fs::read(&not_recording).expect("still there"),
+        b"a user's file"
+    );
+    assert!(directory.is_dir());
+    assert!(!stale.exists(), "the earlier recording was removed");
+    let children = child_pids(&out);
+    assert_eq!(children.len(), 1);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    let listed: Vec<&str> = summary
+        .lines()
+        .filter_map(|l| l.strip_prefix("memprof: recorded "))
+        .collect();
+    assert_eq!(listed.len(), 2, "{summary}");
+    assert!(listed[0].contains(&format!("calls to {} (", rec.display())));
+    assert!(listed[1].contains(&format!("calls to {}.{} (", rec.display(), children[0])));
+    assert!(!summary.contains("warning"), "{summary}");
+}
+
+/// A forked child that recorded execs a CUDA program, which keeps its pid: the new program
+/// records to `OUT.<pid>.1` (its own file is taken), and `memprof run` lists it.
+#[test]
+fn a_recording_child_that_execs_a_cuda_program_records_it_to_a_file_of_its_own() {
+    let dir = kernels("fork-exec");
+    let workload = dir.join("alloc_free");
+    let workload = workload.to_str().expect("utf-8 path");
+    let cmd = [
+        "--",
+        "env",
+        "ALLOC_FREE_FORK=1",
+        "ALLOC_FREE_CHILD_EXEC=1",
+        workload,
+    ];
+    let args = [&["-o", "rec.memprof", "--follow-forks"][..], &cmd[..]].concat();
+    let out = memprof_run(&args, &dir, Some(shim()));
+    check("memprof run with a child that execs", &out);
+    let children = child_pids(&out);
+    assert_eq!(children.len(), 1);
+    let rec = dir.join("rec.memprof");
+    let child = PathBuf::from(format!("{}.{}", rec.display(), children[0]));
+    let after_exec = PathBuf::from(format!("{}.1", child.display()));
+    // The child's own recording is cut short by the exec (no exit handler runs).
+    assert_eq!(
+        recordings_beside(&rec),
+        [rec.clone(), child.clone(), after_exec.clone()]
+    );
+    let recording = read(&after_exec);
+    assert_eq!(recording.header.pid, children[0]);
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(recording.dropped, Some(0));
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains(&format!(
+            "recorded {} calls to {} (",
+            MAIN_CALLS + 4 * 2000 * 2,
+            after_exec.display()
+        )),
+        "{summary}"
+    );
+}
+
 #[test]
 fn memprof_run_follow_forks_records_and_lists_forked_children() {
     let dir = kernels("run-forks");
     let workload = dir.join("alloc_free");
     let workload = workload.to_str().expect("utf-8 path");
     let rec = dir.join("rec.memprof");
-    // A file of an earlier run at a child's name is not taken for this run's.
-    std::fs::write(dir.join("rec.memprof.999999999"), b"old").expect("write");
+    // A file at a child's name that is not a recording is neither removed nor taken for this
+    // run's.
+    let other = dir.join("rec.memprof.999999999");
+    std::fs::write(&other, b"old").expect("write");
     let cmd = ["--", "env", "ALLOC_FREE_FORK=1", workload];
     let args = [&["-o", "rec.memprof", "--follow-forks"][..], &cmd[..]].concat();
     let out = memprof_run(&args, &dir, Some(shim()));
@@ -709,17 +934,23 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
     let children = child_pids(&out);
     assert_eq!(children.len(), 1);
     let child = PathBuf::from(format!("{}.{}", rec.display(), children[0]));
-    assert_eq!(recordings_beside(&rec), [rec.clone(), child.clone()]);
+    assert_eq!(
+        recordings_beside(&rec),
+        [rec.clone(), child.clone(), other.clone()]
+    );
     let parent = read(&rec);
     assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
     check_child_recording(&rec, children[0], &parent);
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(
-        summary.contains(&format!("recorded 16026 calls to {}", rec.display()))
-            && summary.contains(&format!(
-                "recorded 6 calls to {} (3 allocations, 3 frees",
-                child.display()
-            )),
+        summary.contains(&format!(
+            "recorded {} calls to {}",
+            MAIN_CALLS + 4 * 2000 * 2,
+            rec.display()
+        )) && summary.contains(&format!(
+            "recorded 6 calls to {} (3 allocations, 3 frees",
+            child.display()
+        )) && !summary.contains("999999999"),
         "{summary}"
     );
 
@@ -729,6 +960,7 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
         .args(cmd)
         .current_dir(&dir)
         .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
         .env("MEMPROF_FORK", "record")
         .env("MEMPROF_SHIM", shim())
         .env_remove("MEMPROF_OUT")
@@ -736,7 +968,7 @@ fn memprof_run_follow_forks_records_and_lists_forked_children() {
         .output()
         .expect("memprof runs");
     check("memprof run", &out);
-    assert_eq!(recordings_beside(&rec), std::slice::from_ref(&rec));
+    assert_eq!(recordings_beside(&rec), [rec.clone(), other]);
     assert_eq!(
         String::from_utf8_lossy(&out.stderr)
             .matches("recorded ")
@@ -754,6 +986,7 @@ fn stress_accounts_for_every_event(threads: usize, pairs: usize) -> Recording {
     let output = Command::new(dir.join("stress"))
         .args([threads.to_string(), pairs.to_string()])
         .env("MEMPROF_OUT", &rec)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
         .env("LD_PRELOAD", shim())
         .output()
         .expect("runs");
@@ -830,6 +1063,7 @@ fn a_free_comes_before_what_other_threads_do_while_it_runs() {
     let rec = dir.join("slow_free.memprof");
     let output = Command::new(dir.join("slow_free"))
         .env("MEMPROF_OUT", &rec)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
         .env("LD_PRELOAD", shim())
         .env("FAKE_CUDA_FREE_DELAY_US", "600000")
         .output()

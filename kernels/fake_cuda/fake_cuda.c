@@ -4,12 +4,17 @@
  * must not dereference them. Capacity comes from FAKE_CUDA_CAPACITY (bytes, default 1 GiB); an
  * allocation past it returns CUDA_ERROR_OUT_OF_MEMORY (2). cuGetProcAddress(_v2) returns this
  * library's own functions, as the real driver does. Unlike the real driver it stays usable in a
- * forked child (fork handlers hold its lock across fork), so that tests can record one.
+ * forked child (fork handlers hold its lock across fork), so that tests can record one. With
+ * FAKE_CUDA_FORK_CALL set, its child fork handler (registered by its constructor, so before those
+ * of a preloaded library) calls cuMemGetInfo_v2 as found by dlsym(RTLD_DEFAULT), which a preloaded
+ * interposer is.
  *
  * Build it like the real driver, with -Bsymbolic, so its own references (the table that
  * cuGetProcAddress hands out) cannot be interposed:
  *   cc -shared -fPIC -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o libcuda.so.1 fake_cuda.c
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,8 +47,15 @@ static int capacity_read;
 /* The lock is never held across fork by a thread the child does not have. */
 static void fork_prepare(void) { pthread_mutex_lock(&lock); }
 static void fork_release(void) { pthread_mutex_unlock(&lock); }
+static void fork_call(void) {
+    CUresult (*get_info)(size_t *, size_t *) =
+        (CUresult(*)(size_t *, size_t *))dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
+    size_t free_bytes = 0, total = 0;
+    if (!get_info || get_info(&free_bytes, &total) != 0) _exit(10);
+}
 __attribute__((constructor)) static void fork_handlers(void) {
     pthread_atfork(fork_prepare, fork_release, fork_release);
+    if (getenv("FAKE_CUDA_FORK_CALL")) pthread_atfork(NULL, NULL, fork_call);
 }
 
 /* Live allocations and physical handles: key (pointer or handle) -> size. */

@@ -13,11 +13,21 @@
  * and "busy <pairs>" is printed once the children are done. After each child "child <pid>" is
  * printed; with ALLOC_FREE_SOCKETS=<dir> (where the shim puts its live sockets) also
  * "sockets <child's> <parent's>": whether each process's socket file exists then (1) or not (0),
- * and each child checks that its own socket exists before it exits.
+ * and each child checks that its own socket exists before it exits. With ALLOC_FREE_FORKERS=K
+ * (instead of BUSY), K threads each fork N children, all K at the same time (a barrier before
+ * each round); with ALLOC_FREE_CHILD_PAIRS=M each child makes M pairs instead of CHILD_PAIRS.
+ * With ALLOC_FREE_FORK_FIRST set, one more child is forked (and "child <pid>" printed) before the
+ * first CUDA call. With ALLOC_FREE_CHILD_EXEC set, each child, after its pairs, execs this program
+ * again (without ALLOC_FREE_FORK*, so the new image makes the main thread's and the workers'
+ * calls and no child) instead of calling exit().
+ *
+ * With ALLOC_FREE_WRITER_MASK set, after the workers it prints "writer_sigblk <hex>": the SigBlk
+ * line of /proc/self/task/<tid>/status of the thread named memprof-writer (the shim's writer).
  *
  * Expects FAKE_CUDA_CAPACITY=1048576 so that the 2 MiB request fails with out-of-memory.
  * Build: cc alloc_free.c -o alloc_free -L<dir> -l:libcuda.so.1 -Wl,-rpath,<dir> -ldl -lpthread
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -121,12 +131,24 @@ static void *busy(void *arg) {
     return NULL;
 }
 
-/* A forked child: CHILD_PAIRS pairs of 12345 bytes, then exit() (atexit handlers run). With
- * ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not there by then. */
+/* A forked child: CHILD_PAIRS (or ALLOC_FREE_CHILD_PAIRS) pairs of 12345 bytes, then exit()
+ * (atexit handlers run). With ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not
+ * there by then. */
 static void forked_child(void) {
-    for (int i = 0; i < CHILD_PAIRS; i++) {
+    const char *pairs_env = getenv("ALLOC_FREE_CHILD_PAIRS");
+    int pairs = pairs_env ? atoi(pairs_env) : CHILD_PAIRS;
+    for (int i = 0; i < pairs; i++) {
         CUdeviceptr p = 0;
         if (cuMemAlloc_v2(&p, 12345) != 0 || cuMemFree_v2(p) != 0) exit(8);
+    }
+    if (getenv("ALLOC_FREE_CHILD_EXEC")) {
+        unsetenv("ALLOC_FREE_CHILD_EXEC");
+        unsetenv("ALLOC_FREE_FORK");
+        unsetenv("ALLOC_FREE_FORKERS");
+        unsetenv("ALLOC_FREE_FORK_FIRST");
+        char *const args[] = {"alloc_free", NULL};
+        execv("/proc/self/exe", args);
+        _exit(11);
     }
     const char *sockets = getenv("ALLOC_FREE_SOCKETS");
     if (sockets) {
@@ -137,8 +159,57 @@ static void forked_child(void) {
     exit(0);
 }
 
+static int forks_each;
+static pthread_barrier_t fork_round;
+
+/* One of ALLOC_FREE_FORKERS threads: forks_each children, each fork at the same time as the other
+ * threads' (the barrier); returns non-NULL when a child failed. */
+static void *forker(void *arg) {
+    for (int i = 0; i < forks_each; i++) {
+        pthread_barrier_wait(&fork_round);
+        pid_t child = fork();
+        if (child == 0) forked_child();
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return arg;
+        printf("child %d\n", (int)child);
+    }
+    return NULL;
+}
+
+/* Prints the signal mask of the thread named memprof-writer ("writer_sigblk none" if none). */
+static void print_writer_mask(void) {
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *task;
+    char path[512], line[256];
+    while (tasks && (task = readdir(tasks))) {
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", task->d_name);
+        FILE *comm = fopen(path, "r");
+        if (!comm) continue;
+        int writer = fgets(line, sizeof line, comm) && !strcmp(line, "memprof-writer\n");
+        fclose(comm);
+        if (!writer) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", task->d_name);
+        FILE *status = fopen(path, "r");
+        while (status && fgets(line, sizeof line, status)) {
+            if (!strncmp(line, "SigBlk:", 7)) printf("writer_sigblk %s", line + 7 + strspn(line + 7, "\t "));
+        }
+        if (status) fclose(status);
+        closedir(tasks);
+        return;
+    }
+    if (tasks) closedir(tasks);
+    printf("writer_sigblk none\n");
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (getenv("ALLOC_FREE_FORK_FIRST")) {
+        pid_t child = fork();
+        if (child == 0) forked_child();
+        int status = 0;
+        if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 7;
+        printf("child %d\n", (int)child);
+    }
     if (cuInit(0) != 0) return 2;
 
     /* By symbol. */
@@ -219,9 +290,25 @@ int main(void) {
     for (int i = 0; i < THREADS; i++) pthread_create(&threads[i], NULL, worker, NULL);
     for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
     printf("threads %d %d\n", THREADS, PAIRS);
+    if (getenv("ALLOC_FREE_WRITER_MASK")) print_writer_mask();
 
     const char *forks = getenv("ALLOC_FREE_FORK");
-    if (forks) {
+    const char *forkers_env = getenv("ALLOC_FREE_FORKERS");
+    if (forks && forkers_env) {
+        int forkers = atoi(forkers_env);
+        if (forkers < 1 || forkers > 16) return 7;
+        forks_each = atoi(forks);
+        pthread_barrier_init(&fork_round, NULL, (unsigned)forkers);
+        pthread_t threads[16];
+        for (int i = 0; i < forkers; i++) pthread_create(&threads[i], NULL, forker, &fork_round);
+        int failed = 0;
+        for (int i = 0; i < forkers; i++) {
+            void *result = NULL;
+            pthread_join(threads[i], &result);
+            failed |= result != NULL;
+        }
+        if (failed) return 7;
+    } else if (forks) {
         long busy_pairs = 0;
         pthread_t busy_thread;
         int busy_on = getenv("ALLOC_FREE_BUSY") != NULL;

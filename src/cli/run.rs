@@ -2,7 +2,11 @@
 //! the recording shim preloaded, passes its exit code through and prints a short summary of each
 //! recording on stderr: OUT, and `OUT.<pid>` of every other process that recorded (a CUDA
 //! program CMD starts, and with `--follow-forks` a forked child of one that does not exec;
-//! `MEMPROF_FORK` in the shim). Recordings of an earlier run at these names are removed first.
+//! `MEMPROF_FORK` in the shim; `OUT.<pid>.<n>` for a program that replaced, by `exec`, one that
+//! recorded). Recordings of an earlier run at these names are removed first: only files that
+//! start as a recording does (another file at such a name is left alone), and one that cannot be
+//! removed only gets a warning. The summary leaves out a recording whose header names another
+//! process than its name, or a start before this run's (a concurrent or earlier run's).
 //! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
 //! on PyTorch's memory history and dumps a snapshot next to the recording when the program runs
 //! out of memory.
@@ -21,13 +25,16 @@ use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use anyhow::{bail, Context};
 use clap::Args;
-use memprof_wire::{decode_recording, Kind, Recording};
+use memprof_wire::{
+    decode_header, decode_recording, FileHeader, Kind, ProcessInfo, Recording, FILE_HEADER_LEN,
+    MAGIC, MAX_PROCESS_BLOCK,
+};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -70,12 +77,25 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     // Absolute, so a command that changes directory still records here.
     let out =
         std::path::absolute(&out).with_context(|| format!("cannot resolve {}", out.display()))?;
+    // Recordings of this run start no earlier than this (the shim reads the same clock).
+    let started = wall_ns(SystemTime::now());
     // A stale recording must not be taken for this run's when CMD makes no CUDA call.
-    for stale in std::iter::once(out.clone()).chain(other_recordings(&out)) {
+    match std::fs::remove_file(&out) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot replace {}", out.display())),
+    }
+    for (_, stale) in other_recordings(&out) {
+        if !starts_as_recording(&stale) {
+            continue;
+        }
         match std::fs::remove_file(&stale) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot replace {}", stale.display())),
+            Err(e) => eprintln!(
+                "memprof: warning: cannot remove the earlier recording {}: {e}",
+                stale.display()
+            ),
         }
     }
     let Some((program, rest)) = args.command.split_first() else {
@@ -141,7 +161,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             .with_context(|| format!("cannot run {program}"))?
     };
     drop(hook);
-    let others = other_recordings(&out);
+    let others: Vec<PathBuf> = other_recordings(&out)
+        .into_iter()
+        .filter(|(pid, path)| {
+            recording_start(path).is_some_and(|(of, wall)| of == *pid && wall >= started)
+        })
+        .map(|(_, path)| path)
+        .collect();
     if others.is_empty() || out.exists() {
         eprintln!("memprof: {}", summary(&out));
     }
@@ -234,27 +260,73 @@ fn find_shim() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// The recordings of other processes beside `out` (`OUT.<pid>`), by pid.
-fn other_recordings(out: &Path) -> Vec<PathBuf> {
+/// The files named as recordings of other processes beside `out` (`OUT.<pid>`, and
+/// `OUT.<pid>.<n>`), with the pid their name gives, by pid and `n`.
+fn other_recordings(out: &Path) -> Vec<(u32, PathBuf)> {
     let (Some(dir), Some(name)) = (out.parent(), out.file_name().and_then(|n| n.to_str())) else {
         return Vec::new();
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut found: Vec<(u32, PathBuf)> = entries
+    let number = |digits: &str| -> Option<u32> {
+        digits
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| digits.parse().ok())?
+    };
+    let mut found: Vec<(u32, u32, PathBuf)> = entries
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let file = entry.file_name();
-            let pid = file.to_str()?.strip_prefix(name)?.strip_prefix('.')?;
-            if !pid.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            Some((pid.parse().ok()?, entry.path()))
+            let suffix = file.to_str()?.strip_prefix(name)?.strip_prefix('.')?;
+            let (pid, n) = match suffix.split_once('.') {
+                Some((pid, n)) => (number(pid)?, number(n)?),
+                None => (number(suffix)?, 0),
+            };
+            Some((pid, n, entry.path()))
         })
         .collect();
     found.sort();
-    found.into_iter().map(|(_, path)| path).collect()
+    found
+        .into_iter()
+        .map(|(pid, _, path)| (pid, path))
+        .collect()
+}
+
+/// Whether `path` is a regular file (not followed through a link) that starts with a
+/// recording's magic.
+fn starts_as_recording(path: &Path) -> bool {
+    if !std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file()) {
+        return false;
+    }
+    let mut magic = [0u8; MAGIC.len()];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok()
+        && &magic == MAGIC
+}
+
+/// The pid in a recording's header and the wall clock at its start (`None` for a file that is
+/// not a recording, or one without a start time).
+fn recording_start(path: &Path) -> Option<(u32, u64)> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut head = Vec::new();
+    file.take((FILE_HEADER_LEN + 4 + MAX_PROCESS_BLOCK) as u64)
+        .read_to_end(&mut head)
+        .ok()?;
+    let header = FileHeader::decode(&head).ok()?;
+    if decode_header(&head).ok()? < 2 {
+        return None;
+    }
+    let (process, _) = ProcessInfo::decode(head.get(FILE_HEADER_LEN..)?).ok()?;
+    Some((header.pid, process.wall_start_ns?))
+}
+
+/// `time` in ns since the Unix epoch (0 before it).
+fn wall_ns(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64)
 }
 
 /// One line about the recording.

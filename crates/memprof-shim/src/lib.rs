@@ -4,9 +4,11 @@
 //! the process id). Without `MEMPROF_OUT` the shim forwards every call and records nothing. The
 //! file is created on the first recorded call and never overwritten: when it exists, the process
 //! records to `MEMPROF_OUT.<pid>` (so a CUDA program started by the recorded one gets its own
-//! file). A forked child that does not exec records nothing, unless `MEMPROF_FORK=record`: then
-//! it records to `MEMPROF_OUT.<pid>` of its own, from its first call on, and `fork` (not a hook)
-//! holds the writer lock across the fork (`fork.rs`).
+//! file), and when that exists too (a program that replaced, by `exec`, one that recorded), to
+//! the first free `MEMPROF_OUT.<pid>.<n>`. A forked child that does not exec records nothing, unless `MEMPROF_FORK=record`: then
+//! it records to a file of its own (`MEMPROF_OUT.<pid>`, or `MEMPROF_OUT` with its pid for `%p`),
+//! from its first call on, and `fork` (not a hook) holds the writer lock across the fork
+//! (`fork.rs`).
 //!
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,

@@ -39,6 +39,8 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// The process that opened the recording (a `vfork` child shares this memory but not the file).
 static RECORDING_PID: AtomicU32 = AtomicU32::new(0);
+/// How many programs that replace one another (`exec`) in one process get `OUT.<pid>.<n>`.
+const MAX_EXEC_SUFFIX: u32 = 1000;
 /// How many times `_exit` tries the writer lock, 1 ms apart, before it gives up on the flush.
 // Used by `exit.rs`, which unit tests do not build (it would replace the test binary's `_exit`).
 #[cfg_attr(test, allow(dead_code))]
@@ -252,7 +254,7 @@ pub fn record_stamped(event: Record, stamp: Stamp) {
 fn publish_event(mut event: Record, ts_ns: u64, producing: &Producing) {
     event.ts_ns = ts_ns;
     event.tid = cached_tid();
-    // The process that started recording: only it records (see `forked_child`).
+    // The process that opened this recording (a forked child opens its own: `forked_child`).
     event.pid = RECORDING_PID.load(Ordering::Relaxed);
     let mut head = [0u64; HEAD_WORDS];
     head[..RECORD_WORDS].copy_from_slice(&words(&event));
@@ -309,8 +311,13 @@ fn publish(producing: &Producing, head: &[u64; HEAD_WORDS], frames: &[u64]) {
     DROPPED.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Starts recording on the first event; false when recording is off.
+/// Starts recording on the first event; false when recording is off, and in a forked child
+/// before the shim's child handler has run (another library's fork handler): it still has the
+/// parent's state, and may hold the writer lock that `start` would wait for (`fork.rs`).
 fn ensure_started() -> bool {
+    if crate::fork::in_fork_child() {
+        return false;
+    }
     match STATE.load(Ordering::Acquire) {
         RUNNING | STARTING => true,
         OFF => false,
@@ -336,6 +343,11 @@ pub(crate) fn lock() -> MutexGuard<'static, Writer> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The writer lock, if it is free now.
+pub(crate) fn try_lock() -> std::sync::TryLockResult<MutexGuard<'static, Writer>> {
+    WRITER.try_lock()
+}
+
 fn start() -> bool {
     let forked = crate::fork::in_child();
     if forked {
@@ -354,19 +366,27 @@ fn start() -> bool {
     );
     // Never overwrite: a second process with the same MEMPROF_OUT (a CUDA program started by
     // the recorded one) records to `OUT.<pid>` instead, and so does a forked child (`fork.rs`)
-    // unless `%p` already names it.
+    // unless `%p` already names it. A program that replaced (`exec`) one that recorded keeps its
+    // pid: it records to `OUT.<pid>.<n>`, the first of them that is free.
     let path = out.replace("%p", &pid().to_string());
     let own = format!("{path}.{}", pid());
-    let create = |path: &str| File::options().write(true).create_new(true).open(path);
-    let file = if forked && !out.contains("%p") {
-        create(&own)
-    } else {
-        match create(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => create(&own),
-            other => other,
+    let first = (!forked || out.contains("%p")).then(|| path.clone());
+    let names = first
+        .into_iter()
+        .chain(std::iter::once(own.clone()))
+        .chain((1..=MAX_EXEC_SUFFIX).map(|n| format!("{own}.{n}")));
+    let mut file = None;
+    for name in names {
+        match File::options().write(true).create_new(true).open(name) {
+            Ok(created) => {
+                file = Some(created);
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => break,
         }
-    };
-    let Ok(mut file) = file else {
+    }
+    let Some(mut file) = file else {
         return false;
     };
     let header = FileHeader {
@@ -415,6 +435,16 @@ fn writer_loop() {
         }
     }
     let _gone = Gone;
+    // A signal handler run on this thread while it holds the writer lock could call `fork`,
+    // whose prepare handler waits for that lock (`fork.rs`), or a hook: this thread runs only
+    // the shim's code, so it takes no signal that can be blocked.
+    // SAFETY: `all` is a valid sigset_t, filled by sigfillset before use; a null old set is
+    // allowed.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
     WRITER_TID.store(cached_tid(), Ordering::Relaxed);
     loop {
         let (count, closed) = {
@@ -485,9 +515,11 @@ fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
 }
 
 /// Final flush: drains the buffers and writes the trailer. Registered with `atexit` from the
-/// constructor, so it runs after handlers registered later (the CUDA runtime's teardown).
+/// constructor, so it runs after handlers registered later (the CUDA runtime's teardown). Does
+/// nothing in a process that did not open the recording (a child made without the fork
+/// handlers, by glibc's `_Fork`, would append the parent's events to the parent's file).
 extern "C" fn flush_at_exit() {
-    if STATE.load(Ordering::Acquire) != RUNNING {
+    if STATE.load(Ordering::Acquire) != RUNNING || RECORDING_PID.load(Ordering::Acquire) != pid() {
         return;
     }
     finish(&mut lock());
@@ -553,8 +585,8 @@ pub(crate) fn is_off() -> bool {
 /// record nothing (the child shares the parent's file offset and has no writer thread; a child
 /// that execs starts over in the new program). With `record`, forget the parent's recording
 /// (its events still in the buffers, its counters, this thread's id) so that the next event
-/// starts the child's own (`start`). Atomics only: another thread may have held the allocator's
-/// lock.
+/// starts the child's own (`start`). Atomic stores and a thread-local `Cell` only: another thread
+/// may have held the allocator's lock.
 pub(crate) fn forked_child(record: bool) {
     WRITER_ALIVE.store(false, Ordering::Release);
     if !record || is_off() {
