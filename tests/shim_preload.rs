@@ -666,38 +666,58 @@ fn check_child_recording(rec: &Path, pid: u32, parent: &Recording) {
     assert_eq!(args(&child), args(parent));
 }
 
+/// alloc_free with `knobs`, recording to `rec` with `MEMPROF_FORK=record` (its socket under
+/// `dir`).
+fn alloc_free_forking(dir: &Path, rec: &Path, knobs: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(dir.join("alloc_free"));
+    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
+        .envs(knobs.iter().copied())
+        .env("MEMPROF_FORK", "record")
+        .env("MEMPROF_OUT", rec)
+        .env("XDG_RUNTIME_DIR", runtime_dir(dir))
+        .env("LD_PRELOAD", shim());
+    cmd
+}
+
+/// The parent's recording is exactly what it is without children (nothing dropped), each of
+/// the `children` forked children alloc_free printed recorded exactly its own events, and no
+/// other recording is beside them. Returns the parent's.
+fn check_parent_and_children(rec: &Path, output: &Output, children: usize) -> Recording {
+    let parent = read(rec);
+    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    assert_eq!(parent.dropped, Some(0));
+    assert!(!parent.records.iter().any(|r| r.size == 12345));
+    assert!(parent.records.iter().all(|r| r.pid == parent.header.pid));
+    let pids = child_pids(output);
+    assert_eq!(pids.len(), children);
+    let mut expected = vec![rec.to_path_buf()];
+    for &pid in &pids {
+        check_child_recording(rec, pid, &parent);
+        expected.push(PathBuf::from(format!("{}.{pid}", rec.display())));
+    }
+    expected.sort();
+    assert_eq!(recordings_beside(rec), expected);
+    parent
+}
+
 #[test]
 fn with_memprof_fork_record_forked_children_record_to_their_own_file() {
     let dir = kernels("fork-record");
     let rec = dir.join("fork.memprof");
     let xdg = dir.join("xdg");
     std::fs::create_dir_all(&xdg).expect("mkdir");
-    let output = Command::new(dir.join("alloc_free"))
-        .env("FAKE_CUDA_CAPACITY", "1048576")
-        .env("ALLOC_FREE_FORK", "2")
-        .env("ALLOC_FREE_SOCKETS", xdg.join("memprof"))
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .env("MEMPROF_FORK", "record")
-        .env("MEMPROF_OUT", &rec)
-        .env("LD_PRELOAD", shim())
-        .output()
-        .expect("runs");
+    let sockets = xdg.join("memprof");
+    let sockets = sockets.to_str().expect("utf-8 path");
+    let output = alloc_free_forking(
+        &dir,
+        &rec,
+        &[("ALLOC_FREE_FORK", "2"), ("ALLOC_FREE_SOCKETS", sockets)],
+    )
+    .env("XDG_RUNTIME_DIR", &xdg)
+    .output()
+    .expect("runs");
     check("alloc_free with forked children", &output);
-    // The parent's recording is what it is without children.
-    let parent = read(&rec);
-    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
-    assert_eq!(parent.dropped, Some(0));
-    assert!(!parent.records.iter().any(|r| r.size == 12345));
-    assert!(parent.records.iter().all(|r| r.pid == parent.header.pid));
-    let children = child_pids(&output);
-    assert_eq!(children.len(), 2);
-    let mut expected = vec![rec.clone()];
-    for &pid in &children {
-        check_child_recording(&rec, pid, &parent);
-        expected.push(PathBuf::from(format!("{}.{pid}", rec.display())));
-    }
-    expected.sort();
-    assert_eq!(recordings_beside(&rec), expected);
+    check_parent_and_children(&rec, &output, 2);
     // Each child had a socket of its own (it checks), gone once it ended; the parent's is still
     // there (a child never removes it).
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -715,14 +735,11 @@ fn with_memprof_fork_record_forked_children_record_to_their_own_file() {
 fn forking_while_another_thread_records_does_not_deadlock() {
     let dir = kernels("fork-busy");
     let rec = dir.join("busy.memprof");
-    let mut cmd = Command::new(dir.join("alloc_free"));
-    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
-        .env("ALLOC_FREE_FORK", "20")
-        .env("ALLOC_FREE_BUSY", "1")
-        .env("MEMPROF_FORK", "record")
-        .env("MEMPROF_OUT", &rec)
-        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
-        .env("LD_PRELOAD", shim());
+    let cmd = alloc_free_forking(
+        &dir,
+        &rec,
+        &[("ALLOC_FREE_FORK", "20"), ("ALLOC_FREE_BUSY", "1")],
+    );
     let output = output_within(cmd, 120, "alloc_free forking while recording");
     check("alloc_free forking while a thread records", &output);
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -753,26 +770,14 @@ fn forking_while_another_thread_records_does_not_deadlock() {
 fn two_threads_forking_at_once_each_child_records_exactly() {
     let dir = kernels("fork-two");
     let rec = dir.join("two.memprof");
-    let mut cmd = Command::new(dir.join("alloc_free"));
-    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
-        .env("ALLOC_FREE_FORK", "5")
-        .env("ALLOC_FREE_FORKERS", "2")
-        .env("MEMPROF_FORK", "record")
-        .env("MEMPROF_OUT", &rec)
-        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
-        .env("LD_PRELOAD", shim());
+    let cmd = alloc_free_forking(
+        &dir,
+        &rec,
+        &[("ALLOC_FREE_FORK", "5"), ("ALLOC_FREE_FORKERS", "2")],
+    );
     let output = output_within(cmd, 120, "alloc_free forking from two threads");
     check("alloc_free forking from two threads at once", &output);
-    let parent = read(&rec);
-    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
-    assert_eq!(parent.dropped, Some(0));
-    assert!(!parent.records.iter().any(|r| r.size == 12345));
-    let children = child_pids(&output);
-    assert_eq!(children.len(), 10);
-    for &pid in &children {
-        check_child_recording(&rec, pid, &parent);
-    }
-    assert_eq!(recordings_beside(&rec).len(), 11);
+    check_parent_and_children(&rec, &output, 10);
 }
 
 /// The fake driver's child fork handler, which runs before the shim's, makes a hooked call: in
@@ -783,37 +788,19 @@ fn two_threads_forking_at_once_each_child_records_exactly() {
 fn a_call_from_an_earlier_fork_handler_in_the_child_is_forwarded_unrecorded() {
     let dir = kernels("fork-handler-call");
     let rec = dir.join("early.memprof");
-    let mut cmd = Command::new(dir.join("alloc_free"));
-    cmd.env("FAKE_CUDA_CAPACITY", "1048576")
-        .env("FAKE_CUDA_FORK_CALL", "1")
-        .env("ALLOC_FREE_FORK_FIRST", "1")
-        .env("ALLOC_FREE_FORK", "1")
-        .env("MEMPROF_FORK", "record")
-        .env("MEMPROF_OUT", &rec)
-        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
-        .env("LD_PRELOAD", shim());
-    let output = output_within(
-        cmd,
-        60,
-        "alloc_free with a fork handler that calls the driver",
+    let cmd = alloc_free_forking(
+        &dir,
+        &rec,
+        &[
+            ("FAKE_CUDA_FORK_CALL", "1"),
+            ("ALLOC_FREE_FORK_FIRST", "1"),
+            ("ALLOC_FREE_FORK", "1"),
+        ],
     );
-    check(
-        "alloc_free with a fork handler that calls the driver",
-        &output,
-    );
-    let parent = read(&rec);
-    assert_eq!(parent.records.len(), MAIN_CALLS + 4 * 2000 * 2);
-    assert_eq!(parent.dropped, Some(0));
-    assert!(parent.records.iter().all(|r| r.pid == parent.header.pid));
-    let children = child_pids(&output);
-    assert_eq!(children.len(), 2);
-    let mut expected = vec![rec.clone()];
-    for &pid in &children {
-        check_child_recording(&rec, pid, &parent);
-        expected.push(PathBuf::from(format!("{}.{pid}", rec.display())));
-    }
-    expected.sort();
-    assert_eq!(recordings_beside(&rec), expected);
+    let what = "alloc_free with a fork handler that calls the driver";
+    let output = output_within(cmd, 60, what);
+    check(what, &output);
+    check_parent_and_children(&rec, &output, 2);
 }
 
 /// Before the run, only earlier recordings at `OUT.<digits>` are removed: another file, and a
