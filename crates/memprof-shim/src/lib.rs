@@ -5,16 +5,17 @@
 //! file is created on the first recorded call and never overwritten: when it exists, the process
 //! records to `MEMPROF_OUT.<pid>` (so a CUDA program started by the recorded one gets its own
 //! file), and when that exists too (a program that replaced, by `exec`, one that recorded), to
-//! the first free `MEMPROF_OUT.<pid>.<n>`. A forked child that does not exec records nothing, unless `MEMPROF_FORK=record`: then
-//! it records to a file of its own (`MEMPROF_OUT.<pid>`, or `MEMPROF_OUT` with its pid for `%p`),
-//! from its first call on, and `fork` (not a hook) holds the writer lock across the fork
-//! (`fork.rs`).
+//! the first free `MEMPROF_OUT.<pid>.<n>`. A forked child that does not exec records nothing,
+//! unless `MEMPROF_FORK=record`: then it records to a file of its own (`MEMPROF_OUT.<pid>`, or
+//! `MEMPROF_OUT` with its pid for `%p`), from its first call on, and `fork` (not a hook) holds
+//! the writer lock across the fork (`fork.rs`).
 //!
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
 //! `cuMemRelease`, `cuMemGetInfo_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`,
-//! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls through pointers handed out by
-//! `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through pointers found by a
+//! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls
+//! through pointers handed out by `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux)
+//! through pointers found by a
 //! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
 //! shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
 //! `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them) so that each record carries
