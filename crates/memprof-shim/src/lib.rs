@@ -15,9 +15,8 @@
 //! `cuMemRelease`, `cuMemGetInfo_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`,
 //! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls
 //! through pointers handed out by `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux)
-//! through pointers found by a
-//! handle-scoped `dlsym(handle, ...)`, which is how libcudart finds `cuGetProcAddress_v2`: the
-//! shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
+//! through pointers found by a handle-scoped `dlsym(handle, ...)`, which is how libcudart finds
+//! `cuGetProcAddress_v2`: the shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
 //! `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them) so that each record carries
 //! the device of the calling thread's current context (`context.rs`). Each allocation (and
 //! `cuMemMap`) carries the native call stack of its caller, found by a frame-pointer walk
