@@ -13,19 +13,19 @@
 //! What it sees: calls to the exported driver symbols (`cuMemAlloc_v2`, `cuMemFree_v2`,
 //! `cuMemAllocAsync[_ptsz]`, `cuMemFreeAsync[_ptsz]`, `cuMemCreate`, `cuMemMap`, `cuMemUnmap`,
 //! `cuMemRelease`, `cuMemGetInfo_v2`, `cuMemAllocPitch_v2`, `cuMemAllocManaged`,
-//! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls
-//! through pointers handed out by `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux)
-//! through pointers found by a handle-scoped `dlsym(handle, ...)`, which is how libcudart finds
-//! `cuGetProcAddress_v2`: the shim exports `dlsym` (see `dlsym.rs`). It also follows `cuDevicePrimaryCtxRetain`,
-//! `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them) so that each record carries
-//! the device of the calling thread's current context (`context.rs`). Each allocation (and
-//! `cuMemMap`) carries the native call stack of its caller, found by a frame-pointer walk
-//! (`stack.rs`; x86_64 and aarch64; `MEMPROF_STACKS=0` turns it off); the writer thread gives
-//! each distinct stack an id and writes the executable mappings needed to symbolize it
-//! (`stacks.rs`). Not yet: `dlsym` on other architectures, context push/pop, context events in
-//! the recording, stacks of code built without frame pointers (partial), stack definitions on
-//! the live socket (its records carry ids it never defines). A program ending with `_exit` /
-//! `_Exit` is flushed first (`exit.rs`).
+//! `cuMemAllocFromPoolAsync[_ptsz]`, `cuMemAddressReserve`, `cuMemAddressFree`), and calls through
+//! pointers handed out by `cuGetProcAddress` / `cuGetProcAddress_v2`, and (x86_64 Linux) through
+//! pointers found by a handle-scoped `dlsym(handle, ...)`, which is how libcudart finds
+//! `cuGetProcAddress_v2`: the shim exports `dlsym` (see `dlsym.rs`). It also follows
+//! `cuDevicePrimaryCtxRetain`, `cuCtxCreate_v2` and `cuCtxSetCurrent` (recording nothing for them)
+//! so that each record carries the device of the calling thread's current context (`context.rs`).
+//! Each allocation (and `cuMemMap`) carries the native call stack of its caller, found by a
+//! frame-pointer walk (`stack.rs`; x86_64 and aarch64; `MEMPROF_STACKS=0` turns it off); the writer
+//! thread gives each distinct stack an id and writes the executable mappings needed to symbolize it
+//! (`stacks.rs`). Not yet: `dlsym` on other architectures, context push/pop, context events in the
+//! recording, stacks of code built without frame pointers (partial), stack definitions on the live
+//! socket (its records carry ids it never defines). A program ending with `_exit` / `_Exit` is
+//! flushed first (`exit.rs`).
 //!
 //! While it records, the shim also streams the same bytes to clients of a Unix socket named after
 //! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
