@@ -22,10 +22,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef void *CUstream;
+#include "../cuda_driver.h"
 
 enum {
     CUDA_SUCCESS = 0,
@@ -183,8 +180,8 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop,
-                     unsigned long long flags) {
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags) {
     (void)prop; (void)flags;
     if (!handle || size == 0) return CUDA_ERROR_INVALID_VALUE;
     return take(size, handle, 1);
@@ -207,10 +204,6 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
-
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
-CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
-                             int *status);
 
 /* Base name -> function, as the driver's table; `ptsz` for the per-thread-stream variant. */
 static void *lookup(const char *symbol, int version, unsigned long long flags) {
@@ -259,8 +252,6 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
  * Contexts, also for the shim's device attribution: the handle of device N's context is
  * 0x100 + N, for any N >= 0 (the workloads use several devices; the count says one, for probe).
  * Reached by symbol only; the lookup table above does not list them. */
-typedef int CUdevice;
-typedef void *CUcontext;
 #define FAKE_CUDA_ERROR_INVALID_DEVICE 101
 #define FAKE_CUDA_ERROR_INVALID_CONTEXT 201
 
@@ -333,21 +324,12 @@ CUresult cuCtxSetCurrent(CUcontext context) {
 }
 
 #ifndef FAKE_CUDA_OLD_DRIVER
-/* CUmemAllocationProp as cuda.h lays it out; only the fields checked here are named. */
-typedef struct {
-    int type;                  /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
-    int requested_handle_types;
-    int location_type;         /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
-    int location_id;
-    void *win32_metadata;
-    unsigned char alloc_flags[8];
-} FakeMemAllocationProp;
-
-CUresult cuMemGetAllocationGranularity(size_t *granularity, const FakeMemAllocationProp *prop,
+/* Pinned memory (type 1) on a device (location type 1) only. */
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        int option) {
     if (!granularity || !prop || option < 0 || option > 1) return CUDA_ERROR_INVALID_VALUE;
-    if (prop->type != 1 || prop->location_type != 1) return CUDA_ERROR_INVALID_VALUE;
-    if (prop->location_id != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
+    if (prop->type != 1 || prop->location.type != 1) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.id != 0) return FAKE_CUDA_ERROR_INVALID_DEVICE;
     *granularity = (size_t)env_number("FAKE_CUDA_GRANULARITY", 2ULL << 20);
     return CUDA_SUCCESS;
 }

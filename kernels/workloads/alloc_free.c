@@ -36,44 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef void *CUstream;
-
-typedef struct {
-    int type, requestedHandleTypes;
-    struct { int type, id; } location;
-    void *win32HandleMetaData;
-    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage;
-             unsigned char reserved[4]; } allocFlags;
-} CUmemAllocationProp;
-
-CUresult cuInit(unsigned int);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
-CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                     unsigned long long);
-CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-CUresult cuMemUnmap(CUdeviceptr, size_t);
-CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CUresult cuMemGetInfo_v2(size_t *, size_t *);
-CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
-CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int);
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, void *, CUstream);
-CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-CUresult cuMemAddressFree(CUdeviceptr, size_t);
-CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
-CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
-
-typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
-typedef CUresult (*free_fn)(CUdeviceptr);
-typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
-typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
-typedef CUresult (*gpa1_fn)(const char *, void **, int, unsigned long long);
-typedef CUresult (*gpa2_fn)(const char *, void **, int, unsigned long long, int *);
+#include "../cuda_driver.h"
 
 #define THREADS 4
 #define PAIRS 2000

@@ -11,16 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-
-CUresult cuInit(unsigned int);
-CUresult cuDevicePrimaryCtxRetain(void **, int);
-CUresult cuCtxSetCurrent(void *);
-CUresult cuCtxCreate_v2(void **, unsigned int, int);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuMemGetInfo_v2(size_t *, size_t *);
+#include "../cuda_driver.h"
 
 static void ok(CUresult r) {
     if (r != 0) exit(3);

@@ -19,27 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-
-typedef struct {
-    int type, requestedHandleTypes;
-    struct { int type, id; } location;
-    void *win32HandleMetaData;
-    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage;
-             unsigned char reserved[4]; } allocFlags;
-} CUmemAllocationProp;
-
-CUresult cuInit(unsigned int);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
-                     unsigned long long);
-CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-CUresult cuMemUnmap(CUdeviceptr, size_t);
-CUresult cuMemRelease(CUmemGenericAllocationHandle);
-CUresult cuMemGetInfo_v2(size_t *, size_t *);
+#include "../cuda_driver.h"
 
 static void ok(CUresult r) {
     if (r != 0) exit(3);

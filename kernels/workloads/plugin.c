@@ -3,10 +3,7 @@
  * Build: cc -O1 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -shared -fPIC plugin.c \
  *        -o libplugin.so -L<dir> -l:libcuda.so.1
  */
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-
-CUresult cuMemAlloc_v2(CUdeviceptr *, unsigned long);
+#include "../cuda_driver.h"
 
 __attribute__((noinline)) static CUresult plugin_buffer(CUdeviceptr *p) {
     CUresult rc = cuMemAlloc_v2(p, 70000);

@@ -9,13 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
-typedef CUresult (*free_fn)(CUdeviceptr);
-typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, void *);
-typedef CUresult (*free_async_fn)(CUdeviceptr, void *);
-typedef CUresult (*gpa2_fn)(const char *, void **, int, unsigned long long, int *);
+#include "../cuda_driver.h"
 
 static void line(const char *via, const char *kind, unsigned long long ptr, unsigned long long size,
                  unsigned long long stream, int result) {

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-int cuMemAlloc_v2(unsigned long long *, size_t);
-int cuMemFree_v2(unsigned long long);
+#include "../cuda_driver.h"
 
 static unsigned long long first;
 static int freeing;

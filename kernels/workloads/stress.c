@@ -8,8 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int cuMemAlloc_v2(unsigned long long *, size_t);
-int cuMemFree_v2(unsigned long long);
+#include "../cuda_driver.h"
 
 static long pairs;
 /* All threads start together, so they all hold a buffer (or find none left) at once. */

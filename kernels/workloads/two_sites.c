@@ -16,12 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-
-CUresult cuInit(unsigned int);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
-CUresult cuMemFree_v2(CUdeviceptr);
+#include "../cuda_driver.h"
 
 static void check(CUresult rc, const char *what) {
     if (rc != 0) {
