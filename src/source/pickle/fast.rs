@@ -155,7 +155,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         stores: &mut Vec<(usize, Value)>,
     ) -> Option<(Option<usize>, usize)> {
         let mut next_memoize = self.memo_count;
-        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize, &[])?;
+        let dict_slot = self.flat_memo_op(buf, p, &mut next_memoize, &[], None)?;
         if *buf.get(*p)? != b'(' {
             return None;
         }
@@ -178,10 +178,9 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                 // The same memo reference as the last dict's key here: the same key.
                 *p += code.len;
                 let key = self.flat_keys[len];
-                if let Some(slot) = self.flat_memo_op(buf, p, &mut next_memoize, stores)? {
-                    if dict_slot == Some(slot) {
-                        return None;
-                    }
+                if let Some(slot) =
+                    self.flat_memo_op(buf, p, &mut next_memoize, stores, dict_slot)?
+                {
                     stores.push((slot, key));
                 }
             } else {
@@ -205,8 +204,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         }
     }
 
-    /// One key or value of a flat dict and the memo store that may follow it (which must not
-    /// be to the dict's own slot).
+    /// One key or value of a flat dict and the memo store that may follow it.
     #[inline(always)]
     fn flat_item(
         &mut self,
@@ -218,10 +216,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
     ) -> Option<Value> {
         let (value, len) = self.flat_value(buf, *p)?;
         *p += len;
-        if let Some(slot) = self.flat_memo_op(buf, p, next_memoize, stores)? {
-            if dict_slot == Some(slot) {
-                return None;
-            }
+        if let Some(slot) = self.flat_memo_op(buf, p, next_memoize, stores, dict_slot)? {
             stores.push((slot, value));
         }
         Some(value)
@@ -229,9 +224,9 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
 
     /// An optional memo store at `buf[*p]` (MEMOIZE, BINPUT, LONG_BINPUT): `Some(None)` when
     /// there is none, `Some(Some(slot))` with `*p` moved past it, `None` to give up. Only a
-    /// slot that is empty and not stored to earlier in this dict (`pending`) is taken, so each
-    /// store grows the memo by one, which `next_memoize` (the next MEMOIZE's slot) counts as
-    /// the general path does.
+    /// slot that is empty and not stored to earlier in this dict (`pending`, or the dict's own
+    /// `dict_slot`) is taken, so each store grows the memo by one, which `next_memoize` (the
+    /// next MEMOIZE's slot) counts as the general path does.
     #[inline]
     fn flat_memo_op(
         &self,
@@ -239,6 +234,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         p: &mut usize,
         next_memoize: &mut usize,
         pending: &[(usize, Value)],
+        dict_slot: Option<usize>,
     ) -> Option<Option<usize>> {
         let (slot, len) = match *buf.get(*p)? {
             0x94 => (*next_memoize, 1),
@@ -252,7 +248,9 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         // A slot the general path refuses (past the bytes read: `memo_put_at`) is left to it,
         // to report.
         let at = self.window_base.wrapping_add(*p as u64);
-        let fresh = !self.memo.is_set(slot) && pending.iter().all(|&(s, _)| s != slot);
+        let fresh = !self.memo.is_set(slot)
+            && pending.iter().all(|&(s, _)| s != slot)
+            && dict_slot != Some(slot);
         if slot as u64 > at || !fresh {
             return None;
         }
@@ -298,9 +296,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         };
         Some(value)
     }
-}
 
-impl<R: Refill, F: Fold> Machine<'_, R, F> {
     /// The SHORT_BINUNICODE string at `buf[p]`, interned (out of line: strings are rare in
     /// trace entries, which refer to their key strings through the memo).
     #[inline(never)]
