@@ -24,4 +24,5 @@ mod stacks;
 mod torch_run;
 mod tui;
 mod util;
+mod verdicts;
 mod view_tmux;

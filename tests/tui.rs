@@ -558,3 +558,41 @@ mod attach {
         assert_eq!(senders.borrow().len(), 1);
     }
 }
+
+/// demo_oom's OOM moved to device 1, with device 0 holding the same segments and no trace:
+/// the layout of a multi-GPU file whose second GPU ran out of memory.
+fn oom_on_device_one() -> Snapshot {
+    let mut snap = load("demo_oom");
+    let entries = snap.timeline.device(0).to_vec();
+    let n = entries.len();
+    let moved: Vec<_> = snap
+        .segments
+        .iter()
+        .cloned()
+        .map(|mut s| {
+            s.device = 1;
+            s
+        })
+        .collect();
+    snap.segments.extend(moved);
+    let streams: Vec<u64> = (0..snap.timeline.stream_count())
+        .map(|i| snap.timeline.stream(memprof::model::StreamIndex(i as u16)))
+        .collect();
+    snap.timeline = memprof::model::Timeline::new(entries, vec![0..0, 0..n]);
+    snap.timeline.set_tables(streams, Vec::new());
+    snap
+}
+
+#[test]
+fn view_opens_on_the_device_that_ran_out_of_memory() {
+    let snap = oom_on_device_one();
+    let mut a = app("two_gpus", &snap, Theme::plain());
+    assert_eq!(a.state.device, 1, "opens on the OOM's device");
+    assert!(a.state.oom.is_some());
+    // From device 0, `o` jumps to device 1's OOM.
+    a.on_key(Key::Char('d'));
+    assert_eq!(a.state.device, 0);
+    a.on_key(Key::Char('o'));
+    assert_eq!(a.state.device, 1);
+    assert_eq!(a.state.cursor, a.state.oom.expect("an OOM"));
+}

@@ -1,8 +1,9 @@
 //! Everything `analyze` reports for one device of one snapshot.
 
 use super::layout::{layout_totals, LayoutTotals, SegmentUse};
-use super::oom::Diagnosis;
+use super::oom::{AtOom, Diagnosis};
 use super::peak::find_peak;
+use super::pressure::Pressure;
 use super::sites::{top_sites, Site};
 use crate::model::{Action, Snapshot};
 use serde::Serialize;
@@ -42,6 +43,8 @@ pub struct OomEntry {
     pub device_free_bytes: Option<u64>,
     pub time_us: Option<i64>,
     pub site: String,
+    /// The state at this entry, replayed (filled with `diagnosis`).
+    pub at_oom: Option<AtOom>,
     /// The cause and its evidence (`diagnose` without remedies); filled by the caller, which
     /// can replay the trace through the simulator.
     pub diagnosis: Option<Diagnosis>,
@@ -59,6 +62,12 @@ pub struct DeviceAnalysis {
     /// Segments with at least half their bytes free, most free bytes first (at most 16).
     pub mostly_free_segments: Vec<SegmentUse>,
     pub mostly_free_segment_count: usize,
+    /// OOM retries, `empty_cache()` calls, the capacity bracket and the headroom at the peak;
+    /// `None` without a trace. Filled by the caller, which replays the trace.
+    pub pressure: Option<Pressure>,
+    /// Whether the blocks of the final layout carry call stacks (memory history was recorded,
+    /// even where the trace was not kept).
+    pub blocks_have_stacks: bool,
 }
 
 const MOSTLY_FREE_SHOWN: usize = 16;
@@ -90,6 +99,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
             device_free_bytes: e.device_free(),
             time_us: e.time_us(),
             site: super::sites::site_of(&snapshot.stacks, e.stack),
+            at_oom: None,
             diagnosis: None,
         });
     let mut mostly_free_segments = std::mem::take(&mut totals.mostly_free);
@@ -121,6 +131,10 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
         oom,
         mostly_free_segments,
         mostly_free_segment_count,
+        pressure: None,
+        blocks_have_stacks: segments
+            .iter()
+            .any(|s| s.blocks.iter().any(|b| b.stack.is_some())),
     }
 }
 

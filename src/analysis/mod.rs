@@ -9,8 +9,10 @@ mod layout;
 mod layout_at;
 pub mod oom;
 mod peak;
+pub mod pressure;
 mod series;
 mod sites;
+pub mod version;
 
 pub use device::{analyze_device, analyze_snapshot, DeviceAnalysis, OomEntry, TraceSummary};
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};

@@ -165,21 +165,94 @@ pub struct OomSite {
     pub bytes: u64,
 }
 
+/// What kind of change a remedy asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemedyKind {
+    /// Allocator settings: the whole string to set, in `alloc_conf`.
+    AllocConf,
+    /// Free the tensors some sites keep across iterations earlier.
+    FreeEarlier,
+    /// Cut live memory at the failing request by `bytes` (checkpointing, sharding, a smaller
+    /// batch): no replay can say which.
+    ReduceLive,
+    /// Free memory held outside PyTorch's allocator.
+    OutsideAllocator,
+}
+
+/// One allocator setting a remedy changes against the recorded settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SettingChange {
+    pub key: String,
+    /// The recorded value; `None` when the key was not set.
+    pub recorded: Option<String>,
+    pub new: String,
+}
+
 /// A way out of the OOM.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Remedy {
-    /// A `PYTORCH_CUDA_ALLOC_CONF` setting, or `plan: ...` for a change to the program.
+    pub kind: RemedyKind,
+    /// What to do, in one line.
     pub action: String,
+    /// For `alloc_conf`: the complete settings string to set (the recorded settings with the
+    /// change), for the variable `env`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<&'static str>,
+    /// Python to run as well, where a setting is a call rather than part of the string.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// For `alloc_conf`: what differs from the recorded settings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<SettingChange>,
     /// Replayed through the simulator.
     pub verified: bool,
     pub oom_avoided: Option<bool>,
     pub new_peak_reserved_bytes: Option<u64>,
     /// Peak of allocated bytes in the replay.
     pub new_peak_allocated_bytes: Option<u64>,
-    /// For a remedy that frees tensors earlier: the sites freed, with the bytes they held at
-    /// the OOM.
+    /// For `reduce_live` and `outside_allocator`: the bytes to cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// For `free_earlier`: the sites freed, with the bytes they held at the OOM; for
+    /// `reduce_live`: the sites holding the most at the OOM, to cut from.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub freed: Vec<OomSite>,
+    pub sites: Vec<OomSite>,
+}
+
+impl Remedy {
+    /// A remedy of `kind` described by `action`, not replayed.
+    pub fn unverified(kind: RemedyKind, action: impl Into<String>) -> Remedy {
+        Remedy {
+            kind,
+            action: action.into(),
+            alloc_conf: None,
+            env: None,
+            code: None,
+            changed: Vec::new(),
+            verified: false,
+            oom_avoided: None,
+            new_peak_reserved_bytes: None,
+            new_peak_allocated_bytes: None,
+            bytes: None,
+            sites: Vec::new(),
+        }
+    }
+}
+
+/// The state at the failing request (replayed), each figure of that one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AtOom {
+    pub reserved_bytes: u64,
+    /// Bytes in allocated blocks, pending-free ones included.
+    pub allocated_bytes: u64,
+    /// Reserved bytes not in allocated blocks.
+    pub free_in_cache_bytes: u64,
+    /// `None` when the input does not give it (a log message, a recording).
+    pub largest_free_block_bytes: Option<u64>,
+    pub device_free_bytes: Option<u64>,
 }
 
 /// One diagnosed OOM (`design/CLI.md`, `diagnose`).
@@ -197,12 +270,23 @@ pub struct Diagnosis {
     pub largest_free_block_bytes: Option<u64>,
     /// The device's total memory, when known (`--capacity`, or the message).
     pub total_bytes: Option<u64>,
+    /// The figures above, as one object of the moment of the OOM.
+    pub at_oom: AtOom,
     /// The failing request's site first, then the sites that hold the most.
     pub sites: Vec<OomSite>,
+    /// What avoids the OOM in replay, or cannot be replayed, best first.
     pub remedies: Vec<Remedy>,
+    /// Settings replayed that still run out of memory, with their results.
+    pub tried: Vec<Remedy>,
+    /// Settings a remedy would suggest that the recorded settings already have.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub already_on: Vec<String>,
     /// The device memory the remedies were replayed under (given, or the bracket the trace
     /// shows); `None` when none was replayed.
     pub replay_capacity_bytes: Option<u64>,
+    /// Where `replay_capacity_bytes` came from: `given` (--capacity), `inferred` (bracketed by
+    /// the trace's OOM retries and `oom` entry); `None` when none was replayed.
+    pub replay_capacity_source: Option<&'static str>,
 }
 
 impl Diagnosis {
@@ -225,9 +309,19 @@ impl Diagnosis {
             device_free_bytes: facts.device_free_bytes,
             largest_free_block_bytes: facts.largest_free_block_bytes,
             total_bytes: facts.total_bytes,
+            at_oom: AtOom {
+                reserved_bytes: facts.reserved_bytes,
+                allocated_bytes: facts.allocated_bytes,
+                free_in_cache_bytes: facts.cached_free_bytes(),
+                largest_free_block_bytes: facts.largest_free_block_bytes,
+                device_free_bytes: facts.device_free_bytes,
+            },
             sites: Vec::new(),
             remedies: Vec::new(),
+            tried: Vec::new(),
+            already_on: Vec::new(),
             replay_capacity_bytes: None,
+            replay_capacity_source: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
-use crate::analysis::analyze_snapshot;
+use crate::analysis::{analyze_snapshot, version};
 use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
@@ -52,6 +52,11 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
                 .settings
                 .as_ref()
                 .and_then(|s| s.alloc_conf.clone()),
+            torch_version: loaded.recording.is_none().then(|| {
+                let has_entries = (0..snapshot.timeline.device_count())
+                    .any(|d| !snapshot.timeline.device(d).is_empty());
+                version::infer(snapshot.format, &loaded.parsed.keys, has_entries)
+            }),
             devices: classify_ooms(
                 snapshot,
                 origin(loaded.recording.as_ref()),

@@ -4,9 +4,11 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
-use crate::model::Bytes;
-use crate::report::diagnose::DiagnoseReport;
+use crate::analysis::{layout_totals, version};
+use crate::diagnose::remedies::Recorded;
+use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, pressure, Depth};
+use crate::model::{Action, Bytes};
+use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState};
 use crate::sim::replay::{self, DeviceTrace};
 use crate::sim::Backend;
 use crate::source::oom_log::parse_log;
@@ -35,6 +37,9 @@ pub struct DiagnoseArgs {
     /// Print one JSON document (schema_version 1) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Exit with status 1 when an out-of-memory error is found (for scripts and CI).
+    #[arg(long)]
+    pub fail_on_oom: bool,
 }
 
 pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
@@ -47,13 +52,11 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
     if args.json {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;
-    } else if report.diagnoses.is_empty() {
-        writeln!(stdout, "{}: no out-of-memory error found", source.display())?;
     } else {
-        stdout.write_all(report.text().as_bytes())?;
+        stdout.write_all(report.text(&source.display().to_string()).as_bytes())?;
     }
     stdout.flush()?;
-    Ok(if report.diagnoses.is_empty() {
+    Ok(if args.fail_on_oom && !report.diagnoses.is_empty() {
         Outcome::Finding
     } else {
         Outcome::Ok
@@ -63,7 +66,11 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
 fn from_log(path: &Path) -> anyhow::Result<DiagnoseReport> {
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
     let text = String::from_utf8_lossy(&bytes);
-    Ok(DiagnoseReport::new(diagnose_log(&parse_log(&text))))
+    Ok(DiagnoseReport::new(
+        diagnose_log(&parse_log(&text)),
+        Vec::new(),
+        None,
+    ))
 }
 
 fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseReport> {
@@ -86,32 +93,76 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
             let recorded = info.device_total.get(&device).copied();
             diagnose_recording_device(snapshot, device, total.or(recorded), true)
         });
-        return Ok(DiagnoseReport::new(diagnoses.collect()));
+        return Ok(DiagnoseReport::new(diagnoses.collect(), Vec::new(), None));
     }
-    let (recorded, warning) = replay::recorded_config(snapshot);
+    let (config, warning) = replay::recorded_config(snapshot);
     if let Some(w) = warning {
         eprintln!("memprof: warning: {shown}: {w}");
     }
+    let has_entries =
+        (0..snapshot.timeline.device_count()).any(|d| !snapshot.timeline.device(d).is_empty());
+    let version = version::infer(snapshot.format, &loaded.parsed.keys, has_entries);
+    let conf = snapshot
+        .settings
+        .as_ref()
+        .and_then(|s| s.alloc_conf.as_deref())
+        .unwrap_or("");
+    let recorded = Recorded {
+        config: &config,
+        conf,
+        version,
+    };
     let mut diagnoses = Vec::new();
+    let mut devices = Vec::new();
+    let traced: Vec<u32> = DeviceTrace::all(snapshot)
+        .iter()
+        .filter(|t| !t.entries.is_empty())
+        .map(|t| t.device)
+        .collect();
     for trace in DeviceTrace::all(snapshot) {
-        if !trace
-            .entries
-            .iter()
-            .any(|e| e.action == crate::model::Action::Oom)
-        {
+        if trace.entries.is_empty() {
             continue;
         }
-        if recorded.backend == Backend::CudaMallocAsync {
+        let has_oom = trace.entries.iter().any(|e| e.action == Action::Oom);
+        if has_oom && config.backend == Backend::CudaMallocAsync {
             bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to diagnose");
         }
-        let prepared = replay::prepare(&trace, &recorded, None);
-        diagnoses.extend(diagnose_device(
-            snapshot,
-            &prepared,
-            &recorded,
-            total,
-            Depth::WithRemedies,
-        ));
+        if config.backend == Backend::CudaMallocAsync {
+            continue;
+        }
+        let prepared = replay::prepare(&trace, &config, None);
+        devices.push(DevicePressure {
+            device: trace.device,
+            pressure: Some(pressure(snapshot, &prepared)),
+            untraced: None,
+        });
+        if has_oom {
+            diagnoses.extend(diagnose_device(
+                snapshot,
+                &prepared,
+                &recorded,
+                total,
+                Depth::WithRemedies,
+            ));
+        }
     }
-    Ok(DiagnoseReport::new(diagnoses))
+    // Devices without a trace: only the final layout speaks.
+    for device in snapshot.devices() {
+        if traced.contains(&device) {
+            continue;
+        }
+        let totals = layout_totals(snapshot.device_segments(device));
+        devices.push(DevicePressure {
+            device,
+            pressure: None,
+            untraced: Some(UntracedState {
+                reserved_bytes: totals.reserved_bytes,
+                active_bytes: totals.active_bytes,
+                free_in_cache_bytes: totals.fragmentation.external_bytes,
+                largest_free_block_bytes: totals.fragmentation.largest_free_block_bytes,
+            }),
+        });
+    }
+    devices.sort_by_key(|d| d.device);
+    Ok(DiagnoseReport::new(diagnoses, devices, Some(version)))
 }

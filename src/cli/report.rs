@@ -1,7 +1,10 @@
 //! `memprof report FILE -o report.html`: the self-contained HTML report of a snapshot.
 
+use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::analysis::analyze_snapshot;
+use crate::diagnose::classify_ooms;
 use crate::report::html;
 use anyhow::{bail, Context};
 use clap::Args;
@@ -33,11 +36,15 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
         }
     }
     let name = args.file.file_name().unwrap_or(args.file.as_os_str());
+    let analyses = classify_ooms(
+        snapshot,
+        origin(loaded.recording.as_ref()),
+        analyze_snapshot(snapshot, args.top, args.device),
+    );
     let page = html::report(
         snapshot,
         &name.to_string_lossy(),
-        args.top,
-        args.device,
+        &analyses,
         &loaded.parsed.warnings,
     )?;
     std::fs::write(&args.output, page)

@@ -13,7 +13,7 @@
 //! remedy is not offered.
 
 use crate::analysis::iterations::{find_iterations, Iterations};
-use crate::analysis::oom::{OomSite, Remedy};
+use crate::analysis::oom::{OomSite, Remedy, RemedyKind};
 use crate::analysis::site_of;
 use crate::model::{Action, Bytes, Replay, Snapshot};
 use crate::sim::replay::{self, Prepared};
@@ -65,14 +65,8 @@ pub fn free_earlier(
     let replayable = prepared
         .capacity
         .filter(|_| prepared.recorded_run.oom.is_some());
-    let mut remedy = Remedy {
-        action,
-        verified: false,
-        oom_avoided: None,
-        new_peak_reserved_bytes: None,
-        new_peak_allocated_bytes: None,
-        freed,
-    };
+    let mut remedy = Remedy::unverified(RemedyKind::FreeEarlier, action);
+    remedy.sites = freed;
     if let Some(capacity) = replayable {
         let run = replay::run_freeing_early(prepared, recorded, Some(capacity), &frees);
         remedy.verified = true;

@@ -2,7 +2,7 @@
 //! is free, allocated and reserved, but neither the largest free block nor the sites.
 
 use crate::analysis::oom::{Cause, Diagnosis, OomFacts};
-use crate::diagnose::remedies::{program_remedy, unverified};
+use crate::diagnose::remedies::{program_remedy, unreplayed_setting};
 use crate::source::oom_log::LoggedOom;
 
 /// One diagnosis per message, with the remedies the numbers support (none verified: a log
@@ -23,9 +23,10 @@ pub fn diagnose_log(messages: &[LoggedOom]) -> Vec<Diagnosis> {
             d.evidence
                 .push_str(&format!(" (from a {} message)", m.format.name()));
             if d.cause == Cause::Fragmentation {
-                d.remedies.push(unverified("expandable_segments:True"));
+                d.remedies
+                    .push(unreplayed_setting("expandable_segments", "True"));
             }
-            d.remedies.extend(program_remedy(d.cause, &facts));
+            d.remedies.extend(program_remedy(d.cause, &facts, &[]));
             d
         })
         .collect()

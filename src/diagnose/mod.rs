@@ -6,12 +6,14 @@
 mod classify;
 mod free_earlier;
 mod log;
+mod pressure;
 mod recording;
-mod remedies;
+pub mod remedies;
 mod snapshot;
 
 pub use classify::{classify_ooms, Origin};
 pub use log::diagnose_log;
+pub use pressure::pressure;
 pub use recording::diagnose_recording_device;
 pub use snapshot::{diagnose_device, Depth};
 

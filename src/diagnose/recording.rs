@@ -41,7 +41,7 @@ pub fn diagnose_recording_device(
         );
     }
     if with_remedies {
-        d.remedies.extend(program_remedy(d.cause, &facts));
+        d.remedies.extend(program_remedy(d.cause, &facts, &[]));
     }
     Some(d)
 }

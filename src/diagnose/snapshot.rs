@@ -10,10 +10,9 @@ use crate::analysis::growth::find_growth;
 use crate::analysis::oom::{Cause, Diagnosis, OomFacts, OomSite};
 use crate::analysis::{layout_at, site_of, top_sites};
 use crate::diagnose::free_earlier::free_earlier;
-use crate::diagnose::remedies::{program_remedy, rank, verified_remedies};
+use crate::diagnose::remedies::{program_remedy, rank, replayed_settings, Recorded};
 use crate::model::{Action, BlockState, Replay, Snapshot};
-use crate::sim::replay::Prepared;
-use crate::sim::AllocatorConfig;
+use crate::sim::replay::{CapacitySource, Prepared};
 
 /// How many live sites follow the failing request's.
 const SITES: usize = 5;
@@ -30,7 +29,7 @@ pub enum Depth {
 pub fn diagnose_device(
     snapshot: &Snapshot,
     prepared: &Prepared,
-    recorded: &AllocatorConfig,
+    recorded: &Recorded<'_>,
     total: Option<u64>,
     depth: Depth,
 ) -> Option<Diagnosis> {
@@ -102,14 +101,28 @@ pub fn diagnose_device(
     }
     if depth == Depth::WithRemedies {
         let named: Vec<&str> = d.sites.iter().map(|s| s.frame.as_str()).collect();
-        let mut remedies = verified_remedies(prepared, recorded);
-        remedies.extend(free_earlier(snapshot, prepared, recorded, index, &named));
+        let settings = replayed_settings(prepared, recorded);
+        let mut remedies = settings.avoided;
+        let early = free_earlier(snapshot, prepared, recorded.config, index, &named);
+        match early {
+            Some(r) if r.verified && r.oom_avoided != Some(true) => d.tried.push(r),
+            Some(r) => remedies.push(r),
+            None => {}
+        }
         remedies.sort_by_key(rank);
-        d.replay_capacity_bytes = prepared
-            .capacity
-            .filter(|_| remedies.iter().any(|r| r.verified));
+        d.tried.extend(settings.tried);
+        d.tried.sort_by_key(rank);
+        d.already_on = settings.already_on;
+        let replayed = remedies.iter().chain(&d.tried).any(|r| r.verified);
+        d.replay_capacity_bytes = prepared.capacity.filter(|_| replayed);
+        d.replay_capacity_source = replayed.then_some(match prepared.capacity_source {
+            CapacitySource::Given => "given",
+            _ => "inferred",
+        });
         d.remedies = remedies;
-        d.remedies.extend(program_remedy(d.cause, &facts));
+        // The sites that hold the most at the OOM, the failing request's own excepted.
+        let holders: Vec<OomSite> = d.sites.iter().skip(1).cloned().collect();
+        d.remedies.extend(program_remedy(d.cause, &facts, &holders));
     }
     Some(d)
 }

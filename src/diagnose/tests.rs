@@ -5,6 +5,8 @@
 use super::*;
 use crate::analysis;
 use crate::analysis::oom::Cause;
+use crate::analysis::version::VersionRange;
+use crate::diagnose::remedies::Recorded;
 use crate::model::{
     Action, AllocatorSettings, Snapshot, SnapshotFormat, StackTable, StreamIndex, Timeline,
     TraceEntry,
@@ -44,10 +46,20 @@ fn ok(a: &mut CachingAllocator, size: u64) -> u64 {
 }
 
 fn diagnosed(snapshot: &Snapshot, total: Option<u64>) -> analysis::oom::Diagnosis {
-    let (recorded, _) = replay::recorded_config(snapshot);
+    let (config, _) = replay::recorded_config(snapshot);
     let trace = &DeviceTrace::all(snapshot)[0];
-    let prepared = replay::prepare(trace, &recorded, None);
+    let prepared = replay::prepare(trace, &config, None);
     assert!(prepared.validation.first_mismatch.is_none());
+    let conf = snapshot
+        .settings
+        .as_ref()
+        .and_then(|s| s.alloc_conf.clone())
+        .unwrap_or_default();
+    let recorded = Recorded {
+        config: &config,
+        conf: &conf,
+        version: VersionRange::default(),
+    };
     diagnose_device(snapshot, &prepared, &recorded, total, Depth::WithRemedies)
         .expect("an oom entry")
 }
@@ -84,9 +96,21 @@ fn generated_fragmentation() {
     assert_eq!(d.largest_free_block_bytes, Some(20 * MIB));
     assert_eq!(d.reserved_bytes, 120 * MIB);
     assert!(d.evidence.contains("20.00 MiB"), "{}", d.evidence);
-    let actions: Vec<&str> = d.remedies.iter().map(|r| r.action.as_str()).collect();
-    assert!(actions.contains(&"expandable_segments:True"), "{actions:?}");
-    assert!(d.remedies.iter().all(|r| r.verified));
+    let confs: Vec<&str> = d
+        .remedies
+        .iter()
+        .filter_map(|r| r.alloc_conf.as_deref())
+        .collect();
+    assert!(confs.contains(&"expandable_segments:True"), "{confs:?}");
+    assert!(d
+        .remedies
+        .iter()
+        .filter(|r| r.kind == analysis::oom::RemedyKind::AllocConf)
+        .all(|r| r.verified && r.oom_avoided == Some(true)));
+    // Cutting live memory is offered last, with the bytes it takes.
+    let cut = d.remedies.last().expect("a cut");
+    assert_eq!(cut.kind, analysis::oom::RemedyKind::ReduceLive);
+    assert_eq!(cut.bytes, Some(5 * MIB));
     let best = &d.remedies[0];
     assert_eq!(best.oom_avoided, Some(true), "{:?}", d.remedies);
     assert!(best.new_peak_reserved_bytes.is_some_and(|p| p <= 120 * MIB));
@@ -99,8 +123,25 @@ fn a_setting_in_force_is_never_offered() {
         None,
     );
     assert_eq!(d.cause, Cause::Fragmentation);
-    let actions: Vec<&str> = d.remedies.iter().map(|r| r.action.as_str()).collect();
-    assert_eq!(actions, ["expandable_segments:True"]);
+    let confs: Vec<&str> = d
+        .remedies
+        .iter()
+        .chain(&d.tried)
+        .filter_map(|r| r.alloc_conf.as_deref())
+        .collect();
+    // The whole string to set: the recorded settings kept, the one change added.
+    assert_eq!(
+        confs,
+        ["max_split_size_mb:512,garbage_collection_threshold:0.6,expandable_segments:True"]
+    );
+    let r = &d.remedies[0];
+    assert_eq!(r.env, Some("PYTORCH_CUDA_ALLOC_CONF"));
+    assert_eq!(r.changed.len(), 1);
+    assert_eq!(r.changed[0].key, "expandable_segments");
+    assert_eq!(
+        d.already_on,
+        ["max_split_size_mb:512", "garbage_collection_threshold:0.6"]
+    );
     // With expandable segments on, the same program does not run out of memory at all.
     let s = fragmented("expandable_segments:True");
     assert!(s.timeline.device(0).iter().all(|e| e.action != Action::Oom));
@@ -113,9 +154,13 @@ fn generated_exhaustion_and_outside_allocator() {
     assert_eq!(d.cause, Cause::Exhaustion, "{}", d.evidence);
     assert_eq!(d.device_free_bytes, Some(20 * MIB));
     assert!(d.remedies.iter().all(|r| r.oom_avoided != Some(true)));
-    let plan = d.remedies.last().expect("a plan");
-    assert!(!plan.verified && plan.action.starts_with("plan: "));
-    assert!(plan.action.contains("10.00 MiB"), "{}", plan.action);
+    // Every setting replayed still fails, so they are listed as tried and the cut leads.
+    assert!(!d.tried.is_empty());
+    assert!(d.tried.iter().all(|r| r.oom_avoided == Some(false)));
+    let plan = &d.remedies[0];
+    assert_eq!(plan.kind, analysis::oom::RemedyKind::ReduceLive);
+    assert!(!plan.verified && plan.action.starts_with("cut live memory"));
+    assert_eq!(plan.bytes, Some(10 * MIB));
     // The same OOM on a device of 164 MiB: 64 MiB is held outside the allocator.
     let d = diagnosed(&s, Some(164 * MIB));
     assert_eq!(d.cause, Cause::OutsideAllocator, "{}", d.evidence);
@@ -158,7 +203,8 @@ fn accumulating() -> (Snapshot, Vec<usize>) {
 fn freeing(d: &analysis::oom::Diagnosis) -> &analysis::oom::Remedy {
     d.remedies
         .iter()
-        .find(|r| !r.freed.is_empty())
+        .chain(&d.tried)
+        .find(|r| r.kind == analysis::oom::RemedyKind::FreeEarlier)
         .expect("a remedy that frees tensors earlier")
 }
 
@@ -195,7 +241,7 @@ fn generated_growth() {
     let r = freeing(&d);
     assert!(r.verified);
     assert_eq!(r.oom_avoided, Some(true), "{r:?}");
-    assert_eq!(r.freed[0].bytes, 72 * MIB);
+    assert_eq!(r.sites[0].bytes, 72 * MIB);
     assert!(
         r.action.starts_with("free the 6 tensors (72.00 MiB)"),
         "{}",
@@ -225,7 +271,7 @@ fn generated_growth_without_markers() {
     );
     let r = freeing(&d);
     assert_eq!(r.oom_avoided, Some(true), "{r:?}");
-    assert_eq!(r.freed[0].bytes, 72 * MIB);
+    assert_eq!(r.sites[0].bytes, 72 * MIB);
     assert_eq!(r.new_peak_allocated_bytes, Some(32 * MIB));
 }
 
@@ -251,12 +297,44 @@ fn generated_exhaustion_with_a_small_accumulating_list() {
     assert!(r.verified);
     assert_eq!(r.oom_avoided, Some(false), "{r:?}");
     // The weights (made before the loop) and the live activation stay.
-    assert_eq!(r.freed[0].bytes, 36 * MIB);
+    assert_eq!(r.sites[0].bytes, 36 * MIB);
     // Without a loop nothing is freed earlier.
     let d = diagnosed(&exhausted(), None);
     assert!(
-        d.remedies.iter().all(|r| r.freed.is_empty()),
+        d.remedies
+            .iter()
+            .chain(&d.tried)
+            .all(|r| r.kind != analysis::oom::RemedyKind::FreeEarlier),
         "{:?}",
         d.remedies
     );
+}
+
+#[test]
+fn the_oom_figures_are_those_of_the_oom_not_of_the_dump() {
+    // The exception frees the 60 MiB tensor before the snapshot is dumped: at the dump a
+    // whole free 60 MiB segment is cached, at the OOM the largest free block was 20 MiB.
+    let s = recorded("", 120 * MIB, |a| {
+        let x = ok(a, 60 * MIB);
+        a.free(x).expect("allocated");
+        let p = ok(a, 20 * MIB);
+        ok(a, 30 * MIB);
+        a.free(p).expect("allocated");
+        let big = ok(a, 60 * MIB);
+        assert!(a.malloc(25 * MIB, 0).is_err());
+        a.free(big).expect("allocated");
+    });
+    let devices = classify_ooms(
+        &s,
+        Origin::TorchSnapshot,
+        analysis::analyze_snapshot(&s, 5, None),
+    );
+    let d = &devices[0];
+    assert_eq!(d.layout.fragmentation.largest_free_block_bytes, 60 * MIB);
+    let oom = d.oom.as_ref().expect("an oom entry");
+    let at = oom.at_oom.expect("replayed");
+    assert_eq!(at.largest_free_block_bytes, Some(20 * MIB));
+    assert_eq!(at.reserved_bytes, 120 * MIB);
+    assert_eq!(at.allocated_bytes, 90 * MIB);
+    assert_eq!(at.free_in_cache_bytes, 30 * MIB);
 }

@@ -30,6 +30,24 @@ pub struct AllocatorSettings {
     pub roundup_power2_divisions: Vec<(u64, u64)>,
 }
 
+/// Which optional keys a snapshot file held: each arrived with a PyTorch release, so together
+/// they bound the version that wrote the file (`analysis::version`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FormatKeys {
+    /// Top-level `allocator_settings` (2.3+).
+    pub allocator_settings: bool,
+    /// Top-level `external_annotations` (2.5+).
+    pub external_annotations: bool,
+    /// `allocator_settings.graph_capture_record_stream_reuse` (2.9+).
+    pub settings_stream_reuse: bool,
+    /// Trace entries carry `time_us` (2.2+).
+    pub entry_time_us: bool,
+    /// Trace entries carry `compile_context` (2.8+).
+    pub entry_compile_context: bool,
+    /// Trace entries carry `user_metadata` (2.10+).
+    pub entry_user_metadata: bool,
+}
+
 /// One `record_function` annotation (PyTorch 2.5+ `external_annotations`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Annotation {

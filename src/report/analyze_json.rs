@@ -1,5 +1,6 @@
 //! The `analyze --json` document (`design/CLI.md`, `schema_version` 1).
 
+use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
 use serde::Serialize;
 
@@ -40,6 +41,9 @@ pub struct InputReport {
     pub format: &'static str,
     /// The allocator settings string recorded in the file, when present.
     pub alloc_conf: Option<String>,
+    /// The PyTorch releases that could have written the file, from the keys it holds
+    /// (`None` for a recording).
+    pub torch_version: Option<VersionRange>,
     /// The recorded process, for a memprof recording (absent for a snapshot).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessReport>,

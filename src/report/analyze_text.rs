@@ -1,6 +1,7 @@
 //! Human text for `analyze`: a short summary a person can act on.
 
 use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
+use super::pressure_text;
 use crate::analysis::DeviceAnalysis;
 use crate::model::Bytes;
 use std::fmt::Write;
@@ -37,11 +38,11 @@ fn quoted(arg: &str) -> String {
 }
 
 fn render_input(input: &InputReport, out: &mut String) {
-    let format = match input.format {
-        "history" => "PyTorch 2.0 snapshot",
-        "segments_only" => "segment list (no trace)",
-        "recording" => "memprof recording of driver calls",
-        _ => "PyTorch 2.1+ snapshot",
+    let format = match (input.format, &input.torch_version) {
+        ("segments_only", _) => "segment list (no trace)".to_string(),
+        ("recording", _) => "memprof recording of driver calls".to_string(),
+        (_, Some(v)) => format!("{v} snapshot"),
+        (_, None) => "PyTorch snapshot".to_string(),
     };
     let _ = writeln!(
         out,
@@ -81,20 +82,22 @@ fn render_input(input: &InputReport, out: &mut String) {
 }
 
 /// One device's report; `driver_only` for a recording, whose diagnosis sees the driver's calls
-/// but not the allocator's cache.
+/// but not the allocator's cache. Every figure names its moment: the dump (the final layout),
+/// the peak over the trace, or the OOM.
 fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
     let f = &d.layout.fragmentation;
     let _ = writeln!(out, "device {}", d.device);
+    let _ = writeln!(out, "  at the dump:");
     let _ = writeln!(
         out,
-        "  reserved    {:>11}  in {} segments, {} blocks",
+        "    reserved      {:>11}  in {} segments, {} blocks",
         Bytes(d.layout.reserved_bytes).to_string(),
         d.layout.segments,
         d.layout.blocks
     );
     let _ = writeln!(
         out,
-        "  allocated   {:>11}  requested {}, {} lost to rounding (internal)",
+        "    allocated     {:>11}  requested {}, {} lost to rounding (internal)",
         Bytes(d.layout.allocated_bytes).to_string(),
         Bytes(d.layout.requested_bytes),
         Bytes(f.internal_bytes)
@@ -102,7 +105,7 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
     if d.layout.active_bytes != d.layout.allocated_bytes {
         let _ = writeln!(
             out,
-            "  pending     {:>11}  freed but waiting on other streams",
+            "    pending free  {:>11}  freed by the program, waiting on other streams (not in allocated)",
             Bytes(
                 d.layout
                     .active_bytes
@@ -113,17 +116,17 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "  cached free {:>11}  {} of reserved; largest free block {}",
+        "    cached free   {:>11}  {} of reserved; largest free block {}",
         Bytes(f.external_bytes).to_string(),
         percent(f.external_bytes, d.layout.reserved_bytes),
         Bytes(f.largest_free_block_bytes)
     );
     render_trace(d, out);
     if !d.top_sites.is_empty() {
-        let when = if d.trace.entries > 0 {
-            "at the peak"
+        let when = if d.trace.peak_entry_index.is_some() {
+            "at the peak of active memory"
         } else {
-            "now"
+            "at the dump"
         };
         let _ = writeln!(out, "  alive {when}, by allocation site:");
         for s in &d.top_sites {
@@ -146,7 +149,7 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
         let biggest = &d.mostly_free_segments[0];
         let _ = writeln!(
             out,
-            "  segment map: {} of {} segments are at least half free{}; the emptiest, 0x{:x} ({}), is {} free",
+            "  segment map at the dump: {} of {} segments are at least half free{}; the emptiest, 0x{:x} ({}), is {} free",
             d.mostly_free_segment_count,
             d.layout.segments,
             if shown == d.mostly_free_segment_count {
@@ -159,34 +162,53 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
             percent(biggest.free_bytes, biggest.total_bytes)
         );
     } else if d.layout.segments > 0 {
-        let _ = writeln!(out, "  segment map: every segment is more than half used");
+        let _ = writeln!(
+            out,
+            "  segment map at the dump: every segment is more than half used"
+        );
     }
     if let Some(oom) = &d.oom {
         let free = oom
             .device_free_bytes
             .map_or_else(|| "unknown".to_string(), |b| Bytes(b).to_string());
-        let largest = if driver_only {
-            "not visible in driver calls".to_string()
-        } else {
-            Bytes(f.largest_free_block_bytes).to_string()
-        };
         let _ = writeln!(
             out,
-            "  OUT OF MEMORY at entry {}: a request of {} failed with {} free on the device; largest cached free block {}; site {}",
+            "  OUT OF MEMORY at entry {}: a request of {} failed with {} free on the device; site {}",
             oom.entry_index,
             Bytes(oom.request_bytes),
             free,
-            largest,
             oom.site
         );
+        if let Some(a) = &oom.at_oom {
+            let largest = match (driver_only, a.largest_free_block_bytes) {
+                (true, _) | (false, None) => "not visible in driver calls".to_string(),
+                (false, Some(l)) => Bytes(l).to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "    at the OOM: reserved {}, allocated {}, free in the cache {} (largest free block {})",
+                Bytes(a.reserved_bytes),
+                Bytes(a.allocated_bytes),
+                Bytes(a.free_in_cache_bytes),
+                largest
+            );
+        }
         if let Some(diag) = &oom.diagnosis {
             let _ = writeln!(
                 out,
-                "  cause: {}. {} Remedies{}: `memprof diagnose`.",
+                "    cause: {}. {} Fixes{}: `memprof diagnose`.",
                 diag.cause.name(),
                 diag.evidence,
                 if driver_only { "" } else { ", replayed" }
             );
+        }
+    }
+    if let Some(p) = &d.pressure {
+        let quiet = p.oom_retries == 0 && p.empty_cache_bursts == 0;
+        if !(quiet && d.oom.is_some()) {
+            for line in pressure_text::lines(p, d.oom.is_some()) {
+                let _ = writeln!(out, "  {line}");
+            }
         }
     }
 }
@@ -194,36 +216,61 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
 fn render_trace(d: &DeviceAnalysis, out: &mut String) {
     let t = &d.trace;
     if t.entries == 0 {
+        let why = if d.blocks_have_stacks {
+            "memory history was recorded (the blocks carry stacks) but the trace was not kept, \
+             as with `enabled=\"state\"`"
+        } else {
+            "memory history was not recorded"
+        };
         let _ = writeln!(
             out,
-            "  no trace (history recording was off); live requested bytes now {}",
+            "  no trace ({why}): the peak is not known; live requested bytes at the dump {}",
             Bytes(t.peak_active_bytes)
         );
         return;
     }
-    let at = match (t.peak_entry_index, t.peak_offset_us) {
-        (Some(i), Some(us)) => format!(
-            "at entry {i} of {}, {:.3} s into the trace",
-            t.entries,
-            us as f64 / 1e6
-        ),
-        (Some(i), None) => format!("at entry {i} of {}", t.entries),
-        (None, _) => "before the trace began".to_string(),
-    };
-    let _ = writeln!(
-        out,
-        "  peak active {:>11}  {at} ({} alive before the first entry)",
-        Bytes(t.peak_active_bytes).to_string(),
-        Bytes(t.before_trace_bytes)
-    );
+    let _ = writeln!(out, "  over the trace:");
+    if t.entries == 1 && t.peak_entry_index.is_none() {
+        let _ = writeln!(
+            out,
+            "    peak active   {:>11}  (the trace holds one entry; {} was alive before it)",
+            "not known",
+            Bytes(t.before_trace_bytes)
+        );
+    } else {
+        let at = match (t.peak_entry_index, t.peak_offset_us) {
+            (Some(i), Some(us)) => format!(
+                "at entry {i} of {}, {:.3} s into the trace",
+                t.entries,
+                us as f64 / 1e6
+            ),
+            (Some(i), None) => format!("at entry {i} of {}", t.entries),
+            (None, _) => "before the trace began".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "    peak active   {:>11}  {at} ({} alive before the first entry)",
+            Bytes(t.peak_active_bytes).to_string(),
+            Bytes(t.before_trace_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "    peak reserved {:>11}  (torch.cuda.max_memory_reserved() over the trace)",
+            Bytes(t.peak_reserved_bytes).to_string()
+        );
+    }
     if let Some(site) = &t.peak_site {
-        let _ = writeln!(out, "              reached by an allocation at {site}");
+        let _ = writeln!(
+            out,
+            "                               the active peak reached by an allocation at {site}"
+        );
     }
     let counts: Vec<String> = t.actions.iter().map(|(a, n)| format!("{n} {a}")).collect();
     let _ = writeln!(
         out,
-        "  trace       {} entries: {}",
+        "    trace         {} {}: {}",
         t.entries,
+        if t.entries == 1 { "entry" } else { "entries" },
         counts.join(", ")
     );
     if let Some(first) = &t.first_inconsistency {

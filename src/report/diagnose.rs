@@ -1,33 +1,135 @@
-//! The `diagnose` report (`design/CLI.md`): the JSON document and the text a person acts on
-//! (the cause in one line, the evidence, the sites, the ranked remedies).
+//! The `diagnose` report (`docs/json.md`): the JSON document and the text a person acts on
+//! (the cause in one line, the figures at the OOM, the sites, the fixes that avoid it in
+//! replay, what was tried and still fails, and the allocator pressure of every device).
 
 use super::analyze_json::SCHEMA_VERSION;
-use crate::analysis::oom::{Diagnosis, Remedy};
+use super::pressure_text;
+use crate::analysis::oom::{Diagnosis, Remedy, RemedyKind};
+use crate::analysis::pressure::Pressure;
+use crate::analysis::version::VersionRange;
 use crate::model::Bytes;
 use serde::Serialize;
 use std::fmt::Write;
+
+/// What the final layout of a device without a trace shows.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct UntracedState {
+    pub reserved_bytes: u64,
+    /// Allocated blocks, pending-free ones included.
+    pub active_bytes: u64,
+    pub free_in_cache_bytes: u64,
+    pub largest_free_block_bytes: u64,
+}
+
+/// One device's allocator pressure, with or without an OOM.
+#[derive(Clone, Debug, Serialize)]
+pub struct DevicePressure {
+    pub device: u32,
+    /// `None` for a device without a trace.
+    pub pressure: Option<Pressure>,
+    /// For a device without a trace: the state at the dump.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untraced: Option<UntracedState>,
+}
 
 /// The whole document.
 #[derive(Debug, Serialize)]
 pub struct DiagnoseReport {
     pub schema_version: u32,
+    /// The PyTorch releases that could have written the file (`None` for a log or a
+    /// recording).
+    pub torch_version: Option<VersionRange>,
     pub diagnoses: Vec<Diagnosis>,
+    pub devices: Vec<DevicePressure>,
 }
 
+/// Below this share of reserved memory free in the cache, a dump is at the limit of what the
+/// allocator holds.
+const AT_LIMIT_FREE_SHARE: f64 = 0.05;
+
 impl DiagnoseReport {
-    pub fn new(diagnoses: Vec<Diagnosis>) -> DiagnoseReport {
+    pub fn new(
+        diagnoses: Vec<Diagnosis>,
+        devices: Vec<DevicePressure>,
+        torch_version: Option<VersionRange>,
+    ) -> DiagnoseReport {
         DiagnoseReport {
             schema_version: SCHEMA_VERSION,
+            torch_version,
             diagnoses,
+            devices,
         }
     }
 
-    pub fn text(&self) -> String {
+    /// The text report; `source` names the input.
+    pub fn text(&self, source: &str) -> String {
         let mut out = String::new();
+        if self.diagnoses.is_empty() {
+            let _ = writeln!(out, "{source}: no out-of-memory error found");
+        }
         for d in &self.diagnoses {
             write_one(&mut out, d);
+            if let Some(p) = self
+                .devices
+                .iter()
+                .find(|p| p.device == d.device)
+                .and_then(|p| p.pressure.as_ref())
+            {
+                for line in pressure_text::lines(p, true) {
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
+        }
+        for p in &self.devices {
+            if self.diagnoses.iter().any(|d| d.device == p.device) {
+                continue;
+            }
+            write_device(&mut out, p);
         }
         out
+    }
+}
+
+fn write_device(out: &mut String, p: &DevicePressure) {
+    if let Some(pressure) = &p.pressure {
+        let _ = writeln!(out, "device {}: allocator pressure", p.device);
+        for line in pressure_text::lines(pressure, false) {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    if let Some(u) = &p.untraced {
+        let _ = writeln!(
+            out,
+            "device {}: no trace; at the dump {} reserved, {} of it allocated, {} free in the \
+             cache (largest free block {})",
+            p.device,
+            Bytes(u.reserved_bytes),
+            Bytes(u.active_bytes),
+            Bytes(u.free_in_cache_bytes),
+            Bytes(u.largest_free_block_bytes)
+        );
+        let share = u.free_in_cache_bytes as f64 / u.reserved_bytes.max(1) as f64;
+        if u.reserved_bytes > 0 && share < AT_LIMIT_FREE_SHARE {
+            let _ = writeln!(
+                out,
+                "  at the limit of what the allocator holds: {:.0}% of reserved is free, so if \
+                 this dump came from an OOM, live memory filled the device, not \
+                 fragmentation; cut live memory (the largest blocks are in `memprof analyze`)",
+                share * 100.0
+            );
+        }
+    }
+}
+
+/// A settings string as a shell needs it: quoted when it holds anything but plain characters.
+fn shell_value(value: &str) -> String {
+    let plain = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '.' | ',' | '-'));
+    if plain {
+        value.to_string()
+    } else {
+        format!("'{value}'")
     }
 }
 
@@ -38,22 +140,44 @@ fn write_one(out: &mut String, d: &Diagnosis) {
         .unwrap_or_default();
     let _ = writeln!(
         out,
-        "device {}: OOM{at} (request {}): {}",
+        "device {}: OUT OF MEMORY{at}: a request of {} failed ({})",
         d.device,
         Bytes(d.request_bytes),
         d.cause.name()
     );
-    let _ = writeln!(out, "  {}", d.evidence);
-    let mut figures = format!(
-        "  reserved {}, allocated {}",
-        Bytes(d.reserved_bytes),
-        Bytes(d.allocated_bytes)
-    );
-    if let Some(l) = d.largest_free_block_bytes {
-        let _ = write!(figures, ", largest free block {}", Bytes(l));
+    let avoids = d.remedies.iter().any(|r| r.oom_avoided == Some(true));
+    if !avoids && !d.tried.is_empty() {
+        let cut = d
+            .remedies
+            .iter()
+            .find(|r| r.bytes.is_some())
+            .and_then(|r| r.bytes)
+            .map(|b| {
+                format!(
+                    ": cut live memory at the failing request by at least {}",
+                    Bytes(b)
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  No allocator setting avoids this OOM in replay ({} tried, below){cut}.",
+            d.tried.len()
+        );
     }
-    if let Some(f) = d.device_free_bytes {
-        let _ = write!(figures, ", device free {}", Bytes(f));
+    let _ = writeln!(out, "  {}", d.evidence);
+    let a = &d.at_oom;
+    let mut figures = format!(
+        "  at the OOM: reserved {}, allocated {}, free in the cache {}",
+        Bytes(a.reserved_bytes),
+        Bytes(a.allocated_bytes),
+        Bytes(a.free_in_cache_bytes)
+    );
+    if let Some(l) = a.largest_free_block_bytes {
+        let _ = write!(figures, " (largest free block {})", Bytes(l));
+    }
+    if let Some(f) = a.device_free_bytes {
+        let _ = write!(figures, ", free on the device {}", Bytes(f));
     }
     if let Some(t) = d.total_bytes {
         let _ = write!(figures, ", device total {}", Bytes(t));
@@ -62,31 +186,118 @@ fn write_one(out: &mut String, d: &Diagnosis) {
     if let Some((first, rest)) = d.sites.split_first() {
         let _ = writeln!(out, "  failing request: {}", first.frame);
         if !rest.is_empty() {
-            let _ = writeln!(out, "  live memory by site:");
+            let _ = writeln!(out, "  live at the OOM, by site:");
             for s in rest {
                 let _ = writeln!(out, "    {:>12}  {}", Bytes(s.bytes).to_string(), s.frame);
             }
         }
     }
-    if d.remedies.is_empty() {
-        let _ = writeln!(out, "  remedies: none the evidence supports");
-    } else {
-        let replayed = d
-            .replay_capacity_bytes
-            .map(|c| {
-                format!(
-                    " (settings replayed over the recorded trace, {} for the allocator)",
-                    Bytes(c)
+    let capacity = d
+        .replay_capacity_bytes
+        .map(|c| {
+            format!(
+                " (replayed over the recorded trace with {} for the allocator, {})",
+                Bytes(c),
+                pressure_text::capacity_source(
+                    d.replay_capacity_source.unwrap_or("inferred"),
+                    0,
+                    true
                 )
-            })
-            .unwrap_or_default();
-        let _ = writeln!(out, "  remedies, best first{replayed}:");
+            )
+        })
+        .unwrap_or_default();
+    if d.remedies.is_empty() {
+        let _ = writeln!(out, "  fixes: none the evidence supports");
+    } else {
+        let _ = writeln!(out, "  fixes, best first{capacity}:");
         for (k, r) in d.remedies.iter().enumerate() {
-            let _ = writeln!(out, "    {}. {}", k + 1, remedy_line(r));
-            for s in &r.freed {
+            write_remedy(out, k + 1, r);
+        }
+    }
+    if !d.tried.is_empty() {
+        let _ = writeln!(out, "  tried in replay, still out of memory:");
+        for r in &d.tried {
+            let _ = writeln!(out, "    - {}", tried_line(r));
+        }
+    } else if d.replay_capacity_bytes.is_none() && d.entry_index.is_some() {
+        let _ = writeln!(
+            out,
+            "  no setting was replayed: the device capacity is not known from the trace \
+             (give --capacity, the device's total memory)"
+        );
+    }
+    if !d.already_on.is_empty() {
+        let _ = writeln!(
+            out,
+            "  already on in the recorded settings: {}",
+            d.already_on.join(", ")
+        );
+    }
+}
+
+fn outcome(r: &Remedy) -> String {
+    let mut text = match r.oom_avoided {
+        Some(true) => "no OOM in replay".to_string(),
+        Some(false) => "still out of memory in replay".to_string(),
+        None => "not replayable".to_string(),
+    };
+    if let Some(p) = r.new_peak_reserved_bytes {
+        let _ = write!(text, "; peak reserved {}", Bytes(p));
+    }
+    if let Some(p) = r.new_peak_allocated_bytes {
+        let _ = write!(text, ", peak allocated {}", Bytes(p));
+    }
+    text
+}
+
+fn changed(r: &Remedy) -> String {
+    let parts: Vec<String> = r
+        .changed
+        .iter()
+        .map(|c| match &c.recorded {
+            None => format!("adds {}:{}", c.key, c.new),
+            Some(old) => format!("{} {} -> {}", c.key, old, c.new),
+        })
+        .collect();
+    let whole = r.alloc_conf.as_deref().unwrap_or("");
+    let kept = whole.split(',').count() > r.changed.len();
+    if kept {
+        format!("{} to the recorded settings", parts.join(", "))
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn write_remedy(out: &mut String, k: usize, r: &Remedy) {
+    match r.kind {
+        RemedyKind::AllocConf => {
+            let _ = writeln!(
+                out,
+                "    {k}. {}={}",
+                r.env.unwrap_or("PYTORCH_CUDA_ALLOC_CONF"),
+                shell_value(r.alloc_conf.as_deref().unwrap_or(""))
+            );
+            if let Some(code) = &r.code {
+                let _ = writeln!(out, "       and in the program: {code}");
+            }
+            let _ = writeln!(out, "       {} ({})", outcome(r), changed(r));
+        }
+        _ => {
+            let verified = if r.verified {
+                format!(" ({})", outcome(r))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, "    {k}. {}{verified}", r.action);
+            let label = if r.kind == RemedyKind::FreeEarlier {
+                "frees"
+            } else {
+                "holds"
+            };
+            for s in &r.sites {
                 let _ = writeln!(
                     out,
-                    "         frees {:>12}  {}",
+                    "         {label} {:>12}  {}",
                     Bytes(s.bytes).to_string(),
                     s.frame
                 );
@@ -95,21 +306,19 @@ fn write_one(out: &mut String, d: &Diagnosis) {
     }
 }
 
-fn remedy_line(r: &Remedy) -> String {
-    if !r.verified {
-        return format!("{} (not verified by replay)", r.action);
-    }
-    let outcome = match r.oom_avoided {
-        Some(true) => "no OOM through the recorded trace",
-        Some(false) => "still runs out of memory",
-        None => "outcome unknown",
+fn tried_line(r: &Remedy) -> String {
+    let what = match (r.kind, &r.alloc_conf) {
+        (RemedyKind::AllocConf, Some(conf)) => {
+            let env = r.env.unwrap_or("PYTORCH_CUDA_ALLOC_CONF");
+            let code = r
+                .code
+                .as_deref()
+                .and_then(|c| c.split("  #").next())
+                .map(|c| format!(" with {c}"))
+                .unwrap_or_default();
+            format!("{env}={}{code}", shell_value(conf))
+        }
+        _ => r.action.clone(),
     };
-    let mut peak = r
-        .new_peak_reserved_bytes
-        .map(|p| format!(", peak reserved {}", Bytes(p)))
-        .unwrap_or_default();
-    if let Some(p) = r.new_peak_allocated_bytes {
-        let _ = write!(peak, ", peak allocated {}", Bytes(p));
-    }
-    format!("{}: replayed, {outcome}{peak}", r.action)
+    format!("{what}: {}", outcome(r))
 }

@@ -2,7 +2,7 @@
 //! each device's summary, its plots as inline SVG, the top sites with their stacks and the OOM.
 //! Every text that comes from the file is escaped.
 
-use crate::analysis::{analyze_device, DeviceAnalysis};
+use crate::analysis::DeviceAnalysis;
 use crate::model::{Bytes, Snapshot};
 use crate::report::plot::{self, Format, Kind, PlotError};
 use std::fmt::Write;
@@ -39,8 +39,7 @@ code{font-size:.95em}.muted{color:#777}";
 pub fn report(
     snapshot: &Snapshot,
     name: &str,
-    top: usize,
-    only: Option<u32>,
+    analyses: &[DeviceAnalysis],
     warnings: &[String],
 ) -> Result<String, PlotError> {
     let mut page = String::new();
@@ -57,19 +56,14 @@ pub fn report(
     for warning in warnings {
         let _ = writeln!(page, "<p class=\"muted\">warning: {}</p>", escape(warning));
     }
-    let devices: Vec<u32> = snapshot
-        .devices()
-        .into_iter()
-        .filter(|d| only.is_none_or(|o| o == *d))
-        .collect();
-    if devices.is_empty() {
+    if analyses.is_empty() {
         page.push_str("<p>No device has segments or trace entries.</p>\n");
     }
-    for device in devices {
-        let analysis = analyze_device(snapshot, device, top);
+    for analysis in analyses {
+        let device = analysis.device;
         let _ = writeln!(page, "<h2>Device {device}</h2>");
-        summary(&mut page, &analysis);
-        oom(&mut page, &analysis);
+        summary(&mut page, analysis);
+        oom(&mut page, analysis);
         for kind in Kind::ALL {
             let svg = plot::plot(snapshot, name, device, kind, Format::Svg)?;
             page.push_str("<div class=\"plot\">");
@@ -78,7 +72,7 @@ pub fn report(
             page.push_str(&svg);
             page.push_str("</div>\n");
         }
-        sites(&mut page, &analysis);
+        sites(&mut page, analysis);
     }
     page.push_str("</body></html>\n");
     Ok(page)
@@ -173,24 +167,37 @@ fn oom(page: &mut String, d: &DeviceAnalysis) {
         || "an unrecorded amount".to_string(),
         |b| Bytes(b).to_string(),
     );
-    let largest = d.layout.fragmentation.largest_free_block_bytes;
-    let cached = d.layout.fragmentation.external_bytes;
-    let why = if cached >= oom.request_bytes && largest < oom.request_bytes {
-        " The allocator held enough cached free memory in all, but no free block was large \
-         enough: fragmentation."
-    } else {
-        ""
+    // The state at the OOM (replayed), never the dump's: tensors freed by the exception
+    // before the dump would make the cache look free.
+    let state = match &oom.at_oom {
+        Some(a) => {
+            let largest = a
+                .largest_free_block_bytes
+                .map_or_else(|| "not known".to_string(), |l| Bytes(l).to_string());
+            format!(
+                " At the OOM the allocator held {} reserved, {} of it allocated, {} free in \
+                 its cache; the largest free block was {largest}.",
+                Bytes(a.reserved_bytes),
+                Bytes(a.allocated_bytes),
+                Bytes(a.free_in_cache_bytes)
+            )
+        }
+        None => " The state at the OOM could not be replayed.".to_string(),
     };
+    let cause = oom
+        .diagnosis
+        .as_ref()
+        .map(|g| format!(" Cause: {}. {}", g.cause.name(), g.evidence))
+        .unwrap_or_default();
     let _ = writeln!(
         page,
         "<div class=\"oom\"><strong>Out of memory</strong> at entry {}: a request of {} failed \
-         with {} free on the device; cached free {} in all, the largest free block {}.{why}<br>\
-         Site: <code>{}</code></div>",
+         with {} free on the device.{}{}<br>Site: <code>{}</code></div>",
         oom.entry_index,
         Bytes(oom.request_bytes),
         escape(&free),
-        Bytes(cached),
-        Bytes(largest),
+        escape(&state),
+        escape(&cause),
         escape(&oom.site)
     );
 }

@@ -12,5 +12,6 @@ pub mod html;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;
+pub mod pressure_text;
 pub mod prometheus;
 pub mod simulate;

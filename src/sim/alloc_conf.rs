@@ -247,7 +247,7 @@ fn interval_index(size: u64) -> usize {
 }
 
 /// Splits on commas that are not inside brackets.
-fn split_top_level(text: &str) -> Vec<&str> {
+pub fn split_top_level(text: &str) -> Vec<&str> {
     let mut items = Vec::new();
     let (mut depth, mut start) = (0i32, 0);
     for (i, c) in text.char_indices() {

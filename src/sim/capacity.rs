@@ -12,6 +12,9 @@ use rustc_hash::FxHashSet;
 pub(super) struct Bracket {
     pub(super) peak_reserved: u64,
     pub(super) capacity: Option<u64>,
+    /// The lowest upper bound the retries and `oom` entries give, when one is above
+    /// `peak_reserved`.
+    pub(super) upper: Option<u64>,
 }
 
 /// Bursts starting at an index of `empty_cache_bursts` were not retries.
@@ -62,5 +65,6 @@ pub(super) fn capacity_bracket(
     Bracket {
         peak_reserved: lower,
         capacity: upper.map(|_| lower),
+        upper,
     }
 }

@@ -113,6 +113,12 @@ pub struct Prepared {
     pub capacity_source: CapacitySource,
     /// Highest reserved total the record shows.
     pub recorded_peak_reserved_bytes: u64,
+    /// The lowest device capacity the trace's OOM retries and `oom` entries allow (the
+    /// capacity lies between `recorded_peak_reserved_bytes` and this); `None` without them.
+    pub capacity_upper_bytes: Option<u64>,
+    /// Index of the first release of each burst of releases that was an `empty_cache()` call,
+    /// not an OOM retry (rule 1), in trace order.
+    pub empty_cache_bursts: Vec<usize>,
     pub validation: Validation,
     /// The replay with the recorded settings.
     pub recorded_run: RunResult,
@@ -198,6 +204,7 @@ pub fn prepare(
         bracket,
         capacity,
         capacity_source,
+        empty_cache_bursts,
         engine,
         mut validation,
         ops,
@@ -239,6 +246,12 @@ pub fn prepare(
         capacity,
         capacity_source,
         recorded_peak_reserved_bytes: bracket.peak_reserved,
+        capacity_upper_bytes: bracket.upper,
+        empty_cache_bursts: {
+            let mut starts: Vec<usize> = empty_cache_bursts.into_iter().collect();
+            starts.sort_unstable();
+            starts
+        },
         validation,
         recorded_run: engine.finish(),
         issues,
@@ -253,6 +266,8 @@ struct Attempt {
     bracket: Bracket,
     capacity: Option<u64>,
     capacity_source: CapacitySource,
+    /// The bursts this replay took for `empty_cache()` calls.
+    empty_cache_bursts: FxHashSet<usize>,
     engine: Engine,
     validation: Validation,
     ops: Vec<Op>,
@@ -299,6 +314,7 @@ impl Attempt {
                     bracket,
                     capacity,
                     capacity_source,
+                    empty_cache_bursts: empties,
                     engine,
                     validation,
                     ops,

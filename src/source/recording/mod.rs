@@ -31,7 +31,7 @@ mod symbols;
 pub use fold::DriverFold;
 use symbols::Symbolizer;
 
-use crate::model::{StackId, StackTable};
+use crate::model::{FormatKeys, StackId, StackTable};
 use crate::source::torch_snapshot::Parsed;
 use memprof_wire::{decode_recording, DecodeError, ProcessInfo, Recording};
 use rustc_hash::FxHashMap;
@@ -155,6 +155,7 @@ pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingE
         parsed: Parsed {
             snapshot: builder.into_snapshot(),
             warnings,
+            keys: FormatKeys::default(),
         },
         info,
     })

@@ -133,6 +133,14 @@ fn field_of(key: &str) -> Field {
     }
 }
 
+/// Keys found in trace entries that tell PyTorch versions apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryKeys {
+    pub time_us: bool,
+    pub compile_context: bool,
+    pub user_metadata: bool,
+}
+
 /// Why a dict did not become a row.
 enum EntryError {
     /// It has no `action`: not a trace entry at all.
@@ -192,6 +200,9 @@ pub struct TraceFolder {
     staged_handles: Vec<u32>,
     /// The next staged entry to adopt.
     staged_next: usize,
+    /// Bit `Field as u32` is set when some dict with an `action` key had that field: which
+    /// keys the PyTorch that wrote the file puts in trace entries.
+    entry_fields_seen: u32,
     /// The handle the next staged entry gets.
     next_handle: u32,
 }
@@ -225,7 +236,24 @@ impl TraceFolder {
                 shape.0[field as usize] = Some(i as u8);
             }
         }
+        if shape.0[Field::Action as usize].is_some() {
+            for (bit, at) in shape.0.iter().enumerate() {
+                if at.is_some() {
+                    self.entry_fields_seen |= 1 << bit;
+                }
+            }
+        }
         shape
+    }
+
+    /// Which version-telling keys some trace entry had.
+    pub fn entry_keys(&self) -> EntryKeys {
+        let seen = |f: Field| self.entry_fields_seen & (1 << f as u32) != 0;
+        EntryKeys {
+            time_us: seen(Field::Time),
+            compile_context: seen(Field::CompileContext),
+            user_metadata: seen(Field::UserMetadata),
+        }
     }
 
     /// Splits a dict node's pairs into `node_keys` and `node_values` and returns its shape,

@@ -4,7 +4,7 @@ mod fold;
 mod intern;
 mod schema;
 
-use crate::model::Snapshot;
+use crate::model::{FormatKeys, Snapshot};
 use crate::source::pickle::{self, DecodeError, Refill};
 
 pub use schema::ShapeError;
@@ -23,6 +23,8 @@ pub enum SnapshotError {
 pub struct Parsed {
     pub snapshot: Snapshot,
     pub warnings: Vec<String>,
+    /// The version-telling keys the file held (all false for a recording).
+    pub keys: FormatKeys,
 }
 
 /// Reads a snapshot pickle from `reader` (any `Read`, or a `Refill` source such as `Prefetch`),
@@ -30,6 +32,10 @@ pub struct Parsed {
 pub fn read<R: Refill>(reader: R) -> Result<Parsed, SnapshotError> {
     let mut folder = fold::TraceFolder::new();
     let (doc, root) = pickle::decode(reader, &mut folder)?;
-    let (snapshot, warnings) = schema::build(&doc, root, folder)?;
-    Ok(Parsed { snapshot, warnings })
+    let (snapshot, warnings, keys) = schema::build(&doc, root, folder)?;
+    Ok(Parsed {
+        snapshot,
+        warnings,
+        keys,
+    })
 }

@@ -4,8 +4,8 @@
 use super::fold::TraceFolder;
 use super::intern::Interner;
 use crate::model::{
-    AllocatorSettings, Annotation, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat,
-    Timeline, TraceEntry,
+    AllocatorSettings, Annotation, Block, BlockState, FormatKeys, PoolKind, Segment, Snapshot,
+    SnapshotFormat, Timeline, TraceEntry,
 };
 use crate::source::pickle::{Document, Value};
 use std::ops::Range;
@@ -19,13 +19,15 @@ fn shape<T>(message: impl Into<String>) -> Result<T, ShapeError> {
     Err(ShapeError(message.into()))
 }
 
-/// Reads the root value of a decoded snapshot. Returns the snapshot and warnings.
+/// Reads the root value of a decoded snapshot. Returns the snapshot, warnings and which
+/// version-telling keys the file had.
 pub fn build(
     doc: &Document,
     root: Value,
     folder: TraceFolder,
-) -> Result<(Snapshot, Vec<String>), ShapeError> {
+) -> Result<(Snapshot, Vec<String>, FormatKeys), ShapeError> {
     let mut warnings = Vec::new();
+    let entry_keys = folder.entry_keys();
     let TraceFolder {
         mut interner,
         entries,
@@ -156,6 +158,20 @@ pub fn build(
     } else {
         SnapshotFormat::Modern
     };
+    let settings_dict = settings_value
+        .filter(|&v| v != Value::None)
+        .and_then(|v| doc.as_dict(v));
+    let keys = FormatKeys {
+        allocator_settings: settings_dict.is_some(),
+        external_annotations: annotations_value.is_some_and(|v| v != Value::None),
+        settings_stream_reuse: settings_dict.is_some_and(|pairs| {
+            doc.get(pairs, "graph_capture_record_stream_reuse")
+                .is_some()
+        }),
+        entry_time_us: entry_keys.time_us,
+        entry_compile_context: entry_keys.compile_context,
+        entry_user_metadata: entry_keys.user_metadata,
+    };
     let snapshot = Snapshot {
         format,
         segments,
@@ -164,7 +180,7 @@ pub fn build(
         settings,
         annotations,
     };
-    Ok((snapshot, warnings))
+    Ok((snapshot, warnings, keys))
 }
 
 /// Puts each device's runs in device order; no copy when they already are (the usual case).

@@ -50,8 +50,14 @@ impl<'a> ViewApp<'a> {
                 analysis,
             })
             .collect();
-        let state = fresh_state(devices.first()?, devices.len());
-        let at_cursor = devices.first()?.summary.state_at(state.cursor);
+        // Open on the first device that ran out of memory: that is what the user came for.
+        let first = devices
+            .iter()
+            .position(|d| d.analysis.oom.is_some())
+            .unwrap_or(0);
+        let mut state = fresh_state(devices.get(first)?, devices.len());
+        state.device = first;
+        let at_cursor = devices.get(first)?.summary.state_at(state.cursor);
         Some(ViewApp {
             name,
             snapshot,
@@ -91,6 +97,17 @@ impl Dashboard for ViewApp<'_> {
 
     fn on_key(&mut self, key: Key) -> Flow {
         let had_help = self.state.help;
+        // `o` on a device without an OOM goes to the next device that has one.
+        if !had_help && key == Key::Char('o') && self.state.oom.is_none() {
+            let n = self.devices.len();
+            let other = (1..n)
+                .map(|k| (self.state.device + k) % n)
+                .find(|&d| self.devices[d].analysis.oom.is_some());
+            if let Some(next) = other {
+                let fresh = fresh_state(&self.devices[next], n);
+                self.state.switch_device(next, fresh);
+            }
+        }
         let flow = self.state.on_key(key);
         if !had_help && key == Key::Char('d') {
             if let Some(next) = self.state.next_device() {

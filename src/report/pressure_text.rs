@@ -1,0 +1,124 @@
+//! Allocator pressure in words, shared by `analyze` and `diagnose`: OOM retries (near misses
+//! that cost a full cache flush and a device synchronize each), `empty_cache()` calls and where
+//! they come from, the capacity bracket and the headroom at the peak.
+
+use crate::analysis::pressure::Pressure;
+use crate::model::Bytes;
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn offset(us: Option<i64>) -> String {
+    us.map(|us| format!(", {:.3} s into the trace", us as f64 / 1e6))
+        .unwrap_or_default()
+}
+
+/// Where the capacity came from, for a sentence.
+pub fn capacity_source(source: &str, retries: usize, has_oom: bool) -> &'static str {
+    match (source, retries > 0, has_oom) {
+        ("given", _, _) => "as given with --capacity",
+        ("inferred", true, true) => "bracketed by the OOM retries and the `oom` entry",
+        ("inferred", true, false) => "bracketed by the OOM retries",
+        ("inferred", false, _) => "bracketed by the `oom` entry",
+        _ => "not known",
+    }
+}
+
+/// The capacity bracket, or `None` when nothing bounds it.
+pub fn capacity_range(p: &Pressure) -> Option<String> {
+    match (p.capacity_bytes_min, p.capacity_bytes_max) {
+        (Some(a), Some(b)) if a == b => Some(Bytes(a).to_string()),
+        (Some(a), Some(b)) => Some(format!("between {} and {}", Bytes(a), Bytes(b))),
+        (Some(a), None) => Some(format!("at least {}", Bytes(a))),
+        _ => None,
+    }
+}
+
+/// Lines (without indentation) saying how close the device came to its limit; `has_oom` when
+/// the trace ends in an `oom` entry.
+pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if p.oom_retries > 0 {
+        let mut line = format!(
+            "near miss: the allocator hit the device limit and recovered {} (each time it \
+             released every cached block and synchronized the device, a stall of the whole \
+             step)",
+            match p.oom_retries {
+                1 => "once".to_string(),
+                n => format!("{n} times"),
+            }
+        );
+        if let Some(first) = p.retries.first() {
+            line.push_str(&format!(
+                "; first at entry {}{}: a request of {} at {} released {} in {}",
+                first.entry_index,
+                offset(first.offset_us),
+                Bytes(first.request_bytes),
+                first.site,
+                Bytes(first.released_bytes),
+                plural(first.segments_released, "segment", "segments"),
+            ));
+        }
+        out.push(line);
+        let mut sites: Vec<(&str, usize)> = Vec::new();
+        for r in &p.retries {
+            match sites.iter_mut().find(|(s, _)| *s == r.site) {
+                Some((_, n)) => *n += 1,
+                None => sites.push((&r.site, 1)),
+            }
+        }
+        if sites.len() > 1 || p.retries.len() < p.oom_retries {
+            let listed: Vec<String> = sites.iter().map(|(s, n)| format!("{s} ({n})")).collect();
+            let shown = if p.retries.len() < p.oom_retries {
+                format!(" of the first {}", p.retries.len())
+            } else {
+                String::new()
+            };
+            out.push(format!("  retried requests{shown}: {}", listed.join(", ")));
+        }
+    }
+    if p.empty_cache_bursts > 0 {
+        let from: Vec<String> = p
+            .empty_cache_sites
+            .iter()
+            .take(3)
+            .map(|s| {
+                format!(
+                    "{} ({}, {} released)",
+                    s.site,
+                    s.bursts,
+                    Bytes(s.released_bytes)
+                )
+            })
+            .collect();
+        out.push(format!(
+            "{} to torch.cuda.empty_cache() (not OOM retries), from {}; each returns cached \
+             memory to the driver and the next allocations must ask for it again",
+            plural(p.empty_cache_bursts, "call", "calls"),
+            from.join(", ")
+        ));
+    }
+    if let Some(range) = capacity_range(p) {
+        let mut line = format!(
+            "device memory for the allocator: {range} ({})",
+            capacity_source(p.capacity_source, p.oom_retries, has_oom)
+        );
+        if let Some(h) = p.headroom_at_peak_bytes {
+            line.push_str(&format!(
+                "; at the peak of reserved memory ({}) at most {} was left",
+                Bytes(p.peak_reserved_bytes),
+                Bytes(h)
+            ));
+        }
+        out.push(line);
+    }
+    if out.is_empty() {
+        out.push(
+            "no OOM retries and no empty_cache() calls: the allocator never hit the device's \
+             limit in the trace"
+                .to_string(),
+        );
+    }
+    out
+}

@@ -1,0 +1,214 @@
+//! The sentences `analyze` and `diagnose` put in front of a user, on the real snapshots of
+//! `../shared/fixtures/real/` (skipped, with a message, where that folder is absent) and on the
+//! generated OOM fixtures: every figure names its moment, near misses are reported, the
+//! version the file shows is named, and a file without a trace says what is known.
+
+use crate::util::{fixture, memprof, real_fixtures, stdout};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// A real snapshot, or `None` (with a message) where the real fixtures are absent.
+fn real(rel: &str) -> Option<PathBuf> {
+    let Some(dir) = real_fixtures() else {
+        eprintln!("../shared/fixtures/real is absent here: skipped");
+        return None;
+    };
+    let path = dir.join(rel);
+    if !path.is_file() {
+        eprintln!("{rel} is absent: skipped");
+        return None;
+    }
+    Some(path)
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = memprof(args);
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
+fn json(args: &[&str]) -> Value {
+    let (code, text) = run(args);
+    assert_eq!(code, 0, "{args:?}");
+    serde_json::from_str(&text).expect("one JSON document")
+}
+
+#[test]
+fn a_near_miss_is_reported_with_its_retry_and_the_capacity_it_brackets() {
+    let Some(file) = real("more/HugePandaCoder__octree-nca-groupeq__inference2_peso_oct.pickle")
+    else {
+        return;
+    };
+    let file = file.display().to_string();
+    let (code, text) = run(&["diagnose", &file]);
+    assert_eq!(code, 0, "no OOM: a pressure verdict, exit 0");
+    assert!(text.contains("no out-of-memory error found"), "{text}");
+    assert!(
+        text.contains(
+            "near miss: the allocator hit the device limit and recovered once (each time it \
+             released every cached block and synchronized the device"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("first at entry 2063, 3.522 s into the trace: a request of 6.85 GiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("device memory for the allocator: between 22.69 GiB and 25.14 GiB (bracketed by the OOM retries)"),
+        "{text}"
+    );
+    let doc = json(&["analyze", "--json", &file]);
+    let p = &doc["inputs"][0]["devices"][0]["pressure"];
+    assert_eq!(p["oom_retries"], 1);
+    assert_eq!(p["empty_cache_bursts"], 0);
+    assert_eq!(p["capacity_source"], "inferred");
+    let (min, max) = (
+        p["capacity_bytes_min"].as_u64().expect("min"),
+        p["capacity_bytes_max"].as_u64().expect("max"),
+    );
+    assert!(min < max);
+    assert_eq!(p["headroom_at_peak_bytes"].as_u64(), Some(max - min));
+    let (_, text) = run(&["analyze", &file]);
+    assert!(text.contains("near miss"), "analyze says it too: {text}");
+}
+
+#[test]
+fn a_dump_at_the_limit_without_a_trace_gets_a_verdict() {
+    let Some(file) = real("more/hlinander__equivariant-posteriors__oom_snapshot_new.pickle") else {
+        return;
+    };
+    let (code, text) = run(&["diagnose", &file.display().to_string()]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(
+            "at the limit of what the allocator holds: 3% of reserved is free, so if this dump \
+             came from an OOM, live memory filled the device, not fragmentation"
+        ),
+        "{text}"
+    );
+    let (_, text) = run(&["analyze", &file.display().to_string()]);
+    assert!(
+        text.contains("no trace (memory history was not recorded): the peak is not known"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_one_entry_trace_does_not_invent_a_peak() {
+    let Some(file) = real("more/jogregoire__How-Diffusion-Models-Work__my_snapshot.pickle") else {
+        return;
+    };
+    let (_, text) = run(&["analyze", &file.display().to_string()]);
+    assert!(
+        text.contains(
+            "peak active     not known  (the trace holds one entry; 13.81 MiB was alive before it)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("trace         1 entry: 1 free_completed"),
+        "{text}"
+    );
+    assert!(!text.contains("before the trace began"), "{text}");
+}
+
+#[test]
+fn the_header_names_the_pytorch_versions_the_file_shows() {
+    let cases = [
+        (
+            "more/Yiyi-philosophy__LLM-inference__1.3b_snapshot_6a8eab0.pickle",
+            "PyTorch 2.0 snapshot",
+            ("2.0", "2.0"),
+        ),
+        (
+            "kkaitlyn111__cs336-a2-systems__memory_ctx128_fullstep.pickle",
+            "PyTorch 2.5 to 2.7 snapshot",
+            ("2.5", "2.7"),
+        ),
+        (
+            "JasperSolt__EoR_NN__snapshot.pickle",
+            "PyTorch 2.2 snapshot",
+            ("2.2", "2.2"),
+        ),
+        (
+            "more/CognitoBlocks__BlockZero__cuda_snapshot.pickle",
+            "PyTorch 2.9 snapshot",
+            ("2.9", "2.9"),
+        ),
+    ];
+    for (rel, header, (min, max)) in cases {
+        let Some(file) = real(rel) else { continue };
+        let file = file.display().to_string();
+        let (_, text) = run(&["analyze", &file]);
+        let first = text.lines().next().unwrap_or_default();
+        assert!(first.contains(header), "{rel}: {first}");
+        let doc = json(&["analyze", "--json", &file]);
+        let v = &doc["inputs"][0]["torch_version"];
+        assert_eq!(
+            (v["min"].as_str(), v["max"].as_str()),
+            (Some(min), Some(max)),
+            "{rel}"
+        );
+    }
+}
+
+#[test]
+fn the_oom_figures_are_those_of_the_oom_and_peak_reserved_sits_beside_peak_active() {
+    let file = fixture("snapshots/demo_oom.pickle").display().to_string();
+    let (_, text) = run(&["analyze", &file]);
+    for line in [
+        "  at the dump:",
+        "    peak active     20.65 GiB  at entry 942 of 1649",
+        "    peak reserved   22.32 GiB  (torch.cuda.max_memory_reserved() over the trace)",
+        "    at the OOM: reserved 19.27 GiB, allocated 14.09 GiB, free in the cache 5.18 GiB (largest free block 2.40 GiB)",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    let doc = json(&["analyze", "--json", &file]);
+    let at = &doc["inputs"][0]["devices"][0]["oom"]["at_oom"];
+    assert_eq!(at["largest_free_block_bytes"], 2573991936u64);
+    assert_eq!(
+        at["reserved_bytes"],
+        doc["inputs"][0]["devices"][0]["oom"]["diagnosis"]["reserved_bytes"]
+    );
+}
+
+#[test]
+fn every_real_snapshot_gets_a_verdict_without_error() {
+    let Some(dir) = real_fixtures() else {
+        eprintln!("../shared/fixtures/real is absent here: skipped");
+        return;
+    };
+    let mut files: Vec<PathBuf> = Vec::new();
+    for sub in [dir.clone(), dir.join("more")] {
+        for e in std::fs::read_dir(&sub).expect("readable").flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "pickle" || x == "pkl") {
+                files.push(p);
+            }
+        }
+    }
+    assert!(files.len() >= 28, "{} files", files.len());
+    for f in files {
+        let f = f.display().to_string();
+        let doc = json(&["diagnose", "--json", &f]);
+        for d in doc["devices"].as_array().expect("devices") {
+            assert!(
+                d["pressure"].is_object() || d["untraced"].is_object(),
+                "{f}: {d}"
+            );
+        }
+        // A remedy is a complete setting that keeps what the file recorded.
+        let recorded = json(&["analyze", "--json", &f])["inputs"][0]["alloc_conf"].clone();
+        for diag in doc["diagnoses"].as_array().expect("diagnoses") {
+            for r in diag["remedies"].as_array().into_iter().flatten() {
+                if let (Some(conf), Some(rec)) = (r["alloc_conf"].as_str(), recorded.as_str()) {
+                    for item in rec.split(',').filter(|i| !i.is_empty()) {
+                        let key = item.split(':').next().unwrap_or_default();
+                        assert!(conf.contains(key), "{f}: {conf} drops {item}");
+                    }
+                }
+            }
+        }
+    }
+}
