@@ -11,6 +11,7 @@ mod diagnose;
 mod export;
 mod gate;
 mod gpu;
+mod json_reference;
 mod live;
 mod nvml_fake;
 mod plan;
