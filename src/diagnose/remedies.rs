@@ -19,6 +19,9 @@ const SPLIT_SIZES_MB: [u64; 4] = [64, 128, 256, 512];
 /// for CUDA: pytorch/pytorch#183387).
 const NEW_ENV_NAME: Release = Release(2, 12);
 
+/// Expandable segments arrived with this release; a 2.0 file never gets them offered.
+const EXPANDABLE_SEGMENTS: Release = Release(2, 1);
+
 /// What the remedies are written against: the recorded settings and the file's version.
 #[derive(Clone, Copy, Debug)]
 pub struct Recorded<'a> {
@@ -214,7 +217,7 @@ pub fn replayed_settings(prepared: &Prepared, recorded: &Recorded<'_>) -> Replay
         remedy
     };
     let mut runs = Vec::new();
-    if !config.expandable_segments {
+    if !config.expandable_segments && !recorded.version.before(EXPANDABLE_SEGMENTS) {
         let new = AllocatorConfig {
             expandable_segments: true,
             ..config.clone()

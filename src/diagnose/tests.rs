@@ -5,7 +5,7 @@
 use super::*;
 use crate::analysis;
 use crate::analysis::oom::Cause;
-use crate::analysis::version::VersionRange;
+use crate::analysis::version::{Release, VersionRange};
 use crate::diagnose::remedies::Recorded;
 use crate::model::{
     Action, AllocatorSettings, Snapshot, SnapshotFormat, StackTable, StreamIndex, Timeline,
@@ -337,4 +337,65 @@ fn the_oom_figures_are_those_of_the_oom_not_of_the_dump() {
     assert_eq!(at.reserved_bytes, 120 * MIB);
     assert_eq!(at.allocated_bytes, 90 * MIB);
     assert_eq!(at.free_in_cache_bytes, 30 * MIB);
+}
+
+#[test]
+fn a_setting_the_version_lacks_is_never_offered() {
+    let s = fragmented("");
+    let (config, _) = replay::recorded_config(&s);
+    let trace = &DeviceTrace::all(&s)[0];
+    let prepared = replay::prepare(trace, &config, None);
+    let at = |min: (u32, u32), max: Option<(u32, u32)>| {
+        let recorded = Recorded {
+            config: &config,
+            conf: "",
+            version: VersionRange {
+                min: Some(Release(min.0, min.1)),
+                max: max.map(|(a, b)| Release(a, b)),
+            },
+        };
+        diagnose_device(&s, &prepared, &recorded, None, Depth::WithRemedies).expect("an oom entry")
+    };
+    let confs = |d: &analysis::oom::Diagnosis| -> Vec<String> {
+        d.remedies
+            .iter()
+            .chain(&d.tried)
+            .filter_map(|r| r.alloc_conf.clone())
+            .collect()
+    };
+    // PyTorch 2.0 has no expandable segments.
+    let d = at((2, 0), Some((2, 0)));
+    assert!(
+        confs(&d).iter().all(|c| !c.contains("expandable")),
+        "{:?}",
+        confs(&d)
+    );
+    // Before 2.9 the memory fraction is a call, not a key of the settings string.
+    let gc = |d: &analysis::oom::Diagnosis| {
+        d.remedies
+            .iter()
+            .chain(&d.tried)
+            .find(|r| {
+                r.alloc_conf
+                    .as_deref()
+                    .is_some_and(|c| c.contains("garbage_collection_threshold"))
+            })
+            .cloned()
+            .expect("a garbage-collection remedy")
+    };
+    let old = gc(&at((2, 5), Some((2, 7))));
+    assert_eq!(
+        old.alloc_conf.as_deref(),
+        Some("garbage_collection_threshold:0.8")
+    );
+    assert!(old
+        .code
+        .as_deref()
+        .is_some_and(|c| c.starts_with("torch.cuda.set_per_process_memory_fraction(1.0)")));
+    let new = gc(&at((2, 10), None));
+    assert_eq!(
+        new.alloc_conf.as_deref(),
+        Some("garbage_collection_threshold:0.8,per_process_memory_fraction:1.0")
+    );
+    assert_eq!(new.code, None);
 }

@@ -6,7 +6,7 @@ use super::analyze_json::SCHEMA_VERSION;
 use super::pressure_text;
 use crate::analysis::oom::{Diagnosis, Remedy, RemedyKind};
 use crate::analysis::pressure::Pressure;
-use crate::analysis::version::VersionRange;
+use crate::analysis::version::{Release, VersionRange};
 use crate::model::Bytes;
 use serde::Serialize;
 use std::fmt::Write;
@@ -68,13 +68,26 @@ impl DiagnoseReport {
             let _ = writeln!(out, "{source}: no out-of-memory error found");
         }
         for d in &self.diagnoses {
-            write_one(&mut out, d);
-            if let Some(p) = self
+            let pressure = self
                 .devices
                 .iter()
                 .find(|p| p.device == d.device)
-                .and_then(|p| p.pressure.as_ref())
-            {
+                .and_then(|p| p.pressure.as_ref());
+            write_one(&mut out, d, pressure.map_or(0, |p| p.oom_retries));
+            let old_name = d
+                .remedies
+                .iter()
+                .any(|r| r.env == Some("PYTORCH_CUDA_ALLOC_CONF"));
+            let may_warn = self.torch_version.is_some_and(|v| !v.before(Release(2, 8)));
+            if old_name && may_warn {
+                let _ = writeln!(
+                    out,
+                    "  (PyTorch 2.8 and later warn that PYTORCH_CUDA_ALLOC_CONF is deprecated; it \
+                     still works, while its new name PYTORCH_ALLOC_CONF is ignored for CUDA by \
+                     some releases: pytorch/pytorch#183387)"
+                );
+            }
+            if let Some(p) = pressure {
                 for line in pressure_text::lines(p, true) {
                     let _ = writeln!(out, "  {line}");
                 }
@@ -133,7 +146,8 @@ fn shell_value(value: &str) -> String {
     }
 }
 
-fn write_one(out: &mut String, d: &Diagnosis) {
+/// One diagnosis; `retries` the device's OOM retries (they bracket the capacity too).
+fn write_one(out: &mut String, d: &Diagnosis, retries: usize) {
     let at = d
         .entry_index
         .map(|i| format!(" at entry {i}"))
@@ -200,8 +214,8 @@ fn write_one(out: &mut String, d: &Diagnosis) {
                 Bytes(c),
                 pressure_text::capacity_source(
                     d.replay_capacity_source.unwrap_or("inferred"),
-                    0,
-                    true
+                    retries,
+                    d.entry_index.is_some()
                 )
             )
         })

@@ -51,7 +51,7 @@ pub fn render(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         .borders(Borders::ALL)
         .title(Line::from(vec![
             Span::styled(" Memory over time ", theme.title()),
-            Span::styled("█▓ allocated ", theme.allocated()),
+            Span::styled("█▓ active ", theme.allocated()),
             Span::styled("░ reserved ", theme.reserved()),
             Span::styled("▲ peak ", theme.peak()),
             Span::styled("✕ OOM ", theme.oom()),
@@ -174,8 +174,10 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             format!(" ({:.0}%)", part as f64 * 100.0 / c.reserved as f64)
         }
     };
+    // Live allocations at their requested sizes, pending-free ones included: what the
+    // trace says and `analyze` calls active (block sizes need the allocator's split).
     lines.push(figure(
-        "allocated",
+        "active",
         Bytes(c.allocated).to_string(),
         theme.allocated(),
     ));
