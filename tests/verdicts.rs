@@ -88,7 +88,7 @@ fn a_dump_at_the_limit_without_a_trace_gets_a_verdict() {
     );
     let (_, text) = run(&["analyze", &file.display().to_string()]);
     assert!(
-        text.contains("no trace (memory history was not recorded): the peak is not known"),
+        text.contains("no trace: memory history was not recorded; the peak is not known"),
         "{text}"
     );
 }
@@ -211,4 +211,51 @@ fn every_real_snapshot_gets_a_verdict_without_error() {
             }
         }
     }
+}
+
+#[test]
+fn a_file_whose_blocks_carry_stacks_had_history_on() {
+    let Some(file) = real("more/ZijianDu__Attention__memory_9e91cf3.pickle") else {
+        return;
+    };
+    let (_, text) = run(&["analyze", &file.display().to_string()]);
+    assert!(
+        text.contains(
+            "no trace: memory history was recorded (the blocks carry stacks) but the trace was \
+             not kept, as with `enabled=\"state\"`; the peak is not known"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("was not recorded"), "{text}");
+}
+
+#[test]
+fn pending_free_is_named_apart_from_allocated() {
+    let (_, text) = run(&[
+        "analyze",
+        &fixture("snapshots/pending_free.pickle")
+            .display()
+            .to_string(),
+    ]);
+    assert!(
+        text.contains("    allocated       22.14 MiB  requested 22.14 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "    pending free    10.31 MiB  freed by the program, waiting on other streams (not in allocated)"
+        ),
+        "{text}"
+    );
+    let doc = json(&[
+        "analyze",
+        "--json",
+        &fixture("snapshots/pending_free.pickle")
+            .display()
+            .to_string(),
+    ]);
+    let d = &doc["inputs"][0]["devices"][0];
+    let pending = d["active_bytes"].as_u64().expect("active")
+        - d["allocated_bytes"].as_u64().expect("allocated");
+    assert_eq!(pending, 10814976, "{d}");
 }

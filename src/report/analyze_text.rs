@@ -224,7 +224,7 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "  no trace ({why}): the peak is not known; active at the dump {} (requested sizes, pending free included)",
+            "  no trace: {why}; the peak is not known; active at the dump {} (requested sizes of the live blocks)",
             Bytes(t.peak_active_bytes)
         );
         return;
