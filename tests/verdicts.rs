@@ -259,3 +259,75 @@ fn pending_free_is_named_apart_from_allocated() {
         - d["allocated_bytes"].as_u64().expect("allocated");
     assert_eq!(pending, 10814976, "{d}");
 }
+
+/// The fragmentation OOM of `fixtures/README.md` ("the OOM's own moment"), with the 60 MiB
+/// tensor freed after the failed request, written as a snapshot pickle into a temporary
+/// directory: at the dump a free 60 MiB segment is cached, at the OOM the largest free block
+/// was 20 MiB.
+fn freed_after_the_oom() -> PathBuf {
+    use memprof::model::{Snapshot, SnapshotFormat, StackTable, Timeline};
+    use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
+    const MIB: u64 = 1 << 20;
+    let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(Some(120 * MIB)));
+    let x = a.malloc(60 * MIB, 0).expect("fits");
+    a.free(x).expect("allocated");
+    let p = a.malloc(20 * MIB, 0).expect("fits");
+    a.malloc(30 * MIB, 0).expect("fits");
+    a.free(p).expect("allocated");
+    let big = a.malloc(60 * MIB, 0).expect("fits");
+    assert!(a.malloc(25 * MIB, 0).is_err());
+    a.free(big).expect("allocated");
+    let entries = a.take_events();
+    let n = entries.len();
+    let snapshot = Snapshot {
+        format: SnapshotFormat::Modern,
+        segments: a.layout(0),
+        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
+        stacks: StackTable::default(),
+        settings: None,
+        annotations: Vec::new(),
+    };
+    let dir = std::env::temp_dir().join(format!("memprof-verdicts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("freed_after_the_oom.pickle");
+    let file = std::fs::File::create(&path).expect("writable");
+    memprof::report::export::torch_snapshot::write(&snapshot, std::io::BufWriter::new(file))
+        .expect("written");
+    path
+}
+
+#[test]
+fn figures_next_to_the_oom_are_of_the_oom_even_when_the_dump_differs() {
+    let file = freed_after_the_oom();
+    let shown = file.display().to_string();
+    let (_, text) = run(&["analyze", &shown]);
+    assert!(
+        text.contains(
+            "    cached free     90.00 MiB  75% of reserved; largest free block 60.00 MiB"
+        ),
+        "the dump's state: {text}"
+    );
+    assert!(
+        text.contains(
+            "    at the OOM: reserved 120.00 MiB, allocated 90.00 MiB, free in the cache 30.00 MiB (largest free block 20.00 MiB)"
+        ),
+        "{text}"
+    );
+    let (_, text) = run(&["diagnose", &shown]);
+    assert!(
+        text.contains("free in the cache 30.00 MiB (largest free block 20.00 MiB)"),
+        "{text}"
+    );
+    let html = file.with_extension("html");
+    let (code, _) = run(&["report", &shown, "-o", &html.display().to_string()]);
+    assert_eq!(code, 0);
+    let page = std::fs::read_to_string(&html).expect("the report");
+    assert!(
+        page.contains(
+            "At the OOM the allocator held 120.00 MiB reserved, 90.00 MiB of it allocated, \
+             30.00 MiB free in its cache; the largest free block was 20.00 MiB."
+        ),
+        "{page}"
+    );
+    let _ = std::fs::remove_dir_all(file.parent().expect("a directory"));
+}
