@@ -7,6 +7,7 @@ mod attach;
 mod attach_shim;
 mod bad_input;
 mod commands;
+mod compare;
 mod diagnose;
 mod export;
 mod gate;

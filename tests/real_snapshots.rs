@@ -130,7 +130,11 @@ fn several_ranks_are_compared_and_the_heaviest_named() {
     let text = crate::util::stdout(&out);
     let first = text.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("heaviest: ") && first.contains("silmont2000"),
+        first.starts_with("outlier: ") && first.contains("silmont2000"),
         "{first}"
+    );
+    assert_eq!(
+        doc["comparison"]["outlier"]["input"].as_str(),
+        Some(a.display().to_string().as_str())
     );
 }

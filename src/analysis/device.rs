@@ -65,12 +65,18 @@ pub struct DeviceAnalysis {
     /// OOM retries, `empty_cache()` calls, the capacity bracket and the headroom at the peak;
     /// `None` without a trace. Filled by the caller, which replays the trace.
     pub pressure: Option<Pressure>,
+    /// The sites alive at the peak, more of them than `top_sites`, for comparing devices.
+    #[serde(skip)]
+    pub comparison_sites: Vec<Site>,
     /// Whether the blocks of the final layout carry call stacks (memory history was recorded,
     /// even where the trace was not kept).
     pub blocks_have_stacks: bool,
 }
 
 const MOSTLY_FREE_SHOWN: usize = 16;
+
+/// Sites kept for comparing devices.
+const COMPARISON_SITES: usize = 64;
 
 /// Analyzes one device; `top` limits the number of sites.
 pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAnalysis {
@@ -128,6 +134,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
                 .map(|i| format!("entry {}: {}", i.entry_index, i.message)),
         },
         top_sites: top_sites(&snapshot.stacks, &peak.live, top),
+        comparison_sites: top_sites(&snapshot.stacks, &peak.live, COMPARISON_SITES.max(top)),
         oom,
         mostly_free_segments,
         mostly_free_segment_count,

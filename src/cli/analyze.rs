@@ -12,59 +12,22 @@ use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
 use crate::source::recording::RecordingInfo;
 use anyhow::{bail, Context};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     let plot_format = args.plot.as_deref().map(Format::from_path).transpose()?;
-    if plot_format.is_some() && args.files.len() > 1 {
+    let files = expand(&args.files)?;
+    if plot_format.is_some() && files.len() > 1 {
         bail!("--plot draws one file; give one FILE (or use `memprof plot` per file)");
     }
-    let mut inputs = Vec::with_capacity(args.files.len());
-    for path in &args.files {
-        let shown = path.display().to_string();
-        let loaded = load_snapshot(path, !args.json).with_context(|| shown.clone())?;
-        let snapshot = &loaded.parsed.snapshot;
-        if let Some(d) = args.device {
-            if !snapshot.devices().contains(&d) {
-                bail!("{shown}: device {d} has no segments and no trace entries");
-            }
-        }
-        if let (Some(format), Some(out)) = (plot_format, &args.plot) {
-            let device = pick_device(snapshot, &shown, args.device)?;
-            write_plot(snapshot, path, device, Kind::Timeline, format, out)?;
-        }
-        inputs.push(InputReport {
-            path: shown,
-            kind: if loaded.recording.is_some() {
-                InputKind::MemprofRecording
-            } else {
-                InputKind::TorchSnapshot
-            },
-            bytes: loaded.bytes,
-            format: match snapshot.format {
-                SnapshotFormat::History => "history",
-                SnapshotFormat::Modern => "modern",
-                SnapshotFormat::SegmentsOnly => "segments_only",
-                SnapshotFormat::Recording => "recording",
-            },
-            process: loaded.recording.as_ref().map(process_report),
-            alloc_conf: snapshot
-                .settings
-                .as_ref()
-                .and_then(|s| s.alloc_conf.clone()),
-            torch_version: loaded.recording.is_none().then(|| {
-                let has_entries = (0..snapshot.timeline.device_count())
-                    .any(|d| !snapshot.timeline.device(d).is_empty());
-                version::infer(snapshot.format, &loaded.parsed.keys, has_entries)
-            }),
-            devices: classify_ooms(
-                snapshot,
-                origin(loaded.recording.as_ref()),
-                analyze_snapshot(snapshot, args.top, args.device),
-            ),
-            warnings: loaded.parsed.warnings,
-        });
-    }
+    let inputs = if files.len() == 1 {
+        vec![analyze_file(&files[0], args, plot_format, !args.json)?]
+    } else {
+        analyze_in_parallel(&files, args)?
+    };
     let report = AnalyzeReport::new(inputs);
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -77,6 +40,129 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
+/// Reads and analyzes one file; `progress` shows a bar for a big file on a terminal.
+fn analyze_file(
+    path: &Path,
+    args: &AnalyzeArgs,
+    plot_format: Option<Format>,
+    progress: bool,
+) -> anyhow::Result<InputReport> {
+    let shown = path.display().to_string();
+    let loaded = load_snapshot(path, progress).with_context(|| shown.clone())?;
+    let snapshot = &loaded.parsed.snapshot;
+    if let Some(d) = args.device {
+        if !snapshot.devices().contains(&d) {
+            bail!("{shown}: device {d} has no segments and no trace entries");
+        }
+    }
+    if let (Some(format), Some(out)) = (plot_format, &args.plot) {
+        let device = pick_device(snapshot, &shown, args.device)?;
+        write_plot(snapshot, path, device, Kind::Timeline, format, out)?;
+    }
+    Ok(InputReport {
+        path: shown,
+        kind: if loaded.recording.is_some() {
+            InputKind::MemprofRecording
+        } else {
+            InputKind::TorchSnapshot
+        },
+        bytes: loaded.bytes,
+        format: match snapshot.format {
+            SnapshotFormat::History => "history",
+            SnapshotFormat::Modern => "modern",
+            SnapshotFormat::SegmentsOnly => "segments_only",
+            SnapshotFormat::Recording => "recording",
+        },
+        process: loaded.recording.as_ref().map(process_report),
+        alloc_conf: snapshot
+            .settings
+            .as_ref()
+            .and_then(|s| s.alloc_conf.clone()),
+        torch_version: loaded.recording.is_none().then(|| {
+            let has_entries = (0..snapshot.timeline.device_count())
+                .any(|d| !snapshot.timeline.device(d).is_empty());
+            version::infer(snapshot.format, &loaded.parsed.keys, has_entries)
+        }),
+        devices: classify_ooms(
+            snapshot,
+            origin(loaded.recording.as_ref()),
+            analyze_snapshot(snapshot, args.top, args.device),
+        ),
+        warnings: loaded.parsed.warnings,
+    })
+}
+
+/// Analyzes several files at once, one worker per core, keeping their order.
+fn analyze_in_parallel(files: &[PathBuf], args: &AnalyzeArgs) -> anyhow::Result<Vec<InputReport>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(files.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<Option<anyhow::Result<InputReport>>> = Vec::new();
+    results.resize_with(files.len(), || None);
+    let done = Mutex::new(results);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = files.get(i) else { return };
+                let result = analyze_file(path, args, None, false);
+                if let Ok(mut done) = done.lock() {
+                    done[i] = Some(result);
+                }
+            });
+        }
+    });
+    let results = done
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a worker analyzing the files failed"))?;
+    results
+        .into_iter()
+        .zip(files)
+        .map(|(r, path)| r.unwrap_or_else(|| bail!("{}: not analyzed", path.display())))
+        .collect()
+}
+
+/// The files to read: each FILE as given, and for a directory every snapshot or recording
+/// directly in it (by their first bytes: a pickle's protocol mark or a recording's magic), in
+/// name order.
+fn expand(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in given {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(path)
+            .with_context(|| format!("{}: cannot list the directory", path.display()))?;
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && looks_like_an_input(p))
+            .collect();
+        if found.is_empty() {
+            bail!(
+                "{}: no snapshot or recording in this directory",
+                path.display()
+            );
+        }
+        found.sort();
+        files.extend(found);
+    }
+    Ok(files)
+}
+
+/// Whether a file starts like a pickle of protocol 2 or later, or a memprof recording.
+fn looks_like_an_input(path: &Path) -> bool {
+    let mut head = [0u8; 8];
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let n = file.read(&mut head).unwrap_or(0);
+    (n >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]))
+        || head[..n].starts_with(memprof_wire::MAGIC)
+}
 /// The recorded process of a memprof recording.
 fn process_report(info: &RecordingInfo) -> ProcessReport {
     let process = info.process.as_ref();

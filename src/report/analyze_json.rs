@@ -1,5 +1,6 @@
 //! The `analyze --json` document (`design/CLI.md`, `schema_version` 1).
 
+use crate::analysis::compare::{compare, Comparison};
 use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
 use serde::Serialize;
@@ -70,14 +71,22 @@ pub struct AnalyzeReport {
     pub schema_version: u32,
     pub tool: Tool,
     pub inputs: Vec<InputReport>,
+    /// Every device of every input side by side; `None` for a single device.
+    pub comparison: Option<Comparison>,
 }
 
 impl AnalyzeReport {
     pub fn new(inputs: Vec<InputReport>) -> AnalyzeReport {
+        let rows: Vec<(&str, &DeviceAnalysis)> = inputs
+            .iter()
+            .flat_map(|i| i.devices.iter().map(move |d| (i.path.as_str(), d)))
+            .collect();
+        let comparison = compare(&rows);
         AnalyzeReport {
             schema_version: SCHEMA_VERSION,
             tool: Tool::this(),
             inputs,
+            comparison,
         }
     }
 }

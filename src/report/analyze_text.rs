@@ -2,6 +2,7 @@
 
 use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use super::pressure_text;
+use crate::analysis::compare::{Comparison, RowRef, BALANCED_RATIO};
 use crate::analysis::DeviceAnalysis;
 use crate::model::Bytes;
 use std::fmt::Write;
@@ -16,8 +17,8 @@ fn percent(part: u64, whole: u64) -> String {
 /// The whole text report.
 pub fn render(report: &AnalyzeReport) -> String {
     let mut out = String::new();
-    if report.inputs.len() > 1 {
-        render_comparison(report, &mut out);
+    if let Some(c) = &report.comparison {
+        render_comparison(report, c, &mut out);
         out.push('\n');
     }
     for (i, input) in report.inputs.iter().enumerate() {
@@ -282,30 +283,86 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
     }
 }
 
-/// One row per file and device, heaviest named first.
-fn render_comparison(report: &AnalyzeReport, out: &mut String) {
+/// One line naming the outlier and why, then one row per file and device.
+fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
+    let name = |r: &RowRef| {
+        if report.inputs.len() > 1 {
+            format!("{} device {}", r.input, r.device)
+        } else {
+            format!("device {}", r.device)
+        }
+    };
+    let top = c
+        .peaks
+        .iter()
+        .find(|p| p.input == c.outlier.input && p.device == c.outlier.device)
+        .map_or(0, |p| p.peak_active_bytes);
+    let low = c.peaks.iter().min_by_key(|p| p.peak_active_bytes);
+    if c.spread_ratio < BALANCED_RATIO {
+        let within = (BALANCED_RATIO - 1.0) * 100.0;
+        match low
+            .filter(|l| (l.peak_active_bytes as f64) * BALANCED_RATIO < c.median_peak_bytes as f64)
+        {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "balanced: every peak of active memory is within {within:.0}% of the median ({})",
+                    Bytes(c.median_peak_bytes)
+                );
+            }
+            Some(l) => {
+                let _ = writeln!(
+                    out,
+                    "no high outlier: the highest peak of active memory is within {within:.0}% of \
+                     the median ({}); the lowest is {}, {}",
+                    Bytes(c.median_peak_bytes),
+                    name(&RowRef {
+                        input: l.input.clone(),
+                        device: l.device
+                    }),
+                    Bytes(l.peak_active_bytes)
+                );
+            }
+        }
+    } else {
+        let ratio = if c.spread_ratio.is_finite() {
+            format!("{:.1}x the median", c.spread_ratio)
+        } else {
+            "the median is 0 B".to_string()
+        };
+        let why: Vec<String> = c
+            .differences
+            .iter()
+            .take(3)
+            .map(|d| {
+                format!(
+                    "{} (+{}: {} against {})",
+                    d.site,
+                    Bytes(d.bytes_outlier - d.bytes_median),
+                    Bytes(d.bytes_outlier),
+                    Bytes(d.bytes_median)
+                )
+            })
+            .collect();
+        let because = if why.is_empty() {
+            String::new()
+        } else {
+            format!("; at their peaks it holds more at {}", why.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "outlier: {}, peak active {}, {ratio} ({}, {}){because}",
+            name(&c.outlier),
+            Bytes(top),
+            name(&c.median),
+            Bytes(c.median_peak_bytes)
+        );
+    }
     let rows: Vec<(&InputReport, &DeviceAnalysis)> = report
         .inputs
         .iter()
         .flat_map(|i| i.devices.iter().map(move |d| (i, d)))
         .collect();
-    let Some((heavy_input, heavy)) = rows.iter().max_by_key(|(_, d)| d.trace.peak_active_bytes)
-    else {
-        return;
-    };
-    let lightest = rows
-        .iter()
-        .map(|(_, d)| d.trace.peak_active_bytes)
-        .min()
-        .unwrap_or(0);
-    let _ = writeln!(
-        out,
-        "heaviest: {} device {}, peak active {} ({} above the lightest)",
-        heavy_input.path,
-        heavy.device,
-        Bytes(heavy.trace.peak_active_bytes),
-        Bytes(heavy.trace.peak_active_bytes - lightest)
-    );
     let width = rows
         .iter()
         .map(|(i, _)| i.path.len())
@@ -314,19 +371,18 @@ fn render_comparison(report: &AnalyzeReport, out: &mut String) {
         .max(4);
     let _ = writeln!(
         out,
-        "{:<width$}  {:>3}  {:>11}  {:>11}  {:>11}  {:>11}  {:>4}",
-        "file", "dev", "reserved", "allocated", "peak active", "cached free", "oom"
+        "{:<width$}  {:>3}  {:>11}  {:>13}  {:>16}  {:>4}",
+        "file", "dev", "peak active", "peak reserved", "reserved at dump", "oom"
     );
     for (input, d) in &rows {
         let _ = writeln!(
             out,
-            "{:<width$}  {:>3}  {:>11}  {:>11}  {:>11}  {:>11}  {:>4}",
+            "{:<width$}  {:>3}  {:>11}  {:>13}  {:>16}  {:>4}",
             input.path,
             d.device,
-            Bytes(d.layout.reserved_bytes).to_string(),
-            Bytes(d.layout.allocated_bytes).to_string(),
             Bytes(d.trace.peak_active_bytes).to_string(),
-            Bytes(d.layout.fragmentation.external_bytes).to_string(),
+            Bytes(d.trace.peak_reserved_bytes).to_string(),
+            Bytes(d.layout.reserved_bytes).to_string(),
             if d.oom.is_some() { "yes" } else { "-" }
         );
     }

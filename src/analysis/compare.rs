@@ -1,0 +1,119 @@
+//! Devices and ranks side by side: the peak of each, the outlier (the highest peak against
+//! the median) and the allocation sites that make the difference between the outlier and the
+//! median device at their peaks.
+
+use super::device::DeviceAnalysis;
+use serde::Serialize;
+
+/// How many sites explain the difference.
+const DIFFERENCES: usize = 5;
+
+/// Below this ratio of the highest peak to the median the devices are balanced.
+pub const BALANCED_RATIO: f64 = 1.1;
+
+/// One device of one input.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PeakRow {
+    pub input: String,
+    pub device: u32,
+    pub peak_active_bytes: u64,
+    pub peak_reserved_bytes: u64,
+}
+
+/// Which row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RowRef {
+    pub input: String,
+    pub device: u32,
+}
+
+/// A site that holds more on the outlier than on the median device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SiteDifference {
+    pub site: String,
+    pub bytes_outlier: u64,
+    pub bytes_median: u64,
+}
+
+/// The comparison of two or more devices (names fixed by the JSON reference).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Every device, in input and device order.
+    pub peaks: Vec<PeakRow>,
+    /// The device with the highest peak of active memory.
+    pub outlier: RowRef,
+    /// The device at the median peak (the lower of the two middle ones for an even count).
+    pub median: RowRef,
+    pub median_peak_bytes: u64,
+    /// Highest peak over the median peak; 1.0 when they are equal.
+    pub spread_ratio: f64,
+    /// Sites holding more on the outlier than on the median device at their peaks, largest
+    /// difference first.
+    pub differences: Vec<SiteDifference>,
+}
+
+/// Compares `rows` (input name and device analysis); `None` for fewer than two.
+pub fn compare(rows: &[(&str, &DeviceAnalysis)]) -> Option<Comparison> {
+    if rows.len() < 2 {
+        return None;
+    }
+    let peaks: Vec<PeakRow> = rows
+        .iter()
+        .map(|(input, d)| PeakRow {
+            input: input.to_string(),
+            device: d.device,
+            peak_active_bytes: d.trace.peak_active_bytes,
+            peak_reserved_bytes: d.trace.peak_reserved_bytes,
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| (peaks[i].peak_active_bytes, i));
+    let top = *order.last()?;
+    let mid = order[(order.len() - 1) / 2];
+    let (outlier, median) = (rows[top].1, rows[mid].1);
+    let median_peak = peaks[mid].peak_active_bytes;
+    let spread_ratio = if median_peak == 0 {
+        if peaks[top].peak_active_bytes == 0 {
+            1.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        peaks[top].peak_active_bytes as f64 / median_peak as f64
+    };
+    let on_median = |site: &str| {
+        median
+            .comparison_sites
+            .iter()
+            .find(|s| s.frame == site)
+            .map_or(0, |s| s.bytes)
+    };
+    let mut differences: Vec<SiteDifference> = outlier
+        .comparison_sites
+        .iter()
+        .map(|s| SiteDifference {
+            site: s.frame.clone(),
+            bytes_outlier: s.bytes,
+            bytes_median: on_median(&s.frame),
+        })
+        .filter(|d| d.bytes_outlier > d.bytes_median)
+        .collect();
+    differences.sort_by(|a, b| {
+        (b.bytes_outlier - b.bytes_median)
+            .cmp(&(a.bytes_outlier - a.bytes_median))
+            .then_with(|| a.site.cmp(&b.site))
+    });
+    differences.truncate(DIFFERENCES);
+    let row = |i: usize| RowRef {
+        input: peaks[i].input.clone(),
+        device: peaks[i].device,
+    };
+    Some(Comparison {
+        outlier: row(top),
+        median: row(mid),
+        median_peak_bytes: median_peak,
+        spread_ratio,
+        differences,
+        peaks,
+    })
+}

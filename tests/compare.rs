@@ -1,0 +1,148 @@
+//! Devices and ranks compared: `analyze` on a folder of rank files and on one file driving
+//! several GPUs names the outlier and the site that makes the difference. The files are built
+//! by driving memprof's allocator model (`fixtures/README.md`, "Generated rank files") and
+//! written as snapshot pickles into a temporary directory.
+
+use crate::util::{memprof, stdout};
+use memprof::model::{Action, Frame, Snapshot, SnapshotFormat, StackTable, Timeline, TraceEntry};
+use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const MIB: u64 = 1 << 20;
+
+/// One rank's step: ten 4 MiB activations from `model.py:10`, and `extra` 40 MiB tensors from
+/// `model.py:20` on a heavy rank. Returns its entries (with stacks) and the allocator.
+fn rank(extra: usize, stacks: &mut StackTable) -> (Vec<TraceEntry>, CachingAllocator) {
+    let mut site = |line: i64| {
+        let f = stacks.add_frame(Frame {
+            filename: "/home/user/model.py".into(),
+            line,
+            name: "forward".into(),
+        });
+        stacks.add_stack(vec![f].into_boxed_slice())
+    };
+    let (light, heavy) = (site(10), site(20));
+    let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(None));
+    for _ in 0..10 {
+        a.malloc(4 * MIB, 0).expect("no capacity limit");
+    }
+    for _ in 0..extra {
+        a.malloc(40 * MIB, 0).expect("no capacity limit");
+    }
+    let mut entries = a.take_events();
+    for e in &mut entries {
+        if e.action == Action::Alloc {
+            e.stack = if e.size == 40 * MIB { heavy } else { light };
+        }
+    }
+    (entries, a)
+}
+
+fn write(snapshot: &Snapshot, path: &Path) {
+    let file = std::fs::File::create(path).expect("writable");
+    memprof::report::export::torch_snapshot::write(snapshot, std::io::BufWriter::new(file))
+        .expect("written");
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memprof-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+fn analyze_json(path: &Path) -> Value {
+    let out = memprof(&["analyze", "--json", &path.display().to_string()]);
+    assert_eq!(out.status.code(), Some(0));
+    serde_json::from_str(&stdout(&out)).expect("JSON")
+}
+
+#[test]
+fn a_folder_of_rank_files_names_the_heavy_rank_and_its_site() {
+    let dir = temp_dir("ranks");
+    for (r, extra) in [(0, 0), (1, 2), (2, 0), (3, 0)] {
+        let mut stacks = StackTable::default();
+        let (entries, a) = rank(extra, &mut stacks);
+        let n = entries.len();
+        let snapshot = Snapshot {
+            format: SnapshotFormat::Modern,
+            segments: a.layout(0),
+            timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
+            stacks,
+            settings: None,
+            annotations: Vec::new(),
+        };
+        write(&snapshot, &dir.join(format!("rank{r}.pickle")));
+    }
+    std::fs::write(dir.join("notes.txt"), "not a snapshot").expect("writable");
+    let doc = analyze_json(&dir);
+    assert_eq!(
+        doc["inputs"].as_array().map(Vec::len),
+        Some(4),
+        "notes.txt is skipped"
+    );
+    let c = &doc["comparison"];
+    assert!(c["outlier"]["input"]
+        .as_str()
+        .is_some_and(|p| p.ends_with("rank1.pickle")));
+    assert_eq!(c["median_peak_bytes"], 40 * MIB);
+    assert_eq!(c["spread_ratio"], 3.0);
+    let first = &c["differences"][0];
+    assert_eq!(first["site"], "/home/user/model.py:20:forward");
+    assert_eq!(first["bytes_outlier"], 80 * MIB);
+    assert_eq!(first["bytes_median"], 0);
+    let out = memprof(&["analyze", &dir.display().to_string()]);
+    let text = stdout(&out);
+    let line = text.lines().next().unwrap_or_default();
+    assert!(line.starts_with("outlier: "), "{text}");
+    assert!(
+        line.contains("rank1.pickle device 0, peak active 120.00 MiB, 3.0x the median"),
+        "{line}"
+    );
+    assert!(
+        line.contains("/home/user/model.py:20:forward (+80.00 MiB: 80.00 MiB against 0 B)"),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_file_driving_several_gpus_names_the_heavy_device() {
+    let dir = temp_dir("devices");
+    let mut stacks = StackTable::default();
+    let mut all = Vec::new();
+    let mut ranges = Vec::new();
+    let mut segments = Vec::new();
+    for (device, extra) in [(0u32, 0), (1, 3), (2, 0)] {
+        let (entries, a) = rank(extra, &mut stacks);
+        ranges.push(all.len()..all.len() + entries.len());
+        all.extend(entries);
+        segments.extend(a.layout(device));
+    }
+    let snapshot = Snapshot {
+        format: SnapshotFormat::Modern,
+        segments,
+        timeline: Timeline::new(all, ranges),
+        stacks,
+        settings: None,
+        annotations: Vec::new(),
+    };
+    let file = dir.join("three_gpus.pickle");
+    write(&snapshot, &file);
+    let doc = analyze_json(&file);
+    let c = &doc["comparison"];
+    assert_eq!(c["outlier"]["device"], 1);
+    assert_eq!(c["differences"][0]["bytes_outlier"], 120 * MIB);
+    let text = stdout(&memprof(&["analyze", &file.display().to_string()]));
+    assert!(
+        text.starts_with(
+            "outlier: device 1, peak active 160.00 MiB, 4.0x the median (device 2, 40.00 MiB)"
+        ),
+        "{text}"
+    );
+    // One device alone has nothing to compare.
+    let doc = analyze_json(&crate::util::fixture("snapshots/demo_oom.pickle"));
+    assert_eq!(doc["comparison"], Value::Null);
+    let _ = std::fs::remove_dir_all(&dir);
+}
