@@ -1,12 +1,13 @@
 //! Draws the `view` screen from the app's state: header, chart, the visible panels (cursor
-//! state and segment map, largest blocks and a stack, top sites at the peak, the OOM), the
-//! key line, and the help overlay. Pure: the same state draws the same buffer.
+//! state and segment map, largest blocks and the selected one's stack, opened on its site,
+//! top sites at the peak, the OOM), the key line, and the help overlay. Pure: the same state
+//! draws the same buffer.
 
 use super::chart;
 use super::state::Panel;
 use super::summary::CursorState;
 use super::ViewApp;
-use crate::analysis::site_of;
+use crate::analysis::{site_of, site_text, ShownStack};
 use crate::model::Bytes;
 use crate::tui::help;
 use ratatui::buffer::Buffer;
@@ -19,7 +20,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Widget, Wrap};
 const PANEL_WIDTH: u16 = 64;
 
 /// The keys of `view`, for the help overlay.
-pub const KEYS: [(&str, &str); 13] = [
+pub const KEYS: [(&str, &str); 15] = [
     ("← → / h l", "move the cursor one column"),
     ("Shift+← → / PgUp PgDn", "move ten columns"),
     ("Home End / g G", "first / last entry"),
@@ -29,15 +30,44 @@ pub const KEYS: [(&str, &str); 13] = [
     ("p", "jump to the peak"),
     ("o", "jump to the OOM"),
     ("↑ ↓ / k j", "select a block (its stack is shown)"),
+    ("[ ]", "scroll the stack up / down"),
+    ("f", "every frame of the stack / only those that matter"),
     ("Tab / Shift+Tab", "next / previous panel"),
     ("d", "next device"),
     ("?", "this help"),
     ("q / Ctrl-C", "quit"),
 ];
 
+/// Rows the chart takes on a terminal `height` rows high.
+fn chart_height(height: u16) -> u16 {
+    (height.saturating_sub(2) * 2 / 5).max(7)
+}
+
+/// Rows of the block list and of the stack lines in a blocks panel `inner` rows high inside,
+/// with `blocks` live blocks (a line between them says whose stack it is).
+fn blocks_rows(inner: usize, blocks: usize) -> (usize, usize) {
+    let list = (inner / 2).max(1).min(blocks);
+    (list, inner.saturating_sub(list + 1))
+}
+
+/// Stack lines the blocks panel shows on a terminal `height` rows high.
+pub fn stack_rows(height: u16, blocks: usize) -> usize {
+    let panels = height.saturating_sub(2 + chart_height(height));
+    blocks_rows(panels.saturating_sub(2) as usize, blocks).1
+}
+
+/// The first of `rows` stack lines shown: `scroll`, else one above the site's frame (the call
+/// it made), and never past the last screenful.
+pub fn first_stack_line(shown: &ShownStack, rows: usize, scroll: Option<usize>) -> usize {
+    let last = shown.frames.len().saturating_sub(rows);
+    scroll
+        .unwrap_or_else(|| shown.site.map_or(0, |s| s.saturating_sub(1)))
+        .min(last)
+}
+
 /// Draws the whole screen.
 pub fn render(app: &ViewApp, area: Rect, buf: &mut Buffer) {
-    let chart_height = (area.height.saturating_sub(2) * 2 / 5).max(7);
+    let chart_height = chart_height(area.height);
     let [header, chart_area, panels, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(chart_height),
@@ -255,7 +285,7 @@ fn render_blocks(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     }
     let width = area.width as usize;
     let selected = app.state.selected_block.min(c.largest.len() - 1);
-    let list_rows = (area.height as usize / 2).max(1).min(c.largest.len());
+    let (list_rows, stack_rows) = blocks_rows(area.height as usize, c.largest.len());
     let first = selected.saturating_sub(list_rows - 1);
     let mut lines: Vec<Line> = c.largest[first..first + list_rows]
         .iter()
@@ -272,21 +302,40 @@ fn render_blocks(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         })
         .collect();
     let chosen = c.largest[selected];
+    let whose = format!(
+        "stack of the {} block at 0x{:x}",
+        Bytes(chosen.size),
+        chosen.address
+    );
+    let Some(shown) = app.selected_stack() else {
+        lines.push(Line::styled(format!("{whose}:"), app.theme.title()));
+        lines.push(Line::raw("  (no stack recorded)"));
+        Paragraph::new(lines).render(area, buf);
+        return;
+    };
+    let n = shown.frames.len();
+    let top = first_stack_line(&shown, stack_rows, app.state.stack_scroll);
+    let what = if app.state.full_stack {
+        "all frames"
+    } else {
+        "filtered"
+    };
+    let span = match n {
+        0 => "only capture and interpreter frames: f shows them".to_string(),
+        _ if n <= stack_rows => format!("{what}, {n} frames"),
+        _ => format!("{what}, {}-{} of {n}", top + 1, (top + stack_rows).min(n)),
+    };
     lines.push(Line::styled(
-        format!(
-            "stack of the {} block at 0x{:x}:",
-            Bytes(chosen.size),
-            chosen.address
-        ),
+        format!("{whose} ({span}):"),
         app.theme.title(),
     ));
-    match chosen.stack {
-        Some(id) => lines.extend(
-            stacks
-                .frames(id)
-                .map(|f| Line::raw(keep_end(&f.label(), width.saturating_sub(2)))),
-        ),
-        None => lines.push(Line::raw("  (no stack recorded)")),
+    for (i, label) in shown.frames.iter().enumerate().skip(top).take(stack_rows) {
+        let text = keep_end(label, width.saturating_sub(2));
+        lines.push(if shown.site == Some(i) {
+            Line::styled(format!("▶ {text}"), app.theme.title())
+        } else {
+            Line::raw(format!("  {text}"))
+        });
     }
     Paragraph::new(lines).render(area, buf);
 }
@@ -309,7 +358,10 @@ fn render_sites(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     }
     for site in &device.analysis.top_sites {
         let head = format!("{:>10} {:>5}× ", Bytes(site.bytes).to_string(), site.count);
-        let frame = keep_end(&site.frame, width.saturating_sub(head.chars().count()));
+        let frame = keep_end(
+            &site_text(&site.frame, site.via.as_deref()),
+            width.saturating_sub(head.chars().count()),
+        );
         lines.push(Line::raw(format!("{head}{frame}")));
     }
     Paragraph::new(lines).render(area, buf);
