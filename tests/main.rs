@@ -9,6 +9,7 @@ mod bad_input;
 mod commands;
 mod diagnose;
 mod export;
+mod frames;
 mod gate;
 mod gpu;
 mod live;

@@ -77,7 +77,7 @@ struct Position {
 
 /// The site of a stack: the innermost user frame, else the innermost Python frame; for a stack
 /// of compiled frames only (the autograd engine's thread, a recording) the backward node that
-/// allocated, else the outermost ATen operator, else the innermost frame that is not noise.
+/// allocated (not the helper it called), else the outermost ATen operator, else the innermost frame that is not noise.
 /// `via` is the outermost library frame inside the user frame that does more than pass the
 /// call on.
 fn locate(frames: &[(&Frame, FrameKind)]) -> Option<Position> {
@@ -93,9 +93,11 @@ fn locate(frames: &[(&Frame, FrameKind)]) -> Option<Position> {
         .iter()
         .position(|&(_, k)| k.is_library())
         .or_else(|| {
-            frames
-                .iter()
-                .position(|&(f, k)| native(f, k) && f.name.contains("autograd::generated::"))
+            frames.iter().position(|&(f, k)| {
+                native(f, k)
+                    && f.name.contains("autograd::generated::")
+                    && !f.name.contains("::details::")
+            })
         })
         .or_else(|| {
             frames
@@ -401,8 +403,13 @@ mod tests {
             0,
             "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor>&&)",
         ));
+        let helper = t.add_frame(frame(
+            "??",
+            0,
+            "torch::autograd::generated::details::mm_mat1_backward(at::Tensor const&)",
+        ));
         let engine = t.add_frame(frame("??", 0, "torch::autograd::Engine::thread_main()"));
-        let backward = t.add_stack([unwind, malloc, op, node, engine].into());
+        let backward = t.add_stack([unwind, malloc, op, helper, node, engine].into());
         assert_eq!(
             site_of(&t, backward),
             "torch::autograd::generated::BmmBackward0::apply"

@@ -36,8 +36,10 @@ impl FrameKind {
 }
 
 /// Parts of compiled function names that mark noise. The first seven are PyTorch's memory
-/// viewer's own (less `_start`, matched whole below so `restart`-like names stay).
-const NOISE_IN_NAME: [&str; 11] = [
+/// viewer's own (less `_start`, matched whole below so `restart`-like names stay); then the
+/// caching allocator, the dispatcher's glue and the empty-tensor helpers every allocation
+/// passes through.
+const NOISE_IN_NAME: [&str; 13] = [
     "unwind::unwind",
     "CapturedTraceback::gather",
     "gather_with_cpp",
@@ -49,15 +51,18 @@ const NOISE_IN_NAME: [&str; 11] = [
     "c10::impl::wrap_kernel_functor_unboxed_",
     "c10::impl::make_boxed_from_unboxed_functor",
     "::redispatch(",
+    "at::detail::empty",
+    "at::detail::_empty",
 ];
 
 /// Whole compiled function names that are noise: process and thread start, unknown symbols,
 /// CPython's call trampolines.
-const NOISE_NAMES: [&str; 12] = [
+const NOISE_NAMES: [&str; 13] = [
     "",
     "??",
     "_start",
     "start_thread",
+    "clone",
     "clone3",
     "__clone",
     "__clone3",
@@ -348,6 +353,8 @@ mod tests {
             ("/usr/local/src/conda/python-3.12.7/Python/bltinmodule.c", "builtin_exec_impl", Noise),
             ("./csu/../csu/libc-start.c", "__libc_start_main_impl", Noise),
             ("??", "_start", Noise),
+            ("??", "at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)", Noise),
+            ("", "at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>)", Noise),
             ("??", "??", Noise),
             ("/usr/local/cuda/lib64/libcudart.so.12", "libcudart.so.12+0x4f1a0", Noise),
             ("??", "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)", Native),

@@ -31,7 +31,7 @@ pub const KEYS: [(&str, &str); 15] = [
     ("o", "jump to the OOM"),
     ("↑ ↓ / k j", "select a block (its stack is shown)"),
     ("[ ]", "scroll the stack up / down"),
-    ("f", "every frame of the stack / only those that matter"),
+    ("f", "full stack / filtered stack"),
     ("Tab / Shift+Tab", "next / previous panel"),
     ("d", "next device"),
     ("?", "this help"),
@@ -162,6 +162,28 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Oom => render_oom(app, inner, buf),
         }
     }
+}
+
+/// A stack frame's label cut to `width` characters: a compiled function's keeps its start
+/// (the name before the argument list), others their end (where the file and line are).
+fn fit_frame(label: &str, width: usize) -> String {
+    if !label.contains('(') || label.chars().count() <= width || width == 0 {
+        return keep_end(label, width);
+    }
+    let head: String = label.chars().take(width - 1).collect();
+    format!("{head}…")
+}
+
+/// A site and the library call it made on one line of `width` characters: whole if it fits,
+/// else with the file's directory left out; `None` when that does not fit either.
+fn fit_site(frame: &str, via: Option<&str>, width: usize) -> Option<String> {
+    let whole = site_text(frame, via);
+    if whole.chars().count() <= width || via.is_none() {
+        return Some(keep_end(&whole, width));
+    }
+    let file = frame.rsplit(['/', '\\']).next().unwrap_or(frame);
+    let short = site_text(file, via);
+    (short.chars().count() <= width).then_some(short)
 }
 
 /// `text` cut to `width` characters, keeping its end (where a site's file and line are).
@@ -302,35 +324,31 @@ fn render_blocks(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         })
         .collect();
     let chosen = c.largest[selected];
-    let whose = format!(
-        "stack of the {} block at 0x{:x}",
-        Bytes(chosen.size),
-        chosen.address
-    );
+    let whose = format!("{} block at 0x{:x}", Bytes(chosen.size), chosen.address);
     let Some(shown) = app.selected_stack() else {
-        lines.push(Line::styled(format!("{whose}:"), app.theme.title()));
-        lines.push(Line::raw("  (no stack recorded)"));
+        lines.push(Line::styled(
+            format!("{whose}: no stack recorded"),
+            app.theme.title(),
+        ));
         Paragraph::new(lines).render(area, buf);
         return;
     };
     let n = shown.frames.len();
     let top = first_stack_line(&shown, stack_rows, app.state.stack_scroll);
     let what = if app.state.full_stack {
-        "all frames"
+        "full stack"
     } else {
-        "filtered"
+        "filtered stack"
     };
     let span = match n {
-        0 => "only capture and interpreter frames: f shows them".to_string(),
+        0 => "only capture and interpreter frames, f shows them".to_string(),
+        1 => format!("{what}, 1 frame"),
         _ if n <= stack_rows => format!("{what}, {n} frames"),
         _ => format!("{what}, {}-{} of {n}", top + 1, (top + stack_rows).min(n)),
     };
-    lines.push(Line::styled(
-        format!("{whose} ({span}):"),
-        app.theme.title(),
-    ));
+    lines.push(Line::styled(format!("{whose}: {span}"), app.theme.title()));
     for (i, label) in shown.frames.iter().enumerate().skip(top).take(stack_rows) {
-        let text = keep_end(label, width.saturating_sub(2));
+        let text = fit_frame(label, width.saturating_sub(2));
         lines.push(if shown.site == Some(i) {
             Line::styled(format!("▶ {text}"), app.theme.title())
         } else {
@@ -358,11 +376,18 @@ fn render_sites(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     }
     for site in &device.analysis.top_sites {
         let head = format!("{:>10} {:>5}× ", Bytes(site.bytes).to_string(), site.count);
-        let frame = keep_end(
-            &site_text(&site.frame, site.via.as_deref()),
-            width.saturating_sub(head.chars().count()),
-        );
-        lines.push(Line::raw(format!("{head}{frame}")));
+        let indent = head.chars().count();
+        let room = width.saturating_sub(indent);
+        match fit_site(&site.frame, site.via.as_deref(), room) {
+            Some(text) => lines.push(Line::raw(format!("{head}{text}"))),
+            // The library call on a line of its own.
+            None => {
+                lines.push(Line::raw(format!("{head}{}", keep_end(&site.frame, room))));
+                let via = format!("via {}", site.via.as_deref().unwrap_or_default());
+                let via = keep_end(&via, room);
+                lines.push(Line::styled(format!("{:indent$}{via}", ""), theme.muted()));
+            }
+        }
     }
     Paragraph::new(lines).render(area, buf);
 }
