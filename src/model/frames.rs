@@ -87,8 +87,10 @@ const NOISE_NAME_STARTS: [&str; 8] = [
 
 /// Parts of compiled frames' file names (lower case, `/` separated, with a leading `/`) that
 /// mark noise. The first ten are PyTorch's memory viewer's own; `/register` and `/redispatch`
-/// also catch the bare `RegisterCUDA.cpp` that snapshots record.
-const NOISE_IN_FILE: [&str; 14] = [
+/// also catch the bare `RegisterCUDA.cpp` that snapshots record. Then the allocator, the
+/// capture, the CUDA runtime and driver, and the C library and loader (process start-up in a
+/// recording's stacks).
+const NOISE_IN_FILE: [&str; 16] = [
     "core/boxing",
     "/register",
     "/redispatch",
@@ -103,6 +105,8 @@ const NOISE_IN_FILE: [&str; 14] = [
     "memory_snapshot.cpp",
     "/libcudart.so",
     "/libcuda.so",
+    "/libc.so",
+    "/ld-linux",
 ];
 
 /// Directories of a CPython source tree, whose compiled frames are the interpreter's.
@@ -357,6 +361,7 @@ mod tests {
             ("", "at::TensorBase at::detail::_empty_generic<long>(c10::ArrayRef<long>)", Noise),
             ("??", "??", Noise),
             ("/usr/local/cuda/lib64/libcudart.so.12", "libcudart.so.12+0x4f1a0", Noise),
+            ("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6+0x2724a", Noise),
             ("??", "at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)", Native),
             ("??", "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor>&&)", Native),
             ("python_torch_functions_0.cpp", "torch::autograd::THPVariable_einsum(_object*, _object*)", Native),
