@@ -20,7 +20,8 @@ pub struct Site {
     pub count: u64,
     /// The filtered stack (innermost first) of the largest allocation at this site.
     pub stack: Vec<String>,
-    /// Every frame of that stack as recorded; empty (and left out of JSON) unless asked for.
+    /// Every frame of that stack as recorded (`analyze --json` empties it, and so leaves it
+    /// out, unless given `--full-stacks`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub full_stack: Vec<String>,
 }

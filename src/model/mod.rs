@@ -13,7 +13,7 @@ mod timeline;
 mod units;
 
 pub use event::{Action, ExtraId, StackId, StreamIndex, TraceEntry};
-pub use frames::{is_python_file, FrameKind};
+pub use frames::FrameKind;
 pub use layout::{Block, BlockState, PoolKind, Segment};
 pub use ranges::{fits_address_space, ranges_before, RangeRules, SegmentRange};
 pub use snapshot::{AllocatorSettings, Annotation, Snapshot, SnapshotFormat};
