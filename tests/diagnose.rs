@@ -37,6 +37,10 @@ fn diagnose_demo_oom_is_fragmentation_and_expandable_segments_fixes_it() {
     let evidence = d["evidence"].as_str().expect("evidence");
     assert!(evidence.contains("2.40 GiB") && evidence.contains("4.03 GiB"));
     assert_eq!(d["sites"][0]["frame"], "/home/user/model.py:140:forward");
+    // The failing request and the sites holding the most, each with the library call it made.
+    assert_eq!(d["sites"][0]["via"], "torch.nn.modules.linear.forward");
+    assert_eq!(d["sites"][3]["frame"], "/home/user/train.py:104:train_step");
+    assert_eq!(d["sites"][3]["via"], "torch.optim.adamw.step");
     let remedies = d["remedies"].as_array().expect("remedies");
     assert_eq!(remedies[0]["kind"], "alloc_conf");
     assert_eq!(remedies[0]["alloc_conf"], "expandable_segments:True");

@@ -10,6 +10,7 @@ mod commands;
 mod compare;
 mod diagnose;
 mod export;
+mod frames;
 mod gate;
 mod gpu;
 mod json_reference;

@@ -132,14 +132,33 @@ fn analyze_names_the_functions_that_allocated_as_top_sites() {
         assert!(frame.ends_with(want.as_str()), "{frame} is not {want}");
         assert_eq!((bytes, count), (want_bytes, want_count), "{frame}");
     }
-    // The whole stack of a site goes out to main.
-    let stack = &doc["inputs"][0]["devices"][0]["top_sites"][0]["stack"];
-    let stack: Vec<&str> = (stack.as_array().expect("stack").iter())
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(stack.len() >= 2, "{stack:?}");
+    // The stack of a site goes out to main; the process start-up frames below it (the C
+    // library's) are left out of it and kept in the full stack.
+    let out = memprof(&[
+        "analyze",
+        "--json",
+        "--full-stacks",
+        &path.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let frames = |key: &str| -> Vec<String> {
+        let list = &doc["inputs"][0]["devices"][0]["top_sites"][0][key];
+        (list.as_array().expect("a stack").iter())
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect()
+    };
+    let (stack, full) = (frames("stack"), frames("full_stack"));
+    assert_eq!(stack.len(), 2, "{stack:?}");
     assert!(stack[0].ends_with(":load_weights"), "{stack:?}");
     assert!(stack[1].ends_with(":main"), "{stack:?}");
+    assert_eq!(full[..2], stack[..], "{full:?}");
+    assert!(
+        full[2..]
+            .iter()
+            .all(|f| f.starts_with("libc.so") || f.ends_with("_start")),
+        "{full:?}"
+    );
 }
 
 #[test]

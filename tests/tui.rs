@@ -2,7 +2,7 @@
 //! several terminal sizes, after scripted keys; compared with insta snapshots
 //! (`tests/snapshots/`). Styles are checked cell by cell where text cannot show them.
 
-use crate::util::fixture;
+use crate::util::{fixture, real_fixtures};
 use insta::assert_snapshot;
 use memprof::analysis::{analyze_snapshot, DeviceAnalysis};
 use memprof::diagnose::{classify_ooms, Origin};
@@ -159,6 +159,69 @@ fn the_cursor_column_moves_with_the_keys() {
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!(after[0] + 2, before[0]);
+}
+
+/// The text of a drawn screen, one line per row.
+fn screen(t: &Terminal<TestBackend>) -> String {
+    let buf = t.backend().buffer();
+    (0..buf.area.height)
+        .map(|y| {
+            (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The one stack line marked as the site's frame.
+fn marked(screen: &str) -> &str {
+    let lines: Vec<&str> = screen.lines().filter(|l| l.contains('▶')).collect();
+    assert_eq!(lines.len(), 1, "{screen}");
+    lines[0]
+}
+
+#[test]
+fn a_real_stack_opens_on_the_users_frame_scrolls_and_shows_every_frame_on_f() {
+    let Some(path) = real_fixtures().map(|d| d.join("JasperSolt__EoR_NN__snapshot.pickle")) else {
+        eprintln!("../shared/fixtures/real is absent here: skipped");
+        return;
+    };
+    let file = std::fs::File::open(path).expect("the real snapshot");
+    let snap = torch_snapshot::read(file).expect("parses").snapshot;
+    let mut a = ViewApp::new("real.pickle".into(), &snap, analyses(&snap), Theme::plain())
+        .expect("a device");
+    // The fifth largest block at the peak: allocated on the user's line 102, 13 filtered
+    // frames down, past the 7 rows the panel has for its stack.
+    let keys = [Key::Tab, Key::Down, Key::Down, Key::Down, Key::Down];
+    let s = screen(&draw(&mut a, 100, 30, &keys));
+    let user = "/oscar/home/jsolt/FourierNN/counterfactuals.py:102:generate_counterfactuals";
+    assert!(marked(&s).contains(user), "{s}");
+    assert!(s.contains("filtered stack, "), "{s}");
+    assert!(!s.contains("unwind::unwind"), "{s}");
+    // The first block: a backward pass, its site the autograd node.
+    let s = screen(&draw(&mut a, 100, 30, &[Key::Up; 4]));
+    assert!(
+        marked(&s).contains("torch::autograd::generated::AddmmBackward0::apply"),
+        "{s}"
+    );
+    // Every frame, still opened on the site.
+    let s = screen(&draw(&mut a, 100, 30, &[Key::Char('f')]));
+    assert!(s.contains("full stack, "), "{s}");
+    assert!(marked(&s).contains("AddmmBackward0::apply("), "{s}");
+    // Up to the top: the capture frames PyTorch records first.
+    let s = screen(&draw(&mut a, 100, 30, &[Key::Char('['); 40]));
+    assert!(s.contains("full stack, 1-7 of 27"), "{s}");
+    assert!(s.contains("  torch::unwind::unwind()"), "{s}");
+    // Down to the bottom, and no further.
+    let s = screen(&draw(&mut a, 100, 30, &[Key::Char(']'); 40]));
+    assert!(s.contains("full stack, 21-27 of 27"), "{s}");
+    let s = screen(&draw(&mut a, 100, 30, &[Key::Char('[')]));
+    assert!(s.contains("full stack, 20-26 of 27"), "{s}");
+    // Back to the filtered stack, opened on the site again.
+    let s = screen(&draw(&mut a, 100, 30, &[Key::Char('f')]));
+    assert!(s.contains("filtered stack, "), "{s}");
+    assert!(marked(&s).contains("AddmmBackward0::apply"), "{s}");
 }
 
 mod top {

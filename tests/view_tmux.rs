@@ -210,3 +210,39 @@ fn view_refuses_a_bad_file_with_one_line_and_exit_2() {
     );
     assert!(!screen.contains("panicked"), "{screen}");
 }
+
+/// On a real snapshot: the stack panel opens on the user's frame, `f` shows every frame and
+/// `[` scrolls up to the capture frames PyTorch records first.
+#[test]
+fn view_in_tmux_opens_a_real_stack_on_the_users_frame() {
+    let Some(path) = crate::util::real_fixtures()
+        .map(|d| d.join("JasperSolt__EoR_NN__snapshot.pickle"))
+        .filter(|p| p.exists())
+    else {
+        eprintln!("../shared/fixtures/real is absent here: skipped");
+        return;
+    };
+    let command = format!(
+        "sh -c '{} view {}; sleep 60'",
+        env!("CARGO_BIN_EXE_memprof"),
+        path.display()
+    );
+    let tmux = Tmux::start(&command, 100, 30);
+    tmux.wait_text("Memory over time");
+    tmux.keys(&["Tab", "j", "j", "j", "j"]);
+    let user = "▶ /oscar/home/jsolt/FourierNN/counterfactuals.py:102:generate_counterfactuals";
+    let screen = tmux.wait_text(user);
+    assert!(screen.contains("filtered stack, "), "{screen}");
+    assert!(!screen.contains("unwind::unwind"), "{screen}");
+    tmux.keys(&["f"]);
+    let screen = tmux.wait_text("full stack, ");
+    assert!(screen.contains(user), "{screen}");
+    tmux.keys(&["?"]);
+    let screen = tmux.wait_text("memprof view: keys");
+    assert!(screen.contains("scroll the stack up / down"), "{screen}");
+    tmux.keys(&["x"]);
+    tmux.keys(&["["; 30]);
+    let screen = tmux.wait_text("  torch::unwind::unwind()");
+    assert!(screen.contains("full stack, 1-7 of "), "{screen}");
+    tmux.keys(&["q"]);
+}

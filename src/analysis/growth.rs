@@ -68,6 +68,7 @@ pub fn find_growth(snapshot: &Snapshot, device: u32, oom_index: usize) -> Option
                 .saturating_sub(before.get(&s.frame).copied().unwrap_or(0));
             (grew > 0).then_some(OomSite {
                 frame: s.frame,
+                via: s.via,
                 bytes: grew,
             })
         })

@@ -20,4 +20,7 @@ pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use layout_at::layout_at;
 pub use peak::{find_peak, Peak};
 pub use series::{memory_series, Mark, MemorySeries, SeriesPoint, XAxis};
-pub use sites::{is_user_label, site_of, top_sites, Site};
+pub use sites::{
+    is_user_label, shown_stack, site_label_of, site_of, site_text, top_sites, ShownStack, Site,
+    SiteLabel,
+};

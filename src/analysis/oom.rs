@@ -162,6 +162,8 @@ pub fn shortfall_bytes(f: &OomFacts) -> u64 {
 pub struct OomSite {
     /// `file:line:function`.
     pub frame: String,
+    /// The library function the frame called that allocated (as `Site::via`).
+    pub via: Option<String>,
     pub bytes: u64,
 }
 

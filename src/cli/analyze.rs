@@ -87,7 +87,15 @@ fn analyze_file(
             snapshot,
             origin(loaded.recording.as_ref()),
             analyze_snapshot(snapshot, args.top, args.device),
-        ),
+        )
+        .into_iter()
+        .map(|mut d| {
+            if !args.full_stacks {
+                d.top_sites.iter_mut().for_each(|s| s.full_stack.clear());
+            }
+            d
+        })
+        .collect(),
         warnings: loaded.parsed.warnings,
     })
 }

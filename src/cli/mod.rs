@@ -89,6 +89,10 @@ pub struct AnalyzeArgs {
     /// How many allocation sites to list per device.
     #[arg(long, value_name = "K", default_value_t = 10)]
     pub top: usize,
+    /// With --json, also give each top site's `full_stack`: every frame as recorded, the
+    /// capture, allocator and interpreter frames that `stack` leaves out included.
+    #[arg(long, requires = "json")]
+    pub full_stacks: bool,
     /// Only this device.
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,

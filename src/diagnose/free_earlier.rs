@@ -14,7 +14,7 @@
 
 use crate::analysis::iterations::{find_iterations, Iterations};
 use crate::analysis::oom::{OomSite, Remedy, RemedyKind};
-use crate::analysis::site_of;
+use crate::analysis::site_label_of;
 use crate::model::{Action, Bytes, Replay, Snapshot};
 use crate::sim::replay::{self, Prepared};
 use crate::sim::{AllocatorConfig, EarlyFree};
@@ -23,6 +23,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 /// Tensors of one site kept across iterations.
 #[derive(Default)]
 struct Kept {
+    /// The library function the site called (as `Site::via`).
+    via: Option<String>,
     frees: Vec<EarlyFree>,
     bytes: u64,
     iterations: FxHashSet<usize>,
@@ -48,6 +50,7 @@ pub fn free_earlier(
         .iter()
         .map(|(frame, k)| OomSite {
             frame: frame.clone(),
+            via: k.via.clone(),
             bytes: k.bytes,
         })
         .collect();
@@ -118,11 +121,14 @@ fn kept_across_iterations(
         else {
             continue;
         };
-        let frame = site_of(&snapshot.stacks, live.stack);
-        if !named.contains(frame.as_str()) {
+        let site = site_label_of(&snapshot.stacks, live.stack);
+        if !named.contains(site.frame.as_str()) {
             continue;
         }
-        let kept = by_site.entry(frame).or_default();
+        let kept = by_site.entry(site.frame).or_insert_with(|| Kept {
+            via: site.via,
+            ..Kept::default()
+        });
         kept.frees.push(EarlyFree { after: end, addr });
         kept.bytes = kept.bytes.saturating_add(live.size);
         kept.iterations.insert(k);

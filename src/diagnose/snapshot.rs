@@ -8,7 +8,7 @@
 
 use crate::analysis::growth::find_growth;
 use crate::analysis::oom::{Cause, Diagnosis, OomFacts, OomSite};
-use crate::analysis::{layout_at, site_of, top_sites};
+use crate::analysis::{layout_at, site_label_of, top_sites};
 use crate::diagnose::free_earlier::free_earlier;
 use crate::diagnose::remedies::{program_remedy, rank, replayed_settings, Recorded};
 use crate::model::{Action, BlockState, Replay, Snapshot};
@@ -83,8 +83,10 @@ pub fn diagnose_device(
              total memory) to test for it.",
         );
     }
+    let failing = site_label_of(&snapshot.stacks, entry.stack);
     d.sites.push(OomSite {
-        frame: site_of(&snapshot.stacks, entry.stack),
+        frame: failing.frame,
+        via: failing.via,
         bytes: entry.size,
     });
     match growth {
@@ -95,6 +97,7 @@ pub fn diagnose_device(
                 .into_iter()
                 .map(|s| OomSite {
                     frame: s.frame,
+                    via: s.via,
                     bytes: s.bytes,
                 }),
         ),

@@ -3,6 +3,7 @@
 //! No I/O; depends on serde at most.
 
 mod event;
+mod frames;
 mod layout;
 mod ranges;
 mod snapshot;
@@ -12,6 +13,7 @@ mod timeline;
 mod units;
 
 pub use event::{Action, ExtraId, StackId, StreamIndex, TraceEntry};
+pub use frames::FrameKind;
 pub use layout::{Block, BlockState, PoolKind, Segment};
 pub use ranges::{fits_address_space, ranges_before, RangeRules, SegmentRange};
 pub use snapshot::{AllocatorSettings, Annotation, FormatKeys, Snapshot, SnapshotFormat};

@@ -137,7 +137,7 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
                 Bytes(s.bytes).to_string(),
                 s.count,
                 if s.count == 1 { "alloc " } else { "allocs" },
-                s.frame
+                crate::analysis::site_text(&s.frame, s.via.as_deref())
             );
         }
     }

@@ -2,7 +2,7 @@
 //! each device's summary, its plots as inline SVG, the top sites with their stacks and the OOM.
 //! Every text that comes from the file is escaped.
 
-use crate::analysis::DeviceAnalysis;
+use crate::analysis::{site_text, DeviceAnalysis};
 use crate::model::{Bytes, Snapshot};
 use crate::report::plot::{self, Format, Kind, PlotError};
 use std::fmt::Write;
@@ -211,15 +211,21 @@ fn sites(page: &mut String, d: &DeviceAnalysis) {
          <th>allocations</th><th>site and stack (innermost first)</th></tr>\n",
     );
     for site in &d.top_sites {
-        let stack: Vec<String> = site.stack.iter().map(|f| escape(f)).collect();
+        let lines = |frames: &[String]| -> String {
+            let escaped: Vec<String> = frames.iter().map(|f| escape(f)).collect();
+            escaped.join("\n")
+        };
         let _ = writeln!(
             page,
             "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td><details><summary><code>{}\
-             </code></summary><pre>{}</pre></details></td></tr>",
+             </code></summary><pre>{}</pre><details><summary>all {} frames, as recorded\
+             </summary><pre>{}</pre></details></details></td></tr>",
             Bytes(site.bytes),
             site.count,
-            escape(&site.frame),
-            stack.join("\n")
+            escape(&site_text(&site.frame, site.via.as_deref())),
+            lines(&site.stack),
+            site.full_stack.len(),
+            lines(&site.full_stack)
         );
     }
     page.push_str("</table>\n");

@@ -9,7 +9,7 @@ pub mod summary;
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
-use crate::analysis::DeviceAnalysis;
+use crate::analysis::{shown_stack, DeviceAnalysis, ShownStack};
 use crate::model::Snapshot;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -73,6 +73,26 @@ impl<'a> ViewApp<'a> {
         &self.devices[self.state.device]
     }
 
+    /// The selected block's stack as the blocks panel shows it (full or filtered); `None`
+    /// when no block is live at the cursor or the block has no stack.
+    pub fn selected_stack(&self) -> Option<ShownStack> {
+        let blocks = &self.at_cursor.largest;
+        let block = blocks.get(self.state.selected_block.min(blocks.len().checked_sub(1)?))?;
+        Some(shown_stack(
+            &self.snapshot.stacks,
+            block.stack?,
+            self.state.full_stack,
+        ))
+    }
+
+    /// The first line of the selected block's stack that the panel shows.
+    fn first_stack_line(&self) -> usize {
+        self.selected_stack().map_or(0, |shown| {
+            let rows = render::stack_rows(self.state.rows, self.at_cursor.largest.len());
+            render::first_stack_line(&shown, rows, self.state.stack_scroll)
+        })
+    }
+
     fn refresh_cursor(&mut self) {
         if self.at_cursor.index != Some(self.state.cursor) && !self.device().summary.is_empty() {
             self.at_cursor = self.device().summary.state_at(self.state.cursor);
@@ -108,6 +128,10 @@ impl Dashboard for ViewApp<'_> {
                 self.state.switch_device(next, fresh);
             }
         }
+        if !had_help && matches!(key, Key::Char('[' | ']')) && self.state.stack_scroll.is_none() {
+            // Scrolling starts from where the stack opened.
+            self.state.stack_scroll = Some(self.first_stack_line());
+        }
         let flow = self.state.on_key(key);
         if !had_help && key == Key::Char('d') {
             if let Some(next) = self.state.next_device() {
@@ -119,10 +143,15 @@ impl Dashboard for ViewApp<'_> {
         self.refresh_cursor();
         let blocks = self.at_cursor.largest.len();
         self.state.selected_block = self.state.selected_block.min(blocks.saturating_sub(1));
+        if self.state.stack_scroll.is_some() {
+            // Not past the last screenful.
+            self.state.stack_scroll = Some(self.first_stack_line());
+        }
         flow
     }
 
-    fn on_resize(&mut self, width: u16, _height: u16) {
+    fn on_resize(&mut self, width: u16, height: u16) {
         self.state.columns = chart::plot_columns(width);
+        self.state.rows = height;
     }
 }

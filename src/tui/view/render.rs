@@ -1,12 +1,13 @@
 //! Draws the `view` screen from the app's state: header, chart, the visible panels (cursor
-//! state and segment map, largest blocks and a stack, top sites at the peak, the OOM), the
-//! key line, and the help overlay. Pure: the same state draws the same buffer.
+//! state and segment map, largest blocks and the selected one's stack, opened on its site,
+//! top sites at the peak, the OOM), the key line, and the help overlay. Pure: the same state
+//! draws the same buffer.
 
 use super::chart;
 use super::state::Panel;
 use super::summary::CursorState;
 use super::ViewApp;
-use crate::analysis::site_of;
+use crate::analysis::{site_of, site_text, ShownStack};
 use crate::model::Bytes;
 use crate::tui::help;
 use ratatui::buffer::Buffer;
@@ -19,7 +20,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Widget, Wrap};
 const PANEL_WIDTH: u16 = 64;
 
 /// The keys of `view`, for the help overlay.
-pub const KEYS: [(&str, &str); 13] = [
+pub const KEYS: [(&str, &str); 15] = [
     ("← → / h l", "move the cursor one column"),
     ("Shift+← → / PgUp PgDn", "move ten columns"),
     ("Home End / g G", "first / last entry"),
@@ -29,15 +30,44 @@ pub const KEYS: [(&str, &str); 13] = [
     ("p", "jump to the peak"),
     ("o", "jump to the OOM"),
     ("↑ ↓ / k j", "select a block (its stack is shown)"),
+    ("[ ]", "scroll the stack up / down"),
+    ("f", "full stack / filtered stack"),
     ("Tab / Shift+Tab", "next / previous panel"),
     ("d", "next device"),
     ("?", "this help"),
     ("q / Ctrl-C", "quit"),
 ];
 
+/// Rows the chart takes on a terminal `height` rows high.
+fn chart_height(height: u16) -> u16 {
+    (height.saturating_sub(2) * 2 / 5).max(7)
+}
+
+/// Rows of the block list and of the stack lines in a blocks panel `inner` rows high inside,
+/// with `blocks` live blocks (a line between them says whose stack it is).
+fn blocks_rows(inner: usize, blocks: usize) -> (usize, usize) {
+    let list = (inner / 2).max(1).min(blocks);
+    (list, inner.saturating_sub(list + 1))
+}
+
+/// Stack lines the blocks panel shows on a terminal `height` rows high.
+pub fn stack_rows(height: u16, blocks: usize) -> usize {
+    let panels = height.saturating_sub(2 + chart_height(height));
+    blocks_rows(panels.saturating_sub(2) as usize, blocks).1
+}
+
+/// The first of `rows` stack lines shown: `scroll`, else one above the site's frame (the call
+/// it made), and never past the last screenful.
+pub fn first_stack_line(shown: &ShownStack, rows: usize, scroll: Option<usize>) -> usize {
+    let last = shown.frames.len().saturating_sub(rows);
+    scroll
+        .unwrap_or_else(|| shown.site.map_or(0, |s| s.saturating_sub(1)))
+        .min(last)
+}
+
 /// Draws the whole screen.
 pub fn render(app: &ViewApp, area: Rect, buf: &mut Buffer) {
-    let chart_height = (area.height.saturating_sub(2) * 2 / 5).max(7);
+    let chart_height = chart_height(area.height);
     let [header, chart_area, panels, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(chart_height),
@@ -132,6 +162,28 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Oom => render_oom(app, inner, buf),
         }
     }
+}
+
+/// A stack frame's label cut to `width` characters: a compiled function's keeps its start
+/// (the name before the argument list), others their end (where the file and line are).
+fn fit_frame(label: &str, width: usize) -> String {
+    if !label.contains('(') || label.chars().count() <= width || width == 0 {
+        return keep_end(label, width);
+    }
+    let head: String = label.chars().take(width - 1).collect();
+    format!("{head}…")
+}
+
+/// A site and the library call it made on one line of `width` characters: whole if it fits,
+/// else with the file's directory left out; `None` when that does not fit either.
+fn fit_site(frame: &str, via: Option<&str>, width: usize) -> Option<String> {
+    let whole = site_text(frame, via);
+    if whole.chars().count() <= width || via.is_none() {
+        return Some(keep_end(&whole, width));
+    }
+    let file = frame.rsplit(['/', '\\']).next().unwrap_or(frame);
+    let short = site_text(file, via);
+    (short.chars().count() <= width).then_some(short)
 }
 
 /// `text` cut to `width` characters, keeping its end (where a site's file and line are).
@@ -257,7 +309,7 @@ fn render_blocks(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     }
     let width = area.width as usize;
     let selected = app.state.selected_block.min(c.largest.len() - 1);
-    let list_rows = (area.height as usize / 2).max(1).min(c.largest.len());
+    let (list_rows, stack_rows) = blocks_rows(area.height as usize, c.largest.len());
     let first = selected.saturating_sub(list_rows - 1);
     let mut lines: Vec<Line> = c.largest[first..first + list_rows]
         .iter()
@@ -274,21 +326,36 @@ fn render_blocks(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         })
         .collect();
     let chosen = c.largest[selected];
-    lines.push(Line::styled(
-        format!(
-            "stack of the {} block at 0x{:x}:",
-            Bytes(chosen.size),
-            chosen.address
-        ),
-        app.theme.title(),
-    ));
-    match chosen.stack {
-        Some(id) => lines.extend(
-            stacks
-                .frames(id)
-                .map(|f| Line::raw(keep_end(&f.label(), width.saturating_sub(2)))),
-        ),
-        None => lines.push(Line::raw("  (no stack recorded)")),
+    let whose = format!("{} block at 0x{:x}", Bytes(chosen.size), chosen.address);
+    let Some(shown) = app.selected_stack() else {
+        lines.push(Line::styled(
+            format!("{whose}: no stack recorded"),
+            app.theme.title(),
+        ));
+        Paragraph::new(lines).render(area, buf);
+        return;
+    };
+    let n = shown.frames.len();
+    let top = first_stack_line(&shown, stack_rows, app.state.stack_scroll);
+    let what = if app.state.full_stack {
+        "full stack"
+    } else {
+        "filtered stack"
+    };
+    let span = match n {
+        0 => "only capture and interpreter frames, f shows them".to_string(),
+        1 => format!("{what}, 1 frame"),
+        _ if n <= stack_rows => format!("{what}, {n} frames"),
+        _ => format!("{what}, {}-{} of {n}", top + 1, (top + stack_rows).min(n)),
+    };
+    lines.push(Line::styled(format!("{whose}: {span}"), app.theme.title()));
+    for (i, label) in shown.frames.iter().enumerate().skip(top).take(stack_rows) {
+        let text = fit_frame(label, width.saturating_sub(2));
+        lines.push(if shown.site == Some(i) {
+            Line::styled(format!("▶ {text}"), app.theme.title())
+        } else {
+            Line::raw(format!("  {text}"))
+        });
     }
     Paragraph::new(lines).render(area, buf);
 }
@@ -311,8 +378,18 @@ fn render_sites(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     }
     for site in &device.analysis.top_sites {
         let head = format!("{:>10} {:>5}× ", Bytes(site.bytes).to_string(), site.count);
-        let frame = keep_end(&site.frame, width.saturating_sub(head.chars().count()));
-        lines.push(Line::raw(format!("{head}{frame}")));
+        let indent = head.chars().count();
+        let room = width.saturating_sub(indent);
+        match fit_site(&site.frame, site.via.as_deref(), room) {
+            Some(text) => lines.push(Line::raw(format!("{head}{text}"))),
+            // The library call on a line of its own.
+            None => {
+                lines.push(Line::raw(format!("{head}{}", keep_end(&site.frame, room))));
+                let via = format!("via {}", site.via.as_deref().unwrap_or_default());
+                let via = keep_end(&via, room);
+                lines.push(Line::styled(format!("{:indent$}{via}", ""), theme.muted()));
+            }
+        }
     }
     Paragraph::new(lines).render(area, buf);
 }

@@ -1,6 +1,6 @@
 //! What the person is looking at in `view`: the visible window of entries, the cursor, the
-//! device, the focused panel, the selected block and the help overlay; and how keys change it.
-//! Pure: no terminal, no replay.
+//! device, the focused panel, the selected block and how its stack is shown, and the help
+//! overlay; and how keys change it. Pure: no terminal, no replay.
 
 use crate::tui::keys::Key;
 use crate::tui::Flow;
@@ -34,6 +34,8 @@ pub struct ViewState {
     pub cursor: usize,
     /// Columns of the chart's plot area at the current terminal size.
     pub columns: usize,
+    /// Rows of the terminal.
+    pub rows: u16,
     /// Index into the file's devices.
     pub device: usize,
     pub devices: usize,
@@ -42,6 +44,11 @@ pub struct ViewState {
     pub focus: usize,
     /// Row selected in the largest-blocks list.
     pub selected_block: usize,
+    /// Whether the selected block's stack is shown with every frame as recorded, rather than
+    /// filtered.
+    pub full_stack: bool,
+    /// The first stack line shown; `None` opens the stack on its site's frame.
+    pub stack_scroll: Option<usize>,
     pub help: bool,
     /// Entry of the peak and of the OOM on this device, for `p` and `o`.
     pub peak: Option<usize>,
@@ -63,11 +70,14 @@ impl ViewState {
             end: entries,
             cursor: peak.unwrap_or(entries.saturating_sub(1)),
             columns: 1,
+            rows: 0,
             device: 0,
             devices,
             panels,
             focus: 0,
             selected_block: 0,
+            full_stack: false,
+            stack_scroll: None,
             help: false,
             peak,
             oom,
@@ -75,13 +85,17 @@ impl ViewState {
         }
     }
 
-    /// Switches to another device's trace, keeping the focus and the column count.
+    /// Switches to another device's trace, keeping the focus, the terminal size and the
+    /// choice of full or filtered stacks.
     pub fn switch_device(&mut self, device: usize, fresh: ViewState) {
-        let (columns, focus) = (self.columns, self.focus);
+        let (columns, rows, focus, full_stack) =
+            (self.columns, self.rows, self.focus, self.full_stack);
         *self = ViewState {
             device,
             columns,
+            rows,
             focus: focus.min(fresh.panels.len() - 1),
+            full_stack,
             ..fresh
         };
     }
@@ -127,8 +141,21 @@ impl ViewState {
                 }
                 None => self.message = Some("this trace has no OOM".into()),
             },
-            Key::Up | Key::Char('k') => self.selected_block = self.selected_block.saturating_sub(1),
-            Key::Down | Key::Char('j') => self.selected_block += 1,
+            Key::Up | Key::Char('k') => {
+                self.selected_block = self.selected_block.saturating_sub(1);
+                self.stack_scroll = None;
+            }
+            Key::Down | Key::Char('j') => {
+                self.selected_block += 1;
+                self.stack_scroll = None;
+            }
+            // The caller puts a stack opened on its site at its first line before these.
+            Key::Char('[') => self.stack_scroll = self.stack_scroll.map(|s| s.saturating_sub(1)),
+            Key::Char(']') => self.stack_scroll = self.stack_scroll.map(|s| s + 1),
+            Key::Char('f') => {
+                self.full_stack = !self.full_stack;
+                self.stack_scroll = None;
+            }
             Key::Tab => self.focus = (self.focus + 1) % self.panels.len(),
             Key::BackTab => self.focus = (self.focus + self.panels.len() - 1) % self.panels.len(),
             Key::Char('d') if self.devices > 1 => {
@@ -159,6 +186,7 @@ impl ViewState {
         let index = index.min(self.entries - 1);
         if index != self.cursor {
             self.selected_block = 0;
+            self.stack_scroll = None;
         }
         self.cursor = index;
         let width = self.end - self.start;
