@@ -6,6 +6,7 @@ use super::analyze_json::SCHEMA_VERSION;
 use super::pressure_text;
 use crate::analysis::oom::{Diagnosis, Remedy, RemedyKind};
 use crate::analysis::pressure::Pressure;
+use crate::analysis::site_text;
 use crate::analysis::version::{Release, VersionRange};
 use crate::model::Bytes;
 use serde::Serialize;
@@ -198,11 +199,20 @@ fn write_one(out: &mut String, d: &Diagnosis, retries: usize) {
     }
     let _ = writeln!(out, "{figures}");
     if let Some((first, rest)) = d.sites.split_first() {
-        let _ = writeln!(out, "  failing request: {}", first.frame);
+        let _ = writeln!(
+            out,
+            "  failing request: {}",
+            site_text(&first.frame, first.via.as_deref())
+        );
         if !rest.is_empty() {
             let _ = writeln!(out, "  live at the OOM, by site:");
             for s in rest {
-                let _ = writeln!(out, "    {:>12}  {}", Bytes(s.bytes).to_string(), s.frame);
+                let _ = writeln!(
+                    out,
+                    "    {:>12}  {}",
+                    Bytes(s.bytes).to_string(),
+                    site_text(&s.frame, s.via.as_deref())
+                );
             }
         }
     }
@@ -313,7 +323,7 @@ fn write_remedy(out: &mut String, k: usize, r: &Remedy) {
                     out,
                     "         {label} {:>12}  {}",
                     Bytes(s.bytes).to_string(),
-                    s.frame
+                    site_text(&s.frame, s.via.as_deref())
                 );
             }
         }
