@@ -146,3 +146,67 @@ fn one_file_driving_several_gpus_names_the_heavy_device() {
     assert_eq!(doc["comparison"], Value::Null);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One rank's step written as a snapshot: `extra` 40 MiB tensors beside the activations.
+fn rank_file(extra: usize, path: &Path) {
+    let mut stacks = StackTable::default();
+    let (entries, a) = rank(extra, &mut stacks);
+    let n = entries.len();
+    let snapshot = Snapshot {
+        format: SnapshotFormat::Modern,
+        segments: a.layout(0),
+        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
+        stacks,
+        settings: None,
+        annotations: Vec::new(),
+    };
+    write(&snapshot, path);
+}
+
+#[test]
+fn diff_names_the_added_tensors_first_with_their_stack() {
+    let dir = temp_dir("diff");
+    let (before, after) = (dir.join("before.pickle"), dir.join("after.pickle"));
+    // The same step twice; the second run keeps two 40 MiB tensors more.
+    rank_file(0, &before);
+    rank_file(2, &after);
+    let (b, a) = (before.display().to_string(), after.display().to_string());
+    let out = memprof(&["diff", &b, &a]);
+    assert_eq!(out.status.code(), Some(1), "the peak grew beyond 5%");
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "device 0: peak active 40.00 MiB -> 120.00 MiB, +80.00 MiB (+200.0%)  GREW"
+    );
+    assert_eq!(
+        lines[2],
+        "    +  80.00 MiB  /home/user/model.py:20:forward  (new, 80.00 MiB after)"
+    );
+    assert!(
+        lines[3].contains("model.py:20:forward"),
+        "the stack follows: {text}"
+    );
+    let out = memprof(&["diff", "--json", &b, &a]);
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(doc["kind"], "memprof_diff");
+    assert_eq!(
+        doc["devices"][0]["grew"][0]["site"],
+        "/home/user/model.py:20:forward"
+    );
+    assert_eq!(doc["devices"][0]["grew"][0]["before_bytes"], 0);
+    // No growth: exit 0; a growth within --max-increase: exit 0 too.
+    assert_eq!(memprof(&["diff", &b, &b]).status.code(), Some(0));
+    assert_eq!(
+        memprof(&["diff", "--max-increase", "300%", &b, &a])
+            .status
+            .code(),
+        Some(0)
+    );
+    // A file that is not a snapshot: exit 2 with one line.
+    let bad = dir.join("bad.pickle");
+    std::fs::write(&bad, b"not a pickle").expect("writable");
+    let out = memprof(&["diff", &b, &bad.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -138,3 +138,16 @@ fn every_documented_diagnose_field_is_in_real_output() {
     );
     let _ = std::fs::remove_dir_all(generated.parent().expect("a directory"));
 }
+
+#[test]
+fn every_documented_diff_field_is_in_real_output() {
+    check(
+        "diff.md",
+        &[args(&[
+            "diff",
+            "--json",
+            &f("snapshots/v2_1_basic.pickle"),
+            &f("snapshots/v2_11_full.pickle"),
+        ])],
+    );
+}

@@ -59,7 +59,7 @@ impl From<MetricArg> for Metric {
 }
 
 /// `5%`, `5 %` or `0.05` as a fraction.
-fn parse_increase(text: &str) -> anyhow::Result<f64> {
+pub(super) fn parse_increase(text: &str) -> anyhow::Result<f64> {
     let trimmed = text.trim();
     let value = match trimmed.strip_suffix('%') {
         Some(percent) => percent.trim().parse::<f64>().map(|p| p / 100.0),
@@ -127,7 +127,7 @@ fn read_baseline(path: &Path) -> anyhow::Result<Baseline> {
 }
 
 /// Measurements of one file: a snapshot (analyzed here) or an analyze JSON document.
-fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Measurement>> {
+pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Measurement>> {
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),

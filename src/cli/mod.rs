@@ -5,6 +5,7 @@ mod agent;
 mod analyze;
 mod attach;
 mod diagnose;
+mod diff;
 mod export;
 mod gate;
 mod input;
@@ -66,6 +67,8 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Fail a CI job when peak memory regresses against a baseline.
     Gate(gate::GateArgs),
+    /// What changed at the peak between two runs, by site.
+    Diff(diff::DiffArgs),
     /// Draw memory over time, the segment map or fragmentation over time (PNG or SVG).
     Plot(plot::PlotArgs),
     /// Write a self-contained HTML report: summary, plots, top sites, the OOM.
@@ -114,6 +117,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::View(args) => view::run(&args),
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
+        Command::Diff(args) => diff::run(&args),
         Command::Plot(args) => plot::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Export(args) => export::run(&args),
