@@ -125,7 +125,11 @@ fn text(report: &DiffReport, label: &str) -> String {
                 Bytes(g.after_bytes)
             ));
         }
-        if let Some(top) = d.grew.first() {
+        if let Some(top) = d.grew.first().filter(|t| !t.stack.is_empty()) {
+            out.push_str(&format!(
+                "  stack of the largest allocation at {}, innermost first:\n",
+                top.site
+            ));
             for frame in top.stack.iter().take(8) {
                 out.push_str(&format!("        {frame}\n"));
             }
