@@ -59,7 +59,7 @@ pub fn comparisons(
     let psi = l.params_per_gpu(&counts, setup.model.tied_embeddings);
     let mut out = vec![
         Comparison {
-            source: "ZeRO paper (Rajbhandari et al. 2020), (W + G + K) psi with the stage's shards",
+            source: "ZeRO paper (Rajbhandari et al. 2020)",
             covers: "model states",
             bytes: zero_paper(psi, &bytes, l.zero, l.shard_degree()).round() as u64,
             memprof_bytes: m.params() + m.all_grads() + m.optimizer,
@@ -67,7 +67,7 @@ pub fn comparisons(
             additions: &ZERO_ADDITIONS,
         },
         Comparison {
-            source: "Korthikanti et al. 2022 Table 2 / Ultra-Scale Playbook, per layer x L",
+            source: "Korthikanti et al. 2022 Table 2 / Ultra-Scale Playbook",
             covers: "activations",
             bytes: m.activations_layers,
             memprof_bytes: m.activations(),

@@ -46,24 +46,21 @@ const FRAGMENTATION: &str = "memprof default (--fragmentation): caching-allocato
                              5-10% with expandable segments, more without";
 
 const LABELS: [(&str, &str); 11] = [
-    ("params_sharded_bytes", "weights (this GPU's share)"),
-    ("params_gathered_bytes", "weights gathered from other GPUs"),
+    ("params_sharded_bytes", "this GPU's share of the weights"),
+    ("params_gathered_bytes", "weights gathered for ZeRO-3 units"),
     ("grads_bytes", "gradients"),
-    ("grads_gathered_bytes", "gradients before reduce-scatter"),
-    ("optimizer_bytes", "optimizer (master copy, moments)"),
-    ("activations_layers_bytes", "activations, published formula"),
     (
-        "activations_shape_bytes",
-        "activations, this model's shapes",
+        "grads_gathered_bytes",
+        "a unit's gradient before reduce-scatter",
     ),
+    ("optimizer_bytes", "optimizer state"),
     (
-        "activations_recompute_bytes",
-        "activations, layer being recomputed",
+        "activations_layers_bytes",
+        "activations by the published formula",
     ),
-    (
-        "activations_head_bytes",
-        "activations, embedding and LM head",
-    ),
+    ("activations_shape_bytes", "this model's layer shapes"),
+    ("activations_recompute_bytes", "the layer being recomputed"),
+    ("activations_head_bytes", "embedding and LM head"),
     ("context_bytes", "headroom: CUDA context"),
     ("fragmentation_bytes", "headroom: fragmentation"),
 ];

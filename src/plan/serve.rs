@@ -116,7 +116,10 @@ pub fn budget(
             name: "weights_bytes",
             label: "weights",
             bytes: params * WEIGHT_BYTES / t,
-            formula: format!("{params} parameters x {WEIGHT_BYTES} B / TP {t}"),
+            formula: format!(
+                "{:.2}B parameters x {WEIGHT_BYTES} B / TP {t}",
+                params as f64 / 1e9
+            ),
             source: "the model's parameter count in bf16 / fp16",
         },
         ServeTerm {
@@ -125,7 +128,7 @@ pub fn budget(
             bytes: profile_peak(model, t, setup.max_num_batched_tokens, max_num_seqs),
             formula: format!(
                 "{} tokens x 2 B x (QKV + 3 x MLP width + 4 x hidden) / TP, plus fp32 logits and \
-                 probabilities for {} rows of {} tokens",
+                 probabilities for {} rows of a {}-token vocabulary",
                 setup.max_num_batched_tokens,
                 max_num_seqs.min(setup.max_num_batched_tokens),
                 model.vocab

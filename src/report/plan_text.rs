@@ -97,18 +97,28 @@ fn explain_terms(out: &mut String, setup: &TrainSetup, index: usize, c: &Candida
     );
 }
 
+/// "1.26 GiB more" / "1.26 GiB less" / "the same".
+fn more_or_less(difference: i128) -> String {
+    let size = Bytes(u64::try_from(difference.unsigned_abs()).unwrap_or(u64::MAX));
+    match difference.signum() {
+        1 => format!("{size} more"),
+        -1 => format!("{size} less"),
+        _ => "the same".to_string(),
+    }
+}
+
 /// The published formulas' figures beside memprof's.
 fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspeed: Version) {
     for cmp in comparisons(setup, c, deepspeed) {
         if cmp.terms.is_empty() {
             let _ = writeln!(
                 out,
-                "{}: {} of {} per GPU; memprof counts {} ({} apart).",
+                "{}: {} of {} per GPU; memprof counts {} ({}).",
                 cmp.source,
                 Bytes(cmp.bytes),
                 cmp.covers,
                 Bytes(cmp.memprof_bytes),
-                signed_bytes(cmp.difference())
+                more_or_less(cmp.difference())
             );
             continue;
         }
@@ -118,17 +128,18 @@ fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspee
             .iter()
             .filter_map(|n| {
                 let bytes = term_bytes(c, n);
-                (bytes != 0).then(|| format!("{} {}", label(n), signed_bytes(i128::from(bytes))))
+                (bytes != 0)
+                    .then(|| format!("{} for {}", signed_bytes(i128::from(bytes)), label(n)))
             })
             .collect();
         let added = if additions.is_empty() {
-            "memprof adds nothing here".to_string()
+            "memprof adds nothing to it".to_string()
         } else {
-            format!("memprof adds {}", additions.join(", "))
+            format!("memprof adds {}", additions.join(" and "))
         };
         let _ = writeln!(
             out,
-            "{}: {} of {} per GPU (= {}); {added}: {} in all.",
+            "{}: {} of {} per GPU = memprof's {}; {added}, {} in all.",
             cmp.source,
             Bytes(cmp.bytes),
             cmp.covers,
