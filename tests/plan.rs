@@ -1,7 +1,7 @@
 //! `memprof plan ...` end to end: the JSON contract of `design/CLI.md`, fixed settings,
 //! searches, and bad input (exit 2 with one line).
 
-use crate::util::{memprof, stderr, stdout};
+use crate::util::{memprof, repo, stderr, stdout};
 use serde_json::Value;
 
 fn json(args: &[&str]) -> Value {
@@ -887,4 +887,85 @@ fn plan_kv_workload_per_setting() {
         text.contains("the paged pool at each max_num_seqs"),
         "{text}"
     );
+}
+
+/// Published measured peaks (`fixtures/examples/measured_peaks.json`) against memprof: the
+/// page `docs/plan-accuracy.md` shows the table this test computes, and the median and worst
+/// relative errors may not grow past today's.
+#[test]
+fn published_measured_peaks_accuracy() {
+    const MEDIAN_AT_MOST: f64 = 0.233;
+    const WORST_AT_MOST: f64 = 0.380;
+    let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
+        .expect("the measured peaks");
+    let doc: Value = serde_json::from_str(&text).expect("JSON");
+    let page = std::fs::read_to_string(repo().join("docs/plan-accuracy.md")).expect("the page");
+    let gib = (1u64 << 30) as f64;
+    let mut errors = Vec::new();
+    for p in doc["peaks"].as_array().expect("peaks") {
+        let id = p["id"].as_str().expect("id");
+        assert!(
+            !p["source"].as_str().unwrap_or("").is_empty(),
+            "{id}: no source"
+        );
+        let mut args: Vec<&str> = p["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        args.push("--json");
+        let out = json(&args);
+        let bytes = match p["estimate"].as_str() {
+            Some("train_reserved") => {
+                let m = &out["candidates"][0]["memory"];
+                ["total_bytes", "fragmentation_bytes"]
+                    .iter()
+                    .map(|k| m[k].as_u64().expect("bytes"))
+                    .sum::<u64>()
+            }
+            Some("serve_non_kv") => {
+                let b = &out["budget"];
+                [
+                    "weights_bytes",
+                    "activation_peak_bytes",
+                    "non_torch_bytes",
+                    "cuda_graph_bytes",
+                ]
+                .iter()
+                .map(|k| b[k].as_u64().expect("bytes"))
+                .sum::<u64>()
+            }
+            other => panic!("{id}: unknown estimate {other:?}"),
+        };
+        let measured = p["measured_gib"].as_f64().expect("measured");
+        let estimate = bytes as f64 / gib;
+        let error = (estimate - measured) / measured;
+        let row = format!(
+            "| `{id}` | {measured:.2} | {estimate:.2} | {:+.1}% |",
+            error * 100.0
+        );
+        assert!(page.contains(&row), "docs/plan-accuracy.md lacks {row}");
+        errors.push(error.abs());
+    }
+    errors.sort_by(f64::total_cmp);
+    let n = errors.len();
+    assert!(n >= 4, "{n} peaks");
+    let median = if n % 2 == 0 {
+        (errors[n / 2 - 1] + errors[n / 2]) / 2.0
+    } else {
+        errors[n / 2]
+    };
+    let worst = errors[n - 1];
+    let summary = format!(
+        "Over {n} published peaks: median {:.1}%, worst {:.1}%.",
+        median * 100.0,
+        worst * 100.0
+    );
+    assert!(
+        page.contains(&summary),
+        "docs/plan-accuracy.md lacks {summary}"
+    );
+    assert!(median <= MEDIAN_AT_MOST, "median error grew: {summary}");
+    assert!(worst <= WORST_AT_MOST, "worst error grew: {summary}");
 }
