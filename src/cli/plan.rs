@@ -565,7 +565,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        let text = plan_text::kv(&model.name, &settings, &serve, a.kv_memory.is_some(), &doc);
+        let text = plan_text::kv(&model.name, &settings, &serve, a.kv_memory, &doc);
         stdout.write_all(text.as_bytes())?;
         if let Some(w) = &doc.workload {
             stdout.write_all(plan_text::workload(w).as_bytes())?;

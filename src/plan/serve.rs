@@ -274,6 +274,9 @@ pub fn solve(
         if kv.block_size != DEFAULT_BLOCK_SIZE {
             flag(v, "--block-size", kv.block_size);
         }
+        if setup.max_num_batched_tokens != DEFAULT_BATCHED_TOKENS {
+            flag(v, "--max-num-batched-tokens", setup.max_num_batched_tokens);
+        }
         if setup.cuda_graph_bytes == 0 {
             v.push("--enforce-eager".to_string());
         }
@@ -434,6 +437,29 @@ mod tests {
             .vllm
             .contains(&"--tensor-parallel-size".to_string()));
         assert!(fit.flags.sglang.contains(&"--tp-size".to_string()));
+        assert!(!fit
+            .flags
+            .vllm
+            .contains(&"--max-num-batched-tokens".to_string()));
+        // A smaller profile run is passed on, since the activation peak depends on it.
+        let short = ServeSetup {
+            max_num_batched_tokens: 2048,
+            ..s
+        };
+        let b = budget(&model, &short, 4, 64).expect("a budget");
+        let peak = |b: &ServeBudget| b.terms[1].bytes;
+        assert!(peak(&b) < peak(&budget(&model, &s, 4, 64).expect("a budget")));
+        let ask = Ask {
+            max_model_len: Some(8192),
+            max_num_seqs: None,
+        };
+        let fit = solve(&model, &kv(4), &short, &b, ask).expect("solved");
+        let v = &fit.flags.vllm;
+        let i = v
+            .iter()
+            .position(|f| f == "--max-num-batched-tokens")
+            .expect("the flag");
+        assert_eq!(v[i + 1], "2048");
     }
 
     /// A 70B model does not fit one 80 GiB GPU: nothing is left for the cache.

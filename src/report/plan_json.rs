@@ -204,6 +204,8 @@ pub struct KvJson {
     /// Blocks, tokens and full-length requests of the pool; null without a memory size.
     pub num_blocks: Option<u64>,
     pub max_tokens: Option<u64>,
+    /// The full length `max_concurrent_sequences` counts (`--max-model-len`, or the model's).
+    pub max_model_len: Option<u64>,
     /// Full-length requests the pool holds at once; null when the length or size is unknown.
     pub max_concurrent_sequences: Option<u64>,
     /// The serving budget by term (with `--gpu-memory`).
@@ -282,6 +284,7 @@ impl KvJson {
             block_bytes,
             num_blocks: pool.map(|p| p.num_blocks),
             max_tokens: pool.map(|p| p.max_tokens),
+            max_model_len: pool.and_then(|p| p.max_model_len),
             max_concurrent_sequences: pool.and_then(|p| p.max_concurrent_sequences),
             budget: serving.map(|(b, _)| BudgetJson {
                 gpu_memory_bytes: b.gpu_memory_bytes,

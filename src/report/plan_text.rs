@@ -280,7 +280,7 @@ pub fn kv(
     model: &str,
     settings: &KvSettings,
     serve: &ServeSetup,
-    kv_given: bool,
+    kv_memory: Option<u64>,
     doc: &KvJson,
 ) -> String {
     let mut out = String::new();
@@ -323,14 +323,8 @@ pub fn kv(
             "KV cache",
             Bytes(b.kv_available_bytes).to_string()
         );
-    } else if kv_given {
-        if let Some(blocks) = doc.num_blocks {
-            let _ = writeln!(
-                out,
-                "pool memory: {} (given)",
-                Bytes(blocks.saturating_mul(doc.block_bytes))
-            );
-        }
+    } else if let Some(bytes) = kv_memory {
+        let _ = writeln!(out, "pool memory: {} (given)", Bytes(bytes));
     }
     match (doc.num_blocks, doc.max_tokens) {
         (Some(blocks), Some(tokens)) => {
@@ -346,11 +340,11 @@ pub fn kv(
         }
     }
     if doc.solve.is_none() {
-        match doc.max_concurrent_sequences {
-            Some(n) => {
-                let _ = writeln!(out, "full-length sequences at once: {n}");
+        match (doc.max_model_len, doc.max_concurrent_sequences) {
+            (Some(len), Some(n)) => {
+                let _ = writeln!(out, "full-length ({len}-token) sequences at once: {n}");
             }
-            None => {
+            _ => {
                 let _ = writeln!(
                     out,
                     "full-length sequences at once: unknown (give --max-model-len)"
