@@ -13,7 +13,7 @@ use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, Pa
 use crate::plan::recipe::{Optimizer, Precision};
 use crate::plan::search::{search, Plan, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
 use crate::plan::serve::{
-    budget, solve, Ask, ServeSetup, DEFAULT_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+    budget, solve, Ask, Room, ServeSetup, DEFAULT_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
 };
 use crate::plan::states::ZeroStage;
 use crate::plan::train::{Headroom, TrainSetup};
@@ -487,22 +487,31 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         nccl_bytes: a.nccl_memory,
         max_num_batched_tokens: a.max_num_batched_tokens,
     };
-    let serving = match a.gpu_memory {
-        None => None,
-        Some(_) => {
+    let ask = Ask {
+        max_model_len: a.max_model_len,
+        max_num_seqs: a.max_num_seqs,
+    };
+    let asked = a.max_model_len.is_some() || a.max_num_seqs.is_some();
+    let (serving, solved) = match (a.gpu_memory, a.kv_memory) {
+        (Some(_), _) => {
             let seqs = a.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
             let b = budget(&model, &serve, a.tp, seqs)?;
-            let ask = Ask {
-                max_model_len: a.max_model_len,
-                max_num_seqs: a.max_num_seqs,
+            let room = Room::Gpu {
+                setup: &serve,
+                budget: &b,
             };
-            let solved = solve(&model, &settings, &serve, &b, ask)?;
-            Some((b, solved))
+            let s = solve(&model, &settings, room, ask)?;
+            (Some(b), Some(s))
         }
+        (None, Some(bytes)) if asked => {
+            let s = solve(&model, &settings, Room::Given(bytes), ask)?;
+            (None, Some(s))
+        }
+        _ => (None, None),
     };
     let available = match (a.kv_memory, &serving) {
         (Some(bytes), _) => Some(bytes),
-        (None, Some((b, _))) => Some(b.kv_available_bytes),
+        (None, Some(b)) => Some(b.kv_available_bytes),
         (None, None) => None,
     };
     let pool = available
@@ -523,7 +532,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
                 bail!("--workload needs --max-model-len (the model does not state its maximum)");
             };
             let capacity = pool.num_blocks * settings.block_size;
-            let sweep = serving.as_ref().map(|(_, s)| {
+            let sweep = solved.as_ref().map(|s| {
                 sweep_settings(s.max_num_seqs, requests.len() as u64)
                     .into_iter()
                     .map(|n| {
@@ -557,7 +566,8 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         per_token,
         block_bytes,
         pool.as_ref(),
-        serving.as_ref().map(|(b, s)| (b, s)),
+        serving.as_ref(),
+        solved.as_ref(),
         workload,
     );
     let mut stdout = std::io::stdout().lock();
@@ -565,7 +575,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        let text = plan_text::kv(&model.name, &settings, &serve, a.kv_memory, &doc);
+        let text = plan_text::kv(&model.name, &settings, a.kv_memory, &doc);
         stdout.write_all(text.as_bytes())?;
         if let Some(w) = &doc.workload {
             stdout.write_all(plan_text::workload(w).as_bytes())?;

@@ -71,8 +71,6 @@ pub enum ServeError {
     Utilization(f64),
     #[error("--max-num-seqs, --max-model-len and --max-num-batched-tokens must be between 1 and {MAX_SETTING}")]
     Setting,
-    #[error(transparent)]
-    Kv(#[from] KvError),
 }
 
 /// Bytes of vLLM's profile run: one forward of `tokens` tokens (per layer the QKV projection,
@@ -209,6 +207,8 @@ pub enum SolveError {
          cache; raise --tp or use a larger GPU"
     )]
     NoRoom { need: Bytes, budget: Bytes },
+    #[error("--kv-memory {given} holds not one {block} block")]
+    NoBlock { given: Bytes, block: Bytes },
     #[error(transparent)]
     Kv(#[from] KvError),
 }
@@ -218,22 +218,48 @@ fn flag(out: &mut Vec<String>, name: &str, value: impl ToString) {
     out.push(value.to_string());
 }
 
+/// What the cache may take: what a GPU's budget leaves, or a size given outright (vLLM's
+/// `--kv-cache-memory-bytes`).
+#[derive(Clone, Copy, Debug)]
+pub enum Room<'a> {
+    Gpu {
+        setup: &'a ServeSetup,
+        budget: &'a ServeBudget,
+    },
+    Given(u64),
+}
+
+impl Room<'_> {
+    fn available(&self) -> u64 {
+        match self {
+            Room::Gpu { budget, .. } => budget.kv_available_bytes,
+            Room::Given(bytes) => *bytes,
+        }
+    }
+}
+
 /// Solves for what `ask` leaves open.
 pub fn solve(
     model: &ModelConfig,
     kv: &KvSettings,
-    setup: &ServeSetup,
-    budget: &ServeBudget,
+    room: Room,
     ask: Ask,
 ) -> Result<Solve, SolveError> {
     let (_, block_bytes) = cache_shape(model, kv)?;
-    if budget.kv_available_bytes < block_bytes {
-        return Err(SolveError::NoRoom {
-            need: Bytes(budget.used_bytes()),
-            budget: Bytes(budget.budget_bytes),
+    let available = room.available();
+    if available < block_bytes {
+        return Err(match room {
+            Room::Gpu { budget, .. } => SolveError::NoRoom {
+                need: Bytes(budget.used_bytes()),
+                budget: Bytes(budget.budget_bytes),
+            },
+            Room::Given(bytes) => SolveError::NoBlock {
+                given: Bytes(bytes),
+                block: Bytes(block_bytes),
+            },
         });
     }
-    let blocks = budget.kv_available_bytes / block_bytes;
+    let blocks = available / block_bytes;
     let block = kv.block_size;
     let model_max = model.max_positions.unwrap_or(u64::MAX);
     let len_at = |seqs: u64| {
@@ -254,65 +280,85 @@ pub fn solve(
     let need_blocks = seqs.saturating_mul(len.div_ceil(block));
     let fits = seqs > 0 && len > 0 && need_blocks <= blocks;
     let kv_cache_bytes = need_blocks.saturating_mul(block_bytes);
+    let flags = if fits {
+        flags_for(kv, room, len, seqs, kv_cache_bytes, need_blocks * block)
+    } else {
+        Flags::default()
+    };
+    Ok(Solve {
+        max_model_len: len,
+        max_num_seqs: seqs,
+        kv_cache_bytes,
+        kv_available_bytes: available,
+        fits,
+        largest_max_num_seqs: seqs_at(len),
+        largest_max_model_len: len_at(seqs),
+        flags,
+    })
+}
+
+/// The vLLM and SGLang arguments for settings that fit.
+fn flags_for(
+    kv: &KvSettings,
+    room: Room,
+    len: u64,
+    seqs: u64,
+    kv_cache_bytes: u64,
+    tokens: u64,
+) -> Flags {
     let mut flags = Flags::default();
-    if fits {
-        let v = &mut flags.vllm;
-        flag(
-            v,
-            "--gpu-memory-utilization",
-            format!("{}", setup.utilization),
-        );
-        flag(v, "--kv-cache-memory-bytes", kv_cache_bytes);
-        flag(v, "--max-model-len", len);
-        flag(v, "--max-num-seqs", seqs);
-        if kv.tp > 1 {
-            flag(v, "--tensor-parallel-size", kv.tp);
-        }
-        if kv.dtype == KvDtype::Fp8 {
-            flag(v, "--kv-cache-dtype", "fp8");
-        }
-        if kv.block_size != DEFAULT_BLOCK_SIZE {
-            flag(v, "--block-size", kv.block_size);
-        }
+    let v = &mut flags.vllm;
+    if let Room::Gpu { setup, .. } = room {
+        flag(v, "--gpu-memory-utilization", setup.utilization);
+    }
+    flag(v, "--kv-cache-memory-bytes", kv_cache_bytes);
+    flag(v, "--max-model-len", len);
+    flag(v, "--max-num-seqs", seqs);
+    if kv.tp > 1 {
+        flag(v, "--tensor-parallel-size", kv.tp);
+    }
+    if kv.dtype == KvDtype::Fp8 {
+        flag(v, "--kv-cache-dtype", "fp8");
+    }
+    if kv.block_size != DEFAULT_BLOCK_SIZE {
+        flag(v, "--block-size", kv.block_size);
+    }
+    if let Room::Gpu { setup, .. } = room {
         if setup.max_num_batched_tokens != DEFAULT_BATCHED_TOKENS {
             flag(v, "--max-num-batched-tokens", setup.max_num_batched_tokens);
         }
         if setup.cuda_graph_bytes == 0 {
             v.push("--enforce-eager".to_string());
         }
-        // SGLang sizes weights and pool from one fraction and caps the pool in tokens.
+    }
+    let g = &mut flags.sglang;
+    if let Room::Gpu { setup, budget } = room {
+        // SGLang sizes weights and pool from one fraction of the GPU.
         let weights = budget.terms.first().map_or(0, |t| t.bytes);
         let fraction =
             ((weights + kv_cache_bytes) as f64 / setup.gpu_memory as f64 * 100.0).ceil() / 100.0;
-        let g = &mut flags.sglang;
         flag(
             g,
             "--mem-fraction-static",
             format!("{:.2}", fraction.min(setup.utilization)),
         );
-        flag(g, "--max-total-tokens", need_blocks * block);
-        flag(g, "--context-length", len);
-        flag(g, "--max-running-requests", seqs);
-        if kv.tp > 1 {
-            flag(g, "--tp-size", kv.tp);
-        }
-        if kv.dtype == KvDtype::Fp8 {
-            flag(g, "--kv-cache-dtype", "fp8_e4m3");
-        }
+    }
+    // ... and caps the pool in tokens.
+    flag(g, "--max-total-tokens", tokens);
+    flag(g, "--context-length", len);
+    flag(g, "--max-running-requests", seqs);
+    if kv.tp > 1 {
+        flag(g, "--tp-size", kv.tp);
+    }
+    if kv.dtype == KvDtype::Fp8 {
+        flag(g, "--kv-cache-dtype", "fp8_e4m3");
+    }
+    if let Room::Gpu { setup, .. } = room {
         if setup.cuda_graph_bytes == 0 {
             g.push("--disable-cuda-graph".to_string());
         }
     }
-    Ok(Solve {
-        max_model_len: len,
-        max_num_seqs: seqs,
-        kv_cache_bytes,
-        kv_available_bytes: budget.kv_available_bytes,
-        fits,
-        largest_max_num_seqs: seqs_at(len),
-        largest_max_model_len: len_at(seqs),
-        flags,
-    })
+    flags
 }
 
 #[cfg(test)]
@@ -355,8 +401,10 @@ mod tests {
         let by_len = solve(
             &model,
             &kv(1),
-            &s,
-            &b,
+            Room::Gpu {
+                setup: &s,
+                budget: &b,
+            },
             Ask {
                 max_model_len: Some(8192),
                 max_num_seqs: None,
@@ -372,8 +420,10 @@ mod tests {
         let by_seqs = solve(
             &model,
             &kv(1),
-            &s,
-            &b,
+            Room::Gpu {
+                setup: &s,
+                budget: &b,
+            },
             Ask {
                 max_model_len: None,
                 max_num_seqs: Some(by_len.max_num_seqs),
@@ -409,8 +459,10 @@ mod tests {
         let fit = solve(
             &model,
             &kv(4),
-            &s,
-            &b,
+            Room::Gpu {
+                setup: &s,
+                budget: &b,
+            },
             Ask {
                 max_model_len: Some(8192),
                 max_num_seqs: None,
@@ -420,8 +472,10 @@ mod tests {
         let over = solve(
             &model,
             &kv(4),
-            &s,
-            &b,
+            Room::Gpu {
+                setup: &s,
+                budget: &b,
+            },
             Ask {
                 max_model_len: Some(8192),
                 max_num_seqs: Some(fit.max_num_seqs + 1),
@@ -453,7 +507,16 @@ mod tests {
             max_model_len: Some(8192),
             max_num_seqs: None,
         };
-        let fit = solve(&model, &kv(4), &short, &b, ask).expect("solved");
+        let fit = solve(
+            &model,
+            &kv(4),
+            Room::Gpu {
+                setup: &short,
+                budget: &b,
+            },
+            ask,
+        )
+        .expect("solved");
         let v = &fit.flags.vllm;
         let i = v
             .iter()
@@ -472,8 +535,10 @@ mod tests {
         let err = solve(
             &model,
             &kv(1),
-            &s,
-            &b,
+            Room::Gpu {
+                setup: &s,
+                budget: &b,
+            },
             Ask {
                 max_model_len: Some(8192),
                 max_num_seqs: None,
@@ -499,5 +564,34 @@ mod tests {
         assert_eq!((weights as f64 / GIB as f64 * 100.0).round() / 100.0, 14.96);
         let peak = profile_peak(&model, 1, 8192, 256) as f64 / GIB as f64;
         assert!((peak - 1.26).abs() / 1.26 < 0.10, "{peak}");
+    }
+
+    /// A KV size given outright (vLLM `--kv-cache-memory-bytes`): the reference worked check,
+    /// Llama-3-8B bf16 with 50 GiB holds 25,600 blocks, 50 sequences of 8192 tokens; no
+    /// fraction of a GPU is printed, since none was given.
+    #[test]
+    fn a_given_kv_size_solves_too() {
+        let model = builtin::find("llama-3-8b").expect("built-in");
+        let ask = Ask {
+            max_model_len: Some(8192),
+            max_num_seqs: None,
+        };
+        let got = solve(&model, &kv(1), Room::Given(50 * GIB), ask).expect("solved");
+        assert_eq!(got.max_num_seqs, 50);
+        assert_eq!(got.kv_cache_bytes, 50 * GIB);
+        assert!(!got
+            .flags
+            .vllm
+            .contains(&"--gpu-memory-utilization".to_string()));
+        assert!(!got
+            .flags
+            .sglang
+            .contains(&"--mem-fraction-static".to_string()));
+        assert!(got.flags.sglang.contains(&"409600".to_string()));
+        let tiny = solve(&model, &kv(1), Room::Given(1 << 20), ask).expect_err("no block");
+        assert!(
+            tiny.to_string().contains("not one 2.00 MiB block"),
+            "{tiny}"
+        );
     }
 }

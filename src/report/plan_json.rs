@@ -269,7 +269,8 @@ impl KvJson {
         kv_bytes_per_token: u64,
         block_bytes: u64,
         pool: Option<&KvPool>,
-        serving: Option<(&ServeBudget, &Solve)>,
+        budget: Option<&ServeBudget>,
+        solve: Option<&Solve>,
         workload: Option<WorkloadJson>,
     ) -> KvJson {
         let term = |b: &ServeBudget, name: &str| {
@@ -286,7 +287,7 @@ impl KvJson {
             max_tokens: pool.map(|p| p.max_tokens),
             max_model_len: pool.and_then(|p| p.max_model_len),
             max_concurrent_sequences: pool.and_then(|p| p.max_concurrent_sequences),
-            budget: serving.map(|(b, _)| BudgetJson {
+            budget: budget.map(|b| BudgetJson {
                 gpu_memory_bytes: b.gpu_memory_bytes,
                 utilization: b.utilization,
                 budget_bytes: b.budget_bytes,
@@ -306,7 +307,7 @@ impl KvJson {
                     })
                     .collect(),
             }),
-            solve: serving.map(|(_, s)| SolveJson {
+            solve: solve.map(|s| SolveJson {
                 max_model_len: s.max_model_len,
                 max_num_seqs: s.max_num_seqs,
                 kv_cache_bytes: s.kv_cache_bytes,

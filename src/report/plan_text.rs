@@ -7,7 +7,6 @@ use crate::plan::explain::{label, terms, TermKind};
 use crate::plan::kv::KvSettings;
 use crate::plan::pack::PackReport;
 use crate::plan::search::{describe, explain, Plan};
-use crate::plan::serve::ServeSetup;
 use crate::plan::train::{Candidate, TrainSetup};
 use crate::report::plan_json::{
     CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
@@ -276,13 +275,7 @@ fn shown(text: &str) -> String {
 
 /// `plan kv` as text: per-token and per-block bytes always; with a memory size the pool; with
 /// `--gpu-memory` the budget by term, the solve and the flags to pass.
-pub fn kv(
-    model: &str,
-    settings: &KvSettings,
-    serve: &ServeSetup,
-    kv_memory: Option<u64>,
-    doc: &KvJson,
-) -> String {
+pub fn kv(model: &str, settings: &KvSettings, kv_memory: Option<u64>, doc: &KvJson) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -353,7 +346,8 @@ pub fn kv(
         }
     }
     if let Some(s) = &doc.solve {
-        solve_lines(&mut out, serve, s);
+        let graphs = doc.budget.as_ref().map(|b| b.cuda_graph_bytes);
+        solve_lines(&mut out, graphs, s);
     }
     out
 }
@@ -368,7 +362,7 @@ fn label_of_serve_term(name: &str) -> &str {
     }
 }
 
-fn solve_lines(out: &mut String, serve: &ServeSetup, s: &SolveJson) {
+fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
     if s.fits {
         let _ = writeln!(
             out,
@@ -381,13 +375,13 @@ fn solve_lines(out: &mut String, serve: &ServeSetup, s: &SolveJson) {
         );
         let _ = writeln!(out, "vLLM flags:   {}", s.flags.vllm.join(" "));
         let _ = writeln!(out, "SGLang flags: {}", s.flags.sglang.join(" "));
-        if serve.cuda_graph_bytes > 0 {
+        if let Some(graphs) = cuda_graph_bytes.filter(|g| *g > 0) {
             let _ = writeln!(
                 out,
                 "(--kv-cache-memory-bytes and --max-total-tokens cap the cache at what the \
-                 settings need; the CUDA-graph term is {} by default: set --cuda-graph-memory \
-                 to what vLLM's startup log reports)",
-                Bytes(serve.cuda_graph_bytes)
+                 settings need; the CUDA-graph term is {}: set --cuda-graph-memory to what \
+                 vLLM's startup log reports)",
+                Bytes(graphs)
             );
         }
     } else {
