@@ -151,3 +151,52 @@ fn every_documented_diff_field_is_in_real_output() {
         ])],
     );
 }
+
+#[test]
+fn every_documented_plan_field_is_in_real_output() {
+    let dir = std::env::temp_dir().join(format!("memprof-json-ref-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let workload = dir.join("requests.jsonl");
+    let lines: String = (0..40)
+        .map(|i| format!("{{\"arrival\": {i}, \"prompt\": 300, \"output\": 50}}\n"))
+        .collect();
+    std::fs::write(&workload, lines).expect("writable");
+    let w = workload.display().to_string();
+    let train = [
+        "plan",
+        "train",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--top",
+        "50",
+        "--json",
+    ];
+    check(
+        "plan.md",
+        &[
+            args(&train),
+            args(&[
+                "plan",
+                "kv",
+                "--model",
+                "llama-3-8b",
+                "--gpu-memory",
+                "24GiB",
+                "--max-model-len",
+                "4096",
+                "--workload",
+                &w,
+                "--json",
+            ]),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,7 @@
 //! `memprof plan ...` end to end: the JSON contract of `design/CLI.md`, fixed settings,
 //! searches, and bad input (exit 2 with one line).
 
-use crate::util::{memprof, stderr, stdout};
+use crate::util::{memprof, repo, stderr, stdout};
 use serde_json::Value;
 
 fn json(args: &[&str]) -> Value {
@@ -62,6 +62,7 @@ fn plan_train_json_has_the_contract_shape() {
         let parts: u64 = [
             "params_bytes",
             "grads_bytes",
+            "grads_gathered_bytes",
             "optimizer_bytes",
             "activations_bytes",
         ]
@@ -253,7 +254,30 @@ fn plan_kv_text_and_errors() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("KV per token per GPU: 128.00 KiB"));
-    fails_with_one_line(&["plan", "kv", "--model", "llama-3-8b"], "--gpu-memory");
+    fails_with_one_line(
+        &[
+            "plan",
+            "kv",
+            "--model",
+            "llama-3-70b",
+            "--gpu-memory",
+            "80GiB",
+        ],
+        "nothing is left for the KV cache",
+    );
+    fails_with_one_line(
+        &[
+            "plan",
+            "kv",
+            "--model",
+            "llama-3-8b",
+            "--gpu-memory",
+            "80GiB",
+            "--max-num-seqs",
+            "0",
+        ],
+        "--max-num-seqs",
+    );
     fails_with_one_line(
         &["plan", "kv", "--model", "t5-large", "--kv-memory", "1GiB"],
         "encoder-decoder",
@@ -490,4 +514,458 @@ fn plan_checkpoint_takes_measured_layers() {
         &["plan", "checkpoint", "--layers", &b, "--budget", "1GiB"],
         "missing field `input_bytes`",
     );
+}
+
+/// The estimate terms of a candidate, by name.
+fn term(c: &Value, name: &str) -> i64 {
+    c["terms"]
+        .as_array()
+        .expect("terms")
+        .iter()
+        .find(|t| t["name"] == name)
+        .and_then(|t| t["bytes"].as_i64())
+        .unwrap_or_else(|| panic!("no term {name}: {c}"))
+}
+
+/// Every candidate of a search: the estimate terms add up to `total_bytes`, all terms to
+/// `required_bytes`, each term equals its field in `memory`, and each carries a formula and
+/// a source.
+#[test]
+fn plan_train_terms_add_up_to_the_total() {
+    let mut args = TRAIN_8B.to_vec();
+    args.extend(["1", "--top", "100", "--json"]);
+    let doc = json(&args);
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    assert!(candidates.len() > 20);
+    let mut zero_3 = 0;
+    for c in candidates {
+        let terms = c["terms"].as_array().expect("terms");
+        let sum = |kind: Option<&str>| -> i64 {
+            terms
+                .iter()
+                .filter(|t| kind.is_none_or(|k| t["kind"] == k))
+                .map(|t| t["bytes"].as_i64().expect("bytes"))
+                .sum()
+        };
+        let m = &c["memory"];
+        assert_eq!(
+            Some(sum(Some("estimate"))),
+            m["total_bytes"].as_i64(),
+            "{c}"
+        );
+        assert_eq!(Some(sum(None)), m["required_bytes"].as_i64(), "{c}");
+        for t in terms {
+            let name = t["name"].as_str().expect("name");
+            assert_eq!(m[name].as_i64(), t["bytes"].as_i64(), "{name}");
+            assert!(!t["formula"].as_str().unwrap_or("").is_empty(), "{name}");
+            assert!(!t["source"].as_str().unwrap_or("").is_empty(), "{name}");
+        }
+        let published = c["published"].as_array().expect("published");
+        let zero = &published[0];
+        assert!(zero["source"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("ZeRO paper"));
+        let sharded =
+            term(c, "params_sharded_bytes") + term(c, "grads_bytes") + term(c, "optimizer_bytes");
+        let paper = zero["bytes"].as_i64().expect("bytes");
+        assert!((sharded - paper).abs() <= 2, "{sharded} vs {paper}");
+        let layers = &published[1];
+        assert_eq!(
+            layers["bytes"].as_i64(),
+            Some(term(c, "activations_layers_bytes"))
+        );
+        let sharded_over = c["dp"].as_u64().unwrap_or(0) * c["cp"].as_u64().unwrap_or(0);
+        if c["zero"] == 3 && sharded_over > 1 {
+            zero_3 += 1;
+            assert!(term(c, "params_gathered_bytes") > 0);
+            assert!(m["fsdp_unit_params"].as_u64() > Some(0));
+        }
+    }
+    assert!(zero_3 > 0);
+}
+
+fn fixed_train(model: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "plan", "train", "--model", model, "--tp", "1", "--pp", "1", "--cp", "1", "--json",
+    ];
+    args.extend_from_slice(extra);
+    let doc = json(&args);
+    doc["candidates"][0].clone()
+}
+
+/// ZeRO paper Figure 1 (Psi = 7.5B, N_d = 64, mixed-precision Adam, GB = 1e9): 31.4 / 16.6 /
+/// 1.9 GB for stages 1 / 2 / 3, in the published figure and in the sum of the three sharded
+/// terms; ZeRO-3's gathered units come on top, named.
+#[test]
+fn zero_paper_figure_1_from_the_terms() {
+    for (zero, want) in [
+        ("1", 31_406_250_000i64),
+        ("2", 16_640_625_000),
+        ("3", 1_875_000_000),
+    ] {
+        let c = fixed_train(
+            "llama-2-7b",
+            &[
+                "--params",
+                "7.5e9",
+                "--gpus",
+                "64",
+                "--gpu-memory",
+                "80GiB",
+                "--seq-len",
+                "2048",
+                "--micro-batch",
+                "1",
+                "--zero",
+                zero,
+                "--recompute",
+                "full",
+            ],
+        );
+        let sharded = term(&c, "params_sharded_bytes")
+            + term(&c, "grads_bytes")
+            + term(&c, "optimizer_bytes");
+        assert!((sharded - want).abs() <= 2, "ZeRO-{zero}: {sharded}");
+        assert_eq!(
+            c["published"][0]["bytes"].as_i64(),
+            Some(want),
+            "ZeRO-{zero}"
+        );
+        let gathered = term(&c, "params_gathered_bytes") + term(&c, "grads_gathered_bytes");
+        assert_eq!(gathered > 0, zero == "3", "ZeRO-{zero}");
+        let memprof = c["published"][0]["memprof_bytes"].as_i64().expect("bytes");
+        assert!((memprof - want - gathered).abs() <= 2, "ZeRO-{zero}");
+    }
+}
+
+/// Ultra-Scale Playbook `memory-recomputation`, Llama-3.1-8B, s = 4096, bs 1, selective:
+/// 34 s h L + s h = 17.016 GiB, from the layers term plus the embedding's s h, on the real
+/// model (GQA, SwiGLU), whose own shapes go to the shape term.
+#[test]
+fn playbook_activations_from_the_layers_term() {
+    let c = fixed_train(
+        "llama-3.1-8b",
+        &[
+            "--gpus",
+            "1",
+            "--gpu-memory",
+            "141GB",
+            "--seq-len",
+            "4096",
+            "--micro-batch",
+            "1",
+            "--zero",
+            "0",
+            "--recompute",
+            "selective",
+        ],
+    );
+    let layers = term(&c, "activations_layers_bytes");
+    assert_eq!(layers, 34 * 4096 * 4096 * 32);
+    let gib = (layers + 4096 * 4096) as f64 / (1u64 << 30) as f64;
+    assert_eq!((gib * 1000.0).round() / 1000.0, 17.016);
+    assert!(term(&c, "activations_shape_bytes") > 0);
+    assert!(term(&c, "activations_head_bytes") > 4096 * 4096);
+    assert_eq!(c["published"][1]["bytes"].as_i64(), Some(layers));
+}
+
+#[test]
+fn plan_train_explain_names_every_term_and_source() {
+    let mut args = TRAIN_8B.to_vec();
+    args.extend(["1", "--zero", "3", "--explain"]);
+    let out = memprof(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in [
+        "How candidate 0 is counted",
+        "weights gathered for ZeRO-3 units",
+        "source: Rajbhandari et al. 2020",
+        "source: Korthikanti et al. 2022, Table 2",
+        "ZeRO paper (Rajbhandari et al. 2020):",
+        "memprof adds",
+        "required",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+}
+
+/// `plan kv --model M --dtype D` without a memory size: the per-token and per-block bytes
+/// (Llama-3-8B fp8: 64 KiB a token, 1 MiB a 16-token block), and null pool fields in JSON.
+#[test]
+fn plan_kv_without_memory_prints_per_token_and_block() {
+    let out = memprof(&["plan", "kv", "--model", "llama-3-8b", "--dtype", "fp8"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("KV per token per GPU: 64.00 KiB (65536 B); per block: 1.00 MiB"),
+        "{text}"
+    );
+    let doc = json(&["plan", "kv", "--model", "llama-3.1-405b", "--json"]);
+    assert_eq!(doc["kv_bytes_per_token"], 516_096);
+    assert_eq!(doc["block_bytes"], 516_096 * 16);
+    assert_eq!(doc["num_blocks"], Value::Null);
+    assert_eq!(doc["max_concurrent_sequences"], Value::Null);
+    assert!(doc.get("solve").is_none());
+}
+
+/// Flags vLLM's engine arguments accept (`vllm serve --help`, EngineArgs) and SGLang's
+/// server arguments, as checked in their docs; the solve must print no other.
+const VLLM_FLAGS: [&str; 9] = [
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--tensor-parallel-size",
+    "--kv-cache-dtype",
+    "--block-size",
+    "--enforce-eager",
+    "--max-num-batched-tokens",
+];
+const SGLANG_FLAGS: [&str; 7] = [
+    "--mem-fraction-static",
+    "--max-total-tokens",
+    "--context-length",
+    "--max-running-requests",
+    "--tp-size",
+    "--kv-cache-dtype",
+    "--disable-cuda-graph",
+];
+
+fn flag_value(flags: &Value, name: &str) -> Option<String> {
+    let list: Vec<&str> = flags.as_array()?.iter().filter_map(Value::as_str).collect();
+    let i = list.iter().position(|f| *f == name)?;
+    list.get(i + 1).map(|v| v.to_string())
+}
+
+/// Both directions: the most sequences at a length, then the longest length at that many
+/// sequences, and both given as a check; the flags are the engines' own names with the
+/// solved values.
+#[test]
+fn plan_kv_solves_both_directions() {
+    let base = [
+        "plan",
+        "kv",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu-memory",
+        "80GiB",
+        "--json",
+    ];
+    let mut by_len = base.to_vec();
+    by_len.extend(["--max-model-len", "32768"]);
+    let doc = json(&by_len);
+    let s = &doc["solve"];
+    assert_eq!(s["fits"], true);
+    let seqs = s["max_num_seqs"].as_u64().expect("seqs");
+    assert!(seqs > 0);
+    let available = doc["budget"]["kv_available_bytes"].as_u64().expect("bytes");
+    let budget = &doc["budget"];
+    let used: u64 = [
+        "weights_bytes",
+        "activation_peak_bytes",
+        "non_torch_bytes",
+        "cuda_graph_bytes",
+    ]
+    .iter()
+    .map(|k| budget[k].as_u64().expect("bytes"))
+    .sum();
+    assert_eq!(
+        used + available,
+        budget["budget_bytes"].as_u64().expect("bytes")
+    );
+    // 32768 tokens = 2048 blocks of 2 MiB; one more sequence would not fit.
+    let blocks = available / (2 << 20);
+    assert_eq!(seqs, blocks / 2048);
+    assert_eq!(s["kv_cache_bytes"].as_u64(), Some(seqs * 2048 * (2 << 20)));
+    for (engine, known) in [("vllm", &VLLM_FLAGS[..]), ("sglang", &SGLANG_FLAGS[..])] {
+        for f in s["flags"][engine]
+            .as_array()
+            .expect("flags")
+            .iter()
+            .filter_map(Value::as_str)
+        {
+            assert!(!f.starts_with("--") || known.contains(&f), "{engine}: {f}");
+        }
+    }
+    let vllm = &s["flags"]["vllm"];
+    assert_eq!(
+        flag_value(vllm, "--max-model-len").as_deref(),
+        Some("32768")
+    );
+    assert_eq!(flag_value(vllm, "--max-num-seqs"), Some(seqs.to_string()));
+    assert_eq!(
+        flag_value(vllm, "--kv-cache-memory-bytes"),
+        s["kv_cache_bytes"].as_u64().map(|b| b.to_string())
+    );
+    assert_eq!(
+        flag_value(&s["flags"]["sglang"], "--max-total-tokens"),
+        Some((seqs * 32768).to_string())
+    );
+    let seqs_text = seqs.to_string();
+    let mut by_seqs = base.to_vec();
+    by_seqs.extend(["--max-num-seqs", &seqs_text]);
+    let back = json(&by_seqs);
+    assert!(back["solve"]["max_model_len"].as_u64() >= Some(32768));
+    let more = (seqs + 1).to_string();
+    let mut check = by_len.clone();
+    check.extend(["--max-num-seqs", &more]);
+    let over = json(&check);
+    assert_eq!(over["solve"]["fits"], false);
+    assert_eq!(over["solve"]["largest_max_num_seqs"].as_u64(), Some(seqs));
+    assert!(over["solve"]["flags"]["vllm"]
+        .as_array()
+        .is_some_and(Vec::is_empty));
+    let mut text_args = by_len.clone();
+    text_args.retain(|a| *a != "--json");
+    let out = memprof(&text_args);
+    let text = stdout(&out);
+    assert!(
+        text.contains("vLLM flags:   --gpu-memory-utilization 0.9 --kv-cache-memory-bytes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("SGLang flags: --mem-fraction-static"),
+        "{text}"
+    );
+}
+
+/// With a workload, the paged pool at several max_num_seqs settings: the worst-case answer
+/// first, each with its preemptions and the concurrency reached; short requests reach more
+/// than the worst case allows.
+#[test]
+fn plan_kv_workload_per_setting() {
+    let mut lines = String::new();
+    for i in 0..300u64 {
+        lines.push_str(&format!(
+            "{{\"arrival\": {}, \"prompt\": {}, \"output\": {}}}\n",
+            i / 10,
+            200 + (i * 37) % 300,
+            100 + (i * 53) % 200
+        ));
+    }
+    let path = temp_file("mix.jsonl", &lines);
+    let p = path.display().to_string();
+    let doc = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-8b",
+        "--gpu-memory",
+        "24GiB",
+        "--max-model-len",
+        "8192",
+        "--workload",
+        &p,
+        "--json",
+    ]);
+    let worst = doc["solve"]["max_num_seqs"].as_u64().expect("seqs");
+    let settings = doc["workload"]["settings"].as_array().expect("settings");
+    assert!(settings.len() >= 2);
+    assert_eq!(settings[0]["max_num_seqs"].as_u64(), Some(worst));
+    for s in settings {
+        assert_eq!(s["completed"], 300);
+        assert!(s["max_concurrency"].as_u64() <= s["max_num_seqs"].as_u64());
+        assert!(s["preemptions"].is_u64());
+    }
+    let reached = |s: &Value| s["max_concurrency"].as_u64().unwrap_or(0);
+    assert!(settings.iter().any(|s| reached(s) > worst), "{settings:?}");
+    let out = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-8b",
+        "--gpu-memory",
+        "24GiB",
+        "--max-model-len",
+        "8192",
+        "--workload",
+        &p,
+    ]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("the paged pool at each max_num_seqs"),
+        "{text}"
+    );
+}
+
+/// Published measured peaks (`fixtures/examples/measured_peaks.json`) against memprof: the
+/// page `docs/plan-accuracy.md` shows the table this test computes, and the median and worst
+/// relative errors may not grow past today's.
+#[test]
+fn published_measured_peaks_accuracy() {
+    const MEDIAN_AT_MOST: f64 = 0.233;
+    const WORST_AT_MOST: f64 = 0.380;
+    let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
+        .expect("the measured peaks");
+    let doc: Value = serde_json::from_str(&text).expect("JSON");
+    let page = std::fs::read_to_string(repo().join("docs/plan-accuracy.md")).expect("the page");
+    let gib = (1u64 << 30) as f64;
+    let mut errors = Vec::new();
+    for p in doc["peaks"].as_array().expect("peaks") {
+        let id = p["id"].as_str().expect("id");
+        assert!(
+            !p["source"].as_str().unwrap_or("").is_empty(),
+            "{id}: no source"
+        );
+        let mut args: Vec<&str> = p["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        args.push("--json");
+        let out = json(&args);
+        let bytes = match p["estimate"].as_str() {
+            Some("train_reserved") => {
+                let m = &out["candidates"][0]["memory"];
+                ["total_bytes", "fragmentation_bytes"]
+                    .iter()
+                    .map(|k| m[k].as_u64().expect("bytes"))
+                    .sum::<u64>()
+            }
+            Some("serve_non_kv") => {
+                let b = &out["budget"];
+                [
+                    "weights_bytes",
+                    "activation_peak_bytes",
+                    "non_torch_bytes",
+                    "cuda_graph_bytes",
+                ]
+                .iter()
+                .map(|k| b[k].as_u64().expect("bytes"))
+                .sum::<u64>()
+            }
+            other => panic!("{id}: unknown estimate {other:?}"),
+        };
+        let measured = p["measured_gib"].as_f64().expect("measured");
+        let estimate = bytes as f64 / gib;
+        let error = (estimate - measured) / measured;
+        let row = format!(
+            "| `{id}` | {measured:.2} | {estimate:.2} | {:+.1}% |",
+            error * 100.0
+        );
+        assert!(page.contains(&row), "docs/plan-accuracy.md lacks {row}");
+        errors.push(error.abs());
+    }
+    errors.sort_by(f64::total_cmp);
+    let n = errors.len();
+    assert!(n >= 4, "{n} peaks");
+    let median = if n % 2 == 0 {
+        (errors[n / 2 - 1] + errors[n / 2]) / 2.0
+    } else {
+        errors[n / 2]
+    };
+    let worst = errors[n - 1];
+    let summary = format!(
+        "Over {n} published peaks: median {:.1}%, worst {:.1}%.",
+        median * 100.0,
+        worst * 100.0
+    );
+    assert!(
+        page.contains(&summary),
+        "docs/plan-accuracy.md lacks {summary}"
+    );
+    assert!(median <= MEDIAN_AT_MOST, "median error grew: {summary}");
+    assert!(worst <= WORST_AT_MOST, "worst error grew: {summary}");
 }

@@ -5,13 +5,16 @@ use crate::model::Bytes;
 use crate::plan::activations::{ActivationSettings, Attention, Recompute};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints, LayerCost};
 use crate::plan::deepspeed::Version;
-use crate::plan::kv::{size_pool, Budget, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
+use crate::plan::kv::{cache_shape, size_pool, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::kv_sim::{parse_workload, simulate_contiguous, simulate_paged};
 use crate::plan::layer_costs::parse_layer_costs;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, PackSettings};
 use crate::plan::recipe::{Optimizer, Precision};
 use crate::plan::search::{search, Plan, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
+use crate::plan::serve::{
+    budget, solve, Ask, Room, ServeSetup, DEFAULT_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+};
 use crate::plan::states::ZeroStage;
 use crate::plan::train::{Headroom, TrainSetup};
 use crate::plan::{builtin, hf};
@@ -217,6 +220,10 @@ pub struct TrainArgs {
     /// How many candidates to list.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Print every term of the recommended candidate's estimate with its formula and the
+    /// paper or tool it comes from.
+    #[arg(long)]
+    pub explain: bool,
     /// Also draw the memory breakdown of each listed candidate as a bar chart; the extension
     /// picks PNG or SVG.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
@@ -240,7 +247,8 @@ pub struct KvArgs {
     pub model: String,
     #[arg(long, value_enum, default_value = "bf16")]
     pub dtype: KvDtypeArg,
-    /// Memory of one GPU; the pool gets utilization x this, less the weights' TP shard.
+    /// Memory of one GPU: the pool gets utilization x this, less the weights' TP shard, the
+    /// profile run's activation peak, non-PyTorch memory and the CUDA-graph pool.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub gpu_memory: Option<u64>,
     /// Share of the GPU the serving instance may use (vLLM gpu_memory_utilization).
@@ -254,11 +262,29 @@ pub struct KvArgs {
     pub block_size: u64,
     #[arg(long, default_value_t = 1)]
     pub tp: u64,
-    /// Tokens of a full-length request (default: the model's maximum).
+    /// Tokens of a full-length request; with --gpu-memory, solves for the most sequences that
+    /// fit (default: the model's maximum).
     #[arg(long)]
     pub max_model_len: Option<u64>,
+    /// Sequences running at once; with --gpu-memory, solves for the longest length that fits
+    /// (with --max-model-len too, checks that both fit).
+    #[arg(long)]
+    pub max_num_seqs: Option<u64>,
+    /// Tokens of vLLM's profile run, which sets the activation peak.
+    #[arg(long, default_value_t = DEFAULT_BATCHED_TOKENS)]
+    pub max_num_batched_tokens: u64,
+    /// Memory the captured CUDA graphs keep (0 for vLLM's --enforce-eager).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub cuda_graph_memory: u64,
+    /// CUDA context and library workspaces per GPU.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub cuda_context: u64,
+    /// NCCL and all-reduce buffers per GPU, counted when --tp is above 1.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub nccl_memory: u64,
     /// Requests to simulate (JSON Lines: arrival step, prompt, output, optional prefix
-    /// group and length), paged against contiguous reservation of --max-model-len.
+    /// group and length), paged against contiguous reservation of --max-model-len; with
+    /// --gpu-memory, also at several --max-num-seqs settings.
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
     #[arg(long)]
@@ -393,17 +419,20 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
     if let Some(path) = &a.plot {
         write_candidates_plot(path, &setup, a.gpus, &plan)?;
     }
+    let version = match a.deepspeed_version {
+        DeepSpeedArg::Current => Version::Current,
+        DeepSpeedArg::Legacy => Version::Legacy,
+    };
     let mut stdout = std::io::stdout().lock();
     if a.json {
-        serde_json::to_writer(&mut stdout, &plan_json::TrainJson::new(&setup.model, &plan))
-            .context("writing JSON")?;
+        serde_json::to_writer(
+            &mut stdout,
+            &plan_json::TrainJson::new(&setup, &plan, version),
+        )
+        .context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        let version = match a.deepspeed_version {
-            DeepSpeedArg::Current => Version::Current,
-            DeepSpeedArg::Legacy => Version::Legacy,
-        };
-        stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version).as_bytes())?;
+        stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version, a.explain).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)
@@ -434,16 +463,11 @@ fn write_candidates_plot(
     std::fs::write(path, bytes).with_context(|| format!("{}: cannot write", path.display()))
 }
 
+/// Most `--max-num-seqs` settings the workload is simulated at.
+const SWEEP_SETTINGS: usize = 6;
+
 fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
     let model = load_model(&a.model)?;
-    let budget = match (a.kv_memory, a.gpu_memory) {
-        (Some(bytes), _) => Budget::KvMemory(bytes),
-        (None, Some(memory)) => Budget::Gpu {
-            memory,
-            utilization: a.utilization,
-        },
-        (None, None) => bail!("plan kv needs --gpu-memory SIZE or --kv-memory SIZE"),
-    };
     let settings = KvSettings {
         dtype: match a.dtype {
             KvDtypeArg::Bf16 => KvDtype::Bf16,
@@ -454,10 +478,51 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         block_size: a.block_size,
         max_model_len: a.max_model_len,
     };
-    let pool = size_pool(&model, &settings, budget)?;
-    let workload = match &a.workload {
-        None => None,
-        Some(path) => {
+    let (per_token, block_bytes) = cache_shape(&model, &settings)?;
+    let serve = ServeSetup {
+        gpu_memory: a.gpu_memory.unwrap_or(0),
+        utilization: a.utilization,
+        cuda_graph_bytes: a.cuda_graph_memory,
+        context_bytes: a.cuda_context,
+        nccl_bytes: a.nccl_memory,
+        max_num_batched_tokens: a.max_num_batched_tokens,
+    };
+    let ask = Ask {
+        max_model_len: a.max_model_len,
+        max_num_seqs: a.max_num_seqs,
+    };
+    let asked = a.max_model_len.is_some() || a.max_num_seqs.is_some();
+    let (serving, solved) = match (a.gpu_memory, a.kv_memory) {
+        (Some(_), _) => {
+            let seqs = a.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
+            let b = budget(&model, &serve, a.tp, seqs)?;
+            let room = Room::Gpu {
+                setup: &serve,
+                budget: &b,
+            };
+            let s = solve(&model, &settings, room, ask)?;
+            (Some(b), Some(s))
+        }
+        (None, Some(bytes)) if asked => {
+            let s = solve(&model, &settings, Room::Given(bytes), ask)?;
+            (None, Some(s))
+        }
+        _ => (None, None),
+    };
+    let available = match (a.kv_memory, &serving) {
+        (Some(bytes), _) => Some(bytes),
+        (None, Some(b)) => Some(b.kv_available_bytes),
+        (None, None) => None,
+    };
+    let pool = available
+        .map(|bytes| size_pool(&model, &settings, bytes))
+        .transpose()?;
+    let workload = match (&a.workload, &pool) {
+        (None, _) => None,
+        (Some(_), None) => {
+            bail!("--workload needs --gpu-memory SIZE or --kv-memory SIZE to size the pool")
+        }
+        (Some(path), Some(pool)) => {
             let shown = path.display().to_string();
             let file =
                 std::fs::File::open(path).with_context(|| format!("{shown}: cannot open"))?;
@@ -467,6 +532,20 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
                 bail!("--workload needs --max-model-len (the model does not state its maximum)");
             };
             let capacity = pool.num_blocks * settings.block_size;
+            let sweep = solved.as_ref().map(|s| {
+                sweep_settings(s.max_num_seqs, requests.len() as u64)
+                    .into_iter()
+                    .map(|n| {
+                        let r = simulate_paged(
+                            &requests,
+                            pool.num_blocks,
+                            settings.block_size,
+                            Some(n),
+                        );
+                        plan_json::SettingJson::new(n, &r)
+                    })
+                    .collect()
+            });
             Some(plan_json::WorkloadJson {
                 requests: requests.len() as u64,
                 reservation_tokens: max_len,
@@ -474,26 +553,51 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
                     &requests,
                     pool.num_blocks,
                     settings.block_size,
+                    None,
                 )),
                 contiguous: plan_json::SimJson::new(&simulate_contiguous(
                     &requests, capacity, max_len,
                 )),
+                settings: sweep,
             })
         }
     };
-    let doc = plan_json::KvJson::new(&pool, workload);
+    let doc = plan_json::KvJson::new(
+        per_token,
+        block_bytes,
+        pool.as_ref(),
+        serving.as_ref(),
+        solved.as_ref(),
+        workload,
+    );
     let mut stdout = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        stdout.write_all(plan_text::kv(&model.name, &settings, budget, &pool).as_bytes())?;
+        let text = plan_text::kv(&model.name, &settings, a.kv_memory, &doc);
+        stdout.write_all(text.as_bytes())?;
         if let Some(w) = &doc.workload {
             stdout.write_all(plan_text::workload(w).as_bytes())?;
         }
     }
     stdout.flush()?;
     Ok(Outcome::Ok)
+}
+
+/// The `--max-num-seqs` settings to simulate: the worst-case answer, then doubled until the
+/// request count, at most `SWEEP_SETTINGS` of them.
+fn sweep_settings(worst_case: u64, requests: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut n = worst_case.max(1);
+    while out.len() < SWEEP_SETTINGS {
+        out.push(n);
+        if n >= requests {
+            break;
+        }
+        n = n.saturating_mul(2).min(requests.max(1));
+    }
+    out
 }
 
 fn pack(a: &PackArgs) -> anyhow::Result<Outcome> {

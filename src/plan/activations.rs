@@ -50,14 +50,21 @@ pub struct ActivationSettings {
     pub element_bytes: f64,
 }
 
-/// Activation bytes on the first pipeline stage, by origin.
+/// Activation bytes on the first pipeline stage, by term.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct ActivationMemory {
-    /// The transformer blocks' stored activations, all micro-batches in flight.
+    /// The transformer blocks by the published per-layer formula (Korthikanti et al. 2022
+    /// Table 2, the Playbook's figures): `published_per_layer` x L x min(m, p) / p.
     pub layers: f64,
+    /// What this model's layers store beyond (or short of) that formula: its attention layout
+    /// (GQA / MQA key-value widths), its MLP (gated, MoE, its real width), flash attention's
+    /// softmax statistics, and a first stage of ceil(L / p) layers. Negative when the model
+    /// stores less than the formula assumes.
+    pub shape: f64,
     /// Embedding dropout masks (s b h per micro-batch in flight).
     pub embedding: f64,
-    /// Final norm, output projection input and fp32 logits (only when one stage holds them).
+    /// Final norm, output projection input and fp32 logits for the loss (only when one stage
+    /// holds them).
     pub output: f64,
     /// One layer's activations rebuilt during the backward pass of full recompute.
     pub recompute_peak: f64,
@@ -65,7 +72,12 @@ pub struct ActivationMemory {
 
 impl ActivationMemory {
     pub fn total(&self) -> f64 {
-        self.layers + self.embedding + self.output + self.recompute_peak
+        self.layers + self.shape + self.embedding + self.output + self.recompute_peak
+    }
+
+    /// The LM head's share: embedding output, logits and loss.
+    pub fn head(&self) -> f64 {
+        self.embedding + self.output
     }
 }
 
@@ -130,6 +142,46 @@ pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompu
     bytes * scale
 }
 
+/// Korthikanti et al. 2022, Table 2: one layer's stored bytes per GPU for one micro-batch, as
+/// published and as the Playbook plots it: `sbh(10 + 24/t + 5as/(ht))`, with SP
+/// `sbh/t (34 + 5as/h)`, selective recompute without the `5as/h` term, full recompute the
+/// `2sbh` layer input. The formula assumes multi-head attention and a 4h GeLU MLP whatever the
+/// model has (`per_layer` counts the model's own shapes). Flash attention stores no score
+/// matrices, so it takes the selective row (the Playbook: "most people using FlashAttention
+/// are already making use of selective recomputation"); context parallelism divides by c as
+/// in the Playbook's CP figures. Written from the table, apart from `per_layer`, so the two
+/// check each other.
+pub fn published_per_layer(
+    model: &ModelConfig,
+    s: &ActivationSettings,
+    recompute: Recompute,
+) -> f64 {
+    let seq = s.local_seq();
+    let b = s.micro_batch as f64;
+    let h = model.hidden_size as f64;
+    let t = s.tp.max(1) as f64;
+    let sbh = seq * b * h;
+    let bytes = if recompute == Recompute::Full {
+        if s.sp {
+            2.0 * sbh / t
+        } else {
+            2.0 * sbh
+        }
+    } else {
+        let scores = if recompute == Recompute::None && s.attention == Attention::Eager {
+            5.0 * model.heads as f64 * seq * s.seq_len as f64 * b
+        } else {
+            0.0
+        };
+        if s.sp {
+            (34.0 * sbh + scores) / t
+        } else {
+            10.0 * sbh + (24.0 * sbh + scores) / t
+        }
+    };
+    bytes * s.element_bytes / 2.0
+}
+
 /// Activation memory of the first pipeline stage (the heaviest under 1F1B: it holds `pp`
 /// micro-batches of `ceil(L / pp)` layers, so the total is per-layer x L when L divides).
 pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> ActivationMemory {
@@ -138,7 +190,9 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
     let in_flight = s.in_flight();
     let t = s.tp.max(1) as f64;
     let sbh = s.local_seq() * s.micro_batch as f64 * model.hidden_size as f64;
-    let per_layer_stored = per_layer(model, s, s.recompute);
+    let stored = per_layer(model, s, s.recompute) * layers_here * in_flight;
+    let published =
+        published_per_layer(model, s, s.recompute) * model.layers as f64 * in_flight / pp as f64;
     let embedding = if s.sp { sbh / t } else { sbh } * in_flight;
     let output = if pp == 1 {
         // Final norm input and output projection input (2sbh/t each), fp32 logits 4sbv/t.
@@ -153,7 +207,8 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         0.0
     };
     ActivationMemory {
-        layers: per_layer_stored * layers_here * in_flight,
+        layers: published,
+        shape: stored - published,
         embedding,
         output,
         recompute_peak,
@@ -325,5 +380,69 @@ mod tests {
         let selective = per_layer(&model, &s, Recompute::Selective);
         assert!(flash < eager / 3.0);
         assert!(selective < flash && flash < selective * 1.01);
+    }
+
+    /// The Playbook's figures come out of the layers term for the real Llama-3.1-8B too (GQA,
+    /// SwiGLU), since the published formula reads only h, a and L; the model's own shapes go
+    /// to the shape term, which is what memprof adds there.
+    #[test]
+    fn playbook_figures_from_the_layers_term_of_the_real_model() {
+        let model = builtin::find("llama-3.1-8b").expect("built-in");
+        for (seq, none, selective) in [(1024, 9.254, 4.254), (4096, 97.016, 17.016)] {
+            for (recompute, want) in [(Recompute::None, none), (Recompute::Selective, selective)] {
+                let m = activation_memory(&model, &settings(seq, 1, 1, false, recompute));
+                assert_eq!(round3((m.layers + m.embedding) / GIB), want, "s={seq}");
+                assert!(m.shape > 0.0, "s={seq} {recompute:?}");
+            }
+        }
+    }
+
+    /// Llama-3.1-70B (h 8192, a 64, 8 KV heads, SwiGLU 28672), s = 4096, selective: the
+    /// Playbook's 34 s h L exactly in the layers term; memprof's 35.5 s h per layer (K and V
+    /// at 1/8 width: -3.5 s h; three 3.5h-wide MLP tensors instead of two 4h ones: +5 s h) puts
+    /// 1.5 s h L in the shape term, and the LM head (logits for 128256 tokens in fp32) in the
+    /// head term.
+    #[test]
+    fn llama_70b_differences_are_named() {
+        let model = builtin::find("llama-3.1-70b").expect("built-in");
+        let m = activation_memory(&model, &settings(4096, 1, 1, false, Recompute::Selective));
+        let sh = 4096.0 * 8192.0;
+        assert_eq!(m.layers, 34.0 * sh * 80.0);
+        assert!((m.shape - 1.5 * sh * 80.0).abs() < 1.0, "{}", m.shape);
+        assert_eq!(m.embedding, sh);
+        assert_eq!(m.output, 4.0 * sh * (1.0 + 128256.0 / 8192.0));
+        assert_eq!(m.head(), m.embedding + m.output);
+        let parts = m.layers + m.shape + m.head() + m.recompute_peak;
+        assert_eq!(m.total(), parts);
+    }
+
+    /// `published_per_layer` is Korthikanti's Table 2 on the Table 3 configurations whatever
+    /// the model's real shapes are: give it a GQA / SwiGLU model of the same h, a, L.
+    #[test]
+    fn published_formula_ignores_the_model_shapes() {
+        let mut model = gpt_shape(12288, 96, 96, 51200);
+        model.kv_heads = 8;
+        model.mlp = Mlp::Gated;
+        model.ffn = 3 * 12288;
+        let gpt = gpt_shape(12288, 96, 96, 51200);
+        for (sp, recompute) in [
+            (false, Recompute::None),
+            (true, Recompute::None),
+            (false, Recompute::Selective),
+            (true, Recompute::Selective),
+            (false, Recompute::Full),
+        ] {
+            let s = settings(2048, 1, 8, sp, recompute);
+            let published = published_per_layer(&model, &s, recompute);
+            let gpt_bytes = per_layer(&gpt, &s, recompute);
+            assert!(
+                (published - gpt_bytes).abs() <= gpt_bytes * 1e-12,
+                "{sp} {recompute:?}"
+            );
+            if recompute != Recompute::Full {
+                let own = per_layer(&model, &s, recompute);
+                assert!((published - own).abs() > own * 0.005, "{sp} {recompute:?}");
+            }
+        }
     }
 }

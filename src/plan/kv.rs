@@ -1,6 +1,6 @@
 //! KV-cache pool sizing for serving, the way vLLM sizes its pool: bytes per token (MHA, GQA,
-//! MQA; TP-sharded heads), block bytes, number of blocks from a memory budget, and the
-//! tokens and full-length sequences the pool holds. `reference/planner-math.md` §3.
+//! MQA; TP-sharded heads), block bytes, number of blocks from the bytes the cache may take,
+//! and the tokens and full-length sequences the pool holds. `reference/planner-math.md` §3.
 
 use super::model::ModelConfig;
 
@@ -38,17 +38,6 @@ pub const DEFAULT_BLOCK_SIZE: u64 = 16;
 /// Largest block size accepted.
 pub const MAX_BLOCK_SIZE: u64 = 1 << 20;
 
-/// Memory the pool may use.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Budget {
-    /// Exactly this much for the cache (vLLM `--kv-cache-memory`).
-    KvMemory(u64),
-    /// A GPU of `memory` bytes of which `utilization` is the instance's budget; the weights'
-    /// TP shard comes off it. vLLM also subtracts its profiled activation peak and non-torch
-    /// memory, which a planner cannot know, so this is an upper bound.
-    Gpu { memory: u64, utilization: f64 },
-}
-
 /// What to size the pool for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KvSettings {
@@ -64,7 +53,7 @@ pub struct KvSettings {
 pub struct KvPool {
     pub kv_bytes_per_token: u64,
     pub block_bytes: u64,
-    pub weights_bytes: u64,
+    /// Bytes the cache may take.
     pub available_bytes: u64,
     pub num_blocks: u64,
     pub max_tokens: u64,
@@ -82,8 +71,6 @@ pub enum KvError {
     Zero,
     #[error("--block-size {0} is too large (at most {MAX_BLOCK_SIZE})")]
     BlockSize(u64),
-    #[error("--utilization must be in (0, 1], got {0}")]
-    Utilization(String),
 }
 
 /// KV-cache bytes per token on one GPU: 2 (K and V) x layers x KV heads on this rank x head
@@ -93,8 +80,8 @@ pub fn bytes_per_token(model: &ModelConfig, dtype: KvDtype, tp: u64) -> u64 {
     2 * model.layers * heads_here * model.head_dim * dtype.bytes()
 }
 
-/// Sizes the pool.
-pub fn size_pool(model: &ModelConfig, s: &KvSettings, budget: Budget) -> Result<KvPool, KvError> {
+/// Per-token and per-block bytes on one GPU, once the settings are checked.
+pub fn cache_shape(model: &ModelConfig, s: &KvSettings) -> Result<(u64, u64), KvError> {
     if model.cross_attention_layers > 0 {
         return Err(KvError::EncoderDecoder(model.name.clone()));
     }
@@ -105,27 +92,21 @@ pub fn size_pool(model: &ModelConfig, s: &KvSettings, budget: Budget) -> Result<
         return Err(KvError::BlockSize(s.block_size));
     }
     let per_token = bytes_per_token(model, s.dtype, s.tp);
-    let block_bytes = per_token * s.block_size;
-    let weights_bytes = model.param_counts().total * WEIGHT_BYTES / s.tp;
-    let available_bytes = match budget {
-        Budget::KvMemory(bytes) => bytes,
-        Budget::Gpu {
-            memory,
-            utilization,
-        } => {
-            if !(utilization > 0.0 && utilization <= 1.0) {
-                return Err(KvError::Utilization(utilization.to_string()));
-            }
-            let budget = (memory as f64 * utilization).floor() as u64;
-            budget.saturating_sub(weights_bytes)
-        }
-    };
+    Ok((per_token, per_token * s.block_size))
+}
+
+/// Sizes a pool of `available_bytes`, as vLLM's `num_blocks = available // page size`.
+pub fn size_pool(
+    model: &ModelConfig,
+    s: &KvSettings,
+    available_bytes: u64,
+) -> Result<KvPool, KvError> {
+    let (per_token, block_bytes) = cache_shape(model, s)?;
     let num_blocks = available_bytes / block_bytes;
     let max_model_len = s.max_model_len.or(model.max_positions);
     Ok(KvPool {
         kv_bytes_per_token: per_token,
         block_bytes,
-        weights_bytes,
         available_bytes,
         num_blocks,
         max_tokens: num_blocks * s.block_size,
@@ -212,7 +193,7 @@ mod tests {
             block_size: DEFAULT_BLOCK_SIZE,
             max_model_len: Some(8192),
         };
-        let pool = size_pool(&model, &settings, Budget::KvMemory(50 << 30)).expect("sized");
+        let pool = size_pool(&model, &settings, 50 << 30).expect("sized");
         assert_eq!(pool.block_bytes, 2 << 20);
         assert_eq!(pool.num_blocks, 25_600);
         assert_eq!(pool.max_tokens, 409_600);
@@ -230,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn gpu_budget_subtracts_the_weights() {
+    fn bad_settings_are_refused() {
         let model = builtin::find("llama-3-8b").expect("built-in");
         let settings = KvSettings {
             dtype: KvDtype::Bf16,
@@ -238,20 +219,15 @@ mod tests {
             block_size: 16,
             max_model_len: None,
         };
-        let budget = Budget::Gpu {
-            memory: 80 << 30,
-            utilization: 0.9,
-        };
-        let pool = size_pool(&model, &settings, budget).expect("sized");
-        assert_eq!(pool.weights_bytes, 2 * 8_030_261_248);
-        assert_eq!(pool.available_bytes, (72u64 << 30) - 2 * 8_030_261_248);
+        let pool = size_pool(&model, &settings, 1 << 30).expect("sized");
         assert_eq!(pool.max_model_len, Some(8192));
-        let bad = Budget::Gpu {
-            memory: 1,
-            utilization: 1.5,
-        };
-        assert!(size_pool(&model, &settings, bad).is_err());
+        assert_eq!(pool.num_blocks, 512);
+        let zero = KvSettings { tp: 0, ..settings };
+        assert_eq!(size_pool(&model, &zero, 1 << 30), Err(KvError::Zero));
         let t5 = builtin::find("t5-large").expect("built-in");
-        assert!(size_pool(&t5, &settings, budget).is_err());
+        assert!(matches!(
+            cache_shape(&t5, &settings),
+            Err(KvError::EncoderDecoder(_))
+        ));
     }
 }

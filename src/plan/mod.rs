@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod compare;
 pub mod cost;
 pub mod deepspeed;
+pub mod explain;
 pub mod hf;
 pub mod kv;
 pub mod kv_sim;
@@ -19,6 +20,7 @@ pub mod model;
 pub mod pack;
 pub mod recipe;
 pub mod search;
+pub mod serve;
 pub mod states;
 pub mod train;
 

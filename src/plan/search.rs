@@ -244,7 +244,7 @@ pub fn explain(plan: &Plan, gpu_memory: u64) -> String {
             plan.evaluated,
             describe(&smallest.layout),
             Bytes(smallest.memory.total),
-            Bytes(smallest.headroom),
+            Bytes(smallest.headroom.total()),
             Bytes(gpu_memory),
         ),
         (None, None) => "Nothing was evaluated.".to_string(),

@@ -40,22 +40,39 @@ impl ZeroStage {
     }
 }
 
-/// Model-state bytes on one GPU.
+/// Model-state bytes on one GPU, by term. `params_sharded + grads + optimizer` is the ZeRO
+/// paper's figure; the two `*_gathered` terms are what ZeRO-3 / FSDP `FULL_SHARD` hold on top
+/// while a unit is being computed.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct StateMemory {
-    /// Weights, plus the gathered working set under ZeRO-3.
-    pub params: f64,
-    /// Gradients and the gradient-accumulation buffer.
+    /// This GPU's share of the weights (all of them below ZeRO-3).
+    pub params_sharded: f64,
+    /// ZeRO-3: the other GPUs' shares of the units all-gathered at once (the unit being
+    /// computed and the one prefetched), in the weight precision.
+    pub params_gathered: f64,
+    /// Gradients and the gradient-accumulation buffer, sharded from ZeRO-2.
     pub grads: f64,
+    /// ZeRO-3: the unit's full gradient before it is reduce-scattered.
+    pub grads_gathered: f64,
     /// Master copies and optimizer moments.
     pub optimizer: f64,
+    /// Parameters of the ZeRO-3 / FSDP unit the gathered terms assume (0 below ZeRO-3).
+    pub unit_params: f64,
 }
 
 impl StateMemory {
     pub fn total(&self) -> f64 {
-        self.params + self.grads + self.optimizer
+        self.params_sharded
+            + self.params_gathered
+            + self.grads
+            + self.grads_gathered
+            + self.optimizer
     }
 }
+
+/// Units all-gathered at once under ZeRO-3 / FSDP: the one being computed and the one
+/// prefetched (FSDP's backward prefetch, DeepSpeed's prefetch bucket).
+pub const UNITS_IN_FLIGHT: f64 = 2.0;
 
 /// Model states of a GPU holding `params` parameters (its TP / PP shard), sharded `group` ways
 /// (DP x CP, or the shard group of hybrid sharding). Under ZeRO-3 the GPU also holds the
@@ -79,18 +96,43 @@ pub fn model_states(
     };
     let grads_sharded = stage >= ZeroStage::Gradients;
     let mut memory = StateMemory {
-        params: shard(stage >= ZeroStage::Parameters, bytes.weights),
+        params_sharded: shard(stage >= ZeroStage::Parameters, bytes.weights),
         grads: shard(grads_sharded, bytes.grads) + shard(grads_sharded, bytes.grad_accum),
         optimizer: shard(
             stage >= ZeroStage::Optimizer,
             bytes.master + bytes.optimizer,
         ),
+        ..StateMemory::default()
     };
     if stage == ZeroStage::Parameters {
-        let working = (2.0 * unit * bytes.weights + unit * bytes.grads).min(params * bytes.weights);
-        memory.params += working * (n - 1.0) / n;
+        let remote = (n - 1.0) / n;
+        let whole = params * bytes.weights;
+        let gathered = (UNITS_IN_FLIGHT * unit * bytes.weights).min(whole);
+        let grad = (unit * bytes.grads).min(whole - gathered);
+        memory.params_gathered = gathered * remote;
+        memory.grads_gathered = grad * remote;
+        memory.unit_params = unit;
     }
     memory
+}
+
+/// The ZeRO paper's per-GPU model states (Rajbhandari et al. 2020, section 5, Figure 1 and
+/// Table 1): `(W + G + K) psi` replicated, `P_os` shards K, `P_os+g` also G, `P_os+g+p` also
+/// W, with W, G and K this recipe's bytes per parameter (the paper's mixed-precision Adam is
+/// W = G = 2, K = 12). Written from the paper's formulas, apart from `model_states`, so the two
+/// check each other.
+pub fn zero_paper(params: f64, bytes: &StateBytes, stage: ZeroStage, group: u64) -> f64 {
+    let n = group.max(1) as f64;
+    let w = bytes.weights;
+    let g = bytes.grads + bytes.grad_accum;
+    let k = bytes.master + bytes.optimizer;
+    params
+        * match stage {
+            ZeroStage::None => w + g + k,
+            ZeroStage::Optimizer => w + g + k / n,
+            ZeroStage::Gradients => w + (g + k) / n,
+            ZeroStage::Parameters => (w + g + k) / n,
+        }
 }
 
 #[cfg(test)]
@@ -219,5 +261,51 @@ mod tests {
         let z2 = model_states(1.0, &bytes, ZeroStage::Gradients, 8, 0.0);
         assert_eq!(z1.grads, 6.0);
         assert_eq!(z2.grads, 6.0 / 8.0);
+    }
+
+    /// The paper's figure is the sum of three named terms for every stage and recipe, and
+    /// ZeRO-3's gathered units are the only addition: 7.5B on 64 GPUs, mixed-precision Adam,
+    /// is the paper's 1.875 GB plus two 100M-parameter bf16 units and one unit's gradient,
+    /// 63/64 of each held for other GPUs.
+    #[test]
+    fn zero_paper_is_the_sharded_terms() {
+        use crate::plan::recipe::Optimizer::{AdamW, AdamW8bit, Sgd};
+        let recipes = [
+            Precision::Mixed,
+            Precision::Fp32,
+            Precision::Bf16Fp32Accum,
+            Precision::MegatronBf16,
+            Precision::NanotronFp8,
+        ];
+        for precision in recipes {
+            for optimizer in [AdamW, Sgd, AdamW8bit] {
+                let bytes = precision.state_bytes(optimizer);
+                for stage in ZeroStage::ALL {
+                    for n in [1u64, 8, 64] {
+                        let m = model_states(7.5e9, &bytes, stage, n, 1e8);
+                        let paper = zero_paper(7.5e9, &bytes, stage, n);
+                        let sharded = m.params_sharded + m.grads + m.optimizer;
+                        assert!((sharded - paper).abs() <= paper * 1e-12, "{stage:?} {n}");
+                        let added = m.total() - sharded;
+                        if stage == ZeroStage::Parameters && n > 1 {
+                            let remote = (n as f64 - 1.0) / n as f64;
+                            let want = (2.0 * bytes.weights + bytes.grads) * 1e8 * remote;
+                            assert!((added - want).abs() < 1.0, "{precision:?} {n}");
+                        } else {
+                            assert_eq!(added, 0.0, "{precision:?} {stage:?} {n}");
+                        }
+                    }
+                }
+            }
+        }
+        let bytes = Precision::Mixed.state_bytes(AdamW);
+        let z3 = model_states(7.5e9, &bytes, ZeroStage::Parameters, 64, 1e8);
+        assert_eq!(
+            zero_paper(7.5e9, &bytes, ZeroStage::Parameters, 64),
+            1.875e9
+        );
+        assert_eq!(z3.unit_params, 1e8);
+        assert_eq!(z3.params_gathered, 2.0 * 2.0 * 1e8 * 63.0 / 64.0);
+        assert_eq!(z3.grads_gathered, 2.0 * 1e8 * 63.0 / 64.0);
     }
 }

@@ -28,8 +28,11 @@ impl Default for Headroom {
 
 impl Headroom {
     /// Bytes to keep free next to an estimate of `total` bytes.
-    pub fn bytes_for(&self, total: u64) -> u64 {
-        self.context_bytes + (total as f64 * self.fragmentation).round() as u64
+    pub fn bytes_for(&self, total: u64) -> HeadroomBytes {
+        HeadroomBytes {
+            context: self.context_bytes,
+            fragmentation: (total as f64 * self.fragmentation).round() as u64,
+        }
     }
 }
 
@@ -45,15 +48,64 @@ pub struct TrainSetup {
     pub headroom: Headroom,
 }
 
-/// Per-GPU bytes of a candidate.
+/// Per-GPU bytes of a candidate, by term (each rounded to whole bytes on its own, so the terms
+/// add up to `total` exactly).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MemoryBreakdown {
-    pub params: u64,
+    /// This GPU's share of the weights.
+    pub params_sharded: u64,
+    /// ZeRO-3 / FSDP: other GPUs' weights all-gathered for the units in flight.
+    pub params_gathered: u64,
+    /// Gradients (and the accumulation buffer), sharded from ZeRO-2.
     pub grads: u64,
+    /// ZeRO-3 / FSDP: a unit's full gradient before its reduce-scatter.
+    pub grads_gathered: u64,
     pub optimizer: u64,
-    pub activations: u64,
-    /// The sum of the four above (headroom not included).
+    /// Parameters of one ZeRO-3 / FSDP unit, as assumed by the gathered terms (0 otherwise).
+    pub unit_params: u64,
+    /// The transformer layers by the published per-layer formula.
+    pub activations_layers: u64,
+    /// This model's layer shapes against that formula (negative when it stores less).
+    pub activations_shape: i64,
+    /// One layer rebuilt during full recompute's backward pass.
+    pub activations_recompute: u64,
+    /// Embedding output, final norm, output-projection input and fp32 logits.
+    pub activations_head: u64,
+    /// The sum of every term above (headroom not included).
     pub total: u64,
+}
+
+impl MemoryBreakdown {
+    /// Weights on the GPU, sharded and gathered.
+    pub fn params(&self) -> u64 {
+        self.params_sharded + self.params_gathered
+    }
+
+    /// Gradients on the GPU, sharded and gathered.
+    pub fn all_grads(&self) -> u64 {
+        self.grads + self.grads_gathered
+    }
+
+    /// Every activation term.
+    pub fn activations(&self) -> u64 {
+        let signed = (self.activations_layers + self.activations_recompute + self.activations_head)
+            as i128
+            + i128::from(self.activations_shape);
+        u64::try_from(signed.max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+/// The memory kept free next to a candidate's estimate, by term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HeadroomBytes {
+    pub context: u64,
+    pub fragmentation: u64,
+}
+
+impl HeadroomBytes {
+    pub fn total(&self) -> u64 {
+        self.context + self.fragmentation
+    }
 }
 
 /// One evaluated layout.
@@ -62,7 +114,7 @@ pub struct Candidate {
     pub layout: Layout,
     pub memory: MemoryBreakdown,
     /// Bytes kept free next to `memory.total`.
-    pub headroom: u64,
+    pub headroom: HeadroomBytes,
     pub fits: bool,
     pub cost: StepCost,
 }
@@ -70,7 +122,7 @@ pub struct Candidate {
 impl Candidate {
     /// GPU memory left after the estimate and the headroom (negative when it does not fit).
     pub fn spare_bytes(&self, gpu_memory: u64) -> i128 {
-        gpu_memory as i128 - self.memory.total as i128 - self.headroom as i128
+        gpu_memory as i128 - self.memory.total as i128 - self.headroom.total() as i128
     }
 }
 
@@ -105,15 +157,21 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         attention: setup.attention,
         element_bytes,
     };
-    let activations = activation_memory(model, &settings).total();
+    let activations = activation_memory(model, &settings);
     let mut memory = MemoryBreakdown {
-        params: bytes(states.params),
+        params_sharded: bytes(states.params_sharded),
+        params_gathered: bytes(states.params_gathered),
         grads: bytes(states.grads),
+        grads_gathered: bytes(states.grads_gathered),
         optimizer: bytes(states.optimizer),
-        activations: bytes(activations),
+        unit_params: bytes(states.unit_params),
+        activations_layers: bytes(activations.layers),
+        activations_shape: activations.shape.round() as i64,
+        activations_recompute: bytes(activations.recompute_peak),
+        activations_head: bytes(activations.head()),
         total: 0,
     };
-    memory.total = memory.params + memory.grads + memory.optimizer + memory.activations;
+    memory.total = memory.params() + memory.all_grads() + memory.optimizer + memory.activations();
     let headroom = setup.headroom.bytes_for(memory.total);
     let cost = step_cost(
         &CostInputs {
@@ -130,7 +188,7 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         layout: *layout,
         memory,
         headroom,
-        fits: memory.total.saturating_add(headroom) <= setup.gpu_memory,
+        fits: memory.total.saturating_add(headroom.total()) <= setup.gpu_memory,
         cost,
     }
 }

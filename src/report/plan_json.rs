@@ -3,12 +3,16 @@
 use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
 use crate::plan::checkpoint::{CheckpointPlan, Choice};
+use crate::plan::compare::comparisons;
+use crate::plan::deepspeed::Version;
+use crate::plan::explain::{terms, TermKind};
 use crate::plan::kv::KvPool;
 use crate::plan::kv_sim::SimResult;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{PackReport, PackSettings};
 use crate::plan::search::Plan;
-use crate::plan::train::Candidate;
+use crate::plan::serve::{ServeBudget, Solve};
+use crate::plan::train::{Candidate, TrainSetup};
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
@@ -40,13 +44,53 @@ impl ModelJson {
     }
 }
 
+/// A candidate's per-GPU bytes by term; the estimate terms add up to `total_bytes`.
 #[derive(Debug, Serialize)]
 pub struct MemoryJson {
+    /// Weights, sharded and gathered (`params_sharded_bytes + params_gathered_bytes`).
     pub params_bytes: u64,
+    pub params_sharded_bytes: u64,
+    pub params_gathered_bytes: u64,
+    /// Parameters of the ZeRO-3 / FSDP unit the gathered terms assume (0 below ZeRO-3).
+    pub fsdp_unit_params: u64,
     pub grads_bytes: u64,
+    pub grads_gathered_bytes: u64,
     pub optimizer_bytes: u64,
+    /// Every activation term together.
     pub activations_bytes: u64,
+    pub activations_layers_bytes: u64,
+    pub activations_shape_bytes: i64,
+    pub activations_recompute_bytes: u64,
+    pub activations_head_bytes: u64,
     pub total_bytes: u64,
+    pub context_bytes: u64,
+    pub fragmentation_bytes: u64,
+    /// `total_bytes` plus the headroom: what the GPU must have.
+    pub required_bytes: u64,
+}
+
+/// One named term with its formula and source.
+#[derive(Debug, Serialize)]
+pub struct TermJson {
+    pub name: &'static str,
+    /// `estimate` or `headroom`.
+    pub kind: &'static str,
+    pub bytes: i64,
+    pub formula: String,
+    pub source: &'static str,
+}
+
+/// A published formula's figure for the same candidate.
+#[derive(Debug, Serialize)]
+pub struct PublishedJson {
+    pub source: &'static str,
+    pub covers: &'static str,
+    pub bytes: u64,
+    pub memprof_bytes: u64,
+    /// memprof's terms whose sum reproduces `bytes`; empty when the tool counts differently.
+    pub terms: &'static [&'static str],
+    /// memprof's terms beyond the figure.
+    pub additions: &'static [&'static str],
 }
 
 #[derive(Debug, Serialize)]
@@ -60,13 +104,16 @@ pub struct CandidateJson {
     pub micro_batch: u64,
     pub grad_accum: u64,
     pub memory: MemoryJson,
+    pub terms: Vec<TermJson>,
+    pub published: Vec<PublishedJson>,
     pub fits: bool,
     pub comm_bytes_per_step: u64,
 }
 
 impl CandidateJson {
-    fn new(c: &Candidate) -> CandidateJson {
+    fn new(setup: &TrainSetup, c: &Candidate, deepspeed: Version) -> CandidateJson {
         let l = &c.layout;
+        let m = &c.memory;
         CandidateJson {
             dp: l.dp,
             tp: l.tp,
@@ -77,12 +124,47 @@ impl CandidateJson {
             micro_batch: l.micro_batch,
             grad_accum: l.grad_accum,
             memory: MemoryJson {
-                params_bytes: c.memory.params,
-                grads_bytes: c.memory.grads,
-                optimizer_bytes: c.memory.optimizer,
-                activations_bytes: c.memory.activations,
-                total_bytes: c.memory.total,
+                params_bytes: m.params(),
+                params_sharded_bytes: m.params_sharded,
+                params_gathered_bytes: m.params_gathered,
+                fsdp_unit_params: m.unit_params,
+                grads_bytes: m.grads,
+                grads_gathered_bytes: m.grads_gathered,
+                optimizer_bytes: m.optimizer,
+                activations_bytes: m.activations(),
+                activations_layers_bytes: m.activations_layers,
+                activations_shape_bytes: m.activations_shape,
+                activations_recompute_bytes: m.activations_recompute,
+                activations_head_bytes: m.activations_head,
+                total_bytes: m.total,
+                context_bytes: c.headroom.context,
+                fragmentation_bytes: c.headroom.fragmentation,
+                required_bytes: m.total + c.headroom.total(),
             },
+            terms: terms(setup, c)
+                .into_iter()
+                .map(|t| TermJson {
+                    name: t.name,
+                    kind: match t.kind {
+                        TermKind::Estimate => "estimate",
+                        TermKind::Headroom => "headroom",
+                    },
+                    bytes: t.bytes,
+                    formula: t.formula,
+                    source: t.source,
+                })
+                .collect(),
+            published: comparisons(setup, c, deepspeed)
+                .into_iter()
+                .map(|p| PublishedJson {
+                    source: p.source,
+                    covers: p.covers,
+                    bytes: p.bytes,
+                    memprof_bytes: p.memprof_bytes,
+                    terms: p.terms,
+                    additions: p.additions,
+                })
+                .collect(),
             fits: c.fits,
             comm_bytes_per_step: c.cost.comm_bytes.round() as u64,
         }
@@ -99,11 +181,15 @@ pub struct TrainJson {
 }
 
 impl TrainJson {
-    pub fn new(model: &ModelConfig, plan: &Plan) -> TrainJson {
+    pub fn new(setup: &TrainSetup, plan: &Plan, deepspeed: Version) -> TrainJson {
         TrainJson {
             schema_version: SCHEMA_VERSION,
-            model: ModelJson::new(model),
-            candidates: plan.candidates.iter().map(CandidateJson::new).collect(),
+            model: ModelJson::new(&setup.model),
+            candidates: plan
+                .candidates
+                .iter()
+                .map(|c| CandidateJson::new(setup, c, deepspeed))
+                .collect(),
             recommended: plan.recommended,
         }
     }
@@ -115,13 +201,154 @@ pub struct KvJson {
     pub schema_version: u32,
     pub kv_bytes_per_token: u64,
     pub block_bytes: u64,
-    pub num_blocks: u64,
-    pub max_tokens: u64,
-    /// Full-length requests the pool holds at once; null when the length is unknown.
+    /// Blocks, tokens and full-length requests of the pool; null without a memory size.
+    pub num_blocks: Option<u64>,
+    pub max_tokens: Option<u64>,
+    /// The full length `max_concurrent_sequences` counts (`--max-model-len`, or the model's).
+    pub max_model_len: Option<u64>,
+    /// Full-length requests the pool holds at once; null when the length or size is unknown.
     pub max_concurrent_sequences: Option<u64>,
+    /// The serving budget by term (with `--gpu-memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetJson>,
+    /// The solve for `--max-model-len` / `--max-num-seqs` (with `--gpu-memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solve: Option<SolveJson>,
     /// The `--workload` simulation, when one was asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<WorkloadJson>,
+}
+
+/// One term of the serving budget.
+#[derive(Debug, Serialize)]
+pub struct ServeTermJson {
+    pub name: &'static str,
+    pub bytes: u64,
+    pub formula: String,
+    pub source: &'static str,
+}
+
+/// The serving budget: `budget_bytes` = the terms + `kv_available_bytes` (when they fit).
+#[derive(Debug, Serialize)]
+pub struct BudgetJson {
+    pub gpu_memory_bytes: u64,
+    pub utilization: f64,
+    pub budget_bytes: u64,
+    pub weights_bytes: u64,
+    pub activation_peak_bytes: u64,
+    pub non_torch_bytes: u64,
+    pub cuda_graph_bytes: u64,
+    pub kv_available_bytes: u64,
+    pub terms: Vec<ServeTermJson>,
+}
+
+/// The flags to pass, as argument strings.
+#[derive(Debug, Serialize)]
+pub struct FlagsJson {
+    pub vllm: Vec<String>,
+    pub sglang: Vec<String>,
+}
+
+/// The solve.
+#[derive(Debug, Serialize)]
+pub struct SolveJson {
+    pub max_model_len: u64,
+    pub max_num_seqs: u64,
+    /// What every sequence at full length needs: the cap to pass.
+    pub kv_cache_bytes: u64,
+    pub kv_available_bytes: u64,
+    pub fits: bool,
+    pub largest_max_num_seqs: u64,
+    pub largest_max_model_len: u64,
+    /// Empty when the settings do not fit.
+    pub flags: FlagsJson,
+}
+
+impl KvJson {
+    pub fn new(
+        kv_bytes_per_token: u64,
+        block_bytes: u64,
+        pool: Option<&KvPool>,
+        budget: Option<&ServeBudget>,
+        solve: Option<&Solve>,
+        workload: Option<WorkloadJson>,
+    ) -> KvJson {
+        let term = |b: &ServeBudget, name: &str| {
+            b.terms
+                .iter()
+                .find(|t| t.name == name)
+                .map_or(0, |t| t.bytes)
+        };
+        KvJson {
+            schema_version: SCHEMA_VERSION,
+            kv_bytes_per_token,
+            block_bytes,
+            num_blocks: pool.map(|p| p.num_blocks),
+            max_tokens: pool.map(|p| p.max_tokens),
+            max_model_len: pool.and_then(|p| p.max_model_len),
+            max_concurrent_sequences: pool.and_then(|p| p.max_concurrent_sequences),
+            budget: budget.map(|b| BudgetJson {
+                gpu_memory_bytes: b.gpu_memory_bytes,
+                utilization: b.utilization,
+                budget_bytes: b.budget_bytes,
+                weights_bytes: term(b, "weights_bytes"),
+                activation_peak_bytes: term(b, "activation_peak_bytes"),
+                non_torch_bytes: term(b, "non_torch_bytes"),
+                cuda_graph_bytes: term(b, "cuda_graph_bytes"),
+                kv_available_bytes: b.kv_available_bytes,
+                terms: b
+                    .terms
+                    .iter()
+                    .map(|t| ServeTermJson {
+                        name: t.name,
+                        bytes: t.bytes,
+                        formula: t.formula.clone(),
+                        source: t.source,
+                    })
+                    .collect(),
+            }),
+            solve: solve.map(|s| SolveJson {
+                max_model_len: s.max_model_len,
+                max_num_seqs: s.max_num_seqs,
+                kv_cache_bytes: s.kv_cache_bytes,
+                kv_available_bytes: s.kv_available_bytes,
+                fits: s.fits,
+                largest_max_num_seqs: s.largest_max_num_seqs,
+                largest_max_model_len: s.largest_max_model_len,
+                flags: FlagsJson {
+                    vllm: s.flags.vllm.clone(),
+                    sglang: s.flags.sglang.clone(),
+                },
+            }),
+            workload,
+        }
+    }
+}
+
+/// The workload at one `max_num_seqs` setting, on the whole pool.
+#[derive(Debug, Serialize)]
+pub struct SettingJson {
+    pub max_num_seqs: u64,
+    pub steps: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub preemptions: u64,
+    pub mean_concurrency: f64,
+    pub max_concurrency: u64,
+}
+
+impl SettingJson {
+    pub fn new(max_num_seqs: u64, r: &SimResult) -> SettingJson {
+        SettingJson {
+            max_num_seqs,
+            steps: r.steps,
+            completed: r.completed,
+            rejected: r.rejected,
+            preemptions: r.preemptions,
+            mean_concurrency: r.mean_running,
+            max_concurrency: r.max_running,
+        }
+    }
 }
 
 /// One point of the concurrency-over-time series.
@@ -184,20 +411,10 @@ pub struct WorkloadJson {
     pub reservation_tokens: u64,
     pub paged: SimJson,
     pub contiguous: SimJson,
-}
-
-impl KvJson {
-    pub fn new(pool: &KvPool, workload: Option<WorkloadJson>) -> KvJson {
-        KvJson {
-            schema_version: SCHEMA_VERSION,
-            kv_bytes_per_token: pool.kv_bytes_per_token,
-            block_bytes: pool.block_bytes,
-            num_blocks: pool.num_blocks,
-            max_tokens: pool.max_tokens,
-            max_concurrent_sequences: pool.max_concurrent_sequences,
-            workload,
-        }
-    }
+    /// With `--gpu-memory`: the paged pool at several `max_num_seqs` settings, the solve's
+    /// worst-case answer first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Vec<SettingJson>>,
 }
 
 /// Activation bytes of each strategy's largest micro-batch, when a model was given.

@@ -3,11 +3,14 @@
 use crate::model::Bytes;
 use crate::plan::compare::comparisons;
 use crate::plan::deepspeed::Version;
-use crate::plan::kv::{Budget, KvPool, KvSettings};
+use crate::plan::explain::{label, terms, TermKind};
+use crate::plan::kv::KvSettings;
 use crate::plan::pack::PackReport;
-use crate::plan::search::{explain, Plan};
+use crate::plan::search::{describe, explain, Plan};
 use crate::plan::train::{Candidate, TrainSetup};
-use crate::report::plan_json::{CheckpointJson, PackJson, SimJson, WorkloadJson};
+use crate::report::plan_json::{
+    CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
+};
 use crate::report::plot::CandidateBar;
 use std::fmt::Write;
 
@@ -36,17 +39,142 @@ pub fn candidate_bar(c: &Candidate) -> CandidateBar {
             _ => "full recompute",
         }
         .to_string(),
-        params: c.memory.params,
-        grads: c.memory.grads,
+        params: c.memory.params(),
+        grads: c.memory.all_grads(),
         optimizer: c.memory.optimizer,
-        activations: c.memory.activations,
-        headroom: c.headroom,
+        activations: c.memory.activations(),
+        headroom: c.headroom.total(),
         fits: c.fits,
     }
 }
 
-/// `plan train` as text: the setup, a table of candidates, and the recommendation.
-pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> String {
+/// Signed bytes: `-1.50 GiB` for a negative term.
+fn signed_bytes(x: i128) -> String {
+    let size = Bytes(u64::try_from(x.unsigned_abs()).unwrap_or(u64::MAX));
+    if x < 0 {
+        format!("-{size}")
+    } else {
+        size.to_string()
+    }
+}
+
+/// The terms of one candidate with their formulas and sources (`--explain`).
+fn explain_terms(out: &mut String, setup: &TrainSetup, index: usize, c: &Candidate) {
+    let _ = writeln!(
+        out,
+        "\nHow candidate {index} is counted ({}), per GPU:",
+        describe(&c.layout)
+    );
+    let mut headroom_started = false;
+    for t in terms(setup, c) {
+        if t.kind == TermKind::Headroom && !headroom_started {
+            headroom_started = true;
+            let _ = writeln!(
+                out,
+                "  {:<38} {:>11}",
+                "estimate",
+                Bytes(c.memory.total).to_string()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  {:<38} {:>11}  {}\n  {:<38} {:>11}  source: {}",
+            t.label,
+            signed_bytes(i128::from(t.bytes)),
+            t.formula,
+            "",
+            "",
+            t.source
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<38} {:>11}  (estimate plus headroom, against {} per GPU)",
+        "required",
+        Bytes(c.memory.total + c.headroom.total()).to_string(),
+        Bytes(setup.gpu_memory)
+    );
+}
+
+/// "1.26 GiB more" / "1.26 GiB less" / "the same".
+fn more_or_less(difference: i128) -> String {
+    let size = Bytes(u64::try_from(difference.unsigned_abs()).unwrap_or(u64::MAX));
+    match difference.signum() {
+        1 => format!("{size} more"),
+        -1 => format!("{size} less"),
+        _ => "the same".to_string(),
+    }
+}
+
+/// The published formulas' figures beside memprof's.
+fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspeed: Version) {
+    for cmp in comparisons(setup, c, deepspeed) {
+        if cmp.terms.is_empty() {
+            let _ = writeln!(
+                out,
+                "{}: {} of {} per GPU; memprof counts {} ({}).",
+                cmp.source,
+                Bytes(cmp.bytes),
+                cmp.covers,
+                Bytes(cmp.memprof_bytes),
+                more_or_less(cmp.difference())
+            );
+            continue;
+        }
+        let terms: Vec<&str> = cmp.terms.iter().map(|n| label(n)).collect();
+        let additions: Vec<String> = cmp
+            .additions
+            .iter()
+            .filter_map(|n| {
+                let bytes = term_bytes(c, n);
+                (bytes != 0)
+                    .then(|| format!("{} for {}", signed_bytes(i128::from(bytes)), label(n)))
+            })
+            .collect();
+        let added = if additions.is_empty() {
+            "memprof adds nothing to it".to_string()
+        } else {
+            format!("memprof adds {}", additions.join(" and "))
+        };
+        let _ = writeln!(
+            out,
+            "{}: {} of {} per GPU = memprof's {}; {added}, {} in all.",
+            cmp.source,
+            Bytes(cmp.bytes),
+            cmp.covers,
+            terms.join(" + "),
+            Bytes(cmp.memprof_bytes),
+        );
+    }
+}
+
+/// The bytes of the term called `name` on `c`.
+fn term_bytes(c: &Candidate, name: &str) -> i64 {
+    let m = &c.memory;
+    let u = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+    match name {
+        "params_sharded_bytes" => u(m.params_sharded),
+        "params_gathered_bytes" => u(m.params_gathered),
+        "grads_bytes" => u(m.grads),
+        "grads_gathered_bytes" => u(m.grads_gathered),
+        "optimizer_bytes" => u(m.optimizer),
+        "activations_layers_bytes" => u(m.activations_layers),
+        "activations_shape_bytes" => m.activations_shape,
+        "activations_recompute_bytes" => u(m.activations_recompute),
+        "activations_head_bytes" => u(m.activations_head),
+        _ => 0,
+    }
+}
+
+/// `plan train` as text: the setup, a table of candidates, the recommendation, the published
+/// formulas' figures for it, and with `explain` every term with its formula and source.
+pub fn train(
+    setup: &TrainSetup,
+    gpus: u64,
+    plan: &Plan,
+    deepspeed: Version,
+    show_terms: bool,
+) -> String {
     let counts = setup.model.param_counts();
     let mut out = String::new();
     let active = if counts.active != counts.total {
@@ -57,7 +185,7 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> 
     let _ = writeln!(
         out,
         "model {}: {:.2}B parameters{active}, {} layers, hidden {}, {} heads ({} KV)",
-        setup.model.name,
+        shown(&setup.model.name),
         counts.total as f64 / 1e9,
         setup.model.layers,
         setup.model.hidden_size,
@@ -106,10 +234,10 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> 
             recompute_name(l),
             l.micro_batch,
             l.grad_accum,
-            Bytes(c.memory.params).to_string(),
-            Bytes(c.memory.grads).to_string(),
+            Bytes(c.memory.params()).to_string(),
+            Bytes(c.memory.all_grads()).to_string(),
             Bytes(c.memory.optimizer).to_string(),
-            Bytes(c.memory.activations).to_string(),
+            Bytes(c.memory.activations()).to_string(),
             Bytes(c.memory.total).to_string(),
             if c.fits { "yes" } else { "no" },
             Bytes(c.cost.comm_bytes.round() as u64).to_string(),
@@ -121,27 +249,38 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> 
     } else {
         Some(0)
     });
-    if let Some(c) = shown.and_then(|i| plan.candidates.get(i)) {
-        for cmp in comparisons(setup, c, deepspeed) {
-            let _ = writeln!(
-                out,
-                "For comparison, {} gives {} per GPU ({}; memprof: {}).",
-                cmp.source,
-                Bytes(cmp.bytes),
-                cmp.covers,
-                Bytes(cmp.memprof_bytes)
-            );
+    if let Some((i, c)) = shown.and_then(|i| plan.candidates.get(i).map(|c| (i, c))) {
+        published_lines(&mut out, setup, c, deepspeed);
+        if show_terms {
+            explain_terms(&mut out, setup, i, c);
         }
     }
     out
 }
 
-/// `plan kv` as text.
-pub fn kv(model: &str, settings: &KvSettings, budget: Budget, pool: &KvPool) -> String {
+/// Text from a file (a model's folder name) with control characters escaped, so it cannot
+/// drive the terminal.
+fn shown(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// `plan kv` as text: per-token and per-block bytes always; with a memory size the pool; with
+/// `--gpu-memory` the budget by term, the solve and the flags to pass.
+pub fn kv(model: &str, settings: &KvSettings, kv_memory: Option<u64>, doc: &KvJson) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "model {model}, KV cache {}, TP {}, block {} tokens",
+        "model {}, KV cache {}, TP {}, block {} tokens",
+        shown(model),
         settings.dtype.name(),
         settings.tp,
         settings.block_size
@@ -149,46 +288,116 @@ pub fn kv(model: &str, settings: &KvSettings, budget: Budget, pool: &KvPool) -> 
     let _ = writeln!(
         out,
         "KV per token per GPU: {} ({} B); per block: {}",
-        Bytes(pool.kv_bytes_per_token),
-        pool.kv_bytes_per_token,
-        Bytes(pool.block_bytes)
+        Bytes(doc.kv_bytes_per_token),
+        doc.kv_bytes_per_token,
+        Bytes(doc.block_bytes)
     );
-    match budget {
-        Budget::KvMemory(bytes) => {
-            let _ = writeln!(out, "pool memory: {} (given)", Bytes(bytes));
-        }
-        Budget::Gpu {
-            memory,
-            utilization,
-        } => {
+    if let Some(b) = &doc.budget {
+        let _ = writeln!(
+            out,
+            "budget: {} = {}% of {}",
+            Bytes(b.budget_bytes),
+            b.utilization * 100.0,
+            Bytes(b.gpu_memory_bytes)
+        );
+        for t in &b.terms {
             let _ = writeln!(
                 out,
-                "pool memory: {} = {:.0}% of {} less {} of weights (an upper bound: vLLM also \
-                 subtracts its profiled activation peak and non-torch memory)",
-                Bytes(pool.available_bytes),
-                utilization * 100.0,
-                Bytes(memory),
-                Bytes(pool.weights_bytes)
+                "  {:<30} {:>11}  {} ({})",
+                label_of_serve_term(t.name),
+                Bytes(t.bytes).to_string(),
+                t.formula,
+                t.source
             );
         }
+        let _ = writeln!(
+            out,
+            "  {:<30} {:>11}  what is left",
+            "KV cache",
+            Bytes(b.kv_available_bytes).to_string()
+        );
+    } else if let Some(bytes) = kv_memory {
+        let _ = writeln!(out, "pool memory: {} (given)", Bytes(bytes));
     }
-    let _ = writeln!(
-        out,
-        "blocks: {}, tokens: {}",
-        pool.num_blocks, pool.max_tokens
-    );
-    match (pool.max_model_len, pool.max_concurrent_sequences) {
-        (Some(len), Some(n)) => {
-            let _ = writeln!(out, "full-length ({len}-token) sequences at once: {n}");
+    match (doc.num_blocks, doc.max_tokens) {
+        (Some(blocks), Some(tokens)) => {
+            let _ = writeln!(out, "blocks: {blocks}, tokens: {tokens}");
         }
         _ => {
             let _ = writeln!(
                 out,
-                "full-length sequences at once: unknown (give --max-model-len)"
+                "give --gpu-memory SIZE (or --kv-memory SIZE) to size the pool and solve for \
+                 --max-model-len / --max-num-seqs"
             );
+            return out;
         }
     }
+    if doc.solve.is_none() {
+        match (doc.max_model_len, doc.max_concurrent_sequences) {
+            (Some(len), Some(n)) => {
+                let _ = writeln!(out, "full-length ({len}-token) sequences at once: {n}");
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "full-length sequences at once: unknown (give --max-model-len)"
+                );
+            }
+        }
+    }
+    if let Some(s) = &doc.solve {
+        let graphs = doc.budget.as_ref().map(|b| b.cuda_graph_bytes);
+        solve_lines(&mut out, graphs, s);
+    }
     out
+}
+
+fn label_of_serve_term(name: &str) -> &str {
+    match name {
+        "weights_bytes" => "weights",
+        "activation_peak_bytes" => "profile-run activation peak",
+        "non_torch_bytes" => "non-PyTorch memory",
+        "cuda_graph_bytes" => "CUDA-graph pool",
+        other => other,
+    }
+}
+
+fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
+    if s.fits {
+        let _ = writeln!(
+            out,
+            "max_model_len {} with max_num_seqs {} fits: every sequence at full length needs {} of \
+             the {} left for the cache",
+            s.max_model_len,
+            s.max_num_seqs,
+            Bytes(s.kv_cache_bytes),
+            Bytes(s.kv_available_bytes)
+        );
+        let _ = writeln!(out, "vLLM flags:   {}", s.flags.vllm.join(" "));
+        let _ = writeln!(out, "SGLang flags: {}", s.flags.sglang.join(" "));
+        if let Some(graphs) = cuda_graph_bytes.filter(|g| *g > 0) {
+            let _ = writeln!(
+                out,
+                "(--kv-cache-memory-bytes and --max-total-tokens cap the cache at what the \
+                 settings need; the CUDA-graph term is {}: set --cuda-graph-memory to what \
+                 vLLM's startup log reports)",
+                Bytes(graphs)
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "max_model_len {} with max_num_seqs {} does not fit in the {} left for the cache: at \
+             {} tokens at most {} sequences fit; {} sequences fit at most {} tokens each",
+            s.max_model_len,
+            s.max_num_seqs,
+            Bytes(s.kv_available_bytes),
+            s.max_model_len,
+            s.largest_max_num_seqs,
+            s.max_num_seqs.max(1),
+            s.largest_max_model_len
+        );
+    }
 }
 
 fn activation_note(bytes: Option<u64>) -> String {
@@ -289,7 +498,7 @@ pub fn checkpoint(doc: &CheckpointJson) -> String {
     let _ = writeln!(
         out,
         "model {}, activation budget {}\n\n  strategy    activations  extra compute  fits",
-        doc.model,
+        shown(&doc.model),
         Bytes(doc.budget_bytes)
     );
     for s in &doc.strategies {
@@ -348,6 +557,35 @@ pub fn workload(w: &WorkloadJson) -> String {
     );
     out.push_str(&sim_line("paged", &w.paged));
     out.push_str(&sim_line("contiguous", &w.contiguous));
+    if let Some(settings) = &w.settings {
+        let _ = writeln!(
+            out,
+            "\nthe paged pool at each max_num_seqs (the first is the worst-case answer):\n  max_num_seqs    steps completed preemptions mean conc max conc"
+        );
+        for s in settings {
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>8} {:>9} {:>11} {:>9.1} {:>8}",
+                s.max_num_seqs,
+                s.steps,
+                s.completed,
+                s.preemptions,
+                s.mean_concurrency,
+                s.max_concurrency
+            );
+        }
+        if let Some(best) = settings
+            .iter()
+            .filter(|s| s.preemptions == 0 && s.completed > 0)
+            .min_by_key(|s| (s.steps, s.max_num_seqs))
+        {
+            let _ = writeln!(
+                out,
+                "  on this request mix, max_num_seqs {} finishes soonest without preemption ({} steps, {:.1} sequences running on average)",
+                best.max_num_seqs, best.steps, best.mean_concurrency
+            );
+        }
+    }
     for (name, s) in [("paged", &w.paged), ("contiguous", &w.contiguous)] {
         if s.rejected > 0 {
             let _ = writeln!(

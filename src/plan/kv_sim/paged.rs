@@ -94,8 +94,17 @@ impl<'a> Pool<'a> {
     }
 }
 
-/// Serves `requests` (sorted by arrival) from `blocks` blocks of `block_size` tokens.
-pub fn simulate_paged(requests: &[Request], blocks: u64, block_size: u64) -> SimResult {
+/// Serves `requests` (sorted by arrival) from `blocks` blocks of `block_size` tokens, running
+/// at most `max_running` sequences at once when given (vLLM's `max_num_seqs`).
+pub fn simulate_paged(
+    requests: &[Request],
+    blocks: u64,
+    block_size: u64,
+    max_running: Option<u64>,
+) -> SimResult {
+    let cap = max_running.map_or(usize::MAX, |n| {
+        usize::try_from(n.max(1)).unwrap_or(usize::MAX)
+    });
     let block_size = block_size.max(1);
     let mut tracker = Tracker::default();
     let mut pool = Pool {
@@ -127,7 +136,7 @@ pub fn simulate_paged(requests: &[Request], blocks: u64, block_size: u64) -> Sim
                 waiting.pop_front();
                 continue;
             }
-            if pool.admission_cost(w) > pool.free {
+            if running.len() >= cap || pool.admission_cost(w) > pool.free {
                 break;
             }
             if let Some(w) = waiting.pop_front() {

@@ -15,7 +15,7 @@ fn req(arrival: u64, prompt: u64, output: u64) -> Request {
 #[test]
 fn one_request_alone() {
     let r = [req(0, 10, 5)];
-    let paged = simulate_paged(&r, 100, 4);
+    let paged = simulate_paged(&r, 100, 4, None);
     assert_eq!((paged.steps, paged.completed, paged.preemptions), (5, 1, 0));
     // Holds 11..15 tokens in 3..4 blocks of 4.
     assert_eq!(paged.series[0].used_tokens, 11);
@@ -30,7 +30,7 @@ fn preempts_when_blocks_run_out() {
     // Two requests of 4-token prompts and 8 outputs in 4 blocks of 4: both admitted, both
     // need a third block, so the newer one is preempted and finishes later.
     let r = [req(0, 4, 8), req(0, 4, 8)];
-    let paged = simulate_paged(&r, 4, 4);
+    let paged = simulate_paged(&r, 4, 4, None);
     assert_eq!(paged.completed, 2);
     assert!(paged.preemptions >= 1);
     assert_eq!(paged.max_running, 2);
@@ -46,7 +46,7 @@ fn prefix_blocks_are_shared() {
         prefix: 64,
     };
     let r = [shared(0), shared(0), shared(0)];
-    let paged = simulate_paged(&r, 1000, 16);
+    let paged = simulate_paged(&r, 1000, 16, None);
     // 4 shared blocks + one own block each for the generated tokens.
     assert_eq!(paged.peak_allocated_tokens, (4 + 3) * 16);
 }
@@ -54,7 +54,7 @@ fn prefix_blocks_are_shared() {
 #[test]
 fn rejects_what_can_never_fit() {
     let r = [req(0, 1000, 1), req(5, 4, 1)];
-    let paged = simulate_paged(&r, 4, 4);
+    let paged = simulate_paged(&r, 4, 4, None);
     assert_eq!((paged.rejected, paged.completed), (1, 1));
     let contiguous = simulate_contiguous(&r, 16, 8);
     assert_eq!((contiguous.rejected, contiguous.completed), (1, 1));
@@ -77,7 +77,7 @@ fn vllm_waste_bounds() {
     let requests: Vec<Request> = (0..400)
         .map(|i| req(i / 4, 100 + next(400), 100 + next(400)))
         .collect();
-    let paged = simulate_paged(&requests, 4096, 16);
+    let paged = simulate_paged(&requests, 4096, 16, None);
     assert!(
         1.0 - paged.utilization < 0.04,
         "paged waste {}",
@@ -90,4 +90,17 @@ fn vllm_waste_bounds() {
         contiguous.utilization
     );
     assert!(paged.mean_running > contiguous.mean_running);
+}
+
+/// A cap on running sequences bounds the concurrency reached and, on a pool that preempts
+/// without it, trades preemptions for waiting.
+#[test]
+fn max_running_caps_concurrency() {
+    let r: Vec<Request> = (0..8).map(|_| req(0, 4, 8)).collect();
+    let free = simulate_paged(&r, 12, 4, None);
+    assert!(free.preemptions > 0);
+    let capped = simulate_paged(&r, 12, 4, Some(4));
+    assert_eq!(capped.max_running, 4);
+    assert_eq!(capped.preemptions, 0);
+    assert_eq!(capped.completed, 8);
 }
