@@ -8,6 +8,7 @@ mod attach_shim;
 mod bad_input;
 mod commands;
 mod diagnose;
+mod doc_examples;
 mod export;
 mod gate;
 mod gpu;
