@@ -1,12 +1,16 @@
 //! The JSON reference in `docs/json/` kept true: every field a page documents must appear in
 //! the output of its command on the shipped fixtures (and a generated OOM with recorded
-//! settings, for the fields only such a file has). A documented field that no output carries
-//! fails, so the pages cannot drift from what memprof prints.
+//! settings, for the fields only such a file has; a gate baseline written to a temporary
+//! folder; `attach` on a workload under the shim and `probe` on the fake driver). A documented
+//! field that no output carries fails, so the pages cannot drift from what memprof prints.
 
-use crate::util::{fixture, memprof, repo, stdout};
+use crate::attach_shim::{workload, Guard};
+use crate::util::{fixture, memprof, repo, stderr, stdout};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 /// Field names of a page: the backticked names in the first column of its tables.
 fn documented(page: &str) -> BTreeSet<String> {
@@ -17,7 +21,11 @@ fn documented(page: &str) -> BTreeSet<String> {
             continue;
         };
         for (i, part) in first.split('`').enumerate() {
-            if i % 2 == 1 && part.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+            if i % 2 == 1
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
                 names.insert(part.to_string());
             }
         }
@@ -53,7 +61,11 @@ fn output_keys(runs: &[Vec<String>]) -> BTreeSet<String> {
 }
 
 fn check(page: &str, runs: &[Vec<String>]) {
-    let seen = output_keys(runs);
+    check_keys(page, &output_keys(runs));
+}
+
+/// Fails naming the fields `page` documents that `seen` lacks.
+fn check_keys(page: &str, seen: &BTreeSet<String>) {
     let missing: Vec<String> = documented(page)
         .into_iter()
         .filter(|f| !seen.contains(f))
@@ -152,6 +164,55 @@ fn every_documented_diff_field_is_in_real_output() {
     );
 }
 
+/// A temporary folder of this test run, made empty.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("json-ref-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
+}
+
+/// Every key of the JSON document in `path`.
+fn file_keys(path: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(path).expect("the document was written");
+    let doc: Value = serde_json::from_str(&text).expect("one JSON document");
+    let mut seen = BTreeSet::new();
+    keys(&doc, &mut seen);
+    seen
+}
+
+#[test]
+fn every_documented_plan_pack_and_checkpoint_field_is_in_real_output() {
+    let config = f("examples/tinyllama-1.1b/config.json");
+    check(
+        "plan-pack.md",
+        &[args(&[
+            "plan",
+            "pack",
+            "--lengths",
+            &f("examples/lengths.txt"),
+            "--max-len",
+            "2048",
+            "--model",
+            &config,
+            "--json",
+        ])],
+    );
+    check(
+        "plan-checkpoint.md",
+        &[args(&[
+            "plan",
+            "checkpoint",
+            "--layers",
+            &f("examples/layer-costs.json"),
+            "--budget",
+            "6GiB",
+            "--json",
+        ])],
+    );
+}
+
 #[test]
 fn every_documented_plan_field_is_in_real_output() {
     let dir = std::env::temp_dir().join(format!("memprof-json-ref-plan-{}", std::process::id()));
@@ -198,5 +259,111 @@ fn every_documented_plan_field_is_in_real_output() {
             ]),
         ],
     );
+}
+
+#[test]
+fn every_documented_baseline_and_export_field_is_in_real_output() {
+    let dir = temp_dir("files");
+    let baseline = dir.join("baseline.json");
+    let out = memprof(&[
+        "gate",
+        &f("snapshots/v2_1_basic.pickle"),
+        &f("snapshots/multi_device.pickle"),
+        "--write-baseline",
+        &baseline.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check_keys("gate.md", &file_keys(&baseline));
+
+    let mut seen = BTreeSet::new();
+    for (input, name) in [
+        ("snapshots/v2_11_full.pickle", "full.json"),
+        ("recordings/peak_oom_v2.memprof", "recording.json"),
+    ] {
+        let path = dir.join(name);
+        let out = memprof(&[
+            "export",
+            &f(input),
+            "--to",
+            "json",
+            "-o",
+            &path.display().to_string(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{input}: {}", stderr(&out));
+        seen.extend(file_keys(&path));
+    }
+    check_keys("export.md", &seen);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_documented_attach_field_is_in_real_output() {
+    let (mut child, mut stdin, runtime) = workload("json-ref-attach");
+    let pid = child.0.id().to_string();
+    let spawned = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args([
+            "attach",
+            &pid,
+            "--json",
+            "--duration",
+            "30",
+            "--interval",
+            "0.2",
+        ])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("memprof runs");
+    let mut attach = Guard(spawned);
+    // Let attach connect while allocations are alive, then let the workload finish: attach
+    // ends with it.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    assert!(child.0.wait().expect("exits").success());
+    let mut text = String::new();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut attach.0.stdout.take().expect("stdout"), &mut text)
+        .expect("attach ends with the process");
+    std::io::Read::read_to_string(&mut attach.0.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert_eq!(
+        attach.0.wait().expect("attach exits").code(),
+        Some(0),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_str(&text).expect("one JSON document");
+    assert_eq!(doc["mode"], "shim", "{doc}");
+    let mut seen = BTreeSet::new();
+    keys(&doc, &mut seen);
+    check_keys("attach.md", &seen);
+}
+
+#[test]
+fn every_documented_probe_field_is_in_real_output() {
+    // The fake driver, as `libcuda.so` (the first name the CUDA loader tries) and `.so.1`.
+    let dir = temp_dir("probe");
+    let built = Command::new("cc")
+        .args(["-O1", "-shared", "-fPIC", "-Wl,-Bsymbolic"])
+        .args(["-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(dir.join("libcuda.so.1"))
+        .arg(repo().join("kernels/fake_cuda/fake_cuda.c"))
+        .arg("-lpthread")
+        .output()
+        .expect("cc runs");
+    assert!(built.status.success(), "cc: {}", stderr(&built));
+    std::fs::copy(dir.join("libcuda.so.1"), dir.join("libcuda.so")).expect("copy");
+    let out = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["probe", "--json"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .expect("memprof runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+    assert_eq!(doc["devices"][0]["name"], "Fake CUDA Device", "{doc}");
+    let mut seen = BTreeSet::new();
+    keys(&doc, &mut seen);
+    check_keys("probe.md", &seen);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,7 @@ mod bad_input;
 mod commands;
 mod compare;
 mod diagnose;
+mod doc_examples;
 mod export;
 mod frames;
 mod gate;
