@@ -32,6 +32,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         if let (Some(format), Some(out)) = (plot_format, &args.plot) {
             let device = pick_device(snapshot, &shown, args.device)?;
             write_plot(snapshot, path, device, Kind::Timeline, format, out)?;
+            super::wrote_beside(out);
         }
         inputs.push(InputReport {
             path: shown,

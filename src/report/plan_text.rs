@@ -1,6 +1,6 @@
 //! Human text of the planners' reports.
 
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use crate::plan::compare::comparisons;
 use crate::plan::deepspeed::Version;
 use crate::plan::kv::{Budget, KvPool, KvSettings};
@@ -66,8 +66,9 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> 
     );
     let _ = writeln!(
         out,
-        "{gpus} GPUs of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% \
-         of the estimate for allocator fragmentation",
+        "{} of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% of the \
+         estimate for allocator fragmentation",
+        count(gpus, "GPU", "GPUs"),
         Bytes(setup.gpu_memory),
         setup.seq_len,
         Bytes(setup.headroom.context_bytes),
@@ -75,8 +76,8 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> 
     );
     let _ = writeln!(
         out,
-        "{} layouts evaluated, {} fit{}",
-        plan.evaluated,
+        "{} evaluated, {} fit{}",
+        count(plan.evaluated as u64, "layout", "layouts"),
         plan.fitting,
         if plan.fitting > 0 {
             ""
@@ -115,7 +116,7 @@ pub fn train(setup: &TrainSetup, gpus: u64, plan: &Plan, deepspeed: Version) -> 
             Bytes(c.cost.comm_bytes.round() as u64).to_string(),
         );
     }
-    let _ = writeln!(out, "\n{}", explain(plan, setup.gpu_memory));
+    let _ = writeln!(out, "\n{}", explain(plan, setup));
     let shown = plan.recommended.or(if plan.candidates.is_empty() {
         None
     } else {

@@ -101,7 +101,9 @@ impl LiveClient {
 
     /// Connects to a socket path and reads the stream's header.
     pub fn connect_path(path: &Path) -> Result<LiveClient, LiveError> {
-        let mut stream = UnixStream::connect(path).map_err(|source| LiveError::Connect {
+        // A path deeper than a socket address holds is reached as the shim bound it.
+        let connected = memprof_wire::at_socket_path(path, |p| UnixStream::connect(p));
+        let mut stream = connected.map_err(|source| LiveError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
@@ -201,19 +203,42 @@ mod tests {
     use std::io::Write;
     use std::os::unix::net::UnixListener;
 
-    /// A listener at a fresh path that answers each connection with `reply` (then closes).
-    fn server(name: &str, reply: Vec<u8>) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("memprof-live-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    /// A listener at a fresh path at least `len` bytes long that answers one connection with
+    /// `reply` (then closes).
+    fn server_at(name: &str, len: usize, reply: Vec<u8>) -> PathBuf {
+        let top = std::env::temp_dir().join(format!("memprof-live-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&top);
+        let mut dir = top.clone();
+        while dir.join("s.sock").as_os_str().len() < len {
+            dir.push("a-deep-runtime-directory");
+        }
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("s.sock");
-        let listener = UnixListener::bind(&path).expect("bind");
+        let listener =
+            memprof_wire::at_socket_path(&path, |p| UnixListener::bind(p)).expect("bind");
         std::thread::spawn(move || {
             if let Ok((mut peer, _)) = listener.accept() {
                 let _ = peer.write_all(&reply);
             }
         });
         path
+    }
+
+    fn server(name: &str, reply: Vec<u8>) -> PathBuf {
+        server_at(name, 0, reply)
+    }
+
+    #[test]
+    fn a_socket_deeper_than_an_address_holds_is_reached() {
+        let path = server_at("deep", 180, Vec::new());
+        assert!(path.as_os_str().len() > memprof_wire::MAX_SOCKET_PATH);
+        // Connected, then closed before a header: the shim's refusal, not a failed connect.
+        let got = LiveClient::connect_path(&path);
+        assert!(
+            matches!(got, Err(LiveError::Refused { .. })),
+            "{:?}",
+            got.err()
+        );
     }
 
     #[test]
