@@ -62,7 +62,7 @@ fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
     assert_eq!(worse.status.code(), Some(1));
     let text = stdout(&worse);
     assert!(
-        text.starts_with("memprof gate: FAIL (1 of 1 checks failed)"),
+        text.starts_with("memprof gate: FAIL (1 of 1 check failed)"),
         "{text}"
     );
     assert!(

@@ -249,6 +249,7 @@ pub struct KvArgs {
     /// A Hugging Face config.json or a built-in name.
     #[arg(long)]
     pub model: String,
+    /// Element type of the cached keys and values.
     #[arg(long, value_enum, default_value = "bf16")]
     pub dtype: KvDtypeArg,
     /// Memory of one GPU; the pool gets utilization x this, less the weights' TP shard.
@@ -263,6 +264,7 @@ pub struct KvArgs {
     /// Tokens per block.
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
     pub block_size: u64,
+    /// Tensor-parallel degree (the KV heads are split across it).
     #[arg(long, default_value_t = 1)]
     pub tp: u64,
     /// Tokens of a full-length request (default: the model's maximum).
@@ -272,6 +274,7 @@ pub struct KvArgs {
     /// group and length), paged against contiguous reservation of --max-model-len.
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -293,6 +296,7 @@ pub struct PackArgs {
     /// A model (built-in name or config.json) to size each micro-batch's activations.
     #[arg(long)]
     pub model: Option<String>,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }

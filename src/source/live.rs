@@ -204,11 +204,13 @@ mod tests {
     use std::os::unix::net::UnixListener;
 
     /// A listener at a fresh path at least `len` bytes long that answers one connection with
-    /// `reply` (then closes).
-    fn server_at(name: &str, len: usize, reply: Vec<u8>) -> PathBuf {
-        let top = std::env::temp_dir().join(format!("memprof-live-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&top);
-        let mut dir = top.clone();
+    /// `reply` (then closes); the directory goes when the first value is dropped.
+    fn server_at(len: usize, reply: Vec<u8>) -> (tempfile::TempDir, PathBuf) {
+        let top = tempfile::Builder::new()
+            .prefix("memprof-live-")
+            .tempdir()
+            .expect("temp dir");
+        let mut dir = top.path().to_path_buf();
         while dir.join("s.sock").as_os_str().len() < len {
             dir.push("a-deep-runtime-directory");
         }
@@ -221,16 +223,16 @@ mod tests {
                 let _ = peer.write_all(&reply);
             }
         });
-        path
+        (top, path)
     }
 
-    fn server(name: &str, reply: Vec<u8>) -> PathBuf {
-        server_at(name, 0, reply)
+    fn server(reply: Vec<u8>) -> (tempfile::TempDir, PathBuf) {
+        server_at(0, reply)
     }
 
     #[test]
     fn a_socket_deeper_than_an_address_holds_is_reached() {
-        let path = server_at("deep", 180, Vec::new());
+        let (_dir, path) = server_at(180, Vec::new());
         assert!(path.as_os_str().len() > memprof_wire::MAX_SOCKET_PATH);
         // Connected, then closed before a header: the shim's refusal, not a failed connect.
         let got = LiveClient::connect_path(&path);
@@ -243,13 +245,13 @@ mod tests {
 
     #[test]
     fn a_refusal_or_a_damaged_header_is_a_clear_error_not_a_hang() {
-        let refused = LiveClient::connect_path(&server("refused", Vec::new()));
+        let refused = LiveClient::connect_path(&server(Vec::new()).1);
         assert!(
             matches!(refused, Err(LiveError::Refused { .. })),
             "{:?}",
             refused.err()
         );
-        let garbage = LiveClient::connect_path(&server("garbage", vec![0xa5; 200]));
+        let garbage = LiveClient::connect_path(&server(vec![0xa5; 200]).1);
         assert!(
             matches!(garbage, Err(LiveError::Decode(_))),
             "{:?}",
