@@ -12,10 +12,18 @@ fn main() -> ExitCode {
         Ok(Outcome::Finding) => ExitCode::from(1),
         Ok(Outcome::Exit(code)) => ExitCode::from(code),
         Err(err) => {
-            let broken_pipe = err
-                .chain()
-                .filter_map(|e| e.downcast_ref::<std::io::Error>())
-                .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+            // A closed stdout (`| head` has read what it wanted) ends the command quietly, as
+            // ripgrep does. serde_json keeps the write's error inside its own, not as a source.
+            let broken_pipe = err.chain().any(|e| {
+                let kind = e
+                    .downcast_ref::<std::io::Error>()
+                    .map(|e| e.kind())
+                    .or_else(|| {
+                        e.downcast_ref::<serde_json::Error>()
+                            .and_then(|e| e.io_error_kind())
+                    });
+                kind == Some(std::io::ErrorKind::BrokenPipe)
+            });
             if broken_pipe {
                 return ExitCode::SUCCESS;
             }

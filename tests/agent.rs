@@ -6,12 +6,12 @@
 
 use crate::attach_shim::workload;
 use crate::nvml_fake::{fake_nvml, scenario, GONE_PID};
-use crate::util::{memprof, repo, stderr};
+use crate::util::{memprof, repo, skip, stderr, Scratch};
 use memprof::source::gpu::ProcView;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -121,12 +121,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn temp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("agent-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn temp(name: &str) -> Scratch {
+    Scratch::new(&format!("agent-{name}"))
 }
 
 #[test]
@@ -156,7 +152,9 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
     assert_eq!(get(&addr, "/nope").0, 404);
 
     if !Path::new(PROMETHEUS).is_file() {
-        eprintln!("skipped: {PROMETHEUS} is absent (apt-get install prometheus)");
+        skip(&format!(
+            "needs {PROMETHEUS} (Debian package prometheus), absent here"
+        ));
         return;
     }
     let work = temp("prometheus");
@@ -467,7 +465,9 @@ fn no_nvml_or_a_bad_address_is_one_line_and_exit_2() {
 #[test]
 fn the_alert_rules_pass_promtool_and_fire_as_documented() {
     if !Path::new(PROMTOOL).is_file() {
-        eprintln!("skipped: {PROMTOOL} is absent (apt-get install prometheus)");
+        skip(&format!(
+            "needs {PROMTOOL} (Debian package prometheus), absent here"
+        ));
         return;
     }
     let rules = repo().join("contrib/prometheus");

@@ -3,7 +3,7 @@
 
 use crate::attach_shim::Guard;
 use crate::nvml_fake::{fake_nvml, GONE_PID};
-use crate::util::{memprof, stderr, stdout};
+use crate::util::{memprof, skip, stderr, stdout};
 use crate::view_tmux::Tmux;
 use serde_json::Value;
 use std::process::Command;
@@ -13,7 +13,7 @@ use std::process::Command;
 fn in_host_pid_namespace() -> bool {
     let host = memprof::source::gpu::ProcView::system().host_namespace();
     if !host {
-        eprintln!("skipped: not in the host's PID namespace, where NVML mode is refused");
+        skip("needs the host's PID namespace (NVML mode is refused in a container)");
     }
     host
 }
@@ -132,7 +132,9 @@ fn attach_in_tmux_without_the_shim_samples_nvml_and_says_what_it_cannot_see() {
         runtime = runtime.display(),
         memprof = env!("CARGO_BIN_EXE_memprof"),
     );
-    let tmux = Tmux::start(&command, 100, 30);
+    let Some(tmux) = Tmux::start(&command, 100, 30) else {
+        return;
+    };
     let screen = tmux.wait_text("What NVML cannot see");
     assert!(screen.contains("NVML (driver 550.54.15)"), "{screen}");
     assert!(

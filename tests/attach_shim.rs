@@ -6,8 +6,8 @@
 //! marks the workload as running the shim and opens the same view on Enter.
 
 use crate::nvml_fake::fake_nvml;
-use crate::shim_preload::{kernels, shim};
-use crate::util::memprof;
+use crate::shim_preload::{deep_runtime_dir, kernels, shim};
+use crate::util::{memprof, Within};
 use crate::view_tmux::Tmux;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -23,12 +23,13 @@ impl Drop for Guard {
     }
 }
 
-/// Starts `peak_oom wait` under the shim with its own runtime directory; returns it once it
-/// has printed "ready" (b and c alive), with its stdin to let it go on.
-pub fn workload(name: &str) -> (Guard, ChildStdin, std::path::PathBuf) {
+/// Starts `peak_oom wait` under the shim with a runtime directory of its own, deeper than a
+/// socket address holds (as under a deep checkout: the live view must work there too); returns
+/// it once it has printed "ready" (b and c alive), with its stdin to let it go on. The runtime
+/// directory keeps the workload's build, removed when dropped.
+pub fn workload(name: &str) -> (Guard, ChildStdin, Within) {
     let dir = kernels(name);
-    let runtime = dir.join("runtime");
-    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let runtime = deep_runtime_dir(&dir);
     let mut child = Command::new(dir.join("peak_oom"))
         .arg("wait")
         .env("FAKE_CUDA_CAPACITY", "1048576")
@@ -45,7 +46,7 @@ pub fn workload(name: &str) -> (Guard, ChildStdin, std::path::PathBuf) {
     let mut ready = String::new();
     lines.read_line(&mut ready).expect("a line");
     assert_eq!(ready, "ready\n");
-    (guard, stdin, runtime)
+    (guard, stdin, Within::new(dir, runtime))
 }
 
 #[test]
@@ -57,7 +58,9 @@ fn attach_in_tmux_streams_a_shim_workload_until_it_ends() {
         runtime.display(),
         env!("CARGO_BIN_EXE_memprof"),
     );
-    let tmux = Tmux::start(&command, 100, 30);
+    let Some(tmux) = Tmux::start(&command, 100, 30) else {
+        return;
+    };
     let screen = tmux.wait_text("alive 2");
     assert!(screen.contains("shim stream (driver level)"), "{screen}");
     assert!(
@@ -147,8 +150,7 @@ fn attach_json_reads_the_shim_stream_until_the_process_ends() {
 #[test]
 fn run_live_shows_the_dashboard_on_its_command() {
     let dir = kernels("run-live");
-    let runtime = dir.join("runtime");
-    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let runtime = deep_runtime_dir(&dir);
     // `run --live` gives the command no input: peak_oom waits on a FIFO the test writes to.
     let fifo = dir.join("go.fifo");
     let made = Command::new("mkfifo")
@@ -165,7 +167,9 @@ fn run_live_shows_the_dashboard_on_its_command() {
         memprof = env!("CARGO_BIN_EXE_memprof"),
         out = out.display(),
     );
-    let tmux = Tmux::start(&command, 100, 30);
+    let Some(tmux) = Tmux::start(&command, 100, 30) else {
+        return;
+    };
     // Opening blocks until the command opens the FIFO to read it.
     let mut go = std::fs::OpenOptions::new()
         .write(true)
@@ -215,7 +219,9 @@ fn top_in_tmux_marks_the_shim_process_and_opens_its_view() {
         runtime = runtime.display(),
         memprof = env!("CARGO_BIN_EXE_memprof"),
     );
-    let tmux = Tmux::start(&command, 100, 30);
+    let Some(tmux) = Tmux::start(&command, 100, 30) else {
+        return;
+    };
     let screen = tmux.wait_text("peak_oom wait");
     let row = |screen: &str, pid: u32| -> String {
         screen

@@ -1,7 +1,7 @@
 //! `memprof diagnose`: the cause of each OOM fixture (snapshots and one log per PyTorch message
 //! format), remedies replayed through the simulator, and the exit codes 0 / 1 / 2.
 
-use crate::util::{fixture, memprof, stderr, stdout};
+use crate::util::{fixture, memprof, stderr, stdout, Scratch, Within};
 use serde_json::Value;
 
 fn diagnose_json(args: &[&str]) -> (Option<i32>, Value) {
@@ -211,7 +211,7 @@ fn analyze_reports_the_diagnosis_without_remedies() {
 /// through memprof's allocator model with 100 MiB, written as a snapshot pickle into a
 /// temporary directory (never committed). No iteration markers: the loop is found from the
 /// repeating allocations.
-fn accumulating_snapshot_file() -> std::path::PathBuf {
+fn accumulating_snapshot_file() -> Within {
     use memprof::model::{Snapshot, SnapshotFormat, StackTable, Timeline};
     use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
     const MIB: u64 = 1 << 20;
@@ -233,13 +233,12 @@ fn accumulating_snapshot_file() -> std::path::PathBuf {
         settings: None,
         annotations: Vec::new(),
     };
-    let dir = std::env::temp_dir().join(format!("memprof-diagnose-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let dir = Scratch::new("diagnose");
     let path = dir.join("accumulating.pickle");
     let file = std::fs::File::create(&path).expect("writable");
     memprof::report::export::torch_snapshot::write(&snapshot, std::io::BufWriter::new(file))
         .expect("written");
-    path
+    Within::new(dir, path)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `--to perfetto` is a valid Chrome trace whose counters peak where `analyze` says; `--to json`
 //! reads back into the entries and segments of the source.
 
-use crate::util::{analyze_json, fixture, memprof, real_fixtures, repo, stderr};
+use crate::util::{analyze_json, fixture, memprof, real_fixtures, repo, skip, stderr};
 use memprof::model::{Action, Snapshot};
 use memprof::source::torch_snapshot;
 use serde::Deserialize;
@@ -124,7 +124,6 @@ fn torch_snapshot_round_trips_every_fixture() {
 #[test]
 fn torch_snapshot_round_trips_the_real_snapshots() {
     let Some(real) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: real-snapshot round trips skipped");
         return;
     };
     let dir = scratch("real");
@@ -135,10 +134,10 @@ fn torch_snapshot_round_trips_the_real_snapshots() {
         .collect();
     files.sort();
     if files.is_empty() {
-        eprintln!(
-            "no pickle in {}: real-snapshot round trips skipped",
+        skip(&format!(
+            "needs the snapshots of {}, which has none",
             real.display()
-        );
+        ));
     }
     for (i, file) in files.iter().enumerate() {
         round_trip(&format!("real{i}"), file, &dir);

@@ -13,7 +13,7 @@ fn real(rel: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(rel))
         .filter(|p| p.exists());
     if path.is_none() {
-        eprintln!("../shared/fixtures/real/{rel} is absent here: skipped");
+        crate::util::skip(&format!("../shared/fixtures/real/{rel} is absent here"));
     }
     path
 }
@@ -21,7 +21,7 @@ fn real(rel: &str) -> Option<PathBuf> {
 /// Every real snapshot there is, in name order.
 fn all_real() -> Vec<PathBuf> {
     let Some(dir) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: real-snapshot checks skipped");
+        crate::util::skip("../shared/fixtures/real is absent here");
         return Vec::new();
     };
     let mut files: Vec<PathBuf> = [dir.clone(), dir.join("more")]

@@ -1,9 +1,10 @@
 //! The shim's live socket: `peak_oom wait` runs under the shim with its own runtime directory and
-//! stops in the middle; a client connects by the process's socket path, gets what is alive then
-//! (flagged as snapshot) and every record after, ending with the trailer, and folding both
-//! through the recording reader gives the figures of the file. The socket is gone at exit.
+//! stops in the middle; a client connects by the process's socket path (deeper than a socket
+//! address holds), gets what is alive then (flagged as snapshot) and every record after, ending
+//! with the trailer, and folding both through the recording reader gives the figures of the
+//! file. The socket is gone at exit.
 
-use crate::shim_preload::{kernels, shim};
+use crate::shim_preload::{deep_runtime_dir, kernels, shim};
 use memprof::source::live::{processes_in, LiveClient, LiveEvent};
 use memprof::source::recording::from_recording;
 use memprof_wire::{decode_recording, Kind, Record, Recording, FLAG_SNAPSHOT};
@@ -30,8 +31,8 @@ fn alive(recording: &Recording, records: &[Record]) -> Vec<(u64, u64)> {
 #[test]
 fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
     let dir = kernels("live");
-    let runtime = dir.join("runtime");
-    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    // Deeper than a socket address holds: the shim listens and the client connects all the same.
+    let runtime = deep_runtime_dir(&dir);
     let out = dir.join("live.memprof");
     let mut child = Command::new(dir.join("peak_oom"))
         .arg("wait")
@@ -41,6 +42,7 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
         .env("XDG_RUNTIME_DIR", &runtime)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("peak_oom runs");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
@@ -56,6 +58,8 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
     assert_eq!(mode & 0o777, 0o700, "only the owner may enter");
     assert_eq!(processes_in(&sockets), [child.id()]);
     let path = sockets.join(format!("{}.sock", child.id()));
+    assert!(path.as_os_str().len() > memprof_wire::MAX_SOCKET_PATH);
+
     // Connect only once the writer has drained the five records made before the wait, so
     // they are what the snapshot must hold (a truncated file decodes to what is whole).
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -96,6 +100,10 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
         }
     }
     assert!(child.wait().expect("exits").success());
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut said)
+        .expect("stderr");
+    assert!(!said.contains("memprof:"), "no word from the shim: {said}");
     assert_eq!(end, Some(0), "the trailer ends the stream");
     assert!(!path.exists(), "the socket is removed at exit");
 

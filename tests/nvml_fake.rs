@@ -2,7 +2,7 @@
 //! compiles it with `cc`, writes a scenario, and checks every figure, the `None`s for what the
 //! fake does not support, and a process that grows on every sample.
 
-use crate::util::repo;
+use crate::util::{repo, Scratch};
 use memprof::model::Bytes;
 use memprof::source::gpu::{
     DeviceSample, FixedClock, GpuSampler, NvmlSampler, ProcView, ProcessSample, SampleError,
@@ -10,12 +10,10 @@ use memprof::source::gpu::{
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Compiles the fake NVML into a fresh directory `name` as `libnvidia-ml.so.1`.
-pub fn fake_nvml(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fake-nvml-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+/// Compiles the fake NVML into a fresh directory `name` as `libnvidia-ml.so.1` (removed when
+/// dropped).
+pub fn fake_nvml(name: &str) -> Scratch {
+    let dir = Scratch::new(&format!("fake-nvml-{name}"));
     let out = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-shared", "-fPIC"])
         .args(["-Wl,-soname,libnvidia-ml.so.1", "-o"])

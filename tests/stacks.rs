@@ -5,7 +5,7 @@
 //! the site that grew and `export --to torch-snapshot` keeps the stacks.
 
 use crate::shim_preload::{cc_with_driver, check, kernels, shim};
-use crate::util::{analyze_json, memprof, repo, stderr, stdout};
+use crate::util::{analyze_json, memprof, repo, stderr, stdout, Scratch};
 use memprof_wire::{decode_recording, Kind, Recording};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -31,12 +31,12 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// Runs two_sites (loading the plugin) under the shim; `stacks` false sets `MEMPROF_STACKS=0`.
-fn record(name: &str, stacks: bool) -> (PathBuf, Recording) {
+fn record(name: &str, stacks: bool) -> (Scratch, PathBuf, Recording) {
     record_run(name, stacks, true)
 }
 
 /// `record`, with or without loading the plugin.
-fn record_run(name: &str, stacks: bool, load_plugin: bool) -> (PathBuf, Recording) {
+fn record_run(name: &str, stacks: bool, load_plugin: bool) -> (Scratch, PathBuf, Recording) {
     let dir = kernels(name);
     let (exe, plugin) = build(&dir);
     let out = dir.join("two_sites.memprof");
@@ -50,7 +50,7 @@ fn record_run(name: &str, stacks: bool, load_plugin: bool) -> (PathBuf, Recordin
     }
     check("two_sites", &cmd.output().expect("two_sites runs"));
     let recording = decode_recording(&std::fs::read(&out).expect("recorded")).expect("decodes");
-    (out, recording)
+    (dir, out, recording)
 }
 
 /// The line of the first line of `file` (under kernels/workloads) holding `text`, from 1.
@@ -81,7 +81,7 @@ fn sites(doc: &Value) -> Vec<(String, u64, u64)> {
 
 #[test]
 fn analyze_names_the_functions_that_allocated_as_top_sites() {
-    let (path, recording) = record("stacks", true);
+    let (_dir, path, recording) = record("stacks", true);
     assert_eq!(recording.version, memprof_wire::VERSION);
     assert_eq!(recording.dropped, Some(0));
     let allocs: Vec<_> = (recording.records.iter())
@@ -163,7 +163,7 @@ fn analyze_names_the_functions_that_allocated_as_top_sites() {
 
 #[test]
 fn memprof_stacks_0_records_no_stacks() {
-    let (path, recording) = record("nostacks", false);
+    let (_dir, path, recording) = record("nostacks", false);
     assert_eq!(recording.records.len(), 8, "7 allocations and 1 free");
     assert!(recording.records.iter().all(|r| r.stack == 0));
     assert!(recording.stacks.is_empty());
@@ -175,8 +175,8 @@ fn memprof_stacks_0_records_no_stacks() {
 
 #[test]
 fn gate_names_the_site_that_grew_and_exports_keep_the_stacks() {
-    let (base, _) = record_run("stacks-base", true, false);
-    let (current, _) = record("stacks-current", true);
+    let (_base_dir, base, _) = record_run("stacks-base", true, false);
+    let (_current_dir, current, _) = record("stacks-current", true);
     let dir = current.parent().expect("a directory");
     let baseline = dir.join("baseline.json").display().to_string();
     let out = memprof(&[

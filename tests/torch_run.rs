@@ -6,6 +6,7 @@
 //! recording. Not tested with real PyTorch on a GPU.
 
 use crate::shim_preload::shim;
+use crate::util::Scratch;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -26,12 +27,8 @@ fn run_torch(dir: &Path, python_path: Option<&Path>, script: &str) -> Output {
     cmd.output().expect("memprof runs")
 }
 
-fn fresh_dir(name: &str) -> std::path::PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("torch-run-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn fresh_dir(name: &str) -> Scratch {
+    Scratch::new(&format!("torch-run-{name}"))
 }
 
 /// Hook directories this process's memprof runs could have left in the temporary directory.

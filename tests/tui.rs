@@ -184,7 +184,7 @@ fn marked(screen: &str) -> &str {
 #[test]
 fn a_real_stack_opens_on_the_users_frame_scrolls_and_shows_every_frame_on_f() {
     let Some(path) = real_fixtures().map(|d| d.join("JasperSolt__EoR_NN__snapshot.pickle")) else {
-        eprintln!("../shared/fixtures/real is absent here: skipped");
+        crate::util::skip("../shared/fixtures/real is absent here");
         return;
     };
     let file = std::fs::File::open(path).expect("the real snapshot");

@@ -1,7 +1,7 @@
 //! Helpers: paths of fixtures and a runner for the built binary.
 
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Every snapshot in fixtures/snapshots (a test checks the list is complete).
@@ -28,10 +28,14 @@ pub fn fixture(rel: &str) -> PathBuf {
     repo().join("fixtures").join(rel)
 }
 
-/// `../shared/fixtures/real`, when this checkout has it.
+/// `../shared/fixtures/real`, when this checkout has it; when not, skips the test saying so.
 pub fn real_fixtures() -> Option<PathBuf> {
     let dir = repo().join("../shared/fixtures/real");
-    dir.is_dir().then_some(dir)
+    if !dir.is_dir() {
+        skip("needs ../shared/fixtures/real (the real PyTorch snapshots), absent here");
+        return None;
+    }
+    Some(dir)
 }
 
 pub fn memprof(args: &[&str]) -> Output {
@@ -100,4 +104,94 @@ pub fn assert_devices_match(name: &str, got: &[Value], want: &[Value]) {
             "{name} device {dev}: trace replays cleanly"
         );
     }
+}
+
+/// A fresh directory for one test under the test target's tmp directory, removed with all it
+/// holds (recordings, sockets left by killed processes) when dropped, so runs leave nothing
+/// behind. Derefs to its path.
+pub struct Scratch(tempfile::TempDir);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{name}-"))
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a scratch directory");
+        Scratch(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.path().as_os_str()
+    }
+}
+
+/// A directory inside a scratch directory, which it keeps (and removes once dropped). Derefs
+/// to its path.
+pub struct Within {
+    _scratch: Scratch,
+    path: PathBuf,
+}
+
+impl Within {
+    pub fn new(scratch: Scratch, path: PathBuf) -> Within {
+        Within {
+            _scratch: scratch,
+            path,
+        }
+    }
+}
+
+impl std::ops::Deref for Within {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Within {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+/// Says, in the one form `.ci/run` collects, that the running test is skipped and why. Written
+/// straight to stderr, past the test harness's capture, so the line is in the log of a passing
+/// run too. The harness names each test's thread after the test.
+pub fn skip(reason: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let line = format!("SKIPPED: {test}: {reason}\n");
+    // A closed stderr must not fail the test.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+}
+
+/// Whether `tool` runs here (`tool --version` starts; what it prints does not matter); when it
+/// does not, skips the test saying it needs it.
+pub fn have(tool: &str) -> bool {
+    let started = Command::new(tool)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let found = started.is_ok();
+    if !found {
+        skip(&format!("needs {tool}, which is not installed"));
+    }
+    found
 }

@@ -10,12 +10,12 @@ use std::path::PathBuf;
 /// A real snapshot, or `None` (with a message) where the real fixtures are absent.
 fn real(rel: &str) -> Option<PathBuf> {
     let Some(dir) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: skipped");
+        crate::util::skip("../shared/fixtures/real is absent here");
         return None;
     };
     let path = dir.join(rel);
     if !path.is_file() {
-        eprintln!("{rel} is absent: skipped");
+        crate::util::skip(&format!("{rel} is absent"));
         return None;
     }
     Some(path)
@@ -176,7 +176,7 @@ fn the_oom_figures_are_those_of_the_oom_and_peak_reserved_sits_beside_peak_activ
 #[test]
 fn every_real_snapshot_gets_a_verdict_without_error() {
     let Some(dir) = real_fixtures() else {
-        eprintln!("../shared/fixtures/real is absent here: skipped");
+        crate::util::skip("../shared/fixtures/real is absent here");
         return;
     };
     let mut files: Vec<PathBuf> = Vec::new();

@@ -2,7 +2,7 @@
 //! read with `capture-pane`, as a person would see it; the terminal must come back in its
 //! normal mode after `q`, Ctrl-C, SIGTERM and SIGINT.
 
-use crate::util::fixture;
+use crate::util::{fixture, have};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -15,8 +15,12 @@ pub struct Tmux {
 static SERVERS: AtomicUsize = AtomicUsize::new(0);
 
 impl Tmux {
-    /// Starts `command` in a detached `width` x `height` session.
-    pub fn start(command: &str, width: u16, height: u16) -> Tmux {
+    /// Starts `command` in a detached `width` x `height` session; `None`, the test skipped
+    /// saying so, without tmux.
+    pub fn start(command: &str, width: u16, height: u16) -> Option<Tmux> {
+        if !have("tmux") {
+            return None;
+        }
         let n = SERVERS.fetch_add(1, Ordering::SeqCst);
         let tmux = Tmux {
             socket: format!("memprof-test-{}-{n}", std::process::id()),
@@ -24,7 +28,7 @@ impl Tmux {
         let (w, h) = (width.to_string(), height.to_string());
         let out = tmux.run(&["new-session", "-d", "-x", &w, "-y", &h, command]);
         assert!(out.status.success(), "tmux starts: {:?}", out);
-        tmux
+        Some(tmux)
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
@@ -72,7 +76,10 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
+        // Never a panic here: one while a failed test unwinds would abort the whole binary.
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
     }
 }
 
@@ -88,7 +95,9 @@ fn view_then_report() -> String {
 
 #[test]
 fn view_in_tmux_browses_resizes_and_quits_cleanly() {
-    let tmux = Tmux::start(&view_then_report(), 100, 30);
+    let Some(tmux) = Tmux::start(&view_then_report(), 100, 30) else {
+        return;
+    };
     let screen = tmux.wait_text("Memory over time");
     assert!(screen.contains("demo_oom.pickle"), "{screen}");
     assert!(
@@ -136,7 +145,9 @@ fn view_in_tmux_browses_resizes_and_quits_cleanly() {
 
 #[test]
 fn view_in_tmux_ctrl_c_restores_the_terminal() {
-    let tmux = Tmux::start(&view_then_report(), 90, 26);
+    let Some(tmux) = Tmux::start(&view_then_report(), 90, 26) else {
+        return;
+    };
     tmux.wait_text("Memory over time");
     tmux.keys(&["C-c"]);
     let screen = tmux.wait_text("end-of-check");
@@ -164,7 +175,9 @@ fn memprof_pid(tmux: &Tmux) -> u32 {
 
 /// `kill -SIGNAL` on the pane's memprof: the terminal comes back and memprof exits 128 + signal.
 fn signal_restores_the_terminal(signal: &str, exit: u32) {
-    let tmux = Tmux::start(&view_then_report(), 90, 26);
+    let Some(tmux) = Tmux::start(&view_then_report(), 90, 26) else {
+        return;
+    };
     tmux.wait_text("Memory over time");
     let pid = memprof_pid(&tmux).to_string();
     let killed = Command::new("kill")
@@ -194,14 +207,16 @@ fn view_in_tmux_sigint_from_outside_restores_the_terminal() {
 
 #[test]
 fn view_refuses_a_bad_file_with_one_line_and_exit_2() {
-    let tmux = Tmux::start(
+    let Some(tmux) = Tmux::start(
         &format!(
             "sh -c '{} view /nonexistent.pickle; echo \"exit=$?\"; sleep 60'",
             env!("CARGO_BIN_EXE_memprof")
         ),
         100,
         10,
-    );
+    ) else {
+        return;
+    };
     let screen = tmux.wait_text("exit=");
     assert!(screen.contains("exit=2"), "{screen}");
     assert!(
@@ -219,7 +234,7 @@ fn view_in_tmux_opens_a_real_stack_on_the_users_frame() {
         .map(|d| d.join("JasperSolt__EoR_NN__snapshot.pickle"))
         .filter(|p| p.exists())
     else {
-        eprintln!("../shared/fixtures/real is absent here: skipped");
+        crate::util::skip("../shared/fixtures/real is absent here");
         return;
     };
     let command = format!(
@@ -227,7 +242,9 @@ fn view_in_tmux_opens_a_real_stack_on_the_users_frame() {
         env!("CARGO_BIN_EXE_memprof"),
         path.display()
     );
-    let tmux = Tmux::start(&command, 100, 30);
+    let Some(tmux) = Tmux::start(&command, 100, 30) else {
+        return;
+    };
     tmux.wait_text("Memory over time");
     tmux.keys(&["Tab", "j", "j", "j", "j"]);
     let user = "▶ /oscar/home/jsolt/FourierNN/counterfactuals.py:102:generate_counterfactuals";

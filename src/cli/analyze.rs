@@ -58,6 +58,7 @@ fn analyze_file(
     if let (Some(format), Some(out)) = (plot_format, &args.plot) {
         let device = pick_device(snapshot, &shown, args.device)?;
         write_plot(snapshot, path, device, Kind::Timeline, format, out)?;
+        super::wrote_beside(out);
     }
     Ok(InputReport {
         path: shown,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
 pub struct AttachArgs {
+    /// The process to watch: its shim stream when it runs under the shim, else NVML.
     pub pid: u32,
     /// Print the time series as one JSON document instead of the live view.
     #[arg(long)]

@@ -21,7 +21,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "torch-snapshot|perfetto|json")]
     pub to: String,
     /// Where to write the export.
-    #[arg(short = 'o', value_name = "OUT")]
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: PathBuf,
 }
 
@@ -65,6 +65,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<Outcome> {
     write_whole(&args.output, |out| {
         format.write(&loaded.parsed.snapshot, out)
     })?;
+    super::wrote(&args.output)?;
     Ok(Outcome::Ok)
 }
 

@@ -10,6 +10,7 @@ use crate::report::gate_output;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Sites kept per device in measurements and baselines.
@@ -92,7 +93,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
     if let Some(out) = &args.write_baseline {
         let text = serde_json::to_string_pretty(&Baseline::new(current))?;
         std::fs::write(out, text + "\n").with_context(|| format!("writing {}", out.display()))?;
-        println!("memprof gate: baseline written to {}", out.display());
+        super::wrote(out)?;
         return Ok(Outcome::Ok);
     }
     let baseline = match &args.baseline {
@@ -106,12 +107,16 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
     if let Some(out) = &args.junit {
         std::fs::write(out, gate_output::junit(&checks))
             .with_context(|| format!("writing {}", out.display()))?;
+        super::wrote_beside(out);
     }
     if let Some(out) = &args.markdown {
         std::fs::write(out, gate_output::markdown(&checks))
             .with_context(|| format!("writing {}", out.display()))?;
+        super::wrote_beside(out);
     }
-    print!("{}", gate_output::text(&checks));
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(gate_output::text(&checks).as_bytes())?;
+    stdout.flush()?;
     Ok(if checks.iter().all(|c| c.passed()) {
         Outcome::Ok
     } else {

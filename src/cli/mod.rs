@@ -20,7 +20,8 @@ mod torch_hook;
 mod view;
 
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// What a command concluded, when it did not fail.
 #[derive(Debug, PartialEq, Eq)]
@@ -123,5 +124,66 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Export(args) => export::run(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Probe(args) => probe::run(&args),
+    }
+}
+
+/// Says that `path` was written: `wrote PATH` on stdout, for a command whose product is the
+/// file. A closed stdout is an error the caller passes on (`main` ends quietly on it).
+fn wrote(path: &Path) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "wrote {}", path.display())?;
+    stdout.flush()
+}
+
+/// `wrote PATH` on stderr, for a file written beside the report that stdout carries (its
+/// `--json` document stays the only thing there).
+fn wrote_beside(path: &Path) {
+    // A closed stderr must not fail the command.
+    let _ = writeln!(std::io::stderr(), "wrote {}", path.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of `command` and its subcommands, as `memprof sub --flag`.
+    fn without_help(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.get_help().is_none() && arg.get_long_help().is_none() && id != "help" {
+                out.push(format!("{path} {id}"));
+            }
+        }
+        for sub in command.get_subcommands() {
+            if sub.get_about().is_none()
+                && sub.get_long_about().is_none()
+                && sub.get_name() != "help"
+            {
+                out.push(format!("{path} {}", sub.get_name()));
+            }
+            without_help(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_command_flag_and_argument_has_help_text() {
+        let mut missing = Vec::new();
+        without_help(&Cli::command(), "memprof", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
+
+    #[test]
+    fn every_command_that_writes_a_file_takes_o_and_output() {
+        let cli = Cli::command();
+        for sub in ["plot", "report", "export", "run"] {
+            let command = cli.find_subcommand(sub).expect("a subcommand");
+            let output = command
+                .get_arguments()
+                .find(|a| a.get_id() == "output")
+                .unwrap_or_else(|| panic!("{sub} has no output argument"));
+            assert_eq!(output.get_short(), Some('o'), "{sub}");
+            assert_eq!(output.get_long(), Some("output"), "{sub}");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! `memprof plan ...`: the planners' flags (`design/CLI.md`, section "plan") and their runs.
 
 use super::Outcome;
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use crate::plan::activations::{ActivationSettings, Attention, Recompute};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints, LayerCost};
 use crate::plan::deepspeed::Version;
@@ -74,6 +74,7 @@ pub enum PrecisionArg {
     Bf16,
     /// fp16 mixed precision, as bf16.
     Fp16,
+    /// fp32 weights, grads and Adam moments, no separate master copy (16 B/param with Adam).
     Fp32,
     /// Transformer Engine FP8 (fp32 weights and grads).
     Fp8,
@@ -125,21 +126,29 @@ pub enum DeepSpeedArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OptimizerArg {
+    /// Adam / AdamW: two fp32 moments (8 B/param).
     Adamw,
+    /// SGD with momentum: one fp32 moment (4 B/param).
     Sgd,
+    /// bitsandbytes 8-bit AdamW: two 1-byte moments (about 2 B/param).
     Adamw8bit,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RecomputeArg {
+    /// Keep every activation for backward.
     None,
+    /// Recompute the attention core (Korthikanti et al. 2022), keep the rest.
     Selective,
+    /// Keep only each layer's input and recompute the layer in backward.
     Full,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionArg {
+    /// FlashAttention / SDPA: no attention-score matrix is kept.
     Flash,
+    /// Plain attention: the scores and softmax of each layer are kept for backward.
     Eager,
 }
 
@@ -179,6 +188,7 @@ pub struct TrainArgs {
     /// Training precision recipe.
     #[arg(long, value_enum, default_value = "bf16")]
     pub precision: PrecisionArg,
+    /// Optimizer, which sets the states kept per parameter.
     #[arg(long, value_enum, default_value = "adamw")]
     pub optimizer: OptimizerArg,
     /// ZeRO stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2).
@@ -205,6 +215,7 @@ pub struct TrainArgs {
     /// Activation recompute (searched when not given).
     #[arg(long, value_enum)]
     pub recompute: Option<RecomputeArg>,
+    /// Attention kernel, which sets whether the attention scores are kept for backward.
     #[arg(long, value_enum, default_value = "flash")]
     pub attention: AttentionArg,
     /// Memory kept for the CUDA context and library workspaces per GPU.
@@ -245,6 +256,7 @@ pub struct KvArgs {
     /// A Hugging Face config.json or a built-in name.
     #[arg(long)]
     pub model: String,
+    /// Element type of the cached keys and values.
     #[arg(long, value_enum, default_value = "bf16")]
     pub dtype: KvDtypeArg,
     /// Memory of one GPU: the pool gets utilization x this, less the weights' TP shard, the
@@ -260,6 +272,7 @@ pub struct KvArgs {
     /// Tokens per block.
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
     pub block_size: u64,
+    /// Tensor-parallel degree (the KV heads are split across it).
     #[arg(long, default_value_t = 1)]
     pub tp: u64,
     /// Tokens of a full-length request; with --gpu-memory, solves for the most sequences that
@@ -287,6 +300,7 @@ pub struct KvArgs {
     /// --gpu-memory, also at several --max-num-seqs settings.
     #[arg(long, value_name = "FILE")]
     pub workload: Option<PathBuf>,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -308,6 +322,7 @@ pub struct PackArgs {
     /// A model (built-in name or config.json) to size each micro-batch's activations.
     #[arg(long)]
     pub model: Option<String>,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -327,18 +342,22 @@ pub struct CheckpointArgs {
     /// Tokens per sequence (with --model).
     #[arg(long, required_unless_present = "layers")]
     pub seq_len: Option<u64>,
+    /// Sequences per micro-batch.
     #[arg(long, default_value_t = 1)]
     pub micro_batch: u64,
     /// Memory one GPU has for activations (what is left after weights and optimizer).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub budget: u64,
+    /// Tensor-parallel degree.
     #[arg(long, default_value_t = 1)]
     pub tp: u64,
     /// Tensor parallelism without sequence parallelism.
     #[arg(long)]
     pub no_sp: bool,
+    /// Attention kernel, which sets whether the attention scores are kept for backward.
     #[arg(long, value_enum, default_value = "flash")]
     pub attention: AttentionArg,
+    /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -418,6 +437,7 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
     let plan = search(&setup, &space, a.top)?;
     if let Some(path) = &a.plot {
         write_candidates_plot(path, &setup, a.gpus, &plan)?;
+        super::wrote_beside(path);
     }
     let version = match a.deepspeed_version {
         DeepSpeedArg::Current => Version::Current,
@@ -448,8 +468,10 @@ fn write_candidates_plot(
     let format = plot::Format::from_path(path)?;
     let figure = plot::CandidatesPlot {
         title: format!(
-            "Memory per GPU by candidate layout - {}, {gpus} GPUs, sequence {}",
-            setup.model.name, setup.seq_len
+            "Memory per GPU by candidate layout - {}, {}, sequence {}",
+            setup.model.name,
+            count(gpus, "GPU", "GPUs"),
+            setup.seq_len
         ),
         gpu_memory: setup.gpu_memory,
         bars: plan

@@ -72,7 +72,7 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Outcome> {
         format,
         &output,
     )?;
-    println!("wrote {}", output.display());
+    super::wrote(&output)?;
     Ok(Outcome::Ok)
 }
 

@@ -49,6 +49,6 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
     )?;
     std::fs::write(&args.output, page)
         .with_context(|| format!("{}: cannot write", args.output.display()))?;
-    println!("wrote {}", args.output.display());
+    super::wrote(&args.output)?;
     Ok(Outcome::Ok)
 }

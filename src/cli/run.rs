@@ -17,6 +17,7 @@
 
 use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
 use super::Outcome;
+use crate::model::{count, Bytes};
 use crate::source::gpu::SystemClock;
 use crate::source::live::{socket_path, LiveClient};
 use crate::source::live_feed::LiveFeed;
@@ -39,7 +40,7 @@ use std::time::{Duration, SystemTime};
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Where to write the recording (default memprof-run.memprof).
-    #[arg(short = 'o', value_name = "OUT.memprof")]
+    #[arg(short = 'o', long = "output", value_name = "OUT.memprof")]
     pub output: Option<PathBuf>,
     /// Also turn on PyTorch's memory history in a Python CMD and dump a snapshot next to the
     /// recording when it runs out of memory.
@@ -345,24 +346,24 @@ fn summary(path: &Path) -> String {
             let s = Summary::of(&recording);
             let mut dropped = match recording.dropped {
                 Some(0) => String::new(),
-                Some(n) => format!(", {n} events dropped"),
+                Some(n) => format!(", {} dropped", count(n, "event", "events")),
                 None => ", recording cut short".to_string(),
             };
             if recording.delayed > 0 {
                 dropped.push_str(&format!(
-                    ", {} events delayed (the program waited for the writer)",
-                    recording.delayed
+                    ", {} delayed (the program waited for the writer)",
+                    count(recording.delayed, "event", "events")
                 ));
             }
             format!(
-                "recorded {} calls to {} ({} allocations, {} frees, {} out-of-memory); peak live \
-                 device memory {} bytes{dropped}",
-                recording.records.len(),
+                "recorded {} to {} ({}, {}, {} out-of-memory); peak live device memory \
+                 {}{dropped}",
+                count(recording.records.len() as u64, "call", "calls"),
                 path.display(),
-                s.allocations,
-                s.frees,
+                count(s.allocations, "allocation", "allocations"),
+                count(s.frees, "free", "frees"),
                 s.ooms,
-                s.peak
+                Bytes(s.peak)
             )
         }
         Err(e) => format!("cannot read the recording {}: {e}", path.display()),

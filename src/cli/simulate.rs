@@ -24,10 +24,15 @@ pub struct SimulateArgs {
     /// Device memory the model may reserve (bytes or units: 80GiB).
     #[arg(long, value_name = "SIZE")]
     pub capacity: Option<String>,
+    /// Replay with the recorded settings and compare each of the model's decisions with what
+    /// the real allocator did.
     #[arg(long)]
     pub validate: bool,
+    /// Also replay under common settings (expandable segments, split and rounding limits) to
+    /// compare their peaks.
     #[arg(long)]
     pub sweep: bool,
+    /// Print one JSON document (schema_version 1) instead of text.
     #[arg(long)]
     pub json: bool,
 }

@@ -20,4 +20,4 @@ pub use snapshot::{AllocatorSettings, Annotation, FormatKeys, Snapshot, Snapshot
 pub use stack::{Frame, StackTable};
 pub use state::{Live, LiveSet, Replay, ReplayIssue};
 pub use timeline::{EntryExtra, Timeline};
-pub use units::{Bytes, ParseBytesError};
+pub use units::{count, Bytes, ParseBytesError};

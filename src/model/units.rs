@@ -1,4 +1,5 @@
-//! Units: `Bytes`, the one size type, printed one way everywhere (binary units).
+//! Units: `Bytes`, the one size type, printed one way everywhere (binary units), and counts
+//! printed with their noun in the right number.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -27,6 +28,12 @@ impl fmt::Display for Bytes {
         }
         write!(f, "{value:.2} {}", UNITS[unit])
     }
+}
+
+/// `n` and its noun, singular for one: `1 GPU`, `2 GPUs`, `0 frees`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Why a size given on the command line could not be read.
@@ -90,6 +97,13 @@ impl FromStr for Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_agree_in_number() {
+        assert_eq!(count(1u32, "GPU", "GPUs"), "1 GPU");
+        assert_eq!(count(0u32, "GPU", "GPUs"), "0 GPUs");
+        assert_eq!(count(2u64, "process", "processes"), "2 processes");
+    }
 
     #[test]
     fn formats_across_magnitudes() {

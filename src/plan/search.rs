@@ -4,9 +4,11 @@
 
 use super::activations::Recompute;
 use super::layout::Layout;
+use super::recipe::Optimizer;
 use super::states::ZeroStage;
 use super::train::{evaluate, Candidate, TrainSetup};
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
+use std::collections::HashMap;
 
 /// Largest TP degree searched unless fixed: TP stays inside a node.
 pub const MAX_SEARCHED_TP: u64 = 8;
@@ -175,7 +177,7 @@ fn describe_fixed(space: &SearchSpace) -> String {
 pub fn search(setup: &TrainSetup, space: &SearchSpace, top: usize) -> Result<Plan, SearchError> {
     let layouts = layouts(setup, space)?;
     let evaluated = layouts.len();
-    let mut candidates: Vec<Candidate> = layouts.iter().map(|l| evaluate(setup, l)).collect();
+    let mut candidates = without_idle_zero_stages(layouts.iter().map(|l| evaluate(setup, l)));
     let fitting = candidates.iter().filter(|c| c.fits).count();
     if fitting > 0 {
         candidates.retain(|c| c.fits);
@@ -195,6 +197,31 @@ pub fn search(setup: &TrainSetup, space: &SearchSpace, top: usize) -> Result<Pla
         evaluated,
         fitting,
     })
+}
+
+/// The candidates less each one that differs from a lower ZeRO stage's only in the stage and
+/// comes out the same (one data-parallel rank: nothing to shard), so the stages are shown only
+/// where they make a difference.
+fn without_idle_zero_stages(candidates: impl Iterator<Item = Candidate>) -> Vec<Candidate> {
+    let mut kept: Vec<Candidate> = Vec::new();
+    // Kept candidates by their layout at stage 0; the layouts come lowest stage first.
+    let mut by_layout: HashMap<Layout, Vec<usize>> = HashMap::new();
+    for c in candidates {
+        let key = Layout {
+            zero: ZeroStage::None,
+            ..c.layout
+        };
+        let same = by_layout.entry(key).or_default();
+        if same.iter().any(|&i| {
+            let k = &kept[i];
+            k.layout.zero < c.layout.zero && k.memory == c.memory && k.cost == c.cost
+        }) {
+            continue;
+        }
+        same.push(kept.len());
+        kept.push(c);
+    }
+    kept
 }
 
 /// Short name of a layout: `dp 8, tp 1, pp 1, cp 1, ZeRO-1, selective recompute,
@@ -218,8 +245,10 @@ pub fn describe(l: &Layout) -> String {
     )
 }
 
-/// One sentence on why the plan recommends what it does (or why nothing fits).
-pub fn explain(plan: &Plan, gpu_memory: u64) -> String {
+/// One sentence on why the plan recommends what it does (or why nothing fits, and what would
+/// help).
+pub fn explain(plan: &Plan, setup: &TrainSetup) -> String {
+    let gpu_memory = setup.gpu_memory;
     match (plan.recommended, plan.candidates.first()) {
         (Some(i), _) => {
             let Some(best) = plan.candidates.get(i) else {
@@ -228,25 +257,63 @@ pub fn explain(plan: &Plan, gpu_memory: u64) -> String {
             let spare = best.spare_bytes(gpu_memory).max(0) as u64;
             format!(
                 "Recommended: {} - it fits with {} to spare after headroom and has the lowest \
-                 estimated cost per sample of the {} fitting layouts ({} communicated per step \
+                 estimated cost per sample of the {} ({} communicated per step \
                  per GPU, recompute +{:.1}% FLOPs, pipeline bubble {:.0}%).",
                 describe(&best.layout),
                 Bytes(spare),
-                plan.fitting,
+                count(plan.fitting as u64, "fitting layout", "fitting layouts"),
                 Bytes(best.cost.comm_bytes.round() as u64),
                 best.cost.recompute_fraction() * 100.0,
                 best.cost.bubble * 100.0,
             )
         }
         (None, Some(smallest)) => format!(
-            "Nothing fits: the smallest of {} layouts ({}) needs {} plus {} headroom on a {} GPU; \
-             add GPUs, shorten the sequence or lower the micro-batch.",
-            plan.evaluated,
+            "Nothing fits: the smallest of {} ({}) needs {} plus {} headroom on a {} GPU; \
+             {}add GPUs, shorten the sequence or lower the micro-batch.",
+            count(plan.evaluated as u64, "layout", "layouts"),
             describe(&smallest.layout),
             Bytes(smallest.memory.total),
             Bytes(smallest.headroom.total()),
             Bytes(gpu_memory),
+            optimizer_advice(setup, smallest),
         ),
         (None, None) => "Nothing was evaluated.".to_string(),
     }
+}
+
+/// When optimizer states are the largest part of `smallest`: what the optimizers that keep
+/// fewer states would need for the same layout, as the first thing to try (else nothing).
+fn optimizer_advice(setup: &TrainSetup, smallest: &Candidate) -> String {
+    let m = &smallest.memory;
+    if m.optimizer <= m.params().max(m.grads).max(m.activations()) {
+        return String::new();
+    }
+    let states = |o| setup.precision.state_bytes(o).optimizer;
+    let options: Vec<String> = [
+        (Optimizer::AdamW8bit, "adamw8bit", "8-bit AdamW states"),
+        (Optimizer::Sgd, "sgd", "SGD's one momentum"),
+    ]
+    .into_iter()
+    .filter(|&(o, _, _)| states(o) < states(setup.optimizer))
+    .map(|(optimizer, flag, what)| {
+        let other = TrainSetup {
+            optimizer,
+            ..setup.clone()
+        };
+        let c = evaluate(&other, &smallest.layout);
+        format!(
+            "--optimizer {flag} ({what}) needs {}{}",
+            Bytes(c.memory.total),
+            if c.fits { ", which fits" } else { "" }
+        )
+    })
+    .collect();
+    if options.is_empty() {
+        return String::new();
+    }
+    format!(
+        "optimizer states are most of it ({}): {}; or ",
+        Bytes(m.optimizer),
+        options.join(", ")
+    )
 }

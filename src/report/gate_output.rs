@@ -3,7 +3,7 @@
 
 use super::gate::Check;
 use crate::analysis::is_user_label;
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use std::fmt::Write;
 
 /// Stack frames shown under a growing site: the user's own, innermost first.
@@ -40,8 +40,8 @@ pub fn text(checks: &[Check]) -> String {
     let verdict = if failed == 0 { "PASS" } else { "FAIL" };
     let _ = writeln!(
         out,
-        "memprof gate: {verdict} ({failed} of {} checks failed)",
-        checks.len()
+        "memprof gate: {verdict} ({failed} of {} failed)",
+        count(checks.len() as u64, "check", "checks")
     );
     for c in checks {
         let status = if c.passed() { "ok  " } else { "FAIL" };
@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn text_names_the_failure_and_the_growing_site_with_its_stack() {
         let text = text(&[failing()]);
-        assert!(text.starts_with("memprof gate: FAIL (1 of 1 checks failed)"));
+        assert!(text.starts_with("memprof gate: FAIL (1 of 1 check failed)"));
         assert!(text.contains("+50.0%"));
         assert!(
             text.contains("+   1.00 GiB  /w/model.py:42:forward  (1.00 GiB -> 2.00 GiB)"),

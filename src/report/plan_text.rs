@@ -1,6 +1,6 @@
 //! Human text of the planners' reports.
 
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use crate::plan::compare::comparisons;
 use crate::plan::deepspeed::Version;
 use crate::plan::explain::{label, terms, TermKind};
@@ -194,8 +194,9 @@ pub fn train(
     );
     let _ = writeln!(
         out,
-        "{gpus} GPUs of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% \
-         of the estimate for allocator fragmentation",
+        "{} of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% of the \
+         estimate for allocator fragmentation",
+        count(gpus, "GPU", "GPUs"),
         Bytes(setup.gpu_memory),
         setup.seq_len,
         Bytes(setup.headroom.context_bytes),
@@ -203,8 +204,8 @@ pub fn train(
     );
     let _ = writeln!(
         out,
-        "{} layouts evaluated, {} fit{}",
-        plan.evaluated,
+        "{} evaluated, {} fit{}",
+        count(plan.evaluated as u64, "layout", "layouts"),
         plan.fitting,
         if plan.fitting > 0 {
             ""
@@ -243,7 +244,7 @@ pub fn train(
             Bytes(c.cost.comm_bytes.round() as u64).to_string(),
         );
     }
-    let _ = writeln!(out, "\n{}", explain(plan, setup.gpu_memory));
+    let _ = writeln!(out, "\n{}", explain(plan, setup));
     let shown = plan.recommended.or(if plan.candidates.is_empty() {
         None
     } else {

@@ -101,7 +101,9 @@ impl LiveClient {
 
     /// Connects to a socket path and reads the stream's header.
     pub fn connect_path(path: &Path) -> Result<LiveClient, LiveError> {
-        let mut stream = UnixStream::connect(path).map_err(|source| LiveError::Connect {
+        // A path deeper than a socket address holds is reached as the shim bound it.
+        let connected = memprof_wire::at_socket_path(path, |p| UnixStream::connect(p));
+        let mut stream = connected.map_err(|source| LiveError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
@@ -201,30 +203,55 @@ mod tests {
     use std::io::Write;
     use std::os::unix::net::UnixListener;
 
-    /// A listener at a fresh path that answers each connection with `reply` (then closes).
-    fn server(name: &str, reply: Vec<u8>) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("memprof-live-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    /// A listener at a fresh path at least `len` bytes long that answers one connection with
+    /// `reply` (then closes); the directory goes when the first value is dropped.
+    fn server_at(len: usize, reply: Vec<u8>) -> (tempfile::TempDir, PathBuf) {
+        let top = tempfile::Builder::new()
+            .prefix("memprof-live-")
+            .tempdir()
+            .expect("temp dir");
+        let mut dir = top.path().to_path_buf();
+        while dir.join("s.sock").as_os_str().len() < len {
+            dir.push("a-deep-runtime-directory");
+        }
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("s.sock");
-        let listener = UnixListener::bind(&path).expect("bind");
+        let listener =
+            memprof_wire::at_socket_path(&path, |p| UnixListener::bind(p)).expect("bind");
         std::thread::spawn(move || {
             if let Ok((mut peer, _)) = listener.accept() {
                 let _ = peer.write_all(&reply);
             }
         });
-        path
+        (top, path)
+    }
+
+    fn server(reply: Vec<u8>) -> (tempfile::TempDir, PathBuf) {
+        server_at(0, reply)
+    }
+
+    #[test]
+    fn a_socket_deeper_than_an_address_holds_is_reached() {
+        let (_dir, path) = server_at(180, Vec::new());
+        assert!(path.as_os_str().len() > memprof_wire::MAX_SOCKET_PATH);
+        // Connected, then closed before a header: the shim's refusal, not a failed connect.
+        let got = LiveClient::connect_path(&path);
+        assert!(
+            matches!(got, Err(LiveError::Refused { .. })),
+            "{:?}",
+            got.err()
+        );
     }
 
     #[test]
     fn a_refusal_or_a_damaged_header_is_a_clear_error_not_a_hang() {
-        let refused = LiveClient::connect_path(&server("refused", Vec::new()));
+        let refused = LiveClient::connect_path(&server(Vec::new()).1);
         assert!(
             matches!(refused, Err(LiveError::Refused { .. })),
             "{:?}",
             refused.err()
         );
-        let garbage = LiveClient::connect_path(&server("garbage", vec![0xa5; 200]));
+        let garbage = LiveClient::connect_path(&server(vec![0xa5; 200]).1);
         assert!(
             matches!(garbage, Err(LiveError::Decode(_))),
             "{:?}",

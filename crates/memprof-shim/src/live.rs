@@ -3,9 +3,12 @@
 //! touches it, so the hooks never wait on a client.
 //!
 //! Where: `$XDG_RUNTIME_DIR/memprof/<pid>.sock`, or `/tmp/memprof-<uid>/<pid>.sock` without
-//! `XDG_RUNTIME_DIR`; the directory is made mode 0700 and must belong to this user, the socket is
-//! mode 0600, and a client whose peer credentials are not this user's (or root's) is closed at
-//! once. What a client gets: the header and process block, the records of what is alive when it
+//! `XDG_RUNTIME_DIR` (or with a relative one); the directory is made mode 0700 and must belong to
+//! this user, the socket is mode 0600, and a client whose peer credentials are not this user's
+//! (or root's) is closed at once. A path longer than a socket address holds (a deep runtime
+//! directory) is bound through a descriptor of its directory (`memprof_wire::at_socket_path`),
+//! so the socket is still where clients look. When no socket can be made the process says so
+//! once on stderr, and records to its file all the same. What a client gets: the header and process block, the records of what is alive when it
 //! connects (`table.rs`, flagged `FLAG_SNAPSHOT`), then the records drained after it connected,
 //! then the trailer when the process ends. A client that reads too slowly loses whole
 //! records (never part of one); the next thing it gets is a `LiveDropped` record counting them.
@@ -17,7 +20,7 @@ use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// At most this many clients at once; more are closed on connect.
 const MAX_CLIENTS: usize = 8;
@@ -99,31 +102,26 @@ pub struct Server {
 }
 
 impl Server {
-    /// Listens for `pid`; `None` when the socket cannot be made safely.
+    /// Listens for `pid`; `None`, said once on stderr, when the socket cannot be made safely.
     pub fn open(pid: u32, head: Vec<u8>) -> Option<Server> {
         let dir = socket_dir();
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir);
-        let meta = std::fs::symlink_metadata(&dir).ok()?;
-        // Someone else's directory (a shared /tmp) is never used.
-        if !meta.is_dir() || meta.uid() != uid() || meta.mode() & 0o077 != 0 {
-            return None;
+        match listen(&dir, pid) {
+            Ok((listener, path)) => Some(Server {
+                listener,
+                path,
+                head,
+                table: Table::default(),
+                clients: Vec::new(),
+            }),
+            Err(why) => {
+                // Whatever stderr is (closed, a pipe nobody reads), the program goes on.
+                let _ = std::io::Write::write_all(
+                    &mut std::io::stderr(),
+                    no_live_view(pid, &dir, &why).as_bytes(),
+                );
+                None
+            }
         }
-        let path = memprof_wire::socket_path(&dir, pid);
-        // A socket left by an earlier process with this pid.
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).ok()?;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-        listener.set_nonblocking(true).ok()?;
-        Some(Server {
-            listener,
-            path,
-            head,
-            table: Table::default(),
-            clients: Vec::new(),
-        })
     }
 
     /// Takes the clients waiting to connect.
@@ -173,6 +171,49 @@ impl Server {
         self.clients.clear();
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Makes the socket of `pid` in `dir`, or says why it cannot.
+fn listen(dir: &Path, pid: u32) -> Result<(UnixListener, PathBuf), String> {
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    // Someone else's directory (a shared /tmp) is never used.
+    if !meta.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    if meta.uid() != uid() {
+        return Err(format!(
+            "it belongs to user {}, not to this one",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "other users may enter it (mode {:o}, expected 700)",
+            meta.mode() & 0o777
+        ));
+    }
+    let path = memprof_wire::socket_path(dir, pid);
+    // A socket left by an earlier process with this pid.
+    let _ = std::fs::remove_file(&path);
+    let listener = memprof_wire::at_socket_path(&path, |p| UnixListener::bind(p))
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok((listener, path))
+}
+
+/// The one line a process without a live socket prints: where, why, and that it still records.
+fn no_live_view(pid: u32, dir: &Path, why: &str) -> String {
+    // The directory comes from the environment: shown escaped, never raw.
+    let shown: String = dir.to_string_lossy().escape_debug().collect();
+    format!(
+        "memprof: no live view of PID {pid} (memprof attach, top and agent will not see it): \
+         cannot listen in {shown}: {why}; the recording to the file goes on\n"
+    )
 }
 
 /// Whether the peer runs as this user or as root.
@@ -270,5 +311,60 @@ mod tests {
         );
         assert_eq!(records[kept + 1].ptr, next);
         assert_eq!(client.lost, 0);
+    }
+
+    /// A fresh directory of this test process under the system's temporary one.
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("memprof-shim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        dir
+    }
+
+    #[test]
+    fn listens_in_a_directory_deeper_than_a_socket_address_holds() {
+        let top = temp("deep");
+        let mut dir = top.join("memprof");
+        while memprof_wire::socket_path(&dir, 42).as_os_str().len() <= memprof_wire::MAX_SOCKET_PATH
+        {
+            dir = dir.join("deeper");
+        }
+        // The deepest one is made by `listen`, mode 0700, as the runtime directory's would be.
+        std::fs::create_dir_all(dir.parent().expect("a parent")).expect("mkdir");
+        let (listener, path) = listen(&dir, 42).expect("listens");
+        assert_eq!(path, memprof_wire::socket_path(&dir, 42));
+        let mode = std::fs::metadata(&path)
+            .expect("the socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _client = memprof_wire::at_socket_path(&path, |p| UnixStream::connect(p))
+            .expect("connects by the path");
+        listener.set_nonblocking(false).expect("blocking");
+        assert!(listener.accept().is_ok());
+        std::fs::remove_dir_all(&top).expect("cleaned up");
+    }
+
+    #[test]
+    fn a_directory_others_may_enter_is_refused_and_the_line_says_why() {
+        let top = temp("open");
+        let dir = top.join("memprof");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let why = listen(&dir, 42).map(|_| ()).expect_err("refused");
+        assert_eq!(why, "other users may enter it (mode 755, expected 700)");
+        assert!(!memprof_wire::socket_path(&dir, 42).exists());
+        let line = no_live_view(42, &dir, &why);
+        assert_eq!(
+            line,
+            format!(
+                "memprof: no live view of PID 42 (memprof attach, top and agent will not see it): \
+                 cannot listen in {}: {why}; the recording to the file goes on\n",
+                dir.display()
+            )
+        );
+        let odd = no_live_view(42, Path::new("/run/\x1b[31m"), "x");
+        assert!(odd.contains("/run/\\u{1b}[31m"), "{odd}");
+        std::fs::remove_dir_all(&top).expect("cleaned up");
     }
 }

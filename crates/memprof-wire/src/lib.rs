@@ -87,9 +87,10 @@ pub const FLAG_PER_THREAD_STREAM: u16 = 2;
 pub const FLAG_SNAPSHOT: u16 = 4;
 
 /// The directory of this user's live sockets: `RUNTIME_DIR/memprof` (`$XDG_RUNTIME_DIR`, when set
-/// and not empty), else `/tmp/memprof-<uid>`. The shim and its clients both follow this rule.
+/// to an absolute path; a relative one is ignored, as the XDG Base Directory specification
+/// says), else `/tmp/memprof-<uid>`. The shim and its clients both follow this rule.
 pub fn socket_dir(runtime_dir: Option<&std::ffi::OsStr>, uid: u32) -> std::path::PathBuf {
-    match runtime_dir.filter(|d| !d.is_empty()) {
+    match runtime_dir.filter(|d| std::path::Path::new(d).is_absolute()) {
         Some(dir) => std::path::Path::new(dir).join("memprof"),
         None => std::path::PathBuf::from(format!("/tmp/memprof-{uid}")),
     }
@@ -98,6 +99,30 @@ pub fn socket_dir(runtime_dir: Option<&std::ffi::OsStr>, uid: u32) -> std::path:
 /// The live socket of process `pid` in `dir` (see [`socket_dir`]).
 pub fn socket_path(dir: &std::path::Path, pid: u32) -> std::path::PathBuf {
     dir.join(format!("{pid}.sock"))
+}
+
+/// The longest path a Unix socket address holds: `sun_path` is 108 bytes, its NUL included.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Runs `op` (a bind or a connect) on the socket path `path`, however deep it is. A path longer
+/// than [`MAX_SOCKET_PATH`] (a deep `$XDG_RUNTIME_DIR`) is reached through a descriptor of its
+/// directory, as `/proc/self/fd/N/NAME`: the socket is still made, and found, at `path`. The
+/// shim (bind) and its clients (connect) both go through here.
+pub fn at_socket_path<T>(
+    path: &std::path::Path,
+    op: impl FnOnce(&std::path::Path) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    use std::os::fd::AsRawFd;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return op(path);
+    };
+    if path.as_os_str().len() <= MAX_SOCKET_PATH {
+        return op(path);
+    }
+    // Opening a directory read-only is allowed; the descriptor stays open until `op` returns.
+    let dir = std::fs::File::open(dir)?;
+    let short = std::path::Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+    op(&short)
 }
 
 /// Writes the magic and version.
@@ -685,6 +710,65 @@ mod tests {
         for unset in [None, Some(std::ffi::OsStr::new(""))] {
             assert_eq!(socket_dir(unset, 7), std::path::Path::new("/tmp/memprof-7"));
         }
+    }
+
+    #[test]
+    fn a_relative_runtime_dir_is_ignored() {
+        for relative in ["run/user/1000", "./run", "memprof"] {
+            assert_eq!(
+                socket_dir(Some(std::ffi::OsStr::new(relative)), 7),
+                std::path::Path::new("/tmp/memprof-7"),
+                "{relative}"
+            );
+        }
+    }
+
+    /// A directory under the system's temporary one whose socket path is `len` bytes long.
+    fn deep_dir(name: &str, len: usize) -> (std::path::PathBuf, std::path::PathBuf) {
+        let top = std::env::temp_dir().join(format!("memprof-wire-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&top);
+        let mut dir = top.clone();
+        while socket_path(&dir, 42).as_os_str().len() < len {
+            dir.push("a-deep-runtime-directory");
+        }
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        (top, socket_path(&dir, 42))
+    }
+
+    #[test]
+    fn a_socket_deeper_than_an_address_holds_is_bound_and_reached_where_it_belongs() {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let (top, path) = deep_dir("deep", 200);
+        assert!(path.as_os_str().len() > MAX_SOCKET_PATH);
+        // What a plain bind does with it: refused, which used to leave the process unlistened.
+        assert!(UnixListener::bind(&path).is_err());
+        let listener = at_socket_path(&path, |p| UnixListener::bind(p)).expect("binds");
+        let kind = std::fs::symlink_metadata(&path).expect("made").file_type();
+        assert!(kind.is_socket(), "the socket is at its own path");
+        let mut client = at_socket_path(&path, |p| UnixStream::connect(p)).expect("connects");
+        let (mut served, _) = listener.accept().expect("accepts");
+        served.write_all(b"hello").expect("written");
+        let mut got = [0u8; 5];
+        client.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"hello");
+        std::fs::remove_dir_all(&top).expect("cleaned up");
+    }
+
+    #[test]
+    fn a_socket_path_that_fits_is_used_as_it_is() {
+        use std::os::unix::net::UnixListener;
+        let (top, path) = deep_dir("short", 0);
+        assert!(
+            path.as_os_str().len() <= MAX_SOCKET_PATH,
+            "{}",
+            path.display()
+        );
+        let listener = at_socket_path(&path, |p| UnixListener::bind(p)).expect("binds");
+        let bound = listener.local_addr().expect("an address");
+        assert_eq!(bound.as_pathname(), Some(path.as_path()));
+        std::fs::remove_dir_all(&top).expect("cleaned up");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the key line and the help overlay. Pure: the same state and time draw the same buffer.
 
 use super::state::TopState;
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use crate::source::gpu::DeviceSample;
 use crate::tui::help;
 use crate::tui::theme::Theme;
@@ -28,6 +28,62 @@ pub fn clock_time(ms: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
+/// Columns `text` takes on a terminal.
+fn columns(text: &str) -> usize {
+    Span::raw(text).width()
+}
+
+/// `command` cut to `width` columns. Whole when it fits; otherwise the program's name (its path
+/// left out as `…/`) and as many whole arguments as fit, `…` standing for the rest: the
+/// arguments are what tells two Python processes apart.
+pub fn fit_command(command: &str, width: usize) -> String {
+    if columns(command) <= width {
+        return command.to_owned();
+    }
+    let mut words = command.split(' ');
+    let program = words.next().unwrap_or_default();
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let mut out = if name.len() < program.len() {
+        format!("…/{name}")
+    } else {
+        name.to_owned()
+    };
+    if columns(&out) > width {
+        if columns(name) + 2 <= width {
+            return format!("{name} …");
+        }
+        if columns(name) <= width {
+            return name.to_owned();
+        }
+        // Not even the name fits: as much of it as does.
+        let mut cut = String::new();
+        for c in name.chars() {
+            if columns(&cut) + columns(c.encode_utf8(&mut [0; 4])) + 1 > width {
+                break;
+            }
+            cut.push(c);
+        }
+        if width > 0 {
+            cut.push('…');
+        }
+        return cut;
+    }
+    let args: Vec<&str> = words.collect();
+    for (i, arg) in args.iter().enumerate() {
+        // Room for " …" unless this is the last argument.
+        let rest = if i + 1 == args.len() { 0 } else { 2 };
+        if columns(&out) + 1 + columns(arg) + rest > width {
+            if columns(&out) + 2 <= width {
+                out.push_str(" …");
+            }
+            return out;
+        }
+        out.push(' ');
+        out.push_str(arg);
+    }
+    out
+}
+
 fn or_unknown(b: Option<Bytes>) -> String {
     b.map_or("unknown".into(), |b| b.to_string())
 }
@@ -46,10 +102,10 @@ pub fn render(state: &TopState, source: &str, theme: &Theme, area: Rect, buf: &m
     let mut head = format!(" memprof top │ {source}");
     if let Some(s) = &state.sample {
         head.push_str(&format!(
-            " │ {} │ {} GPUs, {} processes",
+            " │ {} │ {}, {}",
             clock_time(s.time_ms),
-            s.devices.len(),
-            s.processes.len()
+            count(s.devices.len() as u64, "GPU", "GPUs"),
+            count(s.processes.len() as u64, "process", "processes")
         ));
     }
     Paragraph::new(Line::styled(head, theme.title())).render(header, buf);
@@ -132,6 +188,8 @@ fn render_table(state: &TopState, theme: &Theme, area: Rect, buf: &mut Buffer) {
         "{:>8} {:>4} {:>11} {:>5}  COMMAND",
         "PID", "GPU", "MEMORY", "SHIM"
     );
+    // The columns before COMMAND; the command gets the rest of the row.
+    let command_width = (inner.width as usize).saturating_sub(columns(&head) - "COMMAND".len());
     let mut lines = vec![Line::styled(head, theme.title())];
     let processes = state.sample.as_ref().map_or(&[][..], |s| &s.processes[..]);
     let rows = (inner.height as usize).saturating_sub(1).max(1);
@@ -147,7 +205,7 @@ fn render_table(state: &TopState, theme: &Theme, area: Rect, buf: &mut Buffer) {
                 Some(false) => "no",
                 None => "?",
             },
-            p.command.as_deref().unwrap_or("unknown")
+            fit_command(p.command.as_deref().unwrap_or("unknown"), command_width)
         );
         let style = if i == state.selected {
             theme.selected()
@@ -160,4 +218,43 @@ fn render_table(state: &TopState, theme: &Theme, area: Rect, buf: &mut Buffer) {
         lines.push(Line::raw("no process holds GPU memory"));
     }
     Paragraph::new(lines).render(inner, buf);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_that_fits_is_left_whole() {
+        let command = "/usr/bin/python3 train.py --lr 0.1";
+        assert_eq!(fit_command(command, 34), command);
+        assert_eq!(fit_command(command, 80), command);
+    }
+
+    #[test]
+    fn a_long_command_keeps_the_program_name_and_the_arguments_that_fit() {
+        let command =
+            "/home/someone/projects/gpu-tools/memprof/target/tmp/kernels-top/peak_oom wait";
+        assert_eq!(fit_command(command, 67), "…/peak_oom wait");
+        let python = "/opt/conda/envs/train/bin/python3 train.py --config llama.yaml --rank 3";
+        for (width, cut) in [
+            (71, python),
+            (70, "…/python3 train.py --config llama.yaml --rank 3"),
+            (47, "…/python3 train.py --config llama.yaml --rank 3"),
+            (46, "…/python3 train.py --config llama.yaml …"),
+            (40, "…/python3 train.py --config llama.yaml …"),
+            (39, "…/python3 train.py --config …"),
+            (28, "…/python3 train.py …"),
+            (19, "…/python3 …"),
+            (9, "…/python3"),
+            (8, "python3"),
+            (5, "pyth…"),
+            (1, "…"),
+            (0, ""),
+        ] {
+            let got = fit_command(python, width);
+            assert_eq!(got, cut, "width {width}");
+            assert!(columns(&got) <= width, "{got:?} in {width}");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use super::state::Panel;
 use super::summary::CursorState;
 use super::ViewApp;
 use crate::analysis::{site_of, site_text, ShownStack};
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use crate::tui::help;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -119,7 +119,7 @@ fn render_header(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     let mut parts = vec![
         app.name.clone(),
         device,
-        format!("{} entries", summary.len()),
+        count(summary.len() as u64, "entry", "entries"),
     ];
     if !summary.is_empty() {
         parts.push(format!("cursor {}", chart::position(summary, state.cursor)));
@@ -246,14 +246,19 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     lines.push(figure(
         "largest free",
         match c.largest_free {
-            Some(b) => format!("{} in {} free runs", Bytes(b), c.free_runs),
+            Some(b) => format!(
+                "{} in {}",
+                Bytes(b),
+                count(c.free_runs as u64, "free run", "free runs")
+            ),
             None => "unknown (no segments)".into(),
         },
         Style::new(),
     ));
     lines.push(Line::raw(format!(
-        "{} live allocations in {} segments",
-        c.live_count, c.segment_count
+        "{} in {}",
+        count(c.live_count as u64, "live allocation", "live allocations"),
+        count(c.segment_count as u64, "segment", "segments")
     )));
     let text_rows = lines.len() as u16;
     if area.height > text_rows + 1 {
