@@ -1,6 +1,6 @@
 //! The timeline: every device's trace entries in order, with the tables they point into.
 
-use super::event::{ExtraId, StreamIndex, TraceEntry};
+use super::event::{ExtraId, PoolIndex, StreamIndex, TraceEntry};
 use std::ops::Range;
 
 /// Rare per-entry metadata of newer PyTorch versions; absent on almost every entry.
@@ -21,6 +21,8 @@ pub struct Timeline {
     devices: Vec<Range<usize>>,
     streams: Vec<u64>,
     extras: Vec<EntryExtra>,
+    /// `pool_id` of each `PoolIndex`.
+    pools: Vec<(i64, i64)>,
 }
 
 impl Timeline {
@@ -32,6 +34,7 @@ impl Timeline {
             devices,
             streams: vec![0],
             extras: Vec::new(),
+            pools: Vec::new(),
         }
     }
 
@@ -60,6 +63,21 @@ impl Timeline {
     /// The metadata of an entry that has some.
     pub fn extra(&self, id: ExtraId) -> &EntryExtra {
         &self.extras[id.0.get() as usize - 1]
+    }
+
+    /// The `pool_id` of an index.
+    pub fn pool(&self, index: PoolIndex) -> (i64, i64) {
+        self.pools.get(index.0 as usize).copied().unwrap_or((0, 0))
+    }
+
+    /// The `pool_id` table entries point into (empty when no entry records one).
+    pub fn pools(&self) -> &[(i64, i64)] {
+        &self.pools
+    }
+
+    /// Replaces the `pool_id` table.
+    pub fn set_pools(&mut self, pools: Vec<(i64, i64)>) {
+        self.pools = pools;
     }
 
     /// Replaces the stream and extra tables (when entries were built elsewhere).

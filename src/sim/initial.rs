@@ -190,13 +190,18 @@ pub fn state_before(
         if at < end {
             blocks.push(free_block(at, end - at));
         }
+        // The pool of a segment that is still there at the end; else the default pool.
+        let pool_id = last
+            .iter()
+            .find(|s| s.address < end && base < s.address.saturating_add(s.total_size))
+            .map_or((0, 0), |s| s.pool_id);
         out.push(Segment {
             device,
             address: base,
             total_size: r.size,
             stream: r.stream,
             pool: r.pool,
-            pool_id: (0, 0),
+            pool_id,
             is_expandable: r.expandable,
             stack: None,
             blocks,

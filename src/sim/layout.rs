@@ -2,7 +2,7 @@
 //! rebuilt before a trace) and export one (what a snapshot would show), plus the invariant
 //! check the tests use.
 
-use super::blocks::{pool_index, Block, BlockId, Use, NONE};
+use super::blocks::{Block, BlockId, PoolRef, Use, NONE};
 use super::caching_allocator::CachingAllocator;
 use super::rounding::{page_size, round_up};
 use crate::model::{BlockState, PoolKind, Segment};
@@ -39,18 +39,16 @@ impl CachingAllocator {
         starts.sort_unstable();
         let mut groups: BTreeMap<(u64, usize), Vec<&Segment>> = BTreeMap::new();
         for s in segments {
+            let pool = self.pool_ref(s.pool, s.pool_id);
             if s.is_expandable {
-                groups
-                    .entry((s.stream, pool_index(s.pool)))
-                    .or_default()
-                    .push(s);
+                groups.entry((s.stream, pool.index())).or_default().push(s);
                 continue;
             }
             if !self.driver.adopt(s.address, s.total_size) {
                 return Err(LayoutError::Overlap(s.address));
             }
             self.driver.reserved += s.total_size;
-            self.load_blocks(s, None)?;
+            self.load_blocks(s, pool, None)?;
         }
         // Highest first, so each reservation ends at most where the one above it begins (PyTorch
         // reserves them one after another, each of the same size).
@@ -63,14 +61,14 @@ impl CachingAllocator {
             let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
                 continue;
             };
-            let pool = first.pool;
-            let page = page_size(pool, &self.config);
+            let pool = self.pool_ref(first.pool, first.pool_id);
+            let page = page_size(pool.kind, &self.config);
             // Maps of this pool: page multiples of this stream. Maps of other segments in the
             // trace bound this one's address range as segments do, below and above.
             let ours = |s: u64, size: u64| {
                 s == stream
                     && size.is_multiple_of(page)
-                    && (pool == PoolKind::Large
+                    && (pool.kind == PoolKind::Large
                         || !size.is_multiple_of(self.config.large_segment_size))
             };
             let others = || mapped_later.iter().filter(|&&(s, _, size)| !ours(s, size));
@@ -132,7 +130,7 @@ impl CachingAllocator {
                     return Err(LayoutError::Overlap(r.address));
                 }
                 let (u_addr, u_size) = (u.addr, u.size);
-                self.pools[pool_index(pool)]
+                self.pools[pool.index()]
                     .unmapped
                     .remove(&(stream, u_addr, unmapped));
                 let tail = u_addr + u_size - (r.address + r.total_size);
@@ -140,7 +138,7 @@ impl CachingAllocator {
                 let mut prev = self.blocks[unmapped].prev;
                 if r.address > u_addr {
                     self.blocks[unmapped].size = r.address - u_addr;
-                    self.pools[pool_index(pool)]
+                    self.pools[pool.index()]
                         .unmapped
                         .insert((stream, u_addr, unmapped));
                     prev = unmapped;
@@ -151,7 +149,7 @@ impl CachingAllocator {
                     self.blocks.remove(unmapped);
                 }
                 self.driver.reserved += r.total_size;
-                let last_block = self.load_blocks(r, Some((index, prev)))?;
+                let last_block = self.load_blocks(r, pool, Some((index, prev)))?;
                 if tail == 0 {
                     break;
                 }
@@ -161,7 +159,7 @@ impl CachingAllocator {
                 rest.prev = last_block;
                 let rest_id = self.blocks.insert(rest);
                 self.blocks[last_block].next = rest_id;
-                self.pools[pool_index(pool)].unmapped.insert((
+                self.pools[pool.index()].unmapped.insert((
                     stream,
                     r.address + r.total_size,
                     rest_id,
@@ -173,11 +171,12 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// Adds a segment's blocks, linked after `prev` of expandable segment `expandable`.
-    /// Returns the last block.
+    /// Adds a segment's blocks to `pool`, linked after `prev` of expandable segment
+    /// `expandable`. Returns the last block.
     fn load_blocks(
         &mut self,
         s: &Segment,
+        pool: PoolRef,
         expandable: Option<(u32, BlockId)>,
     ) -> Result<BlockId, LayoutError> {
         let mut prev = expandable.map_or(NONE, |(_, p)| p);
@@ -187,7 +186,7 @@ impl CachingAllocator {
                 return Err(LayoutError::Tiling(s.address));
             }
             at += b.size;
-            let mut block = Block::new(b.address, b.size, s.stream, s.pool);
+            let mut block = Block::new(b.address, b.size, s.stream, pool);
             block.requested = b.requested_size;
             block.prev = prev;
             block.expandable = expandable.map_or(NONE, |(e, _)| e);
@@ -241,8 +240,8 @@ impl CachingAllocator {
                         address: b.addr,
                         total_size: 0,
                         stream: b.stream,
-                        pool: b.pool,
-                        pool_id: (0, 0),
+                        pool: b.pool.kind,
+                        pool_id: self.pool_id(b.pool),
                         is_expandable: b.is_expandable(),
                         stack: None,
                         blocks: Vec::new(),
@@ -297,7 +296,7 @@ impl CachingAllocator {
             if b.mapped {
                 reserved += b.size;
             }
-            let pool = &self.pools[pool_index(b.pool)];
+            let pool = &self.pools[b.pool.index()];
             match (b.state, b.mapped) {
                 (Use::Free, true) => {
                     free_count += 1;

@@ -1,8 +1,8 @@
 //! The first pass over a recorded trace: turns it into the program's requests, telling OOM
 //! retries from `empty_cache()` bursts (rule 1, verified by running the model's own retry on
 //! a copy), leaving a retry's releases and the completions inside it to the model (rules
-//! 2-3), offering each new segment the recorded address (rule 8), and comparing every
-//! decision with the record.
+//! 2-3), offering each new segment the recorded address (rule 8), serving each request from
+//! the pool it used (private pools apart), and comparing every decision with the record.
 
 use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
@@ -58,6 +58,7 @@ pub(super) fn plan_and_validate(
                     entry: i,
                     size: e.size,
                     stream: trace.stream(e),
+                    pool: request_pool(trace, &engine.model, e),
                     recorded: (e.action == Action::Alloc).then_some(addr),
                     hint,
                 };
@@ -137,7 +138,12 @@ pub(super) fn plan_and_validate(
                 // `oom` came first).
                 let retry = request.is_some_and(|(j, r)| {
                     let candidate = r.action == Action::Oom
-                        || (has_burst && engine.model.would_release(r.size, trace.stream(r)));
+                        || (has_burst
+                            && engine.model.would_release(
+                                r.size,
+                                trace.stream(r),
+                                request_pool(trace, &engine.model, r),
+                            ));
                     candidate && retry_reproduces(&engine.model, trace, lone_end, j)
                 });
                 if !has_burst && !retry {
@@ -182,6 +188,39 @@ pub(super) fn plan_and_validate(
     }
     compare(entries, group_start, n, &[], validation);
     (ops, empty_cache_bursts)
+}
+
+/// The pool the request at `e` used: its `pool_id` where the trace records one (PyTorch after
+/// 2.11). Else, where private pools are about, the pool of the segment its recorded address
+/// lies in, since a request is never served from another pool's segment: a mapped segment of
+/// the model, else the snapshot's segment there (a segment made for this request), else the
+/// model's reserved range there; and the default pool when nothing holds it (or for an `oom`).
+pub(super) fn request_pool(
+    trace: &DeviceTrace<'_>,
+    model: &CachingAllocator,
+    e: &TraceEntry,
+) -> (i64, i64) {
+    if let Some(p) = trace.pool(e) {
+        return p;
+    }
+    let Some(addr) = e.addr() else {
+        return (0, 0);
+    };
+    if !model.has_private_pools() && !trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
+        return (0, 0);
+    }
+    let mapped = model.pool_id_at(addr, true);
+    let recorded = || {
+        trace
+            .segments
+            .iter()
+            .find(|s| s.address <= addr && addr - s.address < s.total_size)
+            .map(|s| s.pool_id)
+    };
+    mapped
+        .or_else(recorded)
+        .or_else(|| model.pool_id_at(addr, false))
+        .unwrap_or((0, 0))
 }
 
 /// With expandable segments, a request that fails may have reserved a new address range that
@@ -264,7 +303,7 @@ pub(super) fn retry_reproduces(
         ))
     });
     copy.set_address_hint(hint);
-    let _ = copy.malloc(r.size, trace.stream(r));
+    let _ = copy.malloc_in(r.size, trace.stream(r), request_pool(trace, model, r));
     let decision = |e: &&TraceEntry| {
         is_burst(e.action) || is_growth(e.action) || matches!(e.action, Action::Alloc | Action::Oom)
     };

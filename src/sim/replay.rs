@@ -21,13 +21,15 @@ use crate::model::{
 use rustc_hash::FxHashSet;
 use serde::Serialize;
 
-/// One device's recording: its trace, stream table and final segments.
+/// One device's recording: its trace, stream and pool tables and final segments.
 #[derive(Clone, Debug)]
 pub struct DeviceTrace<'a> {
     pub device: u32,
     pub entries: &'a [TraceEntry],
     /// `cudaStream_t` of each `StreamIndex`.
     pub streams: Vec<u64>,
+    /// `pool_id` of each `PoolIndex` (empty when entries record none).
+    pub pools: Vec<(i64, i64)>,
     /// Segments at the end of the trace.
     pub segments: Vec<Segment>,
 }
@@ -46,6 +48,7 @@ impl<'a> DeviceTrace<'a> {
                 device,
                 entries: t.device(device as usize),
                 streams: streams.clone(),
+                pools: t.pools().to_vec(),
                 segments: snapshot.device_segments(device).cloned().collect(),
             })
             .collect()
@@ -54,11 +57,23 @@ impl<'a> DeviceTrace<'a> {
     pub(super) fn stream(&self, e: &TraceEntry) -> u64 {
         self.streams.get(e.stream.0 as usize).copied().unwrap_or(0)
     }
+
+    /// The `pool_id` the entry records, if any.
+    pub(super) fn pool(&self, e: &TraceEntry) -> Option<(i64, i64)> {
+        e.pool
+            .map(|p| self.pools.get(p.0 as usize).copied().unwrap_or((0, 0)))
+    }
 }
 
-/// Fragmentation when reserved memory peaked (the fields of `analyze`).
+/// The moment reserved memory peaked (its first), and the state then: what was allocated
+/// and the fragmentation fields of `analyze`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FragmentationAtPeak {
+    /// The trace entry whose request took reserved memory to its peak; `None` when the peak is
+    /// the state before the first entry.
+    pub entry_index: Option<usize>,
+    /// Bytes in allocated blocks then.
+    pub allocated_bytes: u64,
     /// Allocated minus requested bytes.
     pub internal_bytes: u64,
     /// Reserved bytes not in active blocks.
@@ -105,6 +120,11 @@ pub enum CapacitySource {
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub device: u32,
+    /// Trace entries of the device (every one is walked; 0: nothing was replayed).
+    pub replayed_entries: usize,
+    /// Of those, the requests (`alloc` and `oom` entries): 0 means no allocator decision was
+    /// replayed, and every setting gives the same result.
+    pub replayed_requests: usize,
     initial: Vec<Segment>,
     /// (stream, address, size) of every `segment_map` in the trace.
     mapped_later: Vec<(u64, u64, u64)>,
@@ -223,16 +243,27 @@ pub fn prepare(
             );
         }
     }
-    if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
+    let pools_unrecorded = trace
+        .entries
+        .iter()
+        .any(|e| e.pool.is_none() && matches!(e.action, Action::Alloc | Action::Oom));
+    if pools_unrecorded && trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
-                "; this device has private-pool segments (CUDA graphs, MemPool), and trace \
-                 entries do not say which pool they used",
+                "; this device has private-pool segments (CUDA graphs, MemPool), and its trace \
+                 entries do not say which pool they used (the replay takes the pool of the \
+                 segment each recorded address lies in)",
             );
         }
     }
     Prepared {
         device: trace.device,
+        replayed_entries: trace.entries.len(),
+        replayed_requests: trace
+            .entries
+            .iter()
+            .filter(|e| matches!(e.action, Action::Alloc | Action::Oom))
+            .count(),
         initial,
         mapped_later,
         ops,
