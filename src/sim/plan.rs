@@ -31,6 +31,7 @@ pub(super) fn plan_and_validate(
 ) -> (Vec<Op>, FxHashSet<usize>) {
     let mut empty_cache_bursts = FxHashSet::default();
     let entries = trace.entries;
+    let private = trace.segments.iter().any(|s| s.pool_id != (0, 0));
     let n = entries.len();
     let mut ops = Vec::with_capacity(n);
     let mut group_start = 0;
@@ -58,7 +59,7 @@ pub(super) fn plan_and_validate(
                     entry: i,
                     size: e.size,
                     stream: trace.stream(e),
-                    pool: request_pool(trace, &engine.model, e),
+                    pool: request_pool(trace, &engine.model, e, private),
                     recorded: (e.action == Action::Alloc).then_some(addr),
                     hint,
                 };
@@ -88,7 +89,7 @@ pub(super) fn plan_and_validate(
                 let paired = entries
                     .get(i + 1)
                     .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr))
-                    && !completed_by_retry(engine, trace, i);
+                    && !completed_by_retry(engine, trace, i, private);
                 let (op, used) = if paired {
                     (Op::Free { entry: i, addr }, 2)
                 } else {
@@ -142,9 +143,9 @@ pub(super) fn plan_and_validate(
                             && engine.model.would_release(
                                 r.size,
                                 trace.stream(r),
-                                request_pool(trace, &engine.model, r),
+                                request_pool(trace, &engine.model, r, private),
                             ));
-                    candidate && retry_reproduces(&engine.model, trace, lone_end, j)
+                    candidate && retry_reproduces(&engine.model, trace, lone_end, j, private)
                 });
                 if !has_burst && !retry {
                     for (j, addr) in completions {
@@ -195,10 +196,12 @@ pub(super) fn plan_and_validate(
 /// lies in, since a request is never served from another pool's segment: a mapped segment of
 /// the model, else the snapshot's segment there (a segment made for this request), else the
 /// model's reserved range there; and the default pool when nothing holds it (or for an `oom`).
+/// `private`: the snapshot has private-pool segments.
 pub(super) fn request_pool(
     trace: &DeviceTrace<'_>,
     model: &CachingAllocator,
     e: &TraceEntry,
+    private: bool,
 ) -> (i64, i64) {
     if let Some(p) = trace.pool(e) {
         return p;
@@ -206,7 +209,7 @@ pub(super) fn request_pool(
     let Some(addr) = e.addr() else {
         return (0, 0);
     };
-    if !model.has_private_pools() && !trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
+    if !model.has_private_pools() && !private {
         return (0, 0);
     }
     let mapped = model.pool_id_at(addr, true);
@@ -250,7 +253,12 @@ fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) 
 /// whose completion came from the OOM retry right after it (rule 3's exception): the retry
 /// the record shows (releases then growth and `alloc`, or an `oom`) is reproduced with the
 /// block pending during the search, and not with it freed first.
-pub(super) fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: usize) -> bool {
+pub(super) fn completed_by_retry(
+    engine: &Engine,
+    trace: &DeviceTrace<'_>,
+    i: usize,
+    private: bool,
+) -> bool {
     let entries = trace.entries;
     let n = entries.len();
     let burst = i + 2;
@@ -279,17 +287,19 @@ pub(super) fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: us
     {
         return false;
     }
-    !retry_reproduces(&freed, trace, burst, request)
-        && retry_reproduces(&pending, trace, burst, request)
+    !retry_reproduces(&freed, trace, burst, request, private)
+        && retry_reproduces(&pending, trace, burst, request, private)
 }
 
 /// Whether the model's malloc for the request at `entries[request]`, run on a copy of its
 /// state, makes exactly the recorded releases and growth of `entries[from..=request]`.
+/// `private` as for `request_pool`.
 pub(super) fn retry_reproduces(
     model: &CachingAllocator,
     trace: &DeviceTrace<'_>,
     from: usize,
     request: usize,
+    private: bool,
 ) -> bool {
     let entries = &trace.entries[from..=request];
     let r = &trace.entries[request];
@@ -303,7 +313,8 @@ pub(super) fn retry_reproduces(
         ))
     });
     copy.set_address_hint(hint);
-    let _ = copy.malloc_in(r.size, trace.stream(r), request_pool(trace, model, r));
+    let pool = request_pool(trace, model, r, private);
+    let _ = copy.malloc_in(r.size, trace.stream(r), pool);
     let decision = |e: &&TraceEntry| {
         is_burst(e.action) || is_growth(e.action) || matches!(e.action, Action::Alloc | Action::Oom)
     };
