@@ -565,6 +565,51 @@ mod recorded_bases {
     }
 
     #[test]
+    fn a_three_device_snapshot_replays_every_device() {
+        // The shape: one snapshot, three devices with expandable segments, each
+        // device's driver placing ranges its own way.
+        let schedules: [Vec<u64>; 3] = [
+            (0..16).map(|k| 0x7e12_0000_0000 + k * STRIDE).collect(),
+            (0..16).map(|k| 0x7ff0_0000_0000 - k * STRIDE).collect(),
+            (0..16).map(|k| 0x7f40_0000_0000 + 2 * k * STRIDE).collect(),
+        ];
+        let (mut entries, mut ranges, mut segments) = (Vec::new(), Vec::new(), Vec::new());
+        let mut streams = Vec::new();
+        for (device, bases) in schedules.into_iter().enumerate() {
+            let mut real = Real::new(bases);
+            program(&mut real);
+            let start = entries.len();
+            entries.extend(real.a.take_events());
+            ranges.push(start..entries.len());
+            segments.extend(real.a.layout(device as u32));
+            // The same program on each device meets its streams in the same order.
+            streams = real.a.streams().to_vec();
+        }
+        let mut timeline = crate::model::Timeline::new(entries, ranges);
+        timeline.set_tables(streams, Vec::new());
+        let snapshot = Snapshot {
+            format: crate::model::SnapshotFormat::Modern,
+            segments,
+            timeline,
+            stacks: crate::model::StackTable::default(),
+            settings: Some(crate::model::AllocatorSettings {
+                alloc_conf: Some("expandable_segments:True".into()),
+                expandable_segments: Some(true),
+                ..crate::model::AllocatorSettings::default()
+            }),
+            annotations: Vec::new(),
+        };
+        let (config, warning) = recorded_config(&snapshot);
+        assert_eq!(warning, None);
+        let traces = DeviceTrace::all(&snapshot);
+        assert_eq!(traces.len(), 3);
+        for t in &traces {
+            let p = prepare(t, &config, None);
+            assert_reproduced(&format!("device {}", t.device), &p);
+        }
+    }
+
+    #[test]
     fn bases_given_with_the_capacity_are_adopted() {
         let bases = (0..16).map(|k| 0x5a00_0000_0000 + k * STRIDE).collect();
         let (p, _) = replay(bases, Some(CAPACITY));
