@@ -5,6 +5,7 @@
 use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
 use super::driver::Driver;
+use super::layout::LaterMap;
 use super::replay::{FragmentationAtPeak, OomAt, RunResult};
 use crate::model::{ReplayIssue, Segment};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -76,7 +77,7 @@ impl Engine {
         config: &AllocatorConfig,
         capacity: Option<u64>,
         initial: &[Segment],
-        mapped_later: &[(u64, u64, u64)],
+        mapped_later: &[LaterMap],
         issues: &mut Vec<ReplayIssue>,
     ) -> Engine {
         let mut model = CachingAllocator::new(config.clone(), Driver::new(capacity));

@@ -12,6 +12,17 @@ use std::collections::BTreeMap;
 /// else bounds it.
 const EXPANDABLE_HEADROOM: u64 = 1 << 40;
 
+/// A `segment_map` of the trace, made after the state a layout describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaterMap {
+    /// `cudaStream_t`.
+    pub stream: u64,
+    pub addr: u64,
+    pub size: u64,
+    /// The pool of the range it maps into (recorded, or of the snapshot's segment there).
+    pub pool_id: (i64, i64),
+}
+
 /// Why a layout could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
@@ -23,7 +34,7 @@ pub enum LayoutError {
 
 impl CachingAllocator {
     /// Loads a device's segments (non-expandable ones and mapped expandable ranges).
-    /// `mapped_later` lists (stream, address, size) of pages mapped after this state. The
+    /// `mapped_later` lists the pages mapped after this state. The
     /// address range each expandable segment reserved is not in a snapshot; it is inferred:
     /// it starts at the lowest of its later maps below its first mapped byte, above the
     /// segments and other segments' later maps below it; it ends before the next segment,
@@ -33,7 +44,7 @@ impl CachingAllocator {
     pub fn load_layout(
         &mut self,
         segments: &[Segment],
-        mapped_later: &[(u64, u64, u64)],
+        mapped_later: &[LaterMap],
     ) -> Result<(), LayoutError> {
         let mut starts: Vec<u64> = segments.iter().map(|s| s.address).collect();
         starts.sort_unstable();
@@ -63,39 +74,42 @@ impl CachingAllocator {
             };
             let pool = self.pool_ref(first.pool, first.pool_id);
             let page = page_size(pool.kind, &self.config);
-            // Maps of this pool: page multiples of this stream. Maps of other segments in the
-            // trace bound this one's address range as segments do, below and above.
-            let ours = |s: u64, size: u64| {
-                s == stream
-                    && size.is_multiple_of(page)
+            // Maps of this pool: page multiples of this stream and pool id. Maps of other
+            // segments in the trace bound this one's address range as segments do, below and
+            // above.
+            let pool_id = first.pool_id;
+            let ours = |m: &LaterMap| {
+                m.stream == stream
+                    && m.pool_id == pool_id
+                    && m.size.is_multiple_of(page)
                     && (pool.kind == PoolKind::Large
-                        || !size.is_multiple_of(self.config.large_segment_size))
+                        || !m.size.is_multiple_of(self.config.large_segment_size))
             };
-            let others = || mapped_later.iter().filter(|&&(s, _, size)| !ours(s, size));
+            let others = || mapped_later.iter().filter(|m| !ours(m));
             let floor = segments
                 .iter()
                 .map(|s| (s.address, s.total_size))
-                .chain(others().map(|&(_, a, size)| (a, size)))
+                .chain(others().map(|m| (m.addr, m.size)))
                 .map(|(a, size)| a + size)
                 .filter(|&end| end <= first.address)
                 .max()
                 .unwrap_or(0);
             let mut base = mapped_later
                 .iter()
-                .filter(|&&(s, a, size)| {
-                    ours(s, size)
-                        && a >= floor
-                        && a < first.address
-                        && (first.address - a) % page == 0
+                .filter(|m| {
+                    ours(m)
+                        && m.addr >= floor
+                        && m.addr < first.address
+                        && (first.address - m.addr) % page == 0
                 })
-                .map(|&(_, a, _)| a)
+                .map(|m| m.addr)
                 .min()
                 .unwrap_or(first.address);
             let last_end = last.address + last.total_size;
             let limit = starts
                 .iter()
                 .copied()
-                .chain(others().map(|&(_, a, _)| a))
+                .chain(others().map(|m| m.addr))
                 .filter(|&a| a >= last_end)
                 .chain(self.driver.start_from(last_end))
                 .min()

@@ -11,6 +11,7 @@ use super::capacity::{capacity_bracket, Bracket};
 use super::early_free::{with_early_frees, EarlyFree};
 use super::engine::{Engine, Op};
 use super::initial::state_before;
+use super::layout::LaterMap;
 use super::plan::plan_and_validate;
 use super::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::validation::same_layout;
@@ -126,8 +127,8 @@ pub struct Prepared {
     /// replayed, and every setting gives the same result.
     pub replayed_requests: usize,
     initial: Vec<Segment>,
-    /// (stream, address, size) of every `segment_map` in the trace.
-    mapped_later: Vec<(u64, u64, u64)>,
+    /// Every `segment_map` in the trace.
+    mapped_later: Vec<LaterMap>,
     ops: Vec<Op>,
     pub capacity: Option<u64>,
     pub capacity_source: CapacitySource,
@@ -179,18 +180,38 @@ pub fn prepare(
 ) -> Prepared {
     let mut issues = Vec::new();
     let stream_of = |e: &TraceEntry| trace.stream(e);
+    let pool_of = |e: &TraceEntry| trace.pool(e);
     let (mut initial, ambiguous) = state_before(
         trace.entries,
         &stream_of,
+        &pool_of,
         &trace.segments,
         recorded,
         &mut issues,
     );
-    let mapped_later: Vec<(u64, u64, u64)> = trace
+    let mapped_later: Vec<LaterMap> = trace
         .entries
         .iter()
         .filter(|e| e.action == Action::SegmentMap)
-        .filter_map(|e| Some((trace.stream(e), e.addr()?, e.size)))
+        .filter_map(|e| {
+            let addr = e.addr()?;
+            let pool_id = trace
+                .pool(e)
+                .or_else(|| {
+                    trace
+                        .segments
+                        .iter()
+                        .find(|s| s.address <= addr && addr - s.address < s.total_size)
+                        .map(|s| s.pool_id)
+                })
+                .unwrap_or((0, 0));
+            Some(LaterMap {
+                stream: trace.stream(e),
+                addr,
+                size: e.size,
+                pool_id,
+            })
+        })
         .collect();
     let mut attempt = Attempt::run(trace, recorded, capacity, &initial, &mapped_later);
     // Rule 5's "absorb a sliver found later": where the first mismatch shows that a block
@@ -243,10 +264,7 @@ pub fn prepare(
             );
         }
     }
-    let pools_unrecorded = trace
-        .entries
-        .iter()
-        .any(|e| e.pool.is_none() && matches!(e.action, Action::Alloc | Action::Oom));
+    let pools_unrecorded = trace.entries.iter().all(|e| e.pool.is_none());
     if pools_unrecorded && trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
@@ -298,7 +316,7 @@ impl Attempt {
         recorded: &AllocatorConfig,
         capacity: Option<u64>,
         initial: &[Segment],
-        mapped_later: &[(u64, u64, u64)],
+        mapped_later: &[LaterMap],
     ) -> Attempt {
         let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
         let mut empty_cache_bursts = FxHashSet::default();

@@ -835,8 +835,8 @@ mod expandable_windows {
 }
 
 mod generated {
-    //! Property: any program run through the model as "the real allocator" replays with
-    //! every decision reproduced, from its start and (default settings, max_split_size) from
+    //! Property: any program run through the model as "the real allocator" (default pool and a
+    //! graph's private pool) replays with every decision reproduced, from its start and (default settings, max_split_size) from
     //! any call of the program on, the state before the window rebuilt from the final one.
     //! Windows of expandable-segment traces replay exactly or explain their first mismatch:
     //! the address range reserved for a segment is not in a snapshot, and the part of it
@@ -849,6 +849,8 @@ mod generated {
     #[derive(Clone, Debug)]
     enum Step {
         Malloc(u64, bool),
+        /// A request of a graph's private pool (stream 0).
+        MallocGraph(u64),
         Free(usize),
         FreeCrossStream(usize),
         Complete(usize),
@@ -859,6 +861,7 @@ mod generated {
         prop_oneof![
             4 => (1u64..40 * MIB, any::<bool>()).prop_map(|(s, t)| Step::Malloc(s, t)),
             2 => (1u64..2 * MIB, any::<bool>()).prop_map(|(s, t)| Step::Malloc(s, t)),
+            1 => (1u64..30 * MIB).prop_map(Step::MallocGraph),
             4 => any::<usize>().prop_map(Step::Free),
             1 => any::<usize>().prop_map(Step::FreeCrossStream),
             1 => any::<usize>().prop_map(Step::Complete),
@@ -876,6 +879,11 @@ mod generated {
             match *s {
                 Step::Malloc(size, other) => {
                     if let Ok(addr) = a.malloc(size, if other { 0x2000 } else { 0 }) {
+                        live.push(addr);
+                    }
+                }
+                Step::MallocGraph(size) => {
+                    if let Ok(addr) = a.malloc_in(size, 0, (1, 2)) {
                         live.push(addr);
                     }
                 }
