@@ -23,7 +23,7 @@ pub(super) fn is_growth(a: Action) -> bool {
 
 /// Walks the trace, turning it into requests, applying each to the model and comparing the
 /// model's entries with the recorded ones.
-/// Also returns the index of the first release of every burst it took for `empty_cache()`.
+/// Also returns the indices of the releases it took for `empty_cache()` calls.
 pub(super) fn plan_and_validate(
     trace: &DeviceTrace<'_>,
     engine: &mut Engine,
@@ -147,6 +147,31 @@ pub(super) fn plan_and_validate(
                             ));
                     candidate && retry_reproduces(&engine.model, trace, lone_end, j, private)
                 });
+                // An empty_cache() right before a request whose own retry releases more (a
+                // private pool's blocks, which empty_cache() leaves): the burst splits where
+                // the model's empty_cache() stops.
+                let split = match request {
+                    Some((j, _)) if has_burst && !retry && completions.is_empty() => {
+                        empty_cache_then_retry(
+                            &engine.model,
+                            trace,
+                            lone_end,
+                            burst_end,
+                            j,
+                            private,
+                        )
+                    }
+                    _ => None,
+                };
+                if let Some(s) = split {
+                    empty_cache_bursts
+                        .extend((lone_end..s).filter(|&k| is_burst(entries[k].action)));
+                    step(Op::EmptyCache, engine, &mut ops);
+                    compare(entries, group_start, s, engine.model.events(), validation);
+                    i = s;
+                    group_start = s;
+                    continue;
+                }
                 if !has_burst && !retry {
                     for (j, addr) in completions {
                         step(Op::FreeCompleted { entry: j, addr }, engine, &mut ops);
@@ -171,7 +196,8 @@ pub(super) fn plan_and_validate(
                     i = burst_end;
                     continue;
                 }
-                empty_cache_bursts.insert(lone_end);
+                empty_cache_bursts
+                    .extend((lone_end..burst_end).filter(|&k| is_burst(entries[k].action)));
                 step(Op::EmptyCache, engine, &mut ops);
                 compare(
                     entries,
@@ -229,9 +255,9 @@ pub(super) fn request_pool(
 /// With expandable segments, a request that fails may have reserved a new address range that
 /// it could not map; the range stays reserved, and the record shows it only when the first map
 /// into it comes, at its base. That is the first later `segment_map` of the request's stream
-/// and pool (small requests map 2 MiB pages, large ones whole large pages): offered as the
-/// address of the range the failing request reserves. Where the map falls in a range already
-/// reserved, the driver refuses the offer.
+/// and pool (small requests map 2 MiB pages, large ones whole large pages; a private pool's
+/// maps are its own): offered as the address of the range the failing request reserves. Where
+/// the map falls in a range already reserved, the driver refuses the offer.
 fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) -> Option<u64> {
     if !config.expandable_segments {
         return None;
@@ -239,14 +265,49 @@ fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) 
     let e = &trace.entries[i];
     let stream = trace.stream(e);
     let small = e.size <= SMALL_SIZE;
+    let pool = trace.pool(e).unwrap_or((0, 0));
     trace.entries[i + 1..]
         .iter()
         .find(|m| {
             m.action == Action::SegmentMap
                 && trace.stream(m) == stream
                 && m.size.is_multiple_of(config.large_segment_size) != small
+                && trace.map_pool(m) == pool
         })
         .and_then(TraceEntry::addr)
+}
+
+/// Where the releases of `entries[from..to]` stop being the model's `empty_cache()` (a proper
+/// prefix) and become the retry of the request at `entries[request]`, when they do.
+fn empty_cache_then_retry(
+    model: &CachingAllocator,
+    trace: &DeviceTrace<'_>,
+    from: usize,
+    to: usize,
+    request: usize,
+    private: bool,
+) -> Option<usize> {
+    let mut copy = model.clone();
+    copy.clear_events();
+    copy.set_recording(true);
+    copy.empty_cache();
+    let view = |e: &TraceEntry| (e.action, e.addr(), e.size);
+    let released: Vec<_> = copy
+        .events()
+        .iter()
+        .filter(|e| is_burst(e.action))
+        .map(view)
+        .collect();
+    let recorded: Vec<usize> = (from..to)
+        .filter(|&k| is_burst(trace.entries[k].action))
+        .collect();
+    let &s = recorded.get(released.len())?;
+    let prefix = released
+        .iter()
+        .zip(&recorded)
+        .all(|(r, &k)| *r == view(&trace.entries[k]));
+    (!released.is_empty() && prefix && retry_reproduces(&copy, trace, s, request, private))
+        .then_some(s)
 }
 
 /// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free

@@ -64,6 +64,20 @@ impl<'a> DeviceTrace<'a> {
         e.pool
             .map(|p| self.pools.get(p.0 as usize).copied().unwrap_or((0, 0)))
     }
+
+    /// The pool of a `segment_map`: recorded, else that of the snapshot's segment it lies in,
+    /// else the default pool.
+    pub(super) fn map_pool(&self, e: &TraceEntry) -> (i64, i64) {
+        self.pool(e)
+            .or_else(|| {
+                let addr = e.addr()?;
+                self.segments
+                    .iter()
+                    .find(|s| s.address <= addr && addr - s.address < s.total_size)
+                    .map(|s| s.pool_id)
+            })
+            .unwrap_or((0, 0))
+    }
 }
 
 /// The moment reserved memory peaked (its first), and the state then: what was allocated
@@ -194,22 +208,11 @@ pub fn prepare(
         .iter()
         .filter(|e| e.action == Action::SegmentMap)
         .filter_map(|e| {
-            let addr = e.addr()?;
-            let pool_id = trace
-                .pool(e)
-                .or_else(|| {
-                    trace
-                        .segments
-                        .iter()
-                        .find(|s| s.address <= addr && addr - s.address < s.total_size)
-                        .map(|s| s.pool_id)
-                })
-                .unwrap_or((0, 0));
             Some(LaterMap {
                 stream: trace.stream(e),
-                addr,
+                addr: e.addr()?,
                 size: e.size,
-                pool_id,
+                pool_id: trace.map_pool(e),
             })
         })
         .collect();
