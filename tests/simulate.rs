@@ -547,3 +547,19 @@ fn a_collector_threshold_without_a_fraction_is_warned_about() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stderr(&out).contains("garbage_collection_threshold"));
 }
+
+#[test]
+fn a_pool_id_that_is_not_a_pair_is_one_line_and_exit_2() {
+    let mut bad = entry("alloc", BASE, 512);
+    bad["pool_id"] = json!("graph");
+    let path = snapshot_file("bad-pool-id", vec![bad], Vec::new());
+    let out = memprof(&["simulate", &path.display().to_string(), "--validate"]);
+    std::fs::remove_file(&path).ok();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("device_traces[0][0]: 'pool_id' is not a pair of integers"),
+        "{err}"
+    );
+}

@@ -1,6 +1,6 @@
 //! The timeline: every device's trace entries in order, with the tables they point into.
 
-use super::event::{ExtraId, PoolIndex, StreamIndex, TraceEntry};
+use super::event::{ExtraId, StreamIndex, TraceEntry};
 use std::ops::Range;
 
 /// Rare per-entry metadata of newer PyTorch versions; absent on almost every entry.
@@ -65,12 +65,7 @@ impl Timeline {
         &self.extras[id.0.get() as usize - 1]
     }
 
-    /// The `pool_id` of an index.
-    pub fn pool(&self, index: PoolIndex) -> (i64, i64) {
-        self.pools.get(index.0 as usize).copied().unwrap_or((0, 0))
-    }
-
-    /// The `pool_id` table entries point into (empty when no entry records one).
+    /// The `pool_id` of each `PoolIndex` entries hold (empty when no entry records one).
     pub fn pools(&self) -> &[(i64, i64)] {
         &self.pools
     }
