@@ -73,6 +73,7 @@ fn bench(c: &mut Criterion) {
             device: 0,
             entries: &entries,
             streams,
+            pools: Vec::new(),
             segments,
         };
         let prepared = replay::prepare(&trace, &recorded, None);

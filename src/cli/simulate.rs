@@ -1,5 +1,6 @@
 //! `memprof simulate FILE`: replays a snapshot's trace through the caching-allocator model,
-//! validates it against the record (`--validate`) or reports what other settings would do.
+//! validates it against the record (`--validate`, exit 1 when a decision differs) or reports
+//! what other settings would do.
 
 use super::input::load_snapshot;
 use super::Outcome;
@@ -39,11 +40,16 @@ pub struct SimulateArgs {
 
 pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
     let capacity = match &args.capacity {
-        Some(text) => Some(
-            text.parse::<Bytes>()
+        Some(text) => {
+            let bytes = text
+                .parse::<Bytes>()
                 .map_err(|e| anyhow!("--capacity: {e}"))?
-                .0,
-        ),
+                .0;
+            if bytes == 0 {
+                bail!("--capacity: a device of 0 bytes holds nothing; give its memory, e.g. 80GiB");
+            }
+            Some(bytes)
+        }
         None => None,
     };
     let given = match &args.alloc_conf {
@@ -58,6 +64,24 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
     }
     if args.validate && (given.is_some() || args.sweep) {
         bail!("--validate replays the recorded settings; drop --alloc-conf and --sweep");
+    }
+    if let Some(c) = &given {
+        if c.garbage_collection_threshold.is_some() {
+            if c.per_process_memory_fraction.is_none() {
+                eprintln!(
+                    "memprof: warning: --alloc-conf: garbage_collection_threshold does nothing \
+                     without a per-process memory fraction (per_process_memory_fraction here, or \
+                     torch.cuda.set_per_process_memory_fraction in the program): PyTorch never \
+                     runs the collector then, and neither does this replay"
+                );
+            } else if capacity.is_none() {
+                eprintln!(
+                    "memprof: warning: --alloc-conf: garbage_collection_threshold acts on a \
+                     fraction of the device memory, which this replay knows only from --capacity \
+                     or a trace with an OOM retry; where it does not, the collector does not run"
+                );
+            }
+        }
     }
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, !args.json).with_context(|| shown.clone())?;
@@ -98,14 +122,18 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
             stdout.write_all(report.text().as_bytes())?;
         }
         stdout.flush()?;
-        return Ok(Outcome::Ok);
+        return Ok(if report.reproduced() {
+            Outcome::Ok
+        } else {
+            Outcome::Finding
+        });
     }
     let recorded_run = Run {
         alloc_conf: recorded.to_conf_string(),
         source: RunSource::Recorded,
         devices: prepared
             .iter()
-            .map(|p| RunDevice::new(p.device, &p.recorded_run, p.capacity))
+            .map(|p| RunDevice::new(p, &p.recorded_run, p.capacity))
             .collect(),
     };
     let recorded_peak = recorded_run.peak_reserved();
@@ -114,15 +142,18 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
         source,
         devices: prepared
             .iter()
-            .map(|p| RunDevice::new(p.device, &replay::run(p, config, p.capacity), p.capacity))
+            .map(|p| RunDevice::new(p, &replay::run(p, config, p.capacity), p.capacity))
             .collect(),
     };
+    // Without a request on any device every setting gives the state the snapshot shows: the
+    // recorded run alone says so.
+    let replayed = prepared.iter().any(|p| p.replayed_requests > 0);
     let mut runs = Vec::new();
-    if let Some(config) = &given {
+    if let Some(config) = given.as_ref().filter(|_| replayed) {
         runs.push(replay_with(config, RunSource::Given));
     }
     runs.push(recorded_run);
-    if args.sweep {
+    if args.sweep && replayed {
         let known = prepared.iter().all(|p| p.capacity.is_some());
         let mut skip = vec![&recorded];
         skip.extend(given.as_ref());

@@ -81,6 +81,11 @@ pub struct StackId(pub NonZeroU32);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StreamIndex(pub u16);
 
+/// Index of an interned private-pool id in a `Timeline` (the `pool_id` pair newer PyTorch
+/// writes on trace entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolIndex(pub u16);
+
 /// Index of rare per-entry metadata (compile context, user metadata, forward frames).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ExtraId(pub NonZeroU32);
@@ -97,6 +102,8 @@ pub struct TraceEntry {
     pub stack: Option<StackId>,
     pub extra: Option<ExtraId>,
     pub stream: StreamIndex,
+    /// The entry's `pool_id`, when the trace records one (PyTorch after 2.11).
+    pub pool: Option<PoolIndex>,
     pub action: Action,
     flags: u8,
 }
@@ -114,6 +121,7 @@ impl TraceEntry {
             stack: None,
             extra: None,
             stream,
+            pool: None,
             action,
             flags: if addr.is_some() { HAS_ADDR } else { 0 },
         }

@@ -12,7 +12,7 @@ mod state;
 mod timeline;
 mod units;
 
-pub use event::{Action, ExtraId, StackId, StreamIndex, TraceEntry};
+pub use event::{Action, ExtraId, PoolIndex, StackId, StreamIndex, TraceEntry};
 pub use frames::FrameKind;
 pub use layout::{Block, BlockState, PoolKind, Segment};
 pub use ranges::{fits_address_space, ranges_before, RangeRules, SegmentRange};

@@ -21,6 +21,8 @@ pub struct Timeline {
     devices: Vec<Range<usize>>,
     streams: Vec<u64>,
     extras: Vec<EntryExtra>,
+    /// `pool_id` of each `PoolIndex`.
+    pools: Vec<(i64, i64)>,
 }
 
 impl Timeline {
@@ -32,6 +34,7 @@ impl Timeline {
             devices,
             streams: vec![0],
             extras: Vec::new(),
+            pools: Vec::new(),
         }
     }
 
@@ -60,6 +63,16 @@ impl Timeline {
     /// The metadata of an entry that has some.
     pub fn extra(&self, id: ExtraId) -> &EntryExtra {
         &self.extras[id.0.get() as usize - 1]
+    }
+
+    /// The `pool_id` of each `PoolIndex` entries hold (empty when no entry records one).
+    pub fn pools(&self) -> &[(i64, i64)] {
+        &self.pools
+    }
+
+    /// Replaces the `pool_id` table.
+    pub fn set_pools(&mut self, pools: Vec<(i64, i64)>) {
+        self.pools = pools;
     }
 
     /// Replaces the stream and extra tables (when entries were built elsewhere).

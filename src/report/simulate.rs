@@ -1,5 +1,6 @@
-//! The `simulate` reports (`design/CLI.md`): the `--validate` document, the what-if runs
-//! document, and their human text.
+//! The `simulate` reports (`design/CLI.md`, `docs/json/simulate.md`): the `--validate`
+//! document, the what-if runs document, and their human text. A device whose trace holds
+//! nothing to replay says so and why, instead of reporting agreement on nothing.
 
 use super::analyze_json::{Tool, SCHEMA_VERSION};
 use crate::model::{Bytes, ReplayIssue};
@@ -13,6 +14,10 @@ use std::fmt::Write;
 #[derive(Debug, Serialize)]
 pub struct ValidateDevice {
     pub device: u32,
+    /// Trace entries of the device (0: nothing was replayed).
+    pub replayed_entries: usize,
+    /// Of those, `alloc` and `oom` entries (requests to the allocator).
+    pub replayed_requests: usize,
     pub alloc_events: u64,
     pub alloc_address_matches: u64,
     pub segment_alloc_events: u64,
@@ -39,6 +44,8 @@ impl ValidateDevice {
         let v = &p.validation;
         ValidateDevice {
             device: p.device,
+            replayed_entries: p.replayed_entries,
+            replayed_requests: p.replayed_requests,
             alloc_events: v.alloc.events,
             alloc_address_matches: v.alloc.matches,
             segment_alloc_events: v.segment_alloc.events,
@@ -59,6 +66,32 @@ impl ValidateDevice {
             capacity_source: p.capacity_source,
             warnings: warnings(p.issues.iter().chain(&p.recorded_run.issues)),
         }
+    }
+}
+
+impl ValidateDevice {
+    /// Recorded decisions compared (allocs, segment changes, OOMs).
+    pub fn decisions(&self) -> u64 {
+        self.alloc_events
+            + self.segment_alloc_events
+            + self.segment_free_events
+            + self.segment_map_events
+            + self.segment_unmap_events
+            + self.oom_events
+    }
+
+    /// Whether every compared decision was the model's too.
+    pub fn reproduced(&self) -> bool {
+        self.first_mismatch.is_none()
+    }
+}
+
+/// Why a device's trace gave nothing to replay, in words.
+fn nothing_to_replay(entries: usize, what: &str) -> String {
+    match entries {
+        0 => "its trace is empty (memory history was not being recorded)".to_string(),
+        1 => format!("its one trace entry is not {what}"),
+        n => format!("none of its {n} trace entries is {what}"),
     }
 }
 
@@ -91,9 +124,27 @@ impl ValidateReport {
         }
     }
 
+    /// Whether every compared decision on every device was the model's too.
+    pub fn reproduced(&self) -> bool {
+        self.validate.devices.iter().all(ValidateDevice::reproduced)
+    }
+
     pub fn text(&self) -> String {
         let mut out = String::new();
+        if self.validate.devices.is_empty() {
+            out.push_str(NO_DEVICE);
+        }
         for d in &self.validate.devices {
+            if d.decisions() == 0 {
+                let _ = writeln!(
+                    out,
+                    "device {}: nothing to validate: {}; reserved {} as the snapshot shows",
+                    d.device,
+                    nothing_to_replay(d.replayed_entries, "an alloc, segment or oom entry"),
+                    Bytes(d.recorded_peak_reserved_bytes),
+                );
+                continue;
+            }
             let pair = |m: u64, e: u64| format!("{m}/{e}");
             let _ = writeln!(
                 out,
@@ -143,10 +194,19 @@ fn view(e: Option<&crate::sim::replay::EntryView>) -> String {
     }
 }
 
+/// What `--validate` and the runs say for a snapshot without any device.
+const NO_DEVICE: &str =
+    "nothing to replay: the snapshot has no segments and no trace entries on any device\n";
+
 /// One device of one run.
 #[derive(Debug, Serialize)]
 pub struct RunDevice {
     pub device: u32,
+    /// Trace entries of the device (0: nothing was replayed).
+    pub replayed_entries: usize,
+    /// Of those, `alloc` and `oom` entries: 0 means every setting leaves the state as the
+    /// snapshot shows it.
+    pub replayed_requests: usize,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
     pub fragmentation_at_peak: FragmentationAtPeak,
@@ -156,9 +216,12 @@ pub struct RunDevice {
 }
 
 impl RunDevice {
-    pub fn new(device: u32, r: &RunResult, capacity: Option<u64>) -> RunDevice {
+    /// The run `r` of the requests of `p`.
+    pub fn new(p: &Prepared, r: &RunResult, capacity: Option<u64>) -> RunDevice {
         RunDevice {
-            device,
+            device: p.device,
+            replayed_entries: p.replayed_entries,
+            replayed_requests: p.replayed_requests,
             peak_reserved_bytes: r.peak_reserved_bytes,
             peak_allocated_bytes: r.peak_allocated_bytes,
             fragmentation_at_peak: r.fragmentation_at_peak.clone(),
@@ -178,6 +241,17 @@ pub enum RunSource {
     Sweep,
 }
 
+impl RunSource {
+    /// The word the text shows.
+    fn word(self) -> &'static str {
+        match self {
+            RunSource::Recorded => "recorded",
+            RunSource::Given => "given",
+            RunSource::Sweep => "sweep",
+        }
+    }
+}
+
 /// One setting's replay on every device.
 #[derive(Debug, Serialize)]
 pub struct Run {
@@ -194,6 +268,32 @@ impl Run {
 
     pub fn has_oom(&self) -> bool {
         self.devices.iter().any(|d| d.oom.is_some())
+    }
+
+    /// The first OOM: (device, entry) of the earliest entry that ran out of memory.
+    fn first_oom(&self) -> Option<(u32, usize)> {
+        self.devices
+            .iter()
+            .filter_map(|d| Some((d.device, d.oom.as_ref()?.entry_index)))
+            .min_by_key(|&(_, entry)| entry)
+    }
+
+    /// The settings as a reader would name them.
+    fn name(&self) -> String {
+        match (self.alloc_conf.is_empty(), self.source) {
+            (true, RunSource::Recorded) => "the recorded settings (the defaults)".into(),
+            (true, _) => "the default settings".into(),
+            (false, RunSource::Recorded) => format!("the recorded settings ({})", self.alloc_conf),
+            (false, _) => self.alloc_conf.clone(),
+        }
+    }
+}
+
+/// Where a run's first OOM is, in words (the device named when there are several).
+fn oom_at((device, entry): (u32, usize), devices: usize) -> String {
+    match devices {
+        1 => format!("entry {entry}"),
+        _ => format!("entry {entry} of device {device}"),
     }
 }
 
@@ -213,18 +313,61 @@ impl RunsReport {
         }
     }
 
+    /// Whether some device replayed a request: otherwise every setting gives the state the
+    /// snapshot shows, and there is nothing to compare.
+    pub fn replayed_any(&self) -> bool {
+        self.runs
+            .iter()
+            .flat_map(|r| &r.devices)
+            .any(|d| d.replayed_requests > 0)
+    }
+
     /// One block per run; with several runs, a last line naming the best against
-    /// `recorded_peak` (the recorded settings' total peak reserved).
+    /// `recorded_peak` (the recorded settings' total peak reserved), or saying that every
+    /// setting runs out of memory and what the recorded one gets against the defaults.
     pub fn text(&self, recorded_peak: u64) -> String {
         let mut out = String::new();
+        let Some(first) = self.runs.first() else {
+            return out;
+        };
+        if first.devices.is_empty() {
+            out.push_str(NO_DEVICE);
+            return out;
+        }
+        if !self.replayed_any() {
+            for d in &first.devices {
+                let _ = writeln!(
+                    out,
+                    "device {}: nothing replayed: {}; reserved {}, {} allocated, as the snapshot shows",
+                    d.device,
+                    nothing_to_replay(d.replayed_entries, "an alloc or an oom"),
+                    Bytes(d.peak_reserved_bytes),
+                    Bytes(d.fragmentation_at_peak.allocated_bytes),
+                );
+            }
+            out.push_str(
+                "no allocation to replay, so no setting would change anything; nothing compared\n",
+            );
+            return out;
+        }
         for run in &self.runs {
             let conf = if run.alloc_conf.is_empty() {
                 "(defaults)"
             } else {
                 &run.alloc_conf
             };
-            let _ = writeln!(out, "{conf} [{:?}]", run.source);
+            let _ = writeln!(out, "{conf} [{}]", run.source.word());
             for d in &run.devices {
+                if d.replayed_requests == 0 {
+                    let _ = writeln!(
+                        out,
+                        "  device {}: nothing replayed: {}; reserved {} as the snapshot shows",
+                        d.device,
+                        nothing_to_replay(d.replayed_entries, "an alloc or an oom"),
+                        Bytes(d.peak_reserved_bytes),
+                    );
+                    continue;
+                }
                 let oom = match &d.oom {
                     None => "no OOM".to_string(),
                     Some(o) => format!(
@@ -235,12 +378,16 @@ impl RunsReport {
                     ),
                 };
                 let f = &d.fragmentation_at_peak;
+                let at = match f.entry_index {
+                    Some(i) => format!("at entry {i}"),
+                    None => "before the first entry".to_string(),
+                };
                 let _ = writeln!(
                     out,
-                    "  device {}: peak reserved {}, peak allocated {}, at peak {} free in cache (largest block {}), {}",
+                    "  device {}: peak reserved {} {at}, with {} allocated and {} free in cache (largest free block {}); {}",
                     d.device,
                     Bytes(d.peak_reserved_bytes),
-                    Bytes(d.peak_allocated_bytes),
+                    Bytes(f.allocated_bytes),
                     Bytes(f.external_bytes),
                     Bytes(f.largest_free_block_bytes),
                     oom
@@ -248,30 +395,103 @@ impl RunsReport {
             }
         }
         if self.runs.len() > 1 {
-            if let Some(best) = self.best() {
-                let peak = best.peak_reserved();
-                let conf = if best.alloc_conf.is_empty() {
-                    "the default settings"
-                } else {
-                    &best.alloc_conf
-                };
-                let _ = if peak < recorded_peak {
-                    let saved = recorded_peak - peak;
-                    writeln!(
-                        out,
-                        "best: {conf} saves {} of peak reserved ({:.1}%) against the recorded settings",
-                        Bytes(saved),
-                        saved as f64 * 100.0 / recorded_peak.max(1) as f64
-                    )
-                } else {
-                    writeln!(
-                        out,
-                        "best: the recorded settings; no setting tried lowers peak reserved"
-                    )
-                };
-            }
+            let line = match self.best() {
+                Some(best) => self.best_line(best, recorded_peak),
+                None => self.all_oom_line(),
+            };
+            out.push_str(&line);
+            out.push('\n');
         }
         out
+    }
+
+    fn recorded(&self) -> Option<&Run> {
+        self.runs.iter().find(|r| r.source == RunSource::Recorded)
+    }
+
+    /// The best run against the recorded settings.
+    fn best_line(&self, best: &Run, recorded_peak: u64) -> String {
+        let peak = best.peak_reserved();
+        let conf = if best.alloc_conf.is_empty() {
+            "the default settings"
+        } else {
+            &best.alloc_conf
+        };
+        if let Some(at) = self.recorded().and_then(Run::first_oom) {
+            return format!(
+                "best: {conf} avoids the OOM the recorded settings run into at {}, with peak reserved {}",
+                oom_at(at, best.devices.len()),
+                Bytes(peak)
+            );
+        }
+        if peak < recorded_peak {
+            let saved = recorded_peak - peak;
+            format!(
+                "best: {conf} saves {} of peak reserved ({:.1}%) against the recorded settings",
+                Bytes(saved),
+                saved as f64 * 100.0 / recorded_peak.max(1) as f64
+            )
+        } else {
+            "best: the recorded settings; no setting tried lowers peak reserved".to_string()
+        }
+    }
+
+    /// Every run ran out of memory: how far the recorded settings get against the defaults,
+    /// and the furthest setting when it is another.
+    fn all_oom_line(&self) -> String {
+        let mut line = "every setting tried runs out of memory".to_string();
+        let Some(recorded) = self.recorded() else {
+            return line;
+        };
+        let Some(r_at) = recorded.first_oom() else {
+            return line;
+        };
+        let at = |a| oom_at(a, recorded.devices.len());
+        let defaults = self
+            .runs
+            .iter()
+            .find(|r| r.alloc_conf.is_empty() && r.source != RunSource::Recorded);
+        match defaults.and_then(|d| Some((d, d.first_oom()?))) {
+            _ if recorded.alloc_conf.is_empty() => {
+                let _ = write!(
+                    line,
+                    "; the recorded settings are the defaults, which run out at {}",
+                    at(r_at)
+                );
+            }
+            Some((_, d_at)) => {
+                let (r, d) = (r_at.1, d_at.1);
+                let how = match r.cmp(&d) {
+                    std::cmp::Ordering::Greater => {
+                        format!("get {} entries further than the defaults", r - d)
+                    }
+                    std::cmp::Ordering::Equal => {
+                        "run out at the same entry as the defaults".to_string()
+                    }
+                    std::cmp::Ordering::Less => {
+                        format!("run out {} entries sooner than the defaults", d - r)
+                    }
+                };
+                let places = if r_at == d_at {
+                    at(r_at)
+                } else {
+                    format!("{} against {}", at(r_at), at(d_at))
+                };
+                let _ = write!(line, "; {} {how} ({places})", recorded.name());
+            }
+            None => {
+                let _ = write!(line, "; {} run out at {}", recorded.name(), at(r_at));
+            }
+        }
+        let furthest = self
+            .runs
+            .iter()
+            .filter_map(|r| Some((r, r.first_oom()?)))
+            .max_by_key(|&(_, (_, entry))| entry);
+        if let Some((run, far)) = furthest.filter(|&(_, far)| far.1 > r_at.1) {
+            let _ = write!(line, "; the furthest is {}, to {}", run.name(), at(far));
+        }
+        line
     }
 
     /// The run without OOM with the lowest total peak reserved.

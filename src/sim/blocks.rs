@@ -1,6 +1,7 @@
 //! Blocks and pools of the allocator model: a slab of blocks linked to their neighbours
-//! inside a segment, and per pool the free set ordered by (stream, size, address) and the
-//! unmapped expandable blocks ordered by (stream, address).
+//! inside a segment, and per pool (small and large, of the default pool and of each private
+//! pool) the free set ordered by (stream, size, address) and the unmapped expandable blocks
+//! ordered by (stream, address).
 
 use crate::model::PoolKind;
 use std::collections::BTreeSet;
@@ -32,7 +33,7 @@ pub struct Block {
     pub stream: u64,
     pub prev: BlockId,
     pub next: BlockId,
-    pub pool: PoolKind,
+    pub pool: PoolRef,
     pub state: Use,
     /// Used by other streams (`record_stream`): its free waits for them.
     pub cross_stream: bool,
@@ -46,7 +47,7 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn new(addr: u64, size: u64, stream: u64, pool: PoolKind) -> Block {
+    pub fn new(addr: u64, size: u64, stream: u64, pool: PoolRef) -> Block {
         Block {
             addr,
             size,
@@ -138,10 +139,27 @@ impl std::ops::IndexMut<BlockId> for Slab {
     }
 }
 
-/// Index of a pool in the per-device pair.
-pub fn pool_index(pool: PoolKind) -> usize {
-    match pool {
-        PoolKind::Small => 0,
-        PoolKind::Large => 1,
+/// One block pool: small or large, of the default pool (`private` 0) or of a private pool
+/// (CUDA graph, `torch.cuda.MemPool`; `private` k is the k-th the allocator met). Blocks of one
+/// pool are never handed to requests of another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolRef {
+    pub kind: PoolKind,
+    pub private: u16,
+}
+
+impl PoolRef {
+    /// The default pool of this kind.
+    pub fn default_of(kind: PoolKind) -> PoolRef {
+        PoolRef { kind, private: 0 }
+    }
+
+    /// Index of the pool in the allocator's list: small then large, default pool first.
+    pub fn index(self) -> usize {
+        let kind = match self.kind {
+            PoolKind::Small => 0,
+            PoolKind::Large => 1,
+        };
+        self.private as usize * 2 + kind
     }
 }

@@ -1,16 +1,16 @@
-//! PyTorch's native CUDA caching allocator for one device (reference §1.5-1.8): `malloc`
-//! with its exact retry order, best fit with the oversize rules, splitting, free and merge,
-//! cross-stream (pending) frees. Releasing memory lives in `release.rs`, expandable segments
+//! PyTorch's native CUDA caching allocator for one device (reference §1.5-1.8, §1.14):
+//! `malloc` with its exact retry order, best fit with the oversize rules, splitting, free and
+//! merge, cross-stream (pending) frees, private pools kept apart from the default one. Releasing memory lives in `release.rs`, expandable segments
 //! in `expandable.rs`. Every decision is emitted as a model `TraceEntry`, in the order
 //! PyTorch records it.
 
 use super::alloc_conf::AllocatorConfig;
-use super::blocks::{pool_index, Block, BlockId, Pool, Slab, Use, NONE};
+use super::blocks::{Block, BlockId, Pool, PoolRef, Slab, Use, NONE};
 use super::driver::Driver;
 use super::rounding::{
     allocation_size, page_size, pool_for, round_size, round_up, MIN_BLOCK_SIZE, SMALL_SIZE,
 };
-use crate::model::{Action, Bytes, PoolKind, StreamIndex, TraceEntry};
+use crate::model::{Action, Bytes, PoolIndex, PoolKind, StreamIndex, TraceEntry};
 use rustc_hash::FxHashMap;
 
 /// Counters of `torch.cuda.memory_stats` that the model keeps.
@@ -65,7 +65,7 @@ pub(super) struct Request {
     pub size: u64,
     pub alloc_size: u64,
     pub stream: u64,
-    pub pool: PoolKind,
+    pub pool: PoolRef,
 }
 
 /// One expandable segment: a reserved address range mapped page by page.
@@ -82,7 +82,10 @@ pub struct CachingAllocator {
     pub(super) config: AllocatorConfig,
     pub(super) driver: Driver,
     pub(super) blocks: Slab,
-    pub(super) pools: [Pool; 2],
+    /// Small and large pool of the default pool, then of each private pool (`PoolRef::index`).
+    pub(super) pools: Vec<Pool>,
+    /// `pool_id` of private pool k + 1.
+    private_pools: Vec<(i64, i64)>,
     /// Allocated and pending-free blocks by address.
     pub(super) active: FxHashMap<u64, BlockId>,
     /// Pending frees, oldest first.
@@ -100,7 +103,8 @@ impl CachingAllocator {
             config,
             driver,
             blocks: Slab::default(),
-            pools: [Pool::default(), Pool::default()],
+            pools: vec![Pool::default(), Pool::default()],
+            private_pools: Vec::new(),
             active: FxHashMap::default(),
             pending: Vec::new(),
             expandable: Vec::new(),
@@ -150,7 +154,66 @@ impl CachingAllocator {
         &self.streams
     }
 
-    pub(super) fn emit(&mut self, action: Action, addr: u64, size: u64, stream: u64) {
+    /// The `pool_id`s behind the `PoolIndex`es of emitted entries (entries of the default pool
+    /// carry none).
+    pub fn pools(&self) -> &[(i64, i64)] {
+        &self.private_pools
+    }
+
+    /// The pool of `kind` that `pool_id` names, registered when new.
+    pub(super) fn pool_ref(&mut self, kind: PoolKind, pool_id: (i64, i64)) -> PoolRef {
+        if pool_id == (0, 0) {
+            return PoolRef::default_of(kind);
+        }
+        let k = match self.private_pools.iter().position(|&p| p == pool_id) {
+            Some(k) => k,
+            None => {
+                self.private_pools.push(pool_id);
+                self.pools.extend([Pool::default(), Pool::default()]);
+                self.private_pools.len() - 1
+            }
+        };
+        PoolRef {
+            kind,
+            private: u16::try_from(k + 1).unwrap_or(u16::MAX),
+        }
+    }
+
+    /// The `pool_id` of a pool.
+    pub(super) fn pool_id(&self, pool: PoolRef) -> (i64, i64) {
+        match pool.private {
+            0 => (0, 0),
+            k => self
+                .private_pools
+                .get(k as usize - 1)
+                .copied()
+                .unwrap_or((0, 0)),
+        }
+    }
+
+    /// The `pool_id` of the block that holds `addr`, if any: mapped blocks only, or also the
+    /// unmapped part of expandable ranges. A scan: only replays of traces with private pools
+    /// ask.
+    pub fn pool_id_at(&self, addr: u64, mapped_only: bool) -> Option<(i64, i64)> {
+        self.blocks
+            .iter()
+            .find(|(_, b)| (b.mapped || !mapped_only) && b.addr <= addr && addr - b.addr < b.size)
+            .map(|(_, b)| self.pool_id(b.pool))
+    }
+
+    /// Whether any private pool was met.
+    pub fn has_private_pools(&self) -> bool {
+        !self.private_pools.is_empty()
+    }
+
+    pub(super) fn emit(
+        &mut self,
+        action: Action,
+        addr: u64,
+        size: u64,
+        stream: u64,
+        pool: PoolRef,
+    ) {
         if !self.recording {
             return;
         }
@@ -162,18 +225,19 @@ impl CachingAllocator {
             }
         };
         let stream = StreamIndex(u16::try_from(index).unwrap_or(u16::MAX));
-        self.events
-            .push(TraceEntry::new(action, Some(addr), size, stream));
+        let mut entry = TraceEntry::new(action, Some(addr), size, stream);
+        entry.pool = pool.private.checked_sub(1).map(PoolIndex);
+        self.events.push(entry);
     }
 
-    pub(super) fn request(&self, orig: u64, stream: u64) -> Request {
+    pub(super) fn request(&mut self, orig: u64, stream: u64, pool_id: (i64, i64)) -> Request {
         let size = round_size(orig, &self.config);
         Request {
             orig,
             size,
             alloc_size: allocation_size(size, &self.config),
             stream,
-            pool: pool_for(size),
+            pool: self.pool_ref(pool_for(size), pool_id),
         }
     }
 
@@ -187,9 +251,21 @@ impl CachingAllocator {
         self.config.garbage_collection_threshold.is_some() && self.allowed_maximum().is_some()
     }
 
-    /// `malloc`: returns the block address, or the OOM after every retry failed.
+    /// `malloc` in the default pool.
     pub fn malloc(&mut self, orig: u64, stream: u64) -> Result<u64, OutOfMemory> {
-        let req = self.request(orig, stream);
+        self.malloc_in(orig, stream, (0, 0))
+    }
+
+    /// `malloc` in the pool `pool_id` names ((0, 0): the default pool; else a private pool, as
+    /// during CUDA graph capture or inside `torch.cuda.use_mem_pool`): returns the block
+    /// address, or the OOM after every retry failed.
+    pub fn malloc_in(
+        &mut self,
+        orig: u64,
+        stream: u64,
+        pool_id: (i64, i64),
+    ) -> Result<u64, OutOfMemory> {
+        let req = self.request(orig, stream, pool_id);
         let mut found = self.get_free_block(&req);
         if found.is_none() {
             if self.gc_enabled() {
@@ -212,11 +288,13 @@ impl CachingAllocator {
                 .map(|c| c.saturating_sub(self.driver.reserved));
             let index = self.streams.iter().position(|&s| s == stream).unwrap_or(0);
             if self.recording {
-                self.events.push(TraceEntry::oom(
+                let mut entry = TraceEntry::oom(
                     req.size,
                     device_free,
                     StreamIndex(u16::try_from(index).unwrap_or(u16::MAX)),
-                ));
+                );
+                entry.pool = req.pool.private.checked_sub(1).map(PoolIndex);
+                self.events.push(entry);
             }
             return Err(OutOfMemory {
                 size: req.size,
@@ -231,9 +309,29 @@ impl CachingAllocator {
     /// Whether `malloc` would release cached memory itself now (no side effects): best fit
     /// fails, and either the garbage collector would run or the driver has no room for a
     /// new segment, so an OOM retry follows.
-    pub fn would_release(&self, orig: u64, stream: u64) -> bool {
-        let req = self.request(orig, stream);
-        if self.best_fit(&req).is_some() {
+    pub fn would_release(&self, orig: u64, stream: u64, pool_id: (i64, i64)) -> bool {
+        let size = round_size(orig, &self.config);
+        let kind = pool_for(size);
+        // A private pool not met yet has no free block.
+        let known = if pool_id == (0, 0) {
+            Some(PoolRef::default_of(kind))
+        } else {
+            self.private_pools
+                .iter()
+                .position(|&p| p == pool_id)
+                .map(|k| PoolRef {
+                    kind,
+                    private: u16::try_from(k + 1).unwrap_or(u16::MAX),
+                })
+        };
+        let req = Request {
+            orig,
+            size,
+            alloc_size: allocation_size(size, &self.config),
+            stream,
+            pool: known.unwrap_or(PoolRef::default_of(kind)),
+        };
+        if known.is_some() && self.best_fit(&req).is_some() {
             return false;
         }
         if let (Some(t), Some(max)) = (
@@ -248,7 +346,7 @@ impl CachingAllocator {
             .allowed_maximum()
             .is_none_or(|m| self.driver.reserved.saturating_add(req.alloc_size) <= m);
         let need = if self.config.expandable_segments {
-            round_up(req.size, page_size(req.pool, &self.config))
+            round_up(req.size, page_size(req.pool.kind, &self.config))
         } else {
             req.alloc_size
         };
@@ -258,16 +356,16 @@ impl CachingAllocator {
     /// `get_free_block`: the single best-fit candidate, removed from the pool.
     fn get_free_block(&mut self, req: &Request) -> Option<BlockId> {
         if self.gc_enabled() {
-            self.pools[pool_index(req.pool)].get_free_blocks_call_count += 1;
+            self.pools[req.pool.index()].get_free_blocks_call_count += 1;
         }
         let id = self.best_fit(req)?;
         let key = self.blocks[id].key(id);
-        self.pools[pool_index(req.pool)].free.remove(&key);
+        self.pools[req.pool.index()].free.remove(&key);
         Some(id)
     }
 
     fn best_fit(&self, req: &Request) -> Option<BlockId> {
-        let pool = &self.pools[pool_index(req.pool)];
+        let pool = &self.pools[req.pool.index()];
         let mut it = pool
             .free
             .range((req.stream, req.size, 0, 0)..)
@@ -328,7 +426,13 @@ impl CachingAllocator {
         let addr = self.driver.malloc(req.alloc_size)?;
         self.stats.num_device_alloc += 1;
         self.note_reserved();
-        self.emit(Action::SegmentAlloc, addr, req.alloc_size, req.stream);
+        self.emit(
+            Action::SegmentAlloc,
+            addr,
+            req.alloc_size,
+            req.stream,
+            req.pool,
+        );
         Some(
             self.blocks
                 .insert(Block::new(addr, req.alloc_size, req.stream, req.pool)),
@@ -345,7 +449,7 @@ impl CachingAllocator {
     fn should_split(&self, id: BlockId, size: u64) -> bool {
         let b = &self.blocks[id];
         let remaining = b.size - size;
-        if b.pool == PoolKind::Small || self.config.expandable_segments {
+        if b.pool.kind == PoolKind::Small || self.config.expandable_segments {
             remaining >= MIN_BLOCK_SIZE
         } else {
             self.config.max_split_size.is_none_or(|m| size < m) && remaining > SMALL_SIZE
@@ -375,7 +479,7 @@ impl CachingAllocator {
         let b = &mut self.blocks[id];
         b.state = Use::Allocated;
         b.requested = req.orig;
-        let (addr, size, stream) = (b.addr, b.size, b.stream);
+        let (addr, size, stream, pool) = (b.addr, b.size, b.stream, b.pool);
         self.stats.allocated_bytes += size;
         self.stats.active_bytes += size;
         self.stats.requested_bytes += req.orig;
@@ -383,13 +487,13 @@ impl CachingAllocator {
             self.stats.peak_allocated_bytes = self.stats.allocated_bytes;
         }
         self.active.insert(addr, id);
-        self.emit(Action::Alloc, addr, req.orig, stream);
+        self.emit(Action::Alloc, addr, req.orig, stream, pool);
         addr
     }
 
     /// Puts a block into its pool's free set (`insert_into_blocks`).
     pub(super) fn insert_free(&mut self, id: BlockId) {
-        let pi = pool_index(self.blocks[id].pool);
+        let pi = self.blocks[id].pool.index();
         self.blocks[id].gc_count_base = self.pools[pi].get_free_blocks_call_count;
         let key = self.blocks[id].key(id);
         self.pools[pi].free.insert(key);
@@ -420,9 +524,10 @@ impl CachingAllocator {
             return Err(FreeError::AlreadyFreed(addr));
         }
         b.state = Use::Pending;
-        let (size, requested, stream, cross) = (b.size, b.requested, b.stream, b.cross_stream);
+        let (size, requested, stream, cross, pool) =
+            (b.size, b.requested, b.stream, b.cross_stream, b.pool);
         self.stats.allocated_bytes -= size;
-        self.emit(Action::FreeRequested, addr, requested, stream);
+        self.emit(Action::FreeRequested, addr, requested, stream, pool);
         if cross {
             self.pending.push(id);
         } else {
@@ -457,8 +562,8 @@ impl CachingAllocator {
         let b = &mut self.blocks[id];
         b.state = Use::Free;
         b.cross_stream = false;
-        let (addr, size, requested, stream) = (b.addr, b.size, b.requested, b.stream);
-        self.emit(Action::FreeCompleted, addr, requested, stream);
+        let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested, b.stream, b.pool);
+        self.emit(Action::FreeCompleted, addr, requested, stream, pool);
         self.active.remove(&addr);
         self.stats.active_bytes -= size;
         self.stats.requested_bytes -= requested;
@@ -479,7 +584,7 @@ impl CachingAllocator {
             return 0;
         }
         let (s_addr, s_size, s_prev, s_next, s_mapped) = (s.addr, s.size, s.prev, s.next, s.mapped);
-        let pi = pool_index(s.pool);
+        let pi = s.pool.index();
         if s_mapped {
             let key = s.key(src);
             self.pools[pi].free.remove(&key);

@@ -17,24 +17,20 @@ pub(super) struct Bracket {
     pub(super) upper: Option<u64>,
 }
 
-/// Bursts starting at an index of `empty_cache_bursts` were not retries.
+/// The releases at the indices in `empty_cache_releases` were `empty_cache()` calls, not
+/// retries.
 pub(super) fn capacity_bracket(
     entries: &[TraceEntry],
     initial: u64,
     config: &AllocatorConfig,
-    empty_cache_bursts: &FxHashSet<usize>,
+    empty_cache_releases: &FxHashSet<usize>,
 ) -> Bracket {
     let mut reserved = initial;
     let mut lower = initial;
     let mut uppers = Vec::new();
     let mut burst_from: Option<u64> = None;
-    let (mut in_burst, mut skipping) = (false, false);
     for (i, e) in entries.iter().enumerate() {
-        if is_burst(e.action) && !in_burst {
-            skipping = empty_cache_bursts.contains(&i);
-        }
-        in_burst = is_burst(e.action);
-        if in_burst && skipping {
+        if is_burst(e.action) && empty_cache_releases.contains(&i) {
             burst_from = None;
             reserved = reserved.saturating_sub(e.size);
             continue;

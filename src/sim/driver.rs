@@ -39,6 +39,22 @@ impl Driver {
         self.hint = hint;
     }
 
+    /// The hinted address of the next new address range (an expandable segment's base).
+    pub fn hinted_range_base(&self) -> Option<u64> {
+        match self.hint {
+            Some((address, None)) => Some(address),
+            _ => None,
+        }
+    }
+
+    /// Sets the size of the range at `address` (an expandable segment's reservation that the
+    /// recording shows ended sooner than inferred).
+    pub fn resize_range(&mut self, address: u64, size: u64) {
+        if let Some(s) = self.ranges.get_mut(&address) {
+            *s = size;
+        }
+    }
+
     /// Whether `bytes` more can be reserved.
     pub fn fits(&self, bytes: u64) -> bool {
         self.capacity

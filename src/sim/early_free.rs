@@ -75,6 +75,7 @@ mod tests {
             entry,
             size: 1,
             stream: 0,
+            pool: (0, 0),
             recorded: Some(addr),
             hint: None,
         }

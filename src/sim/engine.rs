@@ -1,10 +1,11 @@
 //! The replay engine: the program's requests (`Op`s) applied to the allocator model, with
-//! recorded addresses mapped to the model's, peaks, fragmentation at the peak and the first
-//! OOM tracked as they happen.
+//! recorded addresses mapped to the model's, the peak (the moment reserved memory was highest,
+//! with what was allocated and cached then) and the first OOM tracked as they happen.
 
 use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
 use super::driver::Driver;
+use super::layout::LaterMap;
 use super::replay::{FragmentationAtPeak, OomAt, RunResult};
 use crate::model::{ReplayIssue, Segment};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -15,11 +16,13 @@ pub(super) const OTHER_STREAM: u64 = u64::MAX;
 /// A request of the program, in trace order.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Op {
-    /// `alloc` (recorded address) or `oom` (none): a malloc of `size` on `stream`.
+    /// `alloc` (recorded address) or `oom` (none): a malloc of `size` on `stream` in the pool
+    /// `pool_id` names ((0, 0): the default pool).
     Malloc {
         entry: usize,
         size: u64,
         stream: u64,
+        pool: (i64, i64),
         recorded: Option<u64>,
         hint: Option<(u64, Option<u64>)>,
     },
@@ -63,6 +66,8 @@ pub(super) struct Engine {
     pub(super) detached: Vec<u64>,
     pub(super) peak_reserved: u64,
     pub(super) fragmentation: FragmentationAtPeak,
+    /// The trace entry of the last request applied (`None`: none yet).
+    at: Option<usize>,
     pub(super) oom: Option<OomAt>,
     pub(super) issues: Vec<ReplayIssue>,
 }
@@ -72,7 +77,7 @@ impl Engine {
         config: &AllocatorConfig,
         capacity: Option<u64>,
         initial: &[Segment],
-        mapped_later: &[(u64, u64, u64)],
+        mapped_later: &[LaterMap],
         issues: &mut Vec<ReplayIssue>,
     ) -> Engine {
         let mut model = CachingAllocator::new(config.clone(), Driver::new(capacity));
@@ -95,6 +100,7 @@ impl Engine {
             detached: Vec::new(),
             peak_reserved: 0,
             fragmentation: FragmentationAtPeak::default(),
+            at: None,
             oom: None,
             issues: Vec::new(),
         };
@@ -115,6 +121,8 @@ impl Engine {
             self.peak_reserved = reserved;
             let s = self.model.stats();
             self.fragmentation = FragmentationAtPeak {
+                entry_index: self.at,
+                allocated_bytes: s.allocated_bytes,
                 internal_bytes: s.allocated_bytes.saturating_sub(s.requested_bytes),
                 external_bytes: reserved.saturating_sub(s.active_bytes),
                 largest_free_block_bytes: self.model.largest_free_block(),
@@ -147,16 +155,20 @@ impl Engine {
     }
 
     pub(super) fn apply(&mut self, op: &Op) {
+        if let Some(entry) = op.entry() {
+            self.at = Some(entry);
+        }
         match *op {
             Op::Malloc {
                 entry,
                 size,
                 stream,
+                pool,
                 recorded,
                 hint,
             } => {
                 self.model.set_address_hint(hint);
-                match self.model.malloc(size, stream) {
+                match self.model.malloc_in(size, stream, pool) {
                     Ok(addr) => match recorded {
                         Some(r) => {
                             if self.addresses.insert(r, addr).is_some() {

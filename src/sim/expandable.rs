@@ -1,11 +1,12 @@
 //! Expandable segments (reference §1.10): one reserved address range per (stream, pool),
 //! mapped in 2 MiB / `large_segment_size` pages for the rounded request (`segment_map`),
-//! and unmapped page-wise by `release_cached_blocks` (`segment_unmap`).
+//! and unmapped page-wise by `release_cached_blocks` (`segment_unmap`). A new range takes
+//! the base the recording shows for it (rule 8 of §2.12).
 
-use super::blocks::{pool_index, Block, BlockId, Use, NONE};
+use super::blocks::{Block, BlockId, PoolRef, Use, NONE};
 use super::caching_allocator::{CachingAllocator, ExpandableSegment, Request};
 use super::rounding::{page_size, round_up};
-use crate::model::{Action, PoolKind};
+use crate::model::Action;
 
 /// Device memory assumed for the address range of a segment when the capacity is unknown.
 const DEFAULT_DEVICE_MEMORY: u64 = 1 << 40;
@@ -46,7 +47,7 @@ impl CachingAllocator {
             candidate = next;
         }
         let key = self.blocks[candidate].key(candidate);
-        self.pools[pool_index(req.pool)].free.remove(&key);
+        self.pools[req.pool.index()].free.remove(&key);
         Some(candidate)
     }
 
@@ -57,7 +58,7 @@ impl CachingAllocator {
     /// `find_expandable_block`: the lowest unmapped block of this stream (with the free block
     /// before it) that has room, else a new segment.
     fn find_expandable_block(&mut self, req: &Request) -> Option<BlockId> {
-        let pi = pool_index(req.pool);
+        let pi = req.pool.index();
         let found = self.pools[pi]
             .unmapped
             .range((req.stream, 0, 0)..)
@@ -74,11 +75,56 @@ impl CachingAllocator {
         if found.is_some() {
             return found;
         }
-        let page = page_size(req.pool, &self.config);
+        let page = page_size(req.pool.kind, &self.config);
         let memory = self.driver.capacity.unwrap_or(DEFAULT_DEVICE_MEMORY);
         let size = round_up(memory.saturating_add(memory / 8), page);
+        self.end_range_before_hinted_base();
         let (base, size) = self.driver.reserve_address_range(size, page);
         Some(self.add_expandable_segment(base, size, page, req.stream, req.pool))
+    }
+
+    /// The recorded base of a new range is what the driver chose; the extent of the ranges
+    /// reserved before it is the model's inference (a snapshot does not hold it; without the
+    /// capacity it is a guess). Where that base falls in the unmapped tail of another range,
+    /// the other range ended there: it is cut back to its last whole page below the base, so
+    /// the new range gets the recorded base instead of one the model would invent.
+    fn end_range_before_hinted_base(&mut self) {
+        let Some(addr) = self.driver.hinted_range_base() else {
+            return;
+        };
+        let Some((index, seg)) = self.expandable.iter().enumerate().find_map(|(i, s)| {
+            s.as_ref()
+                .filter(|s| s.base < addr && addr - s.base < s.size)
+                .map(|s| (i, s.clone()))
+        }) else {
+            return;
+        };
+        let end = seg.base + (addr - seg.base) / seg.page * seg.page;
+        // The last block of that range (a scan: new ranges are rare).
+        let Some((tail, _)) = self
+            .blocks
+            .iter()
+            .find(|(_, b)| b.expandable == index as u32 && b.next == NONE)
+        else {
+            return;
+        };
+        let b = &self.blocks[tail];
+        if b.mapped || b.state != Use::Free || b.addr > end || (b.addr == end && b.prev == NONE) {
+            return;
+        }
+        if b.addr == end {
+            // Mapped up to the cut: the unmapped tail goes.
+            let (prev, key) = (b.prev, (b.stream, b.addr, tail));
+            self.pools[b.pool.index()].unmapped.remove(&key);
+            self.blocks[prev].next = NONE;
+            self.blocks.remove(tail);
+        } else {
+            self.blocks[tail].size = end - b.addr;
+        }
+        if let Some(Some(s)) = self.expandable.get_mut(index) {
+            s.size = end - seg.base;
+        }
+        self.driver.resize_range(seg.base, end - seg.base);
     }
 
     /// Creates an expandable segment whose whole range is one unmapped block.
@@ -88,7 +134,7 @@ impl CachingAllocator {
         size: u64,
         page: u64,
         stream: u64,
-        pool: PoolKind,
+        pool: PoolRef,
     ) -> BlockId {
         let index = self.expandable.len() as u32;
         self.expandable
@@ -97,9 +143,7 @@ impl CachingAllocator {
         block.mapped = false;
         block.expandable = index;
         let id = self.blocks.insert(block);
-        self.pools[pool_index(pool)]
-            .unmapped
-            .insert((stream, base, id));
+        self.pools[pool.index()].unmapped.insert((stream, base, id));
         id
     }
 
@@ -129,7 +173,7 @@ impl CachingAllocator {
         }
         let (addr, stream, pool, total, expandable) =
             (b.addr, b.stream, b.pool, b.size, b.expandable);
-        let pi = pool_index(pool);
+        let pi = pool.index();
         self.pools[pi].unmapped.remove(&(stream, addr, id));
         self.blocks[id].mapped = true;
         if mapped < total {
@@ -148,7 +192,7 @@ impl CachingAllocator {
         self.insert_free(id);
         self.stats.num_device_alloc += 1;
         self.note_reserved();
-        self.emit(Action::SegmentMap, addr, mapped, stream);
+        self.emit(Action::SegmentMap, addr, mapped, stream, pool);
         true
     }
 
@@ -171,7 +215,7 @@ impl CachingAllocator {
         }
         let (addr, size, stream, pool, expandable) =
             (b.addr, b.size, b.stream, b.pool, b.expandable);
-        let pi = pool_index(pool);
+        let pi = pool.index();
         let key = b.key(id);
         self.pools[pi].free.remove(&key);
         if begin > addr {
@@ -205,7 +249,7 @@ impl CachingAllocator {
         self.pools[pi].unmapped.insert((stream, new_addr, id));
         self.driver.unmap(end - begin);
         self.stats.num_device_free += 1;
-        self.emit(Action::SegmentUnmap, begin, end - begin, stream);
+        self.emit(Action::SegmentUnmap, begin, end - begin, stream, pool);
         if whole {
             self.pools[pi].unmapped.remove(&(stream, new_addr, id));
             self.blocks.remove(id);

@@ -7,7 +7,7 @@ use super::alloc_conf::AllocatorConfig;
 use super::rounding::{round_size, SMALL_BUFFER, SMALL_SIZE};
 use crate::model::{
     fits_address_space, ranges_before, Action, Block, BlockState, PoolKind, RangeRules,
-    ReplayIssue, Segment, TraceEntry,
+    ReplayIssue, Segment, SegmentRange, TraceEntry,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
@@ -21,12 +21,13 @@ struct Live {
 }
 
 /// Rebuilds the segments alive before `entries[0]` from the `last` segments of one device.
-/// `stream_of` turns an entry's stream index into the `cudaStream_t` value. Also returns
-/// the addresses of large blocks whose size stayed ambiguous (assumed without remainder
-/// before more than 1 MiB of free space).
+/// `stream_of` turns an entry's stream index into the `cudaStream_t` value, `pool_id_of`
+/// into the `pool_id` it records (if any). Also returns the addresses of large blocks whose size
+/// stayed ambiguous (assumed without remainder before more than 1 MiB of free space).
 pub fn state_before(
     entries: &[TraceEntry],
     stream_of: &dyn Fn(&TraceEntry) -> u64,
+    pool_id_of: &dyn Fn(&TraceEntry) -> Option<(i64, i64)>,
     last: &[Segment],
     config: &AllocatorConfig,
     issues: &mut Vec<ReplayIssue>,
@@ -121,6 +122,7 @@ pub fn state_before(
         }
     }
     let slivers = slivers_found_later(entries, &live, config);
+    let pools = pools_named_by_entries(entries, &ranges, pool_id_of);
     let mut sorted: Vec<(u64, Live)> = live.into_iter().collect();
     sorted.sort_unstable_by_key(|&(a, _)| a);
     let mut next_live = sorted.into_iter().peekable();
@@ -190,13 +192,21 @@ pub fn state_before(
         if at < end {
             blocks.push(free_block(at, end - at));
         }
+        // The pool of a segment that is still there at the end, else the one the first entry
+        // in it names, else the default pool.
+        let pool_id = last
+            .iter()
+            .find(|s| s.address < end && base < s.address.saturating_add(s.total_size))
+            .map(|s| s.pool_id)
+            .or_else(|| pools.get(&base).copied())
+            .unwrap_or((0, 0));
         out.push(Segment {
             device,
             address: base,
             total_size: r.size,
             stream: r.stream,
             pool: r.pool,
-            pool_id: (0, 0),
+            pool_id,
             is_expandable: r.expandable,
             stack: None,
             blocks,
@@ -254,6 +264,30 @@ fn slivers_found_later(
                 }
             }
             _ => {}
+        }
+    }
+    found
+}
+
+/// The `pool_id` the first entry inside each range before the trace names (newer PyTorch
+/// writes one on every entry): until the range's release, entries in it are its own. By base.
+fn pools_named_by_entries(
+    entries: &[TraceEntry],
+    ranges: &BTreeMap<u64, SegmentRange>,
+    pool_id_of: &dyn Fn(&TraceEntry) -> Option<(i64, i64)>,
+) -> FxHashMap<u64, (i64, i64)> {
+    let mut found = FxHashMap::default();
+    if entries.iter().all(|e| e.pool.is_none()) {
+        return found;
+    }
+    for e in entries {
+        let (Some(addr), Some(pool)) = (e.addr(), pool_id_of(e)) else {
+            continue;
+        };
+        if let Some((&base, r)) = ranges.range(..=addr).next_back() {
+            if addr - base < r.size {
+                found.entry(base).or_insert(pool);
+            }
         }
     }
     found

@@ -2,7 +2,7 @@
 //! rebuilt before a trace) and export one (what a snapshot would show), plus the invariant
 //! check the tests use.
 
-use super::blocks::{pool_index, Block, BlockId, Use, NONE};
+use super::blocks::{Block, BlockId, PoolRef, Use, NONE};
 use super::caching_allocator::CachingAllocator;
 use super::rounding::{page_size, round_up};
 use crate::model::{BlockState, PoolKind, Segment};
@@ -11,6 +11,17 @@ use std::collections::BTreeMap;
 /// Address range of an expandable segment when the device memory is unknown and nothing
 /// else bounds it.
 const EXPANDABLE_HEADROOM: u64 = 1 << 40;
+
+/// A `segment_map` of the trace, made after the state a layout describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaterMap {
+    /// `cudaStream_t`.
+    pub stream: u64,
+    pub addr: u64,
+    pub size: u64,
+    /// The pool of the range it maps into (recorded, or of the snapshot's segment there).
+    pub pool_id: (i64, i64),
+}
 
 /// Why a layout could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -23,7 +34,7 @@ pub enum LayoutError {
 
 impl CachingAllocator {
     /// Loads a device's segments (non-expandable ones and mapped expandable ranges).
-    /// `mapped_later` lists (stream, address, size) of pages mapped after this state. The
+    /// `mapped_later` lists the pages mapped after this state. The
     /// address range each expandable segment reserved is not in a snapshot; it is inferred:
     /// it starts at the lowest of its later maps below its first mapped byte, above the
     /// segments and other segments' later maps below it; it ends before the next segment,
@@ -33,24 +44,22 @@ impl CachingAllocator {
     pub fn load_layout(
         &mut self,
         segments: &[Segment],
-        mapped_later: &[(u64, u64, u64)],
+        mapped_later: &[LaterMap],
     ) -> Result<(), LayoutError> {
         let mut starts: Vec<u64> = segments.iter().map(|s| s.address).collect();
         starts.sort_unstable();
         let mut groups: BTreeMap<(u64, usize), Vec<&Segment>> = BTreeMap::new();
         for s in segments {
+            let pool = self.pool_ref(s.pool, s.pool_id);
             if s.is_expandable {
-                groups
-                    .entry((s.stream, pool_index(s.pool)))
-                    .or_default()
-                    .push(s);
+                groups.entry((s.stream, pool.index())).or_default().push(s);
                 continue;
             }
             if !self.driver.adopt(s.address, s.total_size) {
                 return Err(LayoutError::Overlap(s.address));
             }
             self.driver.reserved += s.total_size;
-            self.load_blocks(s, None)?;
+            self.load_blocks(s, pool, None)?;
         }
         // Highest first, so each reservation ends at most where the one above it begins (PyTorch
         // reserves them one after another, each of the same size).
@@ -63,41 +72,44 @@ impl CachingAllocator {
             let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
                 continue;
             };
-            let pool = first.pool;
-            let page = page_size(pool, &self.config);
-            // Maps of this pool: page multiples of this stream. Maps of other segments in the
-            // trace bound this one's address range as segments do, below and above.
-            let ours = |s: u64, size: u64| {
-                s == stream
-                    && size.is_multiple_of(page)
-                    && (pool == PoolKind::Large
-                        || !size.is_multiple_of(self.config.large_segment_size))
+            let pool = self.pool_ref(first.pool, first.pool_id);
+            let page = page_size(pool.kind, &self.config);
+            // Maps of this pool: page multiples of this stream and pool id. Maps of other
+            // segments in the trace bound this one's address range as segments do, below and
+            // above.
+            let pool_id = first.pool_id;
+            let ours = |m: &LaterMap| {
+                m.stream == stream
+                    && m.pool_id == pool_id
+                    && m.size.is_multiple_of(page)
+                    && (pool.kind == PoolKind::Large
+                        || !m.size.is_multiple_of(self.config.large_segment_size))
             };
-            let others = || mapped_later.iter().filter(|&&(s, _, size)| !ours(s, size));
+            let others = || mapped_later.iter().filter(|m| !ours(m));
             let floor = segments
                 .iter()
                 .map(|s| (s.address, s.total_size))
-                .chain(others().map(|&(_, a, size)| (a, size)))
+                .chain(others().map(|m| (m.addr, m.size)))
                 .map(|(a, size)| a + size)
                 .filter(|&end| end <= first.address)
                 .max()
                 .unwrap_or(0);
             let mut base = mapped_later
                 .iter()
-                .filter(|&&(s, a, size)| {
-                    ours(s, size)
-                        && a >= floor
-                        && a < first.address
-                        && (first.address - a) % page == 0
+                .filter(|m| {
+                    ours(m)
+                        && m.addr >= floor
+                        && m.addr < first.address
+                        && (first.address - m.addr) % page == 0
                 })
-                .map(|&(_, a, _)| a)
+                .map(|m| m.addr)
                 .min()
                 .unwrap_or(first.address);
             let last_end = last.address + last.total_size;
             let limit = starts
                 .iter()
                 .copied()
-                .chain(others().map(|&(_, a, _)| a))
+                .chain(others().map(|m| m.addr))
                 .filter(|&a| a >= last_end)
                 .chain(self.driver.start_from(last_end))
                 .min()
@@ -132,7 +144,7 @@ impl CachingAllocator {
                     return Err(LayoutError::Overlap(r.address));
                 }
                 let (u_addr, u_size) = (u.addr, u.size);
-                self.pools[pool_index(pool)]
+                self.pools[pool.index()]
                     .unmapped
                     .remove(&(stream, u_addr, unmapped));
                 let tail = u_addr + u_size - (r.address + r.total_size);
@@ -140,7 +152,7 @@ impl CachingAllocator {
                 let mut prev = self.blocks[unmapped].prev;
                 if r.address > u_addr {
                     self.blocks[unmapped].size = r.address - u_addr;
-                    self.pools[pool_index(pool)]
+                    self.pools[pool.index()]
                         .unmapped
                         .insert((stream, u_addr, unmapped));
                     prev = unmapped;
@@ -151,7 +163,7 @@ impl CachingAllocator {
                     self.blocks.remove(unmapped);
                 }
                 self.driver.reserved += r.total_size;
-                let last_block = self.load_blocks(r, Some((index, prev)))?;
+                let last_block = self.load_blocks(r, pool, Some((index, prev)))?;
                 if tail == 0 {
                     break;
                 }
@@ -161,7 +173,7 @@ impl CachingAllocator {
                 rest.prev = last_block;
                 let rest_id = self.blocks.insert(rest);
                 self.blocks[last_block].next = rest_id;
-                self.pools[pool_index(pool)].unmapped.insert((
+                self.pools[pool.index()].unmapped.insert((
                     stream,
                     r.address + r.total_size,
                     rest_id,
@@ -173,11 +185,12 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// Adds a segment's blocks, linked after `prev` of expandable segment `expandable`.
-    /// Returns the last block.
+    /// Adds a segment's blocks to `pool`, linked after `prev` of expandable segment
+    /// `expandable`. Returns the last block.
     fn load_blocks(
         &mut self,
         s: &Segment,
+        pool: PoolRef,
         expandable: Option<(u32, BlockId)>,
     ) -> Result<BlockId, LayoutError> {
         let mut prev = expandable.map_or(NONE, |(_, p)| p);
@@ -187,7 +200,7 @@ impl CachingAllocator {
                 return Err(LayoutError::Tiling(s.address));
             }
             at += b.size;
-            let mut block = Block::new(b.address, b.size, s.stream, s.pool);
+            let mut block = Block::new(b.address, b.size, s.stream, pool);
             block.requested = b.requested_size;
             block.prev = prev;
             block.expandable = expandable.map_or(NONE, |(e, _)| e);
@@ -241,8 +254,8 @@ impl CachingAllocator {
                         address: b.addr,
                         total_size: 0,
                         stream: b.stream,
-                        pool: b.pool,
-                        pool_id: (0, 0),
+                        pool: b.pool.kind,
+                        pool_id: self.pool_id(b.pool),
                         is_expandable: b.is_expandable(),
                         stack: None,
                         blocks: Vec::new(),
@@ -297,7 +310,7 @@ impl CachingAllocator {
             if b.mapped {
                 reserved += b.size;
             }
-            let pool = &self.pools[pool_index(b.pool)];
+            let pool = &self.pools[b.pool.index()];
             match (b.state, b.mapped) {
                 (Use::Free, true) => {
                     free_count += 1;

@@ -1,8 +1,8 @@
 //! The first pass over a recorded trace: turns it into the program's requests, telling OOM
 //! retries from `empty_cache()` bursts (rule 1, verified by running the model's own retry on
 //! a copy), leaving a retry's releases and the completions inside it to the model (rules
-//! 2-3), offering each new segment the recorded address (rule 8), and comparing every
-//! decision with the record.
+//! 2-3), offering each new segment the recorded address (rule 8), serving each request from
+//! the pool it used (private pools apart), and comparing every decision with the record.
 
 use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
@@ -23,7 +23,7 @@ pub(super) fn is_growth(a: Action) -> bool {
 
 /// Walks the trace, turning it into requests, applying each to the model and comparing the
 /// model's entries with the recorded ones.
-/// Also returns the index of the first release of every burst it took for `empty_cache()`.
+/// Also returns the indices of the releases it took for `empty_cache()` calls.
 pub(super) fn plan_and_validate(
     trace: &DeviceTrace<'_>,
     engine: &mut Engine,
@@ -31,6 +31,7 @@ pub(super) fn plan_and_validate(
 ) -> (Vec<Op>, FxHashSet<usize>) {
     let mut empty_cache_bursts = FxHashSet::default();
     let entries = trace.entries;
+    let private = trace.segments.iter().any(|s| s.pool_id != (0, 0));
     let n = entries.len();
     let mut ops = Vec::with_capacity(n);
     let mut group_start = 0;
@@ -58,6 +59,7 @@ pub(super) fn plan_and_validate(
                     entry: i,
                     size: e.size,
                     stream: trace.stream(e),
+                    pool: request_pool(trace, &engine.model, e, private),
                     recorded: (e.action == Action::Alloc).then_some(addr),
                     hint,
                 };
@@ -87,7 +89,7 @@ pub(super) fn plan_and_validate(
                 let paired = entries
                     .get(i + 1)
                     .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr))
-                    && !completed_by_retry(engine, trace, i);
+                    && !completed_by_retry(engine, trace, i, private);
                 let (op, used) = if paired {
                     (Op::Free { entry: i, addr }, 2)
                 } else {
@@ -137,9 +139,39 @@ pub(super) fn plan_and_validate(
                 // `oom` came first).
                 let retry = request.is_some_and(|(j, r)| {
                     let candidate = r.action == Action::Oom
-                        || (has_burst && engine.model.would_release(r.size, trace.stream(r)));
-                    candidate && retry_reproduces(&engine.model, trace, lone_end, j)
+                        || (has_burst
+                            && engine.model.would_release(
+                                r.size,
+                                trace.stream(r),
+                                request_pool(trace, &engine.model, r, private),
+                            ));
+                    candidate && retry_reproduces(&engine.model, trace, lone_end, j, private)
                 });
+                // An empty_cache() right before a request whose own retry releases more (a
+                // private pool's blocks, which empty_cache() leaves): the burst splits where
+                // the model's empty_cache() stops.
+                let split = match request {
+                    Some((j, _)) if has_burst && !retry && completions.is_empty() => {
+                        empty_cache_then_retry(
+                            &engine.model,
+                            trace,
+                            lone_end,
+                            burst_end,
+                            j,
+                            private,
+                        )
+                    }
+                    _ => None,
+                };
+                if let Some(s) = split {
+                    empty_cache_bursts
+                        .extend((lone_end..s).filter(|&k| is_burst(entries[k].action)));
+                    step(Op::EmptyCache, engine, &mut ops);
+                    compare(entries, group_start, s, engine.model.events(), validation);
+                    i = s;
+                    group_start = s;
+                    continue;
+                }
                 if !has_burst && !retry {
                     for (j, addr) in completions {
                         step(Op::FreeCompleted { entry: j, addr }, engine, &mut ops);
@@ -164,7 +196,8 @@ pub(super) fn plan_and_validate(
                     i = burst_end;
                     continue;
                 }
-                empty_cache_bursts.insert(lone_end);
+                empty_cache_bursts
+                    .extend((lone_end..burst_end).filter(|&k| is_burst(entries[k].action)));
                 step(Op::EmptyCache, engine, &mut ops);
                 compare(
                     entries,
@@ -184,12 +217,47 @@ pub(super) fn plan_and_validate(
     (ops, empty_cache_bursts)
 }
 
+/// The pool the request at `e` used: its `pool_id` where the trace records one (PyTorch after
+/// 2.11). Else, where private pools are about, the pool of the segment its recorded address
+/// lies in, since a request is never served from another pool's segment: a mapped segment of
+/// the model, else the snapshot's segment there (a segment made for this request), else the
+/// model's reserved range there; and the default pool when nothing holds it (or for an `oom`).
+/// `private`: the snapshot has private-pool segments.
+pub(super) fn request_pool(
+    trace: &DeviceTrace<'_>,
+    model: &CachingAllocator,
+    e: &TraceEntry,
+    private: bool,
+) -> (i64, i64) {
+    if let Some(p) = trace.pool(e) {
+        return p;
+    }
+    let Some(addr) = e.addr() else {
+        return (0, 0);
+    };
+    if !model.has_private_pools() && !private {
+        return (0, 0);
+    }
+    let mapped = model.pool_id_at(addr, true);
+    let recorded = || {
+        trace
+            .segments
+            .iter()
+            .find(|s| s.address <= addr && addr - s.address < s.total_size)
+            .map(|s| s.pool_id)
+    };
+    mapped
+        .or_else(recorded)
+        .or_else(|| model.pool_id_at(addr, false))
+        .unwrap_or((0, 0))
+}
+
 /// With expandable segments, a request that fails may have reserved a new address range that
 /// it could not map; the range stays reserved, and the record shows it only when the first map
 /// into it comes, at its base. That is the first later `segment_map` of the request's stream
-/// and pool (small requests map 2 MiB pages, large ones whole large pages): offered as the
-/// address of the range the failing request reserves. Where the map falls in a range already
-/// reserved, the driver refuses the offer.
+/// and pool (small requests map 2 MiB pages, large ones whole large pages; a private pool's
+/// maps are its own): offered as the address of the range the failing request reserves. Where
+/// the map falls in a range already reserved, the driver refuses the offer.
 fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) -> Option<u64> {
     if !config.expandable_segments {
         return None;
@@ -197,21 +265,61 @@ fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) 
     let e = &trace.entries[i];
     let stream = trace.stream(e);
     let small = e.size <= SMALL_SIZE;
+    let pool = trace.pool(e).unwrap_or((0, 0));
     trace.entries[i + 1..]
         .iter()
         .find(|m| {
             m.action == Action::SegmentMap
                 && trace.stream(m) == stream
                 && m.size.is_multiple_of(config.large_segment_size) != small
+                && trace.map_pool(m) == pool
         })
         .and_then(TraceEntry::addr)
+}
+
+/// Where the releases of `entries[from..to]` stop being the model's `empty_cache()` (a proper
+/// prefix) and become the retry of the request at `entries[request]`, when they do.
+fn empty_cache_then_retry(
+    model: &CachingAllocator,
+    trace: &DeviceTrace<'_>,
+    from: usize,
+    to: usize,
+    request: usize,
+    private: bool,
+) -> Option<usize> {
+    let mut copy = model.clone();
+    copy.clear_events();
+    copy.set_recording(true);
+    copy.empty_cache();
+    let view = |e: &TraceEntry| (e.action, e.addr(), e.size);
+    let released: Vec<_> = copy
+        .events()
+        .iter()
+        .filter(|e| is_burst(e.action))
+        .map(view)
+        .collect();
+    let recorded: Vec<usize> = (from..to)
+        .filter(|&k| is_burst(trace.entries[k].action))
+        .collect();
+    let &s = recorded.get(released.len())?;
+    let prefix = released
+        .iter()
+        .zip(&recorded)
+        .all(|(r, &k)| *r == view(&trace.entries[k]));
+    (!released.is_empty() && prefix && retry_reproduces(&copy, trace, s, request, private))
+        .then_some(s)
 }
 
 /// Whether the free_requested / free_completed pair at `entries[i]` is a cross-stream free
 /// whose completion came from the OOM retry right after it (rule 3's exception): the retry
 /// the record shows (releases then growth and `alloc`, or an `oom`) is reproduced with the
 /// block pending during the search, and not with it freed first.
-pub(super) fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: usize) -> bool {
+pub(super) fn completed_by_retry(
+    engine: &Engine,
+    trace: &DeviceTrace<'_>,
+    i: usize,
+    private: bool,
+) -> bool {
     let entries = trace.entries;
     let n = entries.len();
     let burst = i + 2;
@@ -240,17 +348,19 @@ pub(super) fn completed_by_retry(engine: &Engine, trace: &DeviceTrace<'_>, i: us
     {
         return false;
     }
-    !retry_reproduces(&freed, trace, burst, request)
-        && retry_reproduces(&pending, trace, burst, request)
+    !retry_reproduces(&freed, trace, burst, request, private)
+        && retry_reproduces(&pending, trace, burst, request, private)
 }
 
 /// Whether the model's malloc for the request at `entries[request]`, run on a copy of its
 /// state, makes exactly the recorded releases and growth of `entries[from..=request]`.
+/// `private` as for `request_pool`.
 pub(super) fn retry_reproduces(
     model: &CachingAllocator,
     trace: &DeviceTrace<'_>,
     from: usize,
     request: usize,
+    private: bool,
 ) -> bool {
     let entries = &trace.entries[from..=request];
     let r = &trace.entries[request];
@@ -264,7 +374,8 @@ pub(super) fn retry_reproduces(
         ))
     });
     copy.set_address_hint(hint);
-    let _ = copy.malloc(r.size, trace.stream(r));
+    let pool = request_pool(trace, model, r, private);
+    let _ = copy.malloc_in(r.size, trace.stream(r), pool);
     let decision = |e: &&TraceEntry| {
         is_burst(e.action) || is_growth(e.action) || matches!(e.action, Action::Alloc | Action::Oom)
     };

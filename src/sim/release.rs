@@ -1,9 +1,10 @@
 //! Giving memory back (reference §1.9): `release_block`, `release_available_cached_blocks`
 //! (with `max_split_size`), `release_cached_blocks` (`empty_cache()` and the last OOM retry:
-//! synchronize, then large pool before small, each in (stream, size, address) order), and
-//! the garbage collector.
+//! synchronize, then large pool before small, each in (stream, size, address) order; private
+//! pools are left alone, as PyTorch does while a graph or `MemPool` still holds them), and the
+//! garbage collector.
 
-use super::blocks::{pool_index, Block, BlockId};
+use super::blocks::{Block, BlockId, PoolRef};
 use super::caching_allocator::{CachingAllocator, Request};
 use crate::model::{Action, PoolKind};
 
@@ -11,9 +12,9 @@ impl CachingAllocator {
     /// `release_block`: gives a whole free segment back to the driver.
     fn release_block(&mut self, id: BlockId) {
         let b = &self.blocks[id];
-        let (addr, size, stream, pi) = (b.addr, b.size, b.stream, pool_index(b.pool));
-        let key = b.key(id);
-        self.emit(Action::SegmentFree, addr, size, stream);
+        let (addr, size, stream, pool) = (b.addr, b.size, b.stream, b.pool);
+        let (pi, key) = (pool.index(), b.key(id));
+        self.emit(Action::SegmentFree, addr, size, stream, pool);
         self.driver.free(addr, size);
         self.stats.num_device_free += 1;
         self.pools[pi].free.remove(&key);
@@ -26,7 +27,7 @@ impl CachingAllocator {
         let Some(max_split) = self.config.max_split_size else {
             return false;
         };
-        let pi = pool_index(req.pool);
+        let pi = req.pool.index();
         let target = req.size.max(max_split);
         let key = (req.stream, target, 0, 0);
         let single = self.pools[pi]
@@ -72,12 +73,14 @@ impl CachingAllocator {
     }
 
     /// `release_cached_blocks` (what `torch.cuda.empty_cache()` does): completes pending
-    /// frees, then frees every cached whole segment and unmaps free expandable pages, large
-    /// pool first, each pool in (stream, size, address) order.
+    /// frees, then frees every cached whole segment and unmaps free expandable pages of the
+    /// default pool, large pool first, each pool in (stream, size, address) order. Private
+    /// pools are released only once no graph or `MemPool` uses them, which a trace does not
+    /// show: they stay.
     pub fn release_cached_blocks(&mut self) {
         self.synchronize_and_free_events();
-        for pool in [PoolKind::Large, PoolKind::Small] {
-            self.release_blocks(pool);
+        for kind in [PoolKind::Large, PoolKind::Small] {
+            self.release_blocks(PoolRef::default_of(kind));
         }
     }
 
@@ -86,8 +89,8 @@ impl CachingAllocator {
         self.release_cached_blocks();
     }
 
-    fn release_blocks(&mut self, pool: PoolKind) {
-        let pi = pool_index(pool);
+    fn release_blocks(&mut self, pool: PoolRef) {
+        let pi = pool.index();
         let ids: Vec<BlockId> = self.pools[pi].free.iter().map(|k| k.3).collect();
         let mut to_unmap = Vec::new();
         for id in ids {
@@ -117,7 +120,7 @@ impl CachingAllocator {
             return;
         }
         let target = self.driver.reserved - gc_threshold;
-        let pi = pool_index(PoolKind::Large);
+        let pi = PoolRef::default_of(PoolKind::Large).index();
         let clock = self.pools[pi].get_free_blocks_call_count;
         let age = |b: &Block| clock.saturating_sub(b.gc_count_base);
         let (mut total_age, mut count) = (0u64, 0u64);

@@ -11,6 +11,7 @@ use super::capacity::{capacity_bracket, Bracket};
 use super::early_free::{with_early_frees, EarlyFree};
 use super::engine::{Engine, Op};
 use super::initial::state_before;
+use super::layout::LaterMap;
 use super::plan::plan_and_validate;
 use super::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::validation::same_layout;
@@ -21,13 +22,15 @@ use crate::model::{
 use rustc_hash::FxHashSet;
 use serde::Serialize;
 
-/// One device's recording: its trace, stream table and final segments.
+/// One device's recording: its trace, stream and pool tables and final segments.
 #[derive(Clone, Debug)]
 pub struct DeviceTrace<'a> {
     pub device: u32,
     pub entries: &'a [TraceEntry],
     /// `cudaStream_t` of each `StreamIndex`.
     pub streams: Vec<u64>,
+    /// `pool_id` of each `PoolIndex` (empty when entries record none).
+    pub pools: Vec<(i64, i64)>,
     /// Segments at the end of the trace.
     pub segments: Vec<Segment>,
 }
@@ -46,6 +49,7 @@ impl<'a> DeviceTrace<'a> {
                 device,
                 entries: t.device(device as usize),
                 streams: streams.clone(),
+                pools: t.pools().to_vec(),
                 segments: snapshot.device_segments(device).cloned().collect(),
             })
             .collect()
@@ -54,11 +58,37 @@ impl<'a> DeviceTrace<'a> {
     pub(super) fn stream(&self, e: &TraceEntry) -> u64 {
         self.streams.get(e.stream.0 as usize).copied().unwrap_or(0)
     }
+
+    /// The `pool_id` the entry records, if any.
+    pub(super) fn pool(&self, e: &TraceEntry) -> Option<(i64, i64)> {
+        e.pool
+            .map(|p| self.pools.get(p.0 as usize).copied().unwrap_or((0, 0)))
+    }
+
+    /// The pool of a `segment_map`: recorded, else that of the snapshot's segment it lies in,
+    /// else the default pool.
+    pub(super) fn map_pool(&self, e: &TraceEntry) -> (i64, i64) {
+        self.pool(e)
+            .or_else(|| {
+                let addr = e.addr()?;
+                self.segments
+                    .iter()
+                    .find(|s| s.address <= addr && addr - s.address < s.total_size)
+                    .map(|s| s.pool_id)
+            })
+            .unwrap_or((0, 0))
+    }
 }
 
-/// Fragmentation when reserved memory peaked (the fields of `analyze`).
+/// The moment reserved memory peaked (its first), and the state then: what was allocated
+/// and the fragmentation fields of `analyze`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct FragmentationAtPeak {
+    /// The trace entry whose request took reserved memory to its peak; `None` when the peak is
+    /// the state before the first entry.
+    pub entry_index: Option<usize>,
+    /// Bytes in allocated blocks then.
+    pub allocated_bytes: u64,
     /// Allocated minus requested bytes.
     pub internal_bytes: u64,
     /// Reserved bytes not in active blocks.
@@ -105,9 +135,14 @@ pub enum CapacitySource {
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub device: u32,
+    /// Trace entries of the device (every one is walked; 0: nothing was replayed).
+    pub replayed_entries: usize,
+    /// Of those, the requests (`alloc` and `oom` entries): 0 means no allocator decision was
+    /// replayed, and every setting gives the same result.
+    pub replayed_requests: usize,
     initial: Vec<Segment>,
-    /// (stream, address, size) of every `segment_map` in the trace.
-    mapped_later: Vec<(u64, u64, u64)>,
+    /// Every `segment_map` in the trace.
+    mapped_later: Vec<LaterMap>,
     ops: Vec<Op>,
     pub capacity: Option<u64>,
     pub capacity_source: CapacitySource,
@@ -165,18 +200,27 @@ pub fn prepare(
 ) -> Prepared {
     let mut issues = Vec::new();
     let stream_of = |e: &TraceEntry| trace.stream(e);
+    let pool_of = |e: &TraceEntry| trace.pool(e);
     let (mut initial, ambiguous) = state_before(
         trace.entries,
         &stream_of,
+        &pool_of,
         &trace.segments,
         recorded,
         &mut issues,
     );
-    let mapped_later: Vec<(u64, u64, u64)> = trace
+    let mapped_later: Vec<LaterMap> = trace
         .entries
         .iter()
         .filter(|e| e.action == Action::SegmentMap)
-        .filter_map(|e| Some((trace.stream(e), e.addr()?, e.size)))
+        .filter_map(|e| {
+            Some(LaterMap {
+                stream: trace.stream(e),
+                addr: e.addr()?,
+                size: e.size,
+                pool_id: trace.map_pool(e),
+            })
+        })
         .collect();
     let mut attempt = Attempt::run(trace, recorded, capacity, &initial, &mapped_later);
     // Rule 5's "absorb a sliver found later": where the first mismatch shows that a block
@@ -230,16 +274,24 @@ pub fn prepare(
             );
         }
     }
-    if trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
+    let pools_unrecorded = trace.entries.iter().all(|e| e.pool.is_none());
+    if pools_unrecorded && trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
-                "; this device has private-pool segments (CUDA graphs, MemPool), and trace \
-                 entries do not say which pool they used",
+                "; this device has private-pool segments (CUDA graphs, MemPool), and its trace \
+                 entries do not say which pool they used (the replay takes the pool of the \
+                 segment each recorded address lies in)",
             );
         }
     }
     Prepared {
         device: trace.device,
+        replayed_entries: trace.entries.len(),
+        replayed_requests: trace
+            .entries
+            .iter()
+            .filter(|e| matches!(e.action, Action::Alloc | Action::Oom))
+            .count(),
         initial,
         mapped_later,
         ops,
@@ -282,7 +334,7 @@ impl Attempt {
         recorded: &AllocatorConfig,
         capacity: Option<u64>,
         initial: &[Segment],
-        mapped_later: &[(u64, u64, u64)],
+        mapped_later: &[LaterMap],
     ) -> Attempt {
         let initial_reserved: u64 = initial.iter().map(|s| s.total_size).sum();
         let mut empty_cache_bursts = FxHashSet::default();

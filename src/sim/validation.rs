@@ -86,13 +86,14 @@ impl Validation {
     }
 }
 
-/// Segments and blocks equal in address, size and state (what a replay can know).
+/// Segments and blocks equal in address, size, pool and state (what a replay can know).
 pub(super) fn same_layout(model: &[Segment], recorded: &[Segment]) -> bool {
     let key = |s: &Segment| {
         (
             s.address,
             s.total_size,
             s.is_expandable,
+            s.pool_id,
             s.blocks
                 .iter()
                 .map(|b| (b.address, b.size, b.state))

@@ -64,6 +64,19 @@ fn uint_other(doc: &Document, value: Value, what: &str) -> Result<u64, EntryErro
     })
 }
 
+/// A trace entry's `pool_id`: a pair of integers, as `segment_pool_id` is.
+fn pool_id(doc: &Document, value: Value) -> Result<(i64, i64), EntryError> {
+    if let Some(&[a, b]) = doc.as_seq(value) {
+        if let (Some(a), Some(b)) = (doc.as_i64(a), doc.as_i64(b)) {
+            return Ok((a, b));
+        }
+    }
+    Err(EntryError::Bad(format!(
+        "'pool_id' is not a pair of integers: {}",
+        doc.render(value)
+    )))
+}
+
 /// A row about to be overwritten.
 fn blank_row() -> TraceEntry {
     TraceEntry::new(Action::Alloc, None, 0, StreamIndex(0))
@@ -107,6 +120,7 @@ enum Field {
     CompileContext,
     UserMetadata,
     ForwardFrames,
+    PoolId,
     Other,
 }
 
@@ -129,6 +143,7 @@ fn field_of(key: &str) -> Field {
         "compile_context" => Field::CompileContext,
         "user_metadata" => Field::UserMetadata,
         "forward_frames" => Field::ForwardFrames,
+        "pool_id" => Field::PoolId,
         _ => Field::Other,
     }
 }
@@ -329,7 +344,15 @@ impl TraceFolder {
                 .ok_or_else(|| format!("'{action}' entry has no 'addr'"))?;
             (Some(addr), None)
         };
+        let pool = match get(Field::PoolId) {
+            None | Some(Value::None) => None,
+            Some(v) => Some(pool_id(doc, v)?),
+        };
         let stream = interner.stream(stream)?;
+        let pool = match pool {
+            Some(id) => Some(interner.pool(id)?),
+            None => None,
+        };
         let stack = match get(Field::Frames) {
             Some(frames) => interner.stack(doc, frames)?,
             None => None,
@@ -353,6 +376,7 @@ impl TraceFolder {
         .with_time(time);
         row.stack = stack;
         row.extra = extra;
+        row.pool = pool;
         Ok(())
     }
 

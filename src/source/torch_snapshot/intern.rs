@@ -1,7 +1,8 @@
 //! Interning tables shared by trace entries, blocks and segments: stacks (by the pickle node
-//! that holds them, so shared frame lists are converted once), streams and rare metadata.
+//! that holds them, so shared frame lists are converted once), streams, pool ids and rare
+//! metadata.
 
-use crate::model::{EntryExtra, ExtraId, Frame, StackId, StackTable, StreamIndex};
+use crate::model::{EntryExtra, ExtraId, Frame, PoolIndex, StackId, StackTable, StreamIndex};
 use crate::source::pickle::{Document, NodeId, Value};
 use rustc_hash::FxHashMap;
 use std::num::NonZeroU32;
@@ -18,6 +19,9 @@ pub struct Interner {
     stream_ids: FxHashMap<u64, StreamIndex>,
     pub extras: Vec<EntryExtra>,
     extra_ids: FxHashMap<EntryExtra, ExtraId>,
+    /// `pool_id` pairs of trace entries, by `PoolIndex`.
+    pub pools: Vec<(i64, i64)>,
+    pool_ids: FxHashMap<(i64, i64), PoolIndex>,
 }
 
 impl Interner {
@@ -51,6 +55,18 @@ impl Interner {
         };
         self.last_stream = Some((stream, index));
         Ok(index)
+    }
+
+    /// The interned index of a trace entry's `pool_id`.
+    pub fn pool(&mut self, pool: (i64, i64)) -> Result<PoolIndex, String> {
+        if let Some(&index) = self.pool_ids.get(&pool) {
+            return Ok(index);
+        }
+        let next = u16::try_from(self.pools.len())
+            .map_err(|_| "more than 65536 distinct pool ids in one trace".to_string())?;
+        self.pools.push(pool);
+        self.pool_ids.insert(pool, PoolIndex(next));
+        Ok(PoolIndex(next))
     }
 
     /// The stack of a `frames` value (a list of frame dicts, innermost first).

@@ -142,6 +142,7 @@ pub fn build(
                 std::mem::take(&mut interner.streams),
                 std::mem::take(&mut interner.extras),
             );
+            timeline.set_pools(std::mem::take(&mut interner.pools));
             timeline
         }
     };
