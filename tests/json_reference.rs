@@ -367,3 +367,21 @@ fn every_documented_probe_field_is_in_real_output() {
     check_keys("probe.md", &seen);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn every_documented_simulate_field_is_in_real_output() {
+    check(
+        "simulate.md",
+        &[
+            args(&["simulate", "--json", &f("snapshots/demo_oom.pickle")]),
+            args(&[
+                "simulate",
+                "--json",
+                "--validate",
+                &f("snapshots/demo_oom.pickle"),
+            ]),
+            args(&["simulate", "--json", "--sweep", &f("snapshots/oom.pickle")]),
+            args(&["simulate", "--json", &f("snapshots/segments_only.pickle")]),
+        ],
+    );
+}
