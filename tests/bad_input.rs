@@ -45,9 +45,10 @@ fn invalid_fixtures() {
 #[test]
 fn missing_path_and_directory() {
     assert_one_line_error("/nonexistent/snapshot.pickle", "cannot open");
+    // A directory is read as the snapshots in it; one with none is an error.
     assert_one_line_error(
-        &fixture("snapshots").display().to_string(),
-        "is a directory",
+        &fixture("schemas").display().to_string(),
+        "no snapshot or recording in this directory",
     );
 }
 

@@ -6,7 +6,7 @@ use super::activations::Recompute;
 use super::layout::Layout;
 use super::recipe::Optimizer;
 use super::states::ZeroStage;
-use super::train::{evaluate, Candidate, TrainSetup};
+use super::train::{evaluate, Candidate, MemoryBreakdown, TrainSetup};
 use crate::model::{count, Bytes};
 use std::collections::HashMap;
 
@@ -214,7 +214,13 @@ fn without_idle_zero_stages(candidates: impl Iterator<Item = Candidate>) -> Vec<
         let same = by_layout.entry(key).or_default();
         if same.iter().any(|&i| {
             let k = &kept[i];
-            k.layout.zero < c.layout.zero && k.memory == c.memory && k.cost == c.cost
+            // The FSDP unit size is what ZeRO-3 would gather; with nothing to shard it changes
+            // no byte.
+            let unit = |m: &MemoryBreakdown| MemoryBreakdown {
+                unit_params: 0,
+                ..*m
+            };
+            k.layout.zero < c.layout.zero && unit(&k.memory) == unit(&c.memory) && k.cost == c.cost
         }) {
             continue;
         }

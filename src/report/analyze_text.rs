@@ -4,7 +4,7 @@ use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use super::pressure_text;
 use crate::analysis::compare::{Comparison, RowRef, BALANCED_RATIO};
 use crate::analysis::DeviceAnalysis;
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use std::fmt::Write;
 
 fn percent(part: u64, whole: u64) -> String {
@@ -91,10 +91,10 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
     let _ = writeln!(out, "  at the dump:");
     let _ = writeln!(
         out,
-        "    reserved      {:>11}  in {} segments, {} blocks",
+        "    reserved      {:>11}  in {}, {}",
         Bytes(d.layout.reserved_bytes).to_string(),
-        d.layout.segments,
-        d.layout.blocks
+        count(d.layout.segments as u64, "segment", "segments"),
+        count(d.layout.blocks as u64, "block", "blocks")
     );
     let _ = writeln!(
         out,

@@ -3,7 +3,7 @@
 //! Every text that comes from the file is escaped.
 
 use crate::analysis::{site_text, DeviceAnalysis};
-use crate::model::{Bytes, Snapshot};
+use crate::model::{count, Bytes, Snapshot};
 use crate::report::plot::{self, Format, Kind, PlotError};
 use std::fmt::Write;
 
@@ -97,10 +97,10 @@ fn summary(page: &mut String, d: &DeviceAnalysis) {
         page,
         "reserved",
         format!(
-            "{} in {} segments, {} blocks",
+            "{} in {}, {}",
             Bytes(l.reserved_bytes),
-            l.segments,
-            l.blocks
+            count(l.segments as u64, "segment", "segments"),
+            count(l.blocks as u64, "block", "blocks")
         ),
     );
     row(page, "allocated", Bytes(l.allocated_bytes).to_string());

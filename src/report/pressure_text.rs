@@ -3,11 +3,7 @@
 //! they come from, the capacity bracket and the headroom at the peak.
 
 use crate::analysis::pressure::Pressure;
-use crate::model::Bytes;
-
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
+use crate::model::{count, Bytes};
 
 fn offset(us: Option<i64>) -> String {
     us.map(|us| format!(", {:.3} s into the trace", us as f64 / 1e6))
@@ -57,7 +53,7 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
                 Bytes(first.request_bytes),
                 first.site,
                 Bytes(first.released_bytes),
-                plural(first.segments_released, "segment", "segments"),
+                count(first.segments_released as u64, "segment", "segments"),
             ));
         }
         out.push(line);
@@ -95,7 +91,7 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
         out.push(format!(
             "{} to torch.cuda.empty_cache() (not OOM retries), from {}; each returns cached \
              memory to the driver and the next allocations must ask for it again",
-            plural(p.empty_cache_bursts, "call", "calls"),
+            count(p.empty_cache_bursts as u64, "call", "calls"),
             from.join(", ")
         ));
     }
