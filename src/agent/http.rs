@@ -53,13 +53,14 @@ pub fn limits_help() -> String {
     format!(
         "Limits (the agent may face any client that can reach --listen):\n  \
          A request head (request line and headers) of at most {head} and {MAX_HEADERS} header \
-         lines; a request with a body is refused (413).\n  \
-         {header} s to send a request head, from connecting or from the previous answer: an idle \
-         connection is closed after {header} s.\n  \
-         {write} s to take an answer once it stops being read.\n  \
-         {MAX_CONNECTIONS} connections at once; a new one closes the connection idle the \
-         longest.\n  \
-         One thread answers every connection.",
+         lines; no request body (413).\n  \
+         {header} s to send a request head, from connecting or from the previous answer (so an \
+         idle connection is closed after {header} s).\n  \
+         {write} s for a client that stopped reading to take the rest of its answer, then it \
+         is cut.\n  \
+         {MAX_CONNECTIONS} connections at once; past that, each new one closes the connection \
+         idle the longest.\n  \
+         One thread serves every connection.",
         head = Bytes(MAX_REQUEST_HEAD as u64),
         header = HEADER_TIMEOUT.as_secs(),
         write = WRITE_TIMEOUT.as_secs(),
@@ -514,7 +515,10 @@ mod tests {
             "{help}"
         );
         assert!(help.contains("5 s to send a request head"), "{help}");
-        assert!(help.contains("10 s to take an answer"), "{help}");
+        assert!(
+            help.contains("10 s for a client that stopped reading"),
+            "{help}"
+        );
         assert!(help.contains("256 connections at once"), "{help}");
     }
 }
