@@ -7,6 +7,7 @@
 use crate::attach_shim::workload;
 use crate::nvml_fake::{fake_nvml, scenario, GONE_PID};
 use crate::util::{memprof, repo, skip, stderr, Scratch};
+use memprof::agent::MAX_CONNECTIONS;
 use memprof::source::gpu::ProcView;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -484,4 +485,279 @@ fn the_alert_rules_pass_promtool_and_fire_as_documented() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+// Hostile and broken clients (the agent may listen on 0.0.0.0). Every loop below is bounded in
+// count and in time, and every client talks to the agent on loopback only.
+
+/// How long a scrape may take in these tests before it counts as not answered. The target is
+/// 10 ms (benches/agent_scrape.rs measures it); this leaves room for a busy test machine.
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// The agent on the fake NVML, not following shims (no reader threads), serving figures.
+fn serving_agent(name: &str) -> (Killed, String) {
+    let dir = fake_nvml(name);
+    let scenario = scenario(&dir, std::process::id());
+    let (agent, addr) = start_agent(
+        &["--interval", "0.2", "--no-shims"],
+        &[("LD_LIBRARY_PATH", &dir), ("FAKE_NVML_SCENARIO", &scenario)],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get(&addr, "/metrics").0 != 200 {
+        assert!(Instant::now() < deadline, "no sample served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (agent, addr)
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let addr = addr.parse().expect("an IP address and port");
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    stream
+        .set_read_timeout(Some(ANSWER_WITHIN))
+        .expect("read timeout");
+    stream
+        .set_write_timeout(Some(ANSWER_WITHIN))
+        .expect("write timeout");
+    stream
+}
+
+/// Sends `request` on a fresh connection and reads until the agent closes it; the status code
+/// and how long that took, or what went wrong (no answer within `ANSWER_WITHIN`, a reset).
+fn exchange(addr: &str, request: &[u8]) -> Result<(u16, Duration), String> {
+    let start = Instant::now();
+    let addr_parsed = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+    let mut stream = TcpStream::connect_timeout(&addr_parsed, ANSWER_WITHIN)
+        .map_err(|e| format!("connect: {e}"))?;
+    for timeout in [
+        stream.set_read_timeout(Some(ANSWER_WITHIN)),
+        stream.set_write_timeout(Some(ANSWER_WITHIN)),
+    ] {
+        timeout.map_err(|e| format!("timeout: {e}"))?;
+    }
+    stream
+        .write_all(request)
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("no complete answer after {:?}: {e}", start.elapsed()))?;
+    let took = start.elapsed();
+    let status = String::from_utf8_lossy(&answer)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("no status line in {} bytes", answer.len()))?;
+    if took > ANSWER_WITHIN {
+        return Err(format!("answered {status} only after {took:?}"));
+    }
+    Ok((status, took))
+}
+
+/// `count` scrapes of /metrics, one after the other, each answered 200 within `ANSWER_WITHIN`.
+fn assert_scrapes_answered(addr: &str, count: usize, while_what: &str) {
+    for i in 0..count {
+        match exchange(addr, b"GET /metrics HTTP/1.0\r\nHost: scraper\r\n\r\n") {
+            Ok((200, _)) => {}
+            Ok((status, _)) => panic!("scrape {i} {while_what}: status {status}"),
+            Err(e) => panic!("scrape {i} {while_what}: {e}"),
+        }
+    }
+}
+
+/// `Threads:` of /proc/PID/status.
+fn threads(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the agent runs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Threads: line")
+}
+
+/// The sockets the process holds open (its listener and its connections).
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the agent runs")
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+/// Waits up to `limit` for the agent to hold at most `count` sockets; false when it never did.
+fn sockets_drop_to(pid: u32, count: usize, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while sockets(pid) > count {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    true
+}
+
+fn assert_alive(agent: &mut Killed) {
+    let exited = agent.0.try_wait().expect("wait");
+    assert!(exited.is_none(), "the agent died: {exited:?}");
+}
+
+#[test]
+fn a_huge_content_length_is_refused_and_the_agent_lives() {
+    let (mut agent, addr) = serving_agent("agent-huge-body");
+    for (request, refused) in [
+        (
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+            413,
+        ),
+        (
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+            413,
+        ),
+        // Past what hyper counts a body length in: a header it will not take (431).
+        (
+            "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 18446744073709551615\r\n\r\n",
+            431,
+        ),
+    ] {
+        let answer = exchange(&addr, request.as_bytes());
+        assert!(
+            matches!(answer, Ok((status, _)) if status == refused),
+            "{request:?}: {answer:?}"
+        );
+        assert_alive(&mut agent);
+        assert_scrapes_answered(&addr, 1, "after a huge Content-Length");
+    }
+}
+
+#[test]
+fn a_body_on_metrics_is_refused() {
+    let (_agent, addr) = serving_agent("agent-body");
+    for request in [
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        "HEAD /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+    ] {
+        let answer = exchange(&addr, request.as_bytes());
+        assert!(matches!(answer, Ok((413, _))), "{request:?}: {answer:?}");
+    }
+    // An empty body is no body.
+    let answer = exchange(
+        &addr,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(matches!(answer, Ok((200, _))), "{answer:?}");
+}
+
+#[test]
+fn four_clients_announcing_a_body_they_never_send_do_not_stop_scrapes() {
+    let (mut agent, addr) = serving_agent("agent-no-body");
+    let pid = agent.0.id();
+    let idle = sockets(pid);
+    let mut hanging = Vec::new();
+    for i in 0..4 {
+        let mut stream = connect(&addr);
+        let method = if i % 2 == 0 { "GET" } else { "POST" };
+        write!(
+            stream,
+            "{method} /metrics HTTP/1.1\r\nHost: x{i}\r\nContent-Length: 1000\r\n\r\n"
+        )
+        .expect("send the head");
+        hanging.push(stream);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_scrapes_answered(&addr, 20, "with 4 bodies never sent");
+    // Each of them is told no, and let go, without the body.
+    for (i, stream) in hanging.iter_mut().enumerate() {
+        let mut answer = Vec::new();
+        let read = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            read.is_ok() && text.starts_with("HTTP/1.1 413"),
+            "client {i}: {read:?} {text:?}"
+        );
+    }
+    assert!(sockets_drop_to(pid, idle, Duration::from_secs(10)));
+    assert_alive(&mut agent);
+}
+
+#[test]
+fn a_client_that_pipelines_and_never_reads_does_not_stop_scrapes() {
+    let (mut agent, addr) = serving_agent("agent-pipeline");
+    let pid = agent.0.id();
+    let idle = sockets(pid);
+    let mut pipe = connect(&addr);
+    pipe.set_write_timeout(Some(Duration::from_millis(200)))
+        .expect("write timeout");
+    let request = b"GET /metrics HTTP/1.1\r\nHost: pipeline\r\n\r\n";
+    // Requests until the agent stops taking them (its answers are not read), at most 5 s.
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < 200_000 && start.elapsed() < Duration::from_secs(5) {
+        if pipe.write_all(request).is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    assert!(sent >= 1_500, "only {sent} requests went out");
+    assert_scrapes_answered(&addr, 20, &format!("with {sent} pipelined requests unread"));
+    // The connection that does not read its answers is cut (the write timeout, 10 s).
+    assert!(
+        sockets_drop_to(pid, idle, Duration::from_secs(30)),
+        "the pipelining client is still connected after 30 s ({sent} requests)"
+    );
+    assert_scrapes_answered(&addr, 1, "after the pipelining client was cut");
+    assert_alive(&mut agent);
+    drop(pipe);
+}
+
+#[test]
+fn a_slowloris_is_cut_and_scrapes_go_on() {
+    let (mut agent, addr) = serving_agent("agent-slowloris");
+    let mut slow = connect(&addr);
+    slow.set_read_timeout(Some(Duration::from_millis(1)))
+        .expect("read timeout");
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: slow\r\nX-Trickle: ")
+        .expect("send the start");
+    // One header byte every 250 ms, at most 15 s, with a scrape between bytes.
+    let start = Instant::now();
+    let mut cut = None;
+    while cut.is_none() && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(250));
+        let mut buf = [0u8; 4096];
+        cut = match slow.read(&mut buf) {
+            // Closed by the agent (it may say 408 first).
+            Ok(_) => Some(start.elapsed()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Some(start.elapsed()),
+            Err(_) => slow.write_all(b"a").err().map(|_| start.elapsed()),
+        };
+        assert_scrapes_answered(&addr, 1, "while a slowloris trickles its headers");
+    }
+    let cut = cut.expect("the slowloris is still connected after 15 s");
+    assert!(cut >= Duration::from_secs(4), "cut too early: {cut:?}");
+    assert_alive(&mut agent);
+}
+
+#[test]
+fn a_thousand_idle_connections_keep_threads_and_sockets_bounded() {
+    let (mut agent, addr) = serving_agent("agent-idle");
+    let pid = agent.0.id();
+    let before = threads(pid);
+    let idle: Vec<TcpStream> = (0..1_000).map(|_| connect(&addr)).collect();
+    // Let the agent take them all.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_scrapes_answered(&addr, 20, "with 1,000 idle connections");
+    let during = threads(pid);
+    assert!(
+        during <= before + 2 && during <= 16,
+        "{during} threads with 1,000 idle connections ({before} before)"
+    );
+    // The agent holds at most MAX_CONNECTIONS connections (and its listener): the ones idle
+    // the longest went.
+    let held = sockets(pid);
+    assert!(
+        held <= MAX_CONNECTIONS + 1,
+        "the agent holds {held} sockets"
+    );
+    assert_alive(&mut agent);
+    drop(idle);
 }

@@ -9,7 +9,10 @@
 mod http;
 mod shims;
 
-pub use http::{Exporter, HttpError};
+pub use http::{
+    answer_bytes, limits_help, Exporter, HttpError, HEADER_TIMEOUT, MAX_CONNECTIONS, MAX_HEADERS,
+    MAX_REQUEST_HEAD, WRITE_TIMEOUT,
+};
 pub use shims::{ShimProcess, ShimWatch};
 
 use crate::report::prometheus::{render, AgentStatus};

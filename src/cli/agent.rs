@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Args)]
+#[command(after_help = crate::agent::limits_help())]
 pub struct AgentArgs {
     /// Address to serve /metrics on (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:9464")]
