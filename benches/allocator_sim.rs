@@ -72,7 +72,7 @@ fn bench(c: &mut Criterion) {
         let trace = DeviceTrace {
             device: 0,
             entries: &entries,
-            streams,
+            streams: &streams,
             segments,
         };
         let prepared = replay::prepare(&trace, &recorded, None);

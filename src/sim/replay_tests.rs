@@ -140,7 +140,7 @@ fn contradictions_are_issues_with_the_entry_index() {
     let trace = DeviceTrace {
         device: 0,
         entries: &entries,
-        streams: vec![0],
+        streams: &[0],
         segments: vec![segment],
     };
     let p = prepare(&trace, &AllocatorConfig::default(), None);
@@ -175,7 +175,7 @@ fn absurd_sizes_and_addresses_give_issues_not_panics() {
     let trace = DeviceTrace {
         device: 0,
         entries: &entries,
-        streams: vec![0],
+        streams: &[0],
         segments: Vec::new(),
     };
     for capacity in [None, Some(80 << 30)] {
@@ -272,7 +272,7 @@ fn replay_window(conf: &str, capacity: Option<u64>, rec: &Recorded, start: usize
     let trace = DeviceTrace {
         device: 0,
         entries: &rec.0[start..],
-        streams: rec.1.clone(),
+        streams: &rec.1,
         segments: rec.2.clone(),
     };
     prepare(
