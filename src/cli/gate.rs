@@ -7,6 +7,7 @@ use crate::analysis::analyze_snapshot;
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_output;
+use crate::report::terminal_text::terminal_lines;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
@@ -111,7 +112,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
         std::fs::write(out, gate_output::markdown(&checks))
             .with_context(|| format!("writing {}", out.display()))?;
     }
-    print!("{}", gate_output::text(&checks));
+    print!("{}", terminal_lines(&gate_output::text(&checks)));
     Ok(if checks.iter().all(|c| c.passed()) {
         Outcome::Ok
     } else {

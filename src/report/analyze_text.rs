@@ -1,6 +1,7 @@
 //! Human text for `analyze`: a short summary a person can act on.
 
 use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
+use super::terminal_text::terminal_text;
 use crate::analysis::DeviceAnalysis;
 use crate::model::Bytes;
 use std::fmt::Write;
@@ -46,7 +47,7 @@ fn render_input(input: &InputReport, out: &mut String) {
     let _ = writeln!(
         out,
         "{}  ({}, {format}, {} device{})",
-        input.path,
+        terminal_text(&input.path),
         Bytes(input.bytes),
         input.devices.len(),
         if input.devices.len() == 1 { "" } else { "s" }
@@ -55,12 +56,15 @@ fn render_input(input: &InputReport, out: &mut String) {
         let host = p
             .host
             .as_deref()
-            .map(|h| format!(" on {h}"))
+            .map(|h| format!(" on {}", terminal_text(h)))
             .unwrap_or_default();
         let command = match &p.command {
             None => String::new(),
             Some(args) => {
-                let words: Vec<String> = args.iter().map(|a| quoted(a)).collect();
+                let words: Vec<String> = args
+                    .iter()
+                    .map(|a| quoted(&terminal_text(a).to_string()))
+                    .collect();
                 format!(": {}", words.join(" "))
             }
         };
@@ -70,7 +74,7 @@ fn render_input(input: &InputReport, out: &mut String) {
         let _ = writeln!(out, "  PYTORCH_CUDA_ALLOC_CONF={conf}");
     }
     for w in &input.warnings {
-        let _ = writeln!(out, "  warning: {w}");
+        let _ = writeln!(out, "  warning: {}", terminal_text(w));
     }
     if input.devices.is_empty() {
         let _ = writeln!(out, "  no device has a segment or a trace entry");
@@ -229,8 +233,9 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
     if let Some(first) = &t.first_inconsistency {
         let _ = writeln!(
             out,
-            "  warning: {} trace entries contradict the state (first: {first})",
-            t.inconsistencies
+            "  warning: {} trace entries contradict the state (first: {})",
+            t.inconsistencies,
+            terminal_text(first)
         );
     }
 }
@@ -254,14 +259,14 @@ fn render_comparison(report: &AnalyzeReport, out: &mut String) {
     let _ = writeln!(
         out,
         "heaviest: {} device {}, peak active {} ({} above the lightest)",
-        heavy_input.path,
+        terminal_text(&heavy_input.path),
         heavy.device,
         Bytes(heavy.trace.peak_active_bytes),
         Bytes(heavy.trace.peak_active_bytes - lightest)
     );
     let width = rows
         .iter()
-        .map(|(i, _)| i.path.len())
+        .map(|(i, _)| terminal_text(&i.path).to_string().len())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -274,7 +279,7 @@ fn render_comparison(report: &AnalyzeReport, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<width$}  {:>3}  {:>11}  {:>11}  {:>11}  {:>11}  {:>4}",
-            input.path,
+            terminal_text(&input.path).to_string(),
             d.device,
             Bytes(d.layout.reserved_bytes).to_string(),
             Bytes(d.layout.allocated_bytes).to_string(),

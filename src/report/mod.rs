@@ -14,3 +14,4 @@ pub mod plan_text;
 pub mod plot;
 pub mod prometheus;
 pub mod simulate;
+pub mod terminal_text;
