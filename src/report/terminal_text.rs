@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(code_span("x ``` y"), "````x ``` y````");
         assert_eq!(code_span("`start"), "`` `start ``");
         assert_eq!(code_span("end`"), "`` end` ``");
-        assert_eq!(code_span(""), "` `");
+        assert_eq!(code_span(""), "`  `");
         assert_eq!(code_span("a\nb\x1b"), "`a\\nb\\x1b`");
         assert_eq!(code_fence(["a", "b"]), "```");
         assert_eq!(code_fence(["a ```` b", "c"]), "`````");
