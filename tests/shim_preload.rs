@@ -101,6 +101,7 @@ pub fn kernels(name: &str) -> PathBuf {
         ("stress", &["-lpthread"][..]),
         ("slow_free", &["-lpthread"][..]),
         ("peak_oom", &[][..]),
+        ("hold", &[][..]),
         ("devices", &["-ldl"][..]),
     ] {
         let src = k.join(format!("workloads/{name}.c"));

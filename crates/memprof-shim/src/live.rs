@@ -6,13 +6,15 @@
 //! `XDG_RUNTIME_DIR`; the directory is made mode 0700 and must belong to this user, the socket is
 //! mode 0600, and a client whose peer credentials are not this user's (or root's) is closed at
 //! once. What a client gets: the header and process block, the records of what is alive when it
-//! connects (`table.rs`, flagged `FLAG_SNAPSHOT`), then the records drained after it connected,
+//! connects (`table.rs`, flagged `FLAG_SNAPSHOT`; everything drained before it was accepted,
+//! which the writer does first each round) and a `LiveDropped` record of 0 flagged so that ends
+//! them, then the records drained after it connected,
 //! then the trailer when the process ends. A client that reads too slowly loses whole
 //! records (never part of one); the next thing it gets is a `LiveDropped` record counting them.
 //! The socket file is removed at exit.
 
 use crate::table::Table;
-use memprof_wire::{Kind, Record, RECORD_LEN};
+use memprof_wire::{Kind, Record, FLAG_SNAPSHOT, RECORD_LEN};
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -126,8 +128,10 @@ impl Server {
         })
     }
 
-    /// Takes the clients waiting to connect.
+    /// Sends what clients still wait for (a snapshot bigger than the socket takes at once must
+    /// reach a client of an idle process too), then takes the clients waiting to connect.
     pub fn accept(&mut self) {
+        self.clients.retain_mut(|client| client.flush());
         while let Ok((stream, _)) = self.listener.accept() {
             if self.clients.len() >= MAX_CLIENTS || !same_user(&stream) {
                 continue;
@@ -137,6 +141,9 @@ impl Server {
             }
             let mut pending = self.head.clone();
             pending.extend_from_slice(&self.table.snapshot());
+            let mut end = Record::new(Kind::LiveDropped);
+            end.flags = FLAG_SNAPSHOT;
+            pending.extend_from_slice(&end.encode());
             let mut client = Client {
                 stream,
                 pending,

@@ -480,10 +480,13 @@ fn writer_loop() {
     loop {
         let (count, closed) = {
             let mut writer = lock();
+            // Drained first, so that a client accepted now gets in its snapshot everything
+            // published before it connected.
+            let drained = drain(&mut writer, false);
             if let Some(live) = writer.live.as_mut() {
                 live.accept();
             }
-            drain(&mut writer, false)
+            drained
         };
         if closed {
             return;

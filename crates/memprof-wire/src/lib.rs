@@ -83,7 +83,9 @@ pub const FLAG_LOOKED_UP: u16 = 1;
 pub const FLAG_PER_THREAD_STREAM: u16 = 2;
 
 /// Flag (live stream only): a record of something still alive when the client connected, sent
-/// before the stream so the client starts from the process's current state.
+/// before the stream so the client starts from the process's current state. A
+/// [`Kind::LiveDropped`] record of 0 with this flag ends those records (a reader that does not
+/// know it takes it for no records lost).
 pub const FLAG_SNAPSHOT: u16 = 4;
 
 /// The directory of this user's live sockets: `RUNTIME_DIR/memprof` (`$XDG_RUNTIME_DIR`, when set
