@@ -645,7 +645,7 @@ fn memprof_run_forwards_sigterm_sighup_and_sigint_and_waits() {
             "SIG{name}: {summary}"
         );
         assert!(
-            summary.contains(&format!("memprof: recorded "))
+            summary.contains("memprof: recorded ")
                 && summary.contains(&format!("calls to {} (", rec.display())),
             "SIG{name}: the summary: {summary}"
         );
