@@ -158,7 +158,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         let pid = child.id();
         let forwarder = Forwarder::start(signals, pid)?;
         watch_live(&mut child, &args.command.join(" "))?;
-        if child.try_wait()?.is_none() {
+        if !has_ended(child.id())? {
             eprintln!(
                 "memprof: the view is closed; waiting for PID {pid} to end (its output is in {})",
                 log.display()
@@ -232,7 +232,7 @@ fn watch_live(child: &mut Child, command: &str) -> anyhow::Result<()> {
     let socket = socket_path(pid);
     eprintln!("memprof: waiting for PID {pid}'s first CUDA memory call");
     while !socket.exists() {
-        if child.try_wait()?.is_some() {
+        if has_ended(child.id())? {
             eprintln!("memprof: the command ended before any CUDA memory call; no live view");
             return Ok(());
         }
@@ -346,7 +346,13 @@ impl Reports {
                 found.push(Unwritten {
                     pid,
                     path: path.to_string(),
-                    error: error.trim_end().to_string(),
+                    // The OS error number adds nothing for a person.
+                    error: error
+                        .split(" (os error")
+                        .next()
+                        .unwrap_or(error)
+                        .trim_end()
+                        .to_string(),
                 });
             }
         }
@@ -408,31 +414,42 @@ impl Forwarder {
     /// Waits for CMD to end, stops forwarding, then reaps it (so that no signal can reach
     /// another process that got its pid).
     fn wait(self, child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
-        loop {
-            // SAFETY: `info` is a valid, zeroed siginfo_t that waitid fills; WNOWAIT leaves the
-            // child waitable.
-            let ended = unsafe {
-                let mut info: libc::siginfo_t = std::mem::zeroed();
-                libc::waitid(
-                    libc::P_PID,
-                    child.id() as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOWAIT,
-                )
-            };
-            if ended == 0 {
-                break;
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e).context("waiting for the command");
-            }
-        }
+        while !wait_unreaped(child.id(), 0).context("waiting for the command")? {}
         self.handle.close();
         // The thread only forwards; a panic there has nothing to report here.
         let _ = self.thread.join();
         child.wait().context("waiting for the command")
     }
+}
+
+/// Whether CMD has ended, without reaping it (its pid stays its own, for the forwarder).
+fn has_ended(pid: u32) -> anyhow::Result<bool> {
+    wait_unreaped(pid, libc::WNOHANG).context("waiting for the command")
+}
+
+/// `waitid` for `pid` with `WEXITED | WNOWAIT | flags`: whether it has ended (false when
+/// interrupted, or not yet with `WNOHANG`), leaving it to be reaped by `Child::wait`.
+fn wait_unreaped(pid: u32, flags: libc::c_int) -> std::io::Result<bool> {
+    // SAFETY: `info` is a valid, zeroed siginfo_t that waitid fills (its pid stays 0 when
+    // WNOHANG finds nothing ended); WNOWAIT leaves the child waitable.
+    let (rc, found) = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | flags,
+        );
+        (rc, info.si_pid() != 0)
+    };
+    if rc == 0 {
+        return Ok(found);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::Interrupted {
+        return Ok(false);
+    }
+    Err(e)
 }
 
 /// `MEMPROF_SHIM`, else the shim next to this binary.
