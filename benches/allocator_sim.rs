@@ -72,8 +72,8 @@ fn bench(c: &mut Criterion) {
         let trace = DeviceTrace {
             device: 0,
             entries: &entries,
-            streams,
-            pools: Vec::new(),
+            streams: &streams,
+            pools: &[],
             segments,
         };
         let prepared = replay::prepare(&trace, &recorded, None);

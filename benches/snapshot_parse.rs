@@ -3,10 +3,14 @@
 //! decoder; see `src/source/pickle/mod.rs`).
 //!
 //! Generated inputs come from `../shared/tools/gen_snapshot.py` (needs python3); real ones from
-//! `../shared/fixtures/real/`. Missing inputs are skipped with a note.
+//! `../shared/fixtures/real/`. Missing inputs are skipped with a note. `many_device_lists` is
+//! the shape of a 200 KB pickle that took 21 s: 300k device trace lists, one list object
+//! holding one OOM entry, written once and referenced by every device.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memprof::analysis::analyze_snapshot;
+use memprof::diagnose::{classify_ooms, Origin};
+use memprof::report::export::pickle::PickleWriter;
 use memprof::source::pickle::{decode, KeepAll};
 use memprof::source::torch_snapshot;
 use std::path::{Path, PathBuf};
@@ -110,5 +114,75 @@ fn parse(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse);
+/// `lists` device trace lists, all one list object holding one OOM entry (3.5 bytes a list).
+fn shared_oom_lists(lists: usize) -> std::io::Result<Vec<u8>> {
+    let mut w = PickleWriter::new(Vec::new())?;
+    w.begin_dict(2)?;
+    w.key("segments")?;
+    w.begin_list(0)?;
+    w.end()?;
+    w.key("device_traces")?;
+    w.begin_list(lists)?;
+    w.item()?;
+    let shared = w.begin_list(1)?;
+    w.item()?;
+    w.begin_dict(5)?;
+    for (key, value) in [
+        ("addr", 0),
+        ("size", 1 << 30),
+        ("stream", 0),
+        ("device_free", 0),
+    ] {
+        w.key(key)?;
+        w.int(value)?;
+    }
+    w.key("action")?;
+    w.str("oom")?;
+    w.end()?;
+    w.end()?;
+    for _ in 1..lists {
+        w.item()?;
+        w.get(shared)?;
+    }
+    w.end()?;
+    w.end()?;
+    w.finish()
+}
+
+/// What `analyze` does with a snapshot: read, analyze every device, classify every OOM.
+fn analyze_classified(bytes: &[u8]) -> usize {
+    let Ok(parsed) = torch_snapshot::read(bytes) else {
+        return 0;
+    };
+    let snapshot = &parsed.snapshot;
+    let devices = analyze_snapshot(snapshot, 10, None);
+    classify_ooms(snapshot, Origin::TorchSnapshot, devices)
+        .iter()
+        .filter(|d| d.oom.as_ref().is_some_and(|o| o.diagnosis.is_some()))
+        .count()
+}
+
+fn many_device_lists(c: &mut Criterion) {
+    const LISTS: usize = 300_000;
+    let Ok(bytes) = shared_oom_lists(LISTS) else {
+        eprintln!("the many-lists pickle could not be written: skipped");
+        return;
+    };
+    assert_eq!(
+        analyze_classified(&bytes),
+        LISTS,
+        "every device's OOM is classified"
+    );
+    let mut group = c.benchmark_group("many_device_lists");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(LISTS as u64));
+    group.bench_with_input(
+        BenchmarkId::new("read_analyze_classify", LISTS),
+        &bytes,
+        |b, bytes| b.iter(|| analyze_classified(bytes)),
+    );
+    group.finish();
+}
+
+criterion_group!(benches, parse, many_device_lists);
 criterion_main!(benches);

@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use memprof::cli::{self, Cli, Outcome};
+use memprof::report::terminal_text::terminal_text;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -27,7 +28,8 @@ fn main() -> ExitCode {
             if broken_pipe {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("memprof: error: {err:#}");
+            // One line, whatever the file put in the message.
+            eprintln!("memprof: error: {}", terminal_text(&format!("{err:#}")));
             ExitCode::from(2)
         }
     }

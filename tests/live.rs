@@ -96,6 +96,9 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
             }
             LiveEvent::Record(r) => stream.push(r),
             LiveEvent::Lost(n) => panic!("{n} records lost on a small workload"),
+            LiveEvent::CaughtUp => {
+                assert!(stream.is_empty(), "the snapshot ends before the stream")
+            }
             LiveEvent::End { dropped } => end = Some(dropped),
         }
     }

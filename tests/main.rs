@@ -25,6 +25,7 @@ mod recording;
 mod shim_preload;
 mod simulate;
 mod stacks;
+mod terminal_text;
 mod torch_run;
 mod tui;
 mod util;

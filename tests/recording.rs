@@ -435,6 +435,44 @@ fn damaged_recordings_fail_with_one_line_or_warn_and_read_what_is_there() {
     assert_eq!(d["trace"]["peak_active_bytes"], 500_000);
 }
 
+/// Every cut inside the header, even inside the magic, says the recording was cut short (a
+/// file cut after 5 bytes was once taken for a pickle that would run code); version 0 says the
+/// header is damaged, not that a newer memprof wrote it.
+#[test]
+fn a_cut_or_damaged_header_says_so() {
+    let (_scratch, path, _) = record("header", None);
+    let bytes = std::fs::read(&path).expect("written");
+    let dir = path.parent().expect("a directory");
+    let refused = |name: &str, content: &[u8]| {
+        let file = dir.join(name);
+        std::fs::write(&file, content).expect("written");
+        let out = memprof(&["analyze", &file.display().to_string()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(&file.display().to_string()), "{name}: {err}");
+        assert!(!err.contains("pickle"), "{name}: {err}");
+        err
+    };
+    for at in 1..memprof_wire::FILE_HEADER_LEN {
+        let err = refused(&format!("cut{at}.memprof"), &bytes[..at]);
+        assert!(
+            err.contains("recording header cut short"),
+            "cut at {at}: {err}"
+        );
+    }
+    let err = refused("cut5.memprof", &bytes[..5]);
+    assert!(
+        err.ends_with("the file is 5 bytes, a memprof recording's header is 32\n"),
+        "{err}"
+    );
+    let mut version_0 = bytes.clone();
+    version_0[8..12].copy_from_slice(&0u32.to_le_bytes());
+    let err = refused("version0.memprof", &version_0);
+    assert!(err.contains("version 0 is not one memprof writes"), "{err}");
+    assert!(err.contains("the header is damaged"), "{err}");
+}
+
 #[test]
 fn a_program_ending_with_underscore_exit_is_flushed_with_its_trailer() {
     let (_, _, normal) = record("exit-normal", None);

@@ -101,6 +101,7 @@ pub fn kernels(name: &str) -> Scratch {
         ("stress", &["-lpthread"][..]),
         ("slow_free", &["-lpthread"][..]),
         ("peak_oom", &[][..]),
+        ("hold", &[][..]),
         ("devices", &["-ldl"][..]),
     ] {
         let src = k.join(format!("workloads/{name}.c"));
@@ -545,7 +546,7 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     );
 
     // The command's exit code comes back; no CUDA calls, no recording, and a stale one is gone.
-    std::fs::write(dir.join("stale.memprof"), b"old").expect("write");
+    std::fs::copy(dir.join("rec.memprof"), dir.join("stale.memprof")).expect("copy");
     let out = memprof_run(
         &["-o", "stale.memprof", "--", "sh", "-c", "exit 7"],
         &dir,
@@ -561,6 +562,159 @@ fn memprof_run_records_the_command_and_passes_its_exit_code() {
     let out = memprof_run(&["--live", "--", "true"], &dir, Some(shim()));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs a terminal"));
+}
+
+/// `-o` never removes what is not a recording: a file of the user's, a directory, a fifo, a link
+/// and /dev/null are refused with one line before CMD runs, and left as they are; a place that
+/// cannot be written is refused before CMD runs; an earlier recording is replaced; and when the
+/// shim cannot create the recording after all, the summary says so, and where.
+#[test]
+fn memprof_run_replaces_only_a_recording_and_says_when_it_cannot_write() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = kernels("run-out");
+    let workload = dir.join("peak_oom");
+    let workload = workload.to_str().expect("utf-8 path");
+    let refused = |out: &str, want: &str| {
+        let ran = dir.join("ran");
+        let o = memprof_run(&["-o", out, "--", "touch", "ran"], &dir, Some(shim()));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-o {out}: {err}");
+        assert_eq!(err.lines().count(), 1, "-o {out}: {err}");
+        assert!(err.contains(want), "-o {out}: {err}");
+        assert!(!ran.exists(), "-o {out}: CMD did not run");
+    };
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, b"my notes").expect("write");
+    refused(
+        "notes.txt",
+        "is a file that is not a memprof recording; it is left as it is",
+    );
+    assert_eq!(std::fs::read(&notes).expect("still there"), b"my notes");
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    refused("sub", "sub is a directory");
+    assert!(dir.join("sub").is_dir());
+    let made = Command::new("mkfifo")
+        .arg(dir.join("pipe"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    refused("pipe", "pipe is a fifo");
+    let meta = std::fs::symlink_metadata(dir.join("pipe")).expect("still there");
+    assert!(meta.file_type().is_fifo());
+    std::os::unix::fs::symlink(&notes, dir.join("link")).expect("symlink");
+    refused("link", "link is a symbolic link");
+    refused("/dev/null", "/dev/null is a device");
+    let null = std::fs::metadata("/dev/null").expect("/dev/null");
+    assert!(null.file_type().is_char_device());
+    refused("/proc/nope", "cannot write the recording to /proc/nope: ");
+
+    // An earlier recording is replaced by this run's.
+    let first = memprof_run(&["-o", "rec.memprof", "--", workload], &dir, Some(shim()));
+    check("memprof run", &first);
+    let before = read(&dir.join("rec.memprof")).header.pid;
+    let again = memprof_run(&["-o", "rec.memprof", "--", workload], &dir, Some(shim()));
+    check("memprof run over a recording", &again);
+    let after = read(&dir.join("rec.memprof"));
+    assert_ne!(after.header.pid, before, "this run's recording");
+    assert_eq!(after.records.len(), 16);
+
+    // The directory is gone when CMD makes its first call: the shim reports it.
+    std::fs::create_dir_all(dir.join("gone")).expect("mkdir");
+    let script = format!("rmdir gone && exec {workload}");
+    let out = memprof_run(
+        &["-o", "gone/rec.memprof", "--", "sh", "-c", &script],
+        &dir,
+        Some(shim()),
+    );
+    check("memprof run into a removed directory", &out);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "memprof: no recording: {} could not be created (No such file or directory",
+        dir.join("gone/rec.memprof").display()
+    );
+    assert!(summary.contains(&want), "{summary}");
+    assert!(
+        summary.contains("went to the driver unrecorded"),
+        "{summary}"
+    );
+    assert!(!summary.contains("no CUDA memory calls seen"), "{summary}");
+}
+
+/// Whether this process ignores `signal` (then its children do too, and `memprof run` leaves it).
+fn ignored_here(signal: u32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal - 1)) != 0)
+}
+
+/// SIGTERM, SIGHUP and SIGINT sent to `memprof run` go on to CMD: memprof waits for it, prints
+/// the summary and exits with CMD's status, and CMD is not left running.
+#[test]
+fn memprof_run_forwards_sigterm_sighup_and_sigint_and_waits() {
+    use std::io::{BufRead, BufReader};
+    let dir = kernels("run-signals");
+    let workload = dir.join("peak_oom");
+    for (name, number) in [("TERM", 15), ("HUP", 1), ("INT", 2)] {
+        if ignored_here(number) {
+            eprintln!("SIG{name} is ignored by this test process: skipped");
+            continue;
+        }
+        let rec = dir.join(format!("sig{name}.memprof"));
+        let mut run = Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .arg("run")
+            .arg("-o")
+            .arg(&rec)
+            .arg("--")
+            .arg(&workload)
+            .arg("wait")
+            .current_dir(&dir)
+            .env("FAKE_CUDA_CAPACITY", "1048576")
+            .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+            .env("MEMPROF_SHIM", shim())
+            .env_remove("LD_PRELOAD")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("memprof runs");
+        let mut ready = String::new();
+        let stdout = run.stdout.take().expect("piped");
+        BufReader::new(stdout).read_line(&mut ready).expect("reads");
+        assert_eq!(ready, "ready\n", "SIG{name}");
+        let sent = Command::new("kill")
+            .args(["-s", name, &run.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while run.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = run.kill();
+                panic!("SIG{name}: memprof run did not end");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = run.wait_with_output().expect("output");
+        let summary = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(128 + number as i32),
+            "SIG{name}: {summary}"
+        );
+        assert!(
+            summary.contains("memprof: recorded ")
+                && summary.contains(&format!("calls to {} (", rec.display())),
+            "SIG{name}: the summary: {summary}"
+        );
+        let pid = read(&rec).header.pid;
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "SIG{name}: PID {pid} was left running"
+        );
+    }
 }
 
 #[test]

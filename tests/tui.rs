@@ -638,9 +638,7 @@ fn oom_on_device_one() -> Snapshot {
         })
         .collect();
     snap.segments.extend(moved);
-    let streams: Vec<u64> = (0..snap.timeline.stream_count())
-        .map(|i| snap.timeline.stream(memprof::model::StreamIndex(i as u16)))
-        .collect();
+    let streams: Vec<u64> = snap.timeline.streams().to_vec();
     snap.timeline = memprof::model::Timeline::new(entries, vec![0..0, 0..n]);
     snap.timeline.set_tables(streams, Vec::new());
     snap

@@ -10,6 +10,7 @@ use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
+use crate::report::terminal_text::terminal_lines;
 use crate::source::recording::RecordingInfo;
 use anyhow::{bail, Context};
 use std::io::{Read, Write};
@@ -34,7 +35,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        stdout.write_all(analyze_text::render(&report).as_bytes())?;
+        stdout.write_all(terminal_lines(&analyze_text::render(&report)).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)

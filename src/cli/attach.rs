@@ -5,7 +5,7 @@
 use super::Outcome;
 use crate::report::attach_json::AttachDocument;
 use crate::source::gpu::{open_nvml, Background, GpuSampler, ProcView, SystemClock};
-use crate::source::live::{socket_path, LiveClient};
+use crate::source::live::{socket_path, LiveClient, LiveEvent};
 use crate::source::live_feed::{FeedState, LiveFeed};
 use crate::source::live_tally::LiveTally;
 use crate::tui::attach::{AttachApp, Feed};
@@ -32,8 +32,9 @@ pub struct AttachArgs {
     pub interval: f64,
 }
 
-/// How long `--json` in shim mode waits for the stream's first record before its first sample.
-const FIRST_WAIT: Duration = Duration::from_millis(500);
+/// How long `--json` in shim mode waits, at most, for the records of what is alive (up to the
+/// mark that ends them) before its first sample.
+const FIRST_WAIT: Duration = Duration::from_secs(5);
 
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
     if value.is_finite() && value > 0.0 && value <= 86_400.0 {
@@ -127,9 +128,19 @@ fn follow_shim(feed: LiveFeed, doc: &mut AttachDocument, duration: Duration, int
     let start = Instant::now();
     let clock = SystemClock;
     let mut tally = LiveTally::default();
-    // The first sample waits (briefly) for the stream to start, so it shows what was alive.
-    if let Some(Ok(event)) = feed.next_within(interval.min(FIRST_WAIT)) {
-        tally.apply(&event);
+    // The first sample waits for every record of what was alive at connect, which may not all
+    // have arrived yet: the shim ends them with a mark.
+    while let Some(remaining) = FIRST_WAIT.checked_sub(start.elapsed()) {
+        match feed.next_within(remaining) {
+            Some(Ok(LiveEvent::CaughtUp)) | Some(Err(_)) | None => break,
+            Some(Ok(event)) => {
+                let ended = matches!(event, LiveEvent::End { .. });
+                tally.apply(&event);
+                if ended {
+                    break;
+                }
+            }
+        }
     }
     loop {
         let state = feed.drain(usize::MAX, |item| {

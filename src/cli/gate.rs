@@ -7,6 +7,7 @@ use crate::analysis::analyze_snapshot;
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_output;
+use crate::report::terminal_text::terminal_lines;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::Value;
@@ -115,7 +116,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
         super::wrote_beside(out);
     }
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(gate_output::text(&checks).as_bytes())?;
+    stdout.write_all(terminal_lines(&gate_output::text(&checks)).as_bytes())?;
     stdout.flush()?;
     Ok(if checks.iter().all(|c| c.passed()) {
         Outcome::Ok

@@ -33,6 +33,15 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
     let mut file = File::open(path).context("cannot open")?;
     let mut head = [0u8; 8];
     let n = file.read(&mut head).context("cannot read")?;
+    // A file that stops inside the magic is a recording cut short, not a pickle (its first
+    // byte would read as a pickle opcode).
+    if n > 0 && n < RECORDING_MAGIC.len() && RECORDING_MAGIC.starts_with(&head[..n]) {
+        bail!(
+            "recording header cut short: the file is {n} bytes, a memprof recording's header \
+             is {}",
+            memprof_wire::FILE_HEADER_LEN
+        );
+    }
     if head[..n].starts_with(RECORDING_MAGIC) {
         let bytes = std::fs::read(path).context("cannot read")?;
         let read = recording::read(&bytes)?;

@@ -5,8 +5,14 @@
 //! `MEMPROF_FORK` in the shim; `OUT.<pid>.<n>` for a program that replaced, by `exec`, one that
 //! recorded). Recordings of an earlier run at these names are removed first: only files that
 //! start as a recording does (another file at such a name is left alone), and one that cannot be
-//! removed only gets a warning. The summary leaves out a recording whose header names another
+//! removed only gets a warning. OUT itself must be a new name or an earlier recording: anything
+//! else there (a file of the user's, a directory, a device node, a fifo, a link), and a place
+//! where no file can be created, is refused with one line before CMD runs. A shim that cannot
+//! create its recording after all says so on a socket named in `MEMPROF_REPORT`, and the summary
+//! tells which file and why. The summary leaves out a recording whose header names another
 //! process than its name, or a start before this run's (a concurrent or earlier run's).
+//! SIGINT, SIGTERM and SIGHUP sent to memprof go on to CMD (`Forwarder`); memprof waits for it,
+//! prints the summary and exits with its status.
 //! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
 //! on PyTorch's memory history and dumps a snapshot next to the recording when the program runs
 //! out of memory.
@@ -18,6 +24,7 @@
 use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
 use super::Outcome;
 use crate::model::{count, Bytes};
+use crate::report::terminal_text::terminal_text;
 use crate::source::gpu::SystemClock;
 use crate::source::live::{socket_path, LiveClient};
 use crate::source::live_feed::LiveFeed;
@@ -30,6 +37,9 @@ use memprof_wire::{
     decode_header, decode_recording, FileHeader, Kind, ProcessInfo, Recording, FILE_HEADER_LEN,
     MAGIC, MAX_PROCESS_BLOCK,
 };
+use signal_hook::iterator::exfiltrator::origin::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::Cause;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read};
@@ -80,12 +90,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         std::path::absolute(&out).with_context(|| format!("cannot resolve {}", out.display()))?;
     // Recordings of this run start no earlier than this (the shim reads the same clock).
     let started = wall_ns(SystemTime::now());
-    // A stale recording must not be taken for this run's when CMD makes no CUDA call.
-    match std::fs::remove_file(&out) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot replace {}", out.display())),
-    }
+    prepare_output(&out)?;
     for (_, stale) in other_recordings(&out) {
         if !starts_as_recording(&stale) {
             continue;
@@ -107,7 +112,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         preload.push(" ");
         preload.push(existing);
     }
+    let reports = Reports::open();
     let mut command = Command::new(program);
+    if let Some(reports) = &reports {
+        command.env(REPORT_ENV, &reports.name);
+    }
     command
         .args(rest)
         .env("LD_PRELOAD", preload)
@@ -133,6 +142,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     } else {
         None
     };
+    // Caught from before CMD starts, so that none of them ends memprof while CMD runs.
+    let signals = catch_forwarded().context("cannot catch signals")?;
     let status = if args.live {
         let log = out.with_extension("log");
         let file = std::fs::File::create(&log)
@@ -146,20 +157,23 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             .spawn()
             .with_context(|| format!("cannot run {program}"))?;
         let pid = child.id();
+        let forwarder = Forwarder::start(signals, pid)?;
         watch_live(&mut child, &args.command.join(" "))?;
-        if child.try_wait()?.is_none() {
+        if !has_ended(child.id())? {
             eprintln!(
                 "memprof: the view is closed; waiting for PID {pid} to end (its output is in {})",
                 log.display()
             );
         }
-        let status = child.wait().context("waiting for the command")?;
+        let status = forwarder.wait(&mut child)?;
         eprintln!("memprof: the command's output is in {}", log.display());
         status
     } else {
-        command
-            .status()
-            .with_context(|| format!("cannot run {program}"))?
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot run {program}"))?;
+        let forwarder = Forwarder::start(signals, child.id())?;
+        forwarder.wait(&mut child)?
     };
     drop(hook);
     let others: Vec<PathBuf> = other_recordings(&out)
@@ -169,7 +183,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         })
         .map(|(_, path)| path)
         .collect();
-    if others.is_empty() || out.exists() {
+    let unwritten = reports.map_or_else(Vec::new, |r| r.take());
+    for u in &unwritten {
+        eprintln!(
+            "memprof: no recording: {} could not be created ({}); the CUDA memory calls of PID \
+             {} went to the driver unrecorded",
+            terminal_text(&u.path),
+            terminal_text(&u.error),
+            u.pid
+        );
+    }
+    let reported = unwritten.iter().any(|u| Path::new(&u.path) == out);
+    if (others.is_empty() || out.exists()) && !reported {
         eprintln!("memprof: {}", summary(&out));
     }
     for other in others {
@@ -208,7 +233,7 @@ fn watch_live(child: &mut Child, command: &str) -> anyhow::Result<()> {
     let socket = socket_path(pid);
     eprintln!("memprof: waiting for PID {pid}'s first CUDA memory call");
     while !socket.exists() {
-        if child.try_wait()?.is_some() {
+        if has_ended(child.id())? {
             eprintln!("memprof: the command ended before any CUDA memory call; no live view");
             return Ok(());
         }
@@ -235,6 +260,197 @@ fn watch_live(child: &mut Child, command: &str) -> anyhow::Result<()> {
     );
     terminal::run(&mut app).context("terminal")?;
     Ok(())
+}
+
+/// Makes `out` ready for the shim, which never overwrites: a recording there (an earlier run's)
+/// is removed, and anything else (a file of the user's, a directory, a device node, a fifo, a
+/// link) is refused and left as it is. A new name is created and removed once, so that a place
+/// the recording cannot be written to is refused before CMD runs.
+fn prepare_output(out: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = terminal_text(&out.to_string_lossy()).to_string();
+    let meta = match std::fs::symlink_metadata(out) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return std::fs::File::create_new(out)
+                .and_then(|_| std::fs::remove_file(out))
+                .with_context(|| format!("cannot write the recording to {shown}"));
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot write the recording to {shown}")),
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        if starts_as_recording(out) {
+            return std::fs::remove_file(out)
+                .with_context(|| format!("cannot replace the earlier recording {shown}"));
+        }
+        "a file that is not a memprof recording; it is left as it is"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_fifo() {
+        "a fifo"
+    } else {
+        "not a regular file"
+    };
+    bail!("{shown} is {what}: -o names a new file or an earlier recording to replace")
+}
+
+/// The environment variable that names the report socket to the shim.
+const REPORT_ENV: &str = "MEMPROF_REPORT";
+
+/// A recording a shim of this run could not create, as it reported.
+struct Unwritten {
+    pid: u32,
+    path: String,
+    error: String,
+}
+
+/// Where the shims of this run say that they could not create their recording: a datagram
+/// socket in the abstract namespace (nothing on disk to clean up), named in `MEMPROF_REPORT`.
+/// A shim sends without waiting, and only then: no report means no failure.
+struct Reports {
+    socket: std::os::unix::net::UnixDatagram,
+    name: String,
+}
+
+impl Reports {
+    /// `None` when no socket can be made (the run goes on without reports).
+    fn open() -> Option<Reports> {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!(
+            "memprof-run-{}-{}",
+            std::process::id(),
+            wall_ns(SystemTime::now())
+        );
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).ok()?;
+        let socket = std::os::unix::net::UnixDatagram::bind_addr(&addr).ok()?;
+        socket.set_nonblocking(true).ok()?;
+        Some(Reports { socket, name })
+    }
+
+    /// Every report sent so far: `pid TAB path TAB error` each.
+    fn take(self) -> Vec<Unwritten> {
+        let mut found = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = self.socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]);
+            let mut fields = text.splitn(3, '\t');
+            if let (Some(pid), Some(path), Some(error)) = (
+                fields.next().and_then(|p| p.parse().ok()),
+                fields.next(),
+                fields.next(),
+            ) {
+                found.push(Unwritten {
+                    pid,
+                    path: path.to_string(),
+                    // The OS error number adds nothing for a person.
+                    error: error
+                        .split(" (os error")
+                        .next()
+                        .unwrap_or(error)
+                        .trim_end()
+                        .to_string(),
+                });
+            }
+        }
+        found
+    }
+}
+
+/// What `memprof run` passes on to CMD rather than dying of it.
+const FORWARDED: [libc::c_int; 3] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+];
+
+/// Catches the forwarded signals but those memprof was started with ignored (`nohup`,
+/// a background job), which stay ignored, for CMD too.
+fn catch_forwarded() -> std::io::Result<SignalsInfo<WithOrigin>> {
+    let ignored = |signal: libc::c_int| {
+        // SAFETY: with a null new action, sigaction only writes the current one into `old`, a
+        // valid, zeroed struct.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        }
+    };
+    SignalsInfo::<WithOrigin>::new(FORWARDED.into_iter().filter(|&s| !ignored(s)))
+}
+
+/// Sends CMD the signals sent to memprof while it runs, so that memprof outlives it, prints the
+/// summary and passes its status through. A signal from the terminal (Ctrl-C, a hang-up) went
+/// to CMD's process group already and is not sent twice.
+struct Forwarder {
+    handle: signal_hook::iterator::Handle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Forwarder {
+    fn start(mut signals: SignalsInfo<WithOrigin>, pid: u32) -> anyhow::Result<Forwarder> {
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("memprof-forward".into())
+            .spawn(move || {
+                for origin in signals.forever() {
+                    if origin.cause == Cause::Kernel {
+                        continue;
+                    }
+                    // SAFETY: kill only sends a signal. CMD is not reaped before this thread
+                    // ends (`wait`), so its pid is still its own.
+                    unsafe {
+                        libc::kill(pid as libc::pid_t, origin.signal);
+                    }
+                }
+            })
+            .context("cannot start the signal forwarder")?;
+        Ok(Forwarder { handle, thread })
+    }
+
+    /// Waits for CMD to end, stops forwarding, then reaps it (so that no signal can reach
+    /// another process that got its pid).
+    fn wait(self, child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
+        while !wait_unreaped(child.id(), 0).context("waiting for the command")? {}
+        self.handle.close();
+        // The thread only forwards; a panic there has nothing to report here.
+        let _ = self.thread.join();
+        child.wait().context("waiting for the command")
+    }
+}
+
+/// Whether CMD has ended, without reaping it (its pid stays its own, for the forwarder).
+fn has_ended(pid: u32) -> anyhow::Result<bool> {
+    wait_unreaped(pid, libc::WNOHANG).context("waiting for the command")
+}
+
+/// `waitid` for `pid` with `WEXITED | WNOWAIT | flags`: whether it has ended (false when
+/// interrupted, or not yet with `WNOHANG`), leaving it to be reaped by `Child::wait`.
+fn wait_unreaped(pid: u32, flags: libc::c_int) -> std::io::Result<bool> {
+    // SAFETY: `info` is a valid, zeroed siginfo_t that waitid fills (its pid stays 0 when
+    // WNOHANG finds nothing ended); WNOWAIT leaves the child waitable.
+    let (rc, found) = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | flags,
+        );
+        (rc, info.si_pid() != 0)
+    };
+    if rc == 0 {
+        return Ok(found);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::Interrupted {
+        return Ok(false);
+    }
+    Err(e)
 }
 
 /// `MEMPROF_SHIM`, else the shim next to this binary.

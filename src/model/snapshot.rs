@@ -61,7 +61,7 @@ pub struct Annotation {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub format: SnapshotFormat,
-    /// Segments of every device at the moment of the dump, each device's in address order.
+    /// Segments of every device at the moment of the dump, sorted by device, then address.
     pub segments: Vec<Segment>,
     pub timeline: Timeline,
     pub stacks: StackTable,
@@ -70,21 +70,34 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Devices that have a segment or a non-empty trace, in order.
+    /// Devices that have a segment or a non-empty trace, in order: the two lists, each in
+    /// device order already, merged in one pass.
     pub fn devices(&self) -> Vec<u32> {
-        let mut devices: Vec<u32> = self.segments.iter().map(|s| s.device).collect();
-        devices.extend(
-            (0..self.timeline.device_count())
-                .filter(|&d| !self.timeline.device(d).is_empty())
-                .map(|d| d as u32),
-        );
-        devices.sort_unstable();
-        devices.dedup();
-        devices
+        debug_assert!(self.segments.is_sorted_by_key(|s| s.device));
+        let mut with_segments = self.segments.iter().map(|s| s.device).peekable();
+        let mut with_traces = (0..self.timeline.device_count())
+            .filter(|&d| !self.timeline.device(d).is_empty())
+            .map(|d| d as u32)
+            .peekable();
+        let mut devices = Vec::new();
+        loop {
+            let next = match (with_segments.peek(), with_traces.peek()) {
+                (Some(&a), Some(&b)) => a.min(b),
+                (Some(&a), None) => a,
+                (None, Some(&b)) => b,
+                (None, None) => return devices,
+            };
+            while with_segments.next_if_eq(&next).is_some() {}
+            with_traces.next_if_eq(&next);
+            devices.push(next);
+        }
     }
 
-    /// The segments of one device.
+    /// The segments of one device: a binary search of the sorted list, so that a loop over
+    /// devices stays linear in the number of segments.
     pub fn device_segments(&self, device: u32) -> impl Iterator<Item = &Segment> + '_ {
-        self.segments.iter().filter(move |s| s.device == device)
+        let start = self.segments.partition_point(|s| s.device < device);
+        let rest = &self.segments[start..];
+        rest[..rest.partition_point(|s| s.device == device)].iter()
     }
 }

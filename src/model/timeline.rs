@@ -55,9 +55,9 @@ impl Timeline {
         self.streams[index.0 as usize]
     }
 
-    /// The number of distinct streams in the trace.
-    pub fn stream_count(&self) -> usize {
-        self.streams.len()
+    /// The stream handle of every index, in index order.
+    pub fn streams(&self) -> &[u64] {
+        &self.streams
     }
 
     /// The metadata of an entry that has some.

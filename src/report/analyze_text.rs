@@ -2,6 +2,7 @@
 
 use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use super::pressure_text;
+use super::terminal_text::terminal_text;
 use crate::analysis::compare::{Comparison, RowRef, BALANCED_RATIO};
 use crate::analysis::DeviceAnalysis;
 use crate::model::{count, Bytes};
@@ -48,7 +49,7 @@ fn render_input(input: &InputReport, out: &mut String) {
     let _ = writeln!(
         out,
         "{}  ({}, {format}, {} device{})",
-        input.path,
+        terminal_text(&input.path),
         Bytes(input.bytes),
         input.devices.len(),
         if input.devices.len() == 1 { "" } else { "s" }
@@ -57,12 +58,15 @@ fn render_input(input: &InputReport, out: &mut String) {
         let host = p
             .host
             .as_deref()
-            .map(|h| format!(" on {h}"))
+            .map(|h| format!(" on {}", terminal_text(h)))
             .unwrap_or_default();
         let command = match &p.command {
             None => String::new(),
             Some(args) => {
-                let words: Vec<String> = args.iter().map(|a| quoted(a)).collect();
+                let words: Vec<String> = args
+                    .iter()
+                    .map(|a| quoted(&terminal_text(a).to_string()))
+                    .collect();
                 format!(": {}", words.join(" "))
             }
         };
@@ -72,7 +76,7 @@ fn render_input(input: &InputReport, out: &mut String) {
         let _ = writeln!(out, "  PYTORCH_CUDA_ALLOC_CONF={conf}");
     }
     for w in &input.warnings {
-        let _ = writeln!(out, "  warning: {w}");
+        let _ = writeln!(out, "  warning: {}", terminal_text(w));
     }
     if input.devices.is_empty() {
         let _ = writeln!(out, "  no device has a segment or a trace entry");
@@ -277,8 +281,9 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
     if let Some(first) = &t.first_inconsistency {
         let _ = writeln!(
             out,
-            "  warning: {} trace entries contradict the state (first: {first})",
-            t.inconsistencies
+            "  warning: {} trace entries contradict the state (first: {})",
+            t.inconsistencies,
+            terminal_text(first)
         );
     }
 }
@@ -365,7 +370,7 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
         .collect();
     let width = rows
         .iter()
-        .map(|(i, _)| i.path.len())
+        .map(|(i, _)| terminal_text(&i.path).to_string().len())
         .max()
         .unwrap_or(4)
         .max(4);
@@ -378,7 +383,7 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
         let _ = writeln!(
             out,
             "{:<width$}  {:>3}  {:>11}  {:>13}  {:>16}  {:>4}",
-            input.path,
+            terminal_text(&input.path).to_string(),
             d.device,
             Bytes(d.trace.peak_active_bytes).to_string(),
             Bytes(d.trace.peak_reserved_bytes).to_string(),

@@ -2,6 +2,7 @@
 //! comments, and JUnit XML for CI test reports.
 
 use super::gate::Check;
+use super::terminal_text::{code_fence, code_span, terminal_text};
 use crate::analysis::is_user_label;
 use crate::model::{count, Bytes};
 use std::fmt::Write;
@@ -29,7 +30,9 @@ fn change(check: &Check) -> String {
 fn subject(check: &Check) -> String {
     format!(
         "rank {} ({}) device {}",
-        check.rank, check.input, check.device
+        check.rank,
+        terminal_text(&check.input),
+        check.device
     )
 }
 
@@ -53,7 +56,7 @@ pub fn text(checks: &[Check]) -> String {
             change(c)
         );
         for why in &c.failures {
-            let _ = writeln!(out, "       {why}");
+            let _ = writeln!(out, "       {}", terminal_text(why));
         }
         if !c.passed() && !c.grew.is_empty() {
             let _ = writeln!(out, "       sites that grew most at the peak:");
@@ -62,12 +65,12 @@ pub fn text(checks: &[Check]) -> String {
                     out,
                     "         +{:>11}  {}  ({} -> {})",
                     Bytes(g.after - g.before).to_string(),
-                    g.frame,
+                    terminal_text(&g.frame),
                     Bytes(g.before),
                     Bytes(g.after)
                 );
                 for frame in user_frames(&g.stack) {
-                    let _ = writeln!(out, "                      {frame}");
+                    let _ = writeln!(out, "                      {}", terminal_text(frame));
                 }
             }
         }
@@ -75,8 +78,10 @@ pub fn text(checks: &[Check]) -> String {
     out
 }
 
+/// Text for a table cell or a line: non-printing characters escaped (a newline too, which
+/// would end the row), and `|`, which would end the cell.
 fn markdown_cell(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
+    terminal_text(text).to_string().replace('|', "\\|")
 }
 
 /// A Markdown summary for a pull-request comment.
@@ -117,20 +122,23 @@ pub fn markdown(checks: &[Check]) -> String {
         for g in &c.grew {
             let _ = writeln!(
                 out,
-                "- `{}` grew by {} ({} -> {})",
-                g.frame.replace('`', "'"),
+                "- {} grew by {} ({} -> {})",
+                code_span(&g.frame),
                 Bytes(g.after - g.before),
                 Bytes(g.before),
                 Bytes(g.after)
             );
             // The stack folds away in a pull-request comment; a fenced block keeps it verbatim.
-            let frames: Vec<&String> = user_frames(&g.stack).collect();
+            let frames: Vec<String> = user_frames(&g.stack)
+                .map(|f| terminal_text(f).to_string())
+                .collect();
             if !frames.is_empty() {
-                let _ = writeln!(out, "  <details><summary>stack</summary>\n\n  ```");
-                for frame in frames {
-                    let _ = writeln!(out, "  {}", frame.replace("```", "'''"));
+                let fence = code_fence(frames.iter().map(String::as_str));
+                let _ = writeln!(out, "  <details><summary>stack</summary>\n\n  {fence}");
+                for frame in &frames {
+                    let _ = writeln!(out, "  {frame}");
                 }
-                let _ = writeln!(out, "  ```\n  </details>");
+                let _ = writeln!(out, "  {fence}\n  </details>");
             }
         }
     }

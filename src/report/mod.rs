@@ -15,3 +15,4 @@ pub mod plot;
 pub mod pressure_text;
 pub mod prometheus;
 pub mod simulate;
+pub mod terminal_text;

@@ -17,7 +17,7 @@ use super::rounding::{MIN_BLOCK_SIZE, SMALL_SIZE};
 use super::validation::same_layout;
 pub use super::validation::{EntryView, Mismatch, Tally, Validation};
 use crate::model::{
-    Action, AllocatorSettings, BlockState, ReplayIssue, Segment, Snapshot, StreamIndex, TraceEntry,
+    Action, AllocatorSettings, BlockState, ReplayIssue, Segment, Snapshot, TraceEntry,
 };
 use rustc_hash::FxHashSet;
 use serde::Serialize;
@@ -27,10 +27,10 @@ use serde::Serialize;
 pub struct DeviceTrace<'a> {
     pub device: u32,
     pub entries: &'a [TraceEntry],
-    /// `cudaStream_t` of each `StreamIndex`.
-    pub streams: Vec<u64>,
+    /// `cudaStream_t` of each `StreamIndex` (the snapshot's table, shared by its devices).
+    pub streams: &'a [u64],
     /// `pool_id` of each `PoolIndex` (empty when entries record none).
-    pub pools: Vec<(i64, i64)>,
+    pub pools: &'a [(i64, i64)],
     /// Segments at the end of the trace.
     pub segments: Vec<Segment>,
 }
@@ -39,17 +39,14 @@ impl<'a> DeviceTrace<'a> {
     /// Every device of a snapshot that has a trace or segments.
     pub fn all(snapshot: &'a Snapshot) -> Vec<DeviceTrace<'a>> {
         let t = &snapshot.timeline;
-        let streams: Vec<u64> = (0..t.stream_count())
-            .map(|i| t.stream(StreamIndex(i as u16)))
-            .collect();
         snapshot
             .devices()
             .into_iter()
             .map(|device| DeviceTrace {
                 device,
                 entries: t.device(device as usize),
-                streams: streams.clone(),
-                pools: t.pools().to_vec(),
+                streams: t.streams(),
+                pools: t.pools(),
                 segments: snapshot.device_segments(device).cloned().collect(),
             })
             .collect()

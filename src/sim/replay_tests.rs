@@ -170,8 +170,8 @@ fn contradictions_are_issues_with_the_entry_index() {
     let trace = DeviceTrace {
         device: 0,
         entries: &entries,
-        streams: vec![0],
-        pools: Vec::new(),
+        streams: &[0],
+        pools: &[],
         segments: vec![segment],
     };
     let p = prepare(&trace, &AllocatorConfig::default(), None);
@@ -206,8 +206,8 @@ fn absurd_sizes_and_addresses_give_issues_not_panics() {
     let trace = DeviceTrace {
         device: 0,
         entries: &entries,
-        streams: vec![0],
-        pools: Vec::new(),
+        streams: &[0],
+        pools: &[],
         segments: Vec::new(),
     };
     for capacity in [None, Some(80 << 30)] {
@@ -321,8 +321,8 @@ fn replay_window(conf: &str, capacity: Option<u64>, rec: &Recorded, start: usize
     let trace = DeviceTrace {
         device: 0,
         entries: &rec.entries[start..],
-        streams: rec.streams.clone(),
-        pools: rec.pools.clone(),
+        streams: &rec.streams,
+        pools: &rec.pools,
         segments: rec.segments.clone(),
     };
     prepare(

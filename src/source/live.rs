@@ -5,7 +5,7 @@
 
 use memprof_wire::{
     decode_header, DecodeError, FileHeader, HeaderError, Kind, ProcessInfo, Record,
-    FILE_HEADER_LEN, HEADER_LEN, MAX_PROCESS_BLOCK, RECORD_LEN,
+    FILE_HEADER_LEN, FLAG_SNAPSHOT, HEADER_LEN, MAX_PROCESS_BLOCK, RECORD_LEN,
 };
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
@@ -44,6 +44,9 @@ pub enum LiveEvent {
     Record(Record),
     /// The client read too slowly and this many records were not sent (they are in the file).
     Lost(u64),
+    /// Every record of what was alive when the client connected has come (the flagged
+    /// `LiveDropped` of 0 after them).
+    CaughtUp,
     /// The process ended; `dropped` events were lost from the recording itself.
     End {
         dropped: u64,
@@ -185,6 +188,7 @@ impl LiveClient {
             error,
         })?;
         Ok(Some(match record.kind {
+            Kind::LiveDropped if record.flags & FLAG_SNAPSHOT != 0 => LiveEvent::CaughtUp,
             Kind::LiveDropped => LiveEvent::Lost(record.size),
             Kind::Trailer => {
                 self.ended = true;

@@ -68,6 +68,7 @@ impl LiveTally {
         match *event {
             LiveEvent::Record(ref r) => self.record(r),
             LiveEvent::Lost(n) => self.lost = self.lost.saturating_add(n),
+            LiveEvent::CaughtUp => {}
             LiveEvent::End { dropped } => {
                 self.dropped = Some(dropped);
                 self.ended = true;

@@ -5,7 +5,9 @@
 //! file is created on the first recorded call and never overwritten: when it exists, the process
 //! records to `MEMPROF_OUT.<pid>` (so a CUDA program started by the recorded one gets its own
 //! file), and when that exists too (a program that replaced, by `exec`, one that recorded), to
-//! the first free `MEMPROF_OUT.<pid>.<n>`. A forked child that does not exec records nothing,
+//! the first free `MEMPROF_OUT.<pid>.<n>`. When none can be created, the process records nothing
+//! and, if `MEMPROF_REPORT` names an abstract datagram socket (`memprof run` sets it), sends it
+//! one line saying which file and why, without waiting. A forked child that does not exec records nothing,
 //! unless `MEMPROF_FORK=record`: then it records to a file of its own (`MEMPROF_OUT.<pid>`, or
 //! `MEMPROF_OUT` with its pid for `%p`), from its first call on, and `fork` (not a hook) holds
 //! the writer lock across the fork (`fork.rs`).

@@ -8,14 +8,17 @@
 //! (or root's) is closed at once. A path longer than a socket address holds (a deep runtime
 //! directory) is bound through a descriptor of its directory (`memprof_wire::at_socket_path`),
 //! so the socket is still where clients look. When no socket can be made the process says so
-//! once on stderr, and records to its file all the same. What a client gets: the header and process block, the records of what is alive when it
-//! connects (`table.rs`, flagged `FLAG_SNAPSHOT`), then the records drained after it connected,
+//! once on stderr, and records to its file all the same. What a client gets: the header and
+//! process block, the records of what is alive when it connects (`table.rs`, flagged
+//! `FLAG_SNAPSHOT`; everything drained before it was accepted, which the writer does first each
+//! round) and a `LiveDropped` record of 0 flagged so that ends them, then the records drained
+//! after it connected,
 //! then the trailer when the process ends. A client that reads too slowly loses whole
 //! records (never part of one); the next thing it gets is a `LiveDropped` record counting them.
 //! The socket file is removed at exit.
 
 use crate::table::Table;
-use memprof_wire::{Kind, Record, RECORD_LEN};
+use memprof_wire::{Kind, Record, FLAG_SNAPSHOT, RECORD_LEN};
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -124,8 +127,10 @@ impl Server {
         }
     }
 
-    /// Takes the clients waiting to connect.
+    /// Sends what clients still wait for (a snapshot bigger than the socket takes at once must
+    /// reach a client of an idle process too), then takes the clients waiting to connect.
     pub fn accept(&mut self) {
+        self.clients.retain_mut(|client| client.flush());
         while let Ok((stream, _)) = self.listener.accept() {
             if self.clients.len() >= MAX_CLIENTS || !same_user(&stream) {
                 continue;
@@ -135,6 +140,9 @@ impl Server {
             }
             let mut pending = self.head.clone();
             pending.extend_from_slice(&self.table.snapshot());
+            let mut end = Record::new(Kind::LiveDropped);
+            end.flags = FLAG_SNAPSHOT;
+            pending.extend_from_slice(&end.encode());
             let mut client = Client {
                 stream,
                 pending,

@@ -376,17 +376,25 @@ fn start() -> bool {
         .chain(std::iter::once(own.clone()))
         .chain((1..=MAX_EXEC_SUFFIX).map(|n| format!("{own}.{n}")));
     let mut file = None;
+    let mut last = path.clone();
     for name in names {
-        match File::options().write(true).create_new(true).open(name) {
+        match File::options().write(true).create_new(true).open(&name) {
             Ok(created) => {
-                file = Some(created);
+                file = Some((created, name));
                 break;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = name,
+            Err(e) => {
+                report_unwritten(&name, &e);
+                return false;
+            }
         }
     }
-    let Some(mut file) = file else {
+    let Some((mut file, name)) = file else {
+        report_unwritten(
+            &last,
+            &"it and every other name this process may take exist",
+        );
         return false;
     };
     let header = FileHeader {
@@ -400,7 +408,8 @@ fn start() -> bool {
     };
     let mut head = header.encode().to_vec();
     head.extend_from_slice(&process.encode());
-    if file.write_all(&head).is_err() {
+    if let Err(e) = file.write_all(&head) {
+        report_unwritten(&name, &e);
         return false;
     }
     let listen = std::env::var_os("MEMPROF_LISTEN").is_none_or(|v| v != "0");
@@ -426,6 +435,28 @@ fn start() -> bool {
     true
 }
 
+/// Tells `memprof run` that the recording could not be created at `path`, on the datagram
+/// socket (abstract) that `MEMPROF_REPORT` names, when set: one `pid TAB path TAB error`
+/// message, sent without waiting (a missing or full socket loses it).
+fn report_unwritten(path: &str, error: &dyn std::fmt::Display) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(name) = std::env::var_os("MEMPROF_REPORT") else {
+        return;
+    };
+    let Ok(addr) = SocketAddr::from_abstract_name(name.as_bytes()) else {
+        return;
+    };
+    let Ok(socket) = UnixDatagram::unbound() else {
+        return;
+    };
+    if socket.set_nonblocking(true).is_ok() {
+        let message = format!("{}\t{path}\t{error}", pid());
+        let _ = socket.send_to_addr(message.as_bytes(), &addr);
+    }
+}
+
 fn writer_loop() {
     /// Tells waiting hooks that the writer is gone, however the loop ends (a panic too).
     struct Gone;
@@ -449,10 +480,13 @@ fn writer_loop() {
     loop {
         let (count, closed) = {
             let mut writer = lock();
+            // Drained first, so that a client accepted now gets in its snapshot everything
+            // published before it connected.
+            let drained = drain(&mut writer, false);
             if let Some(live) = writer.live.as_mut() {
                 live.accept();
             }
-            drain(&mut writer, false)
+            drained
         };
         if closed {
             return;

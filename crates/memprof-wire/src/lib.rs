@@ -83,7 +83,9 @@ pub const FLAG_LOOKED_UP: u16 = 1;
 pub const FLAG_PER_THREAD_STREAM: u16 = 2;
 
 /// Flag (live stream only): a record of something still alive when the client connected, sent
-/// before the stream so the client starts from the process's current state.
+/// before the stream so the client starts from the process's current state. A
+/// [`Kind::LiveDropped`] record of 0 with this flag ends those records (a reader that does not
+/// know it takes it for no records lost).
 pub const FLAG_SNAPSHOT: u16 = 4;
 
 /// The directory of this user's live sockets: `RUNTIME_DIR/memprof` (`$XDG_RUNTIME_DIR`, when set
@@ -138,7 +140,8 @@ pub fn encode_header() -> [u8; HEADER_LEN] {
 pub enum HeaderError {
     TooShort,
     NotARecording,
-    /// Written by a newer memprof.
+    /// A version this reader does not know: written by a newer memprof, or (below the oldest
+    /// version) never written by one.
     UnknownVersion(u32),
     /// The header names a record length this reader does not know.
     BadRecordLength(u32),
@@ -545,9 +548,16 @@ impl std::fmt::Display for DecodeError {
         match self {
             DecodeError::Header(HeaderError::TooShort) => write!(f, "recording header cut short"),
             DecodeError::Header(HeaderError::NotARecording) => write!(f, "not a memprof recording"),
-            DecodeError::Header(HeaderError::UnknownVersion(v)) => {
-                write!(f, "recording format version {v} is newer than this memprof")
-            }
+            DecodeError::Header(HeaderError::UnknownVersion(v)) if *v > VERSION => write!(
+                f,
+                "recording format version {v} is newer than this memprof (it reads versions \
+                 {OLDEST_VERSION} to {VERSION})"
+            ),
+            DecodeError::Header(HeaderError::UnknownVersion(v)) => write!(
+                f,
+                "recording format version {v} is not one memprof writes (versions \
+                 {OLDEST_VERSION} to {VERSION}): the header is damaged"
+            ),
             DecodeError::Header(HeaderError::BadProcessBlock(why)) => {
                 write!(f, "recording process block {why}")
             }
@@ -1111,6 +1121,35 @@ mod tests {
             format!(
                 "at byte {}: record 1 has unknown kind 200",
                 start + RECORD_LEN
+            )
+        );
+    }
+
+    #[test]
+    fn version_0_is_a_damaged_header_and_a_later_one_is_newer() {
+        let message = |version: u32| {
+            let mut bytes = file_of(VERSION, &[], Some(0));
+            bytes[MAGIC.len()..HEADER_LEN].copy_from_slice(&version.to_le_bytes());
+            let err = decode_recording(&bytes).map(|_| ()).expect_err("refused");
+            assert_eq!(
+                err,
+                DecodeError::Header(HeaderError::UnknownVersion(version))
+            );
+            err.to_string()
+        };
+        assert_eq!(
+            message(0),
+            format!(
+                "recording format version 0 is not one memprof writes (versions {OLDEST_VERSION} \
+                 to {VERSION}): the header is damaged"
+            )
+        );
+        assert_eq!(
+            message(VERSION + 1),
+            format!(
+                "recording format version {} is newer than this memprof (it reads versions \
+                 {OLDEST_VERSION} to {VERSION})",
+                VERSION + 1
             )
         );
     }

@@ -7,7 +7,8 @@ use crate::model::{
     AllocatorSettings, Annotation, Block, BlockState, FormatKeys, PoolKind, Segment, Snapshot,
     SnapshotFormat, Timeline, TraceEntry,
 };
-use crate::source::pickle::{Document, Value};
+use crate::source::pickle::{Document, NodeId, Value};
+use rustc_hash::FxHashMap;
 use std::ops::Range;
 
 /// A snapshot whose shape is not what PyTorch writes; the message says where.
@@ -111,7 +112,13 @@ pub fn build(
                     describe(doc, traces)
                 ))
             })?;
-            let mut per_device = Vec::with_capacity(lists.len());
+            // Each list's runs, gathered in one pass so that the loop below stays linear in
+            // the number of lists.
+            let mut runs_of: FxHashMap<NodeId, Vec<Range<usize>>> = FxHashMap::default();
+            for r in &runs {
+                runs_of.entry(r.list).or_default().push(r.start..r.end);
+            }
+            let mut device_lists = Vec::with_capacity(lists.len());
             for (d, &list) in lists.iter().enumerate() {
                 let Value::Node(id) = list else {
                     return shape(format!(
@@ -129,14 +136,9 @@ pub fn build(
                     }
                     None => return shape(format!("device_traces[{d}] is not a list")),
                 }
-                per_device.push(
-                    runs.iter()
-                        .filter(|r| r.list == id)
-                        .map(|r| r.start..r.end)
-                        .collect(),
-                );
+                device_lists.push(id);
             }
-            let (entries, ranges) = arrange(entries, per_device);
+            let (entries, ranges) = arrange(entries, &device_lists, &runs_of);
             let mut timeline = Timeline::new(entries, ranges);
             timeline.set_tables(
                 std::mem::take(&mut interner.streams),
@@ -184,39 +186,40 @@ pub fn build(
     Ok((snapshot, warnings, keys))
 }
 
-/// Puts each device's runs in device order; no copy when they already are (the usual case).
+/// Each device's range of entries, from the runs of its list. A list of one run is that run,
+/// in place (the usual case); otherwise every list's runs are copied together. A list object
+/// that several devices share (a pickle may hold the same list more than once) has one range
+/// for all of them, so the entries stay as many as the file holds.
 fn arrange(
     entries: Vec<TraceEntry>,
-    per_device: Vec<Vec<Range<usize>>>,
+    device_lists: &[NodeId],
+    runs_of: &FxHashMap<NodeId, Vec<Range<usize>>>,
 ) -> (Vec<TraceEntry>, Vec<Range<usize>>) {
-    let mut expected_start = 0;
-    let in_order = per_device.iter().flatten().all(|r| {
-        let ok = r.start == expected_start;
-        expected_start = r.end;
-        ok
-    });
-    let single = per_device.iter().all(|runs| runs.len() <= 1);
-    if in_order && single {
-        let mut next = 0;
-        let ranges = per_device
+    if runs_of.values().all(|runs| runs.len() == 1) {
+        let ranges = device_lists
             .iter()
-            .map(|runs| {
-                let r = runs.first().cloned().unwrap_or(next..next);
-                next = r.end;
-                r
-            })
+            .map(|id| runs_of.get(id).and_then(|runs| runs.first()).cloned())
+            .map(|range| range.unwrap_or(0..0))
             .collect();
         return (entries, ranges);
     }
     let mut arranged = Vec::with_capacity(entries.len());
-    let mut ranges = Vec::with_capacity(per_device.len());
-    for runs in per_device {
-        let start = arranged.len();
-        for r in runs {
-            arranged.extend_from_slice(&entries[r]);
-        }
-        ranges.push(start..arranged.len());
-    }
+    let mut placed: FxHashMap<NodeId, Range<usize>> = FxHashMap::default();
+    let ranges = device_lists
+        .iter()
+        .map(|id| {
+            placed
+                .entry(*id)
+                .or_insert_with(|| {
+                    let start = arranged.len();
+                    for r in runs_of.get(id).into_iter().flatten() {
+                        arranged.extend_from_slice(&entries[r.clone()]);
+                    }
+                    start..arranged.len()
+                })
+                .clone()
+        })
+        .collect();
     (arranged, ranges)
 }
 
