@@ -3,11 +3,11 @@
 //! by driving memprof's allocator model (`fixtures/README.md`, "Generated rank files") and
 //! written as snapshot pickles into a temporary directory.
 
-use crate::util::{memprof, stdout};
+use crate::util::{memprof, model_snapshot, stdout, write_snapshot, Scratch};
 use memprof::model::{Action, Frame, Snapshot, SnapshotFormat, StackTable, Timeline, TraceEntry};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const MIB: u64 = 1 << 20;
 
@@ -39,19 +39,6 @@ fn rank(extra: usize, stacks: &mut StackTable) -> (Vec<TraceEntry>, CachingAlloc
     (entries, a)
 }
 
-fn write(snapshot: &Snapshot, path: &Path) {
-    let file = std::fs::File::create(path).expect("writable");
-    memprof::report::export::torch_snapshot::write(snapshot, std::io::BufWriter::new(file))
-        .expect("written");
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memprof-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    dir
-}
-
 fn analyze_json(path: &Path) -> Value {
     let out = memprof(&["analyze", "--json", &path.display().to_string()]);
     assert_eq!(out.status.code(), Some(0));
@@ -60,20 +47,9 @@ fn analyze_json(path: &Path) -> Value {
 
 #[test]
 fn a_folder_of_rank_files_names_the_heavy_rank_and_its_site() {
-    let dir = temp_dir("ranks");
+    let dir = Scratch::new("ranks");
     for (r, extra) in [(0, 0), (1, 2), (2, 0), (3, 0)] {
-        let mut stacks = StackTable::default();
-        let (entries, a) = rank(extra, &mut stacks);
-        let n = entries.len();
-        let snapshot = Snapshot {
-            format: SnapshotFormat::Modern,
-            segments: a.layout(0),
-            timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
-            stacks,
-            settings: None,
-            annotations: Vec::new(),
-        };
-        write(&snapshot, &dir.join(format!("rank{r}.pickle")));
+        rank_file(extra, &dir.join(format!("rank{r}.pickle")));
     }
     std::fs::write(dir.join("notes.txt"), "not a snapshot").expect("writable");
     let doc = analyze_json(&dir);
@@ -104,12 +80,11 @@ fn a_folder_of_rank_files_names_the_heavy_rank_and_its_site() {
         line.contains("/home/user/model.py:20:forward (+80.00 MiB: 80.00 MiB against 0 B)"),
         "{line}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn one_file_driving_several_gpus_names_the_heavy_device() {
-    let dir = temp_dir("devices");
+    let dir = Scratch::new("devices");
     let mut stacks = StackTable::default();
     let mut all = Vec::new();
     let mut ranges = Vec::new();
@@ -129,7 +104,7 @@ fn one_file_driving_several_gpus_names_the_heavy_device() {
         annotations: Vec::new(),
     };
     let file = dir.join("three_gpus.pickle");
-    write(&snapshot, &file);
+    write_snapshot(&snapshot, &file);
     let doc = analyze_json(&file);
     let c = &doc["comparison"];
     assert_eq!(c["outlier"]["device"], 1);
@@ -144,28 +119,18 @@ fn one_file_driving_several_gpus_names_the_heavy_device() {
     // One device alone has nothing to compare.
     let doc = analyze_json(&crate::util::fixture("snapshots/demo_oom.pickle"));
     assert_eq!(doc["comparison"], Value::Null);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One rank's step written as a snapshot: `extra` 40 MiB tensors beside the activations.
 fn rank_file(extra: usize, path: &Path) {
     let mut stacks = StackTable::default();
     let (entries, a) = rank(extra, &mut stacks);
-    let n = entries.len();
-    let snapshot = Snapshot {
-        format: SnapshotFormat::Modern,
-        segments: a.layout(0),
-        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
-        stacks,
-        settings: None,
-        annotations: Vec::new(),
-    };
-    write(&snapshot, path);
+    write_snapshot(&model_snapshot(entries, a.layout(0), stacks, None), path);
 }
 
 #[test]
 fn diff_names_the_added_tensors_first_with_their_stack() {
-    let dir = temp_dir("diff");
+    let dir = Scratch::new("diff");
     let (before, after) = (dir.join("before.pickle"), dir.join("after.pickle"));
     // The same step twice; the second run keeps two 40 MiB tensors more.
     rank_file(0, &before);
@@ -208,5 +173,4 @@ fn diff_names_the_added_tensors_first_with_their_stack() {
     std::fs::write(&bad, b"not a pickle").expect("writable");
     let out = memprof(&["diff", &b, &bad.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
 }

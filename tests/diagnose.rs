@@ -212,7 +212,7 @@ fn analyze_reports_the_diagnosis_without_remedies() {
 /// temporary directory (never committed). No iteration markers: the loop is found from the
 /// repeating allocations.
 fn accumulating_snapshot_file() -> Within {
-    use memprof::model::{Snapshot, SnapshotFormat, StackTable, Timeline};
+    use memprof::model::StackTable;
     use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
     const MIB: u64 = 1 << 20;
     let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(Some(100 * MIB)));
@@ -223,21 +223,11 @@ fn accumulating_snapshot_file() -> Within {
         }
         a.free(t).expect("allocated");
     }
-    let entries = a.take_events();
-    let n = entries.len();
-    let snapshot = Snapshot {
-        format: SnapshotFormat::Modern,
-        segments: a.layout(0),
-        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
-        stacks: StackTable::default(),
-        settings: None,
-        annotations: Vec::new(),
-    };
+    let snapshot =
+        crate::util::model_snapshot(a.take_events(), a.layout(0), StackTable::default(), None);
     let dir = Scratch::new("diagnose");
     let path = dir.join("accumulating.pickle");
-    let file = std::fs::File::create(&path).expect("writable");
-    memprof::report::export::torch_snapshot::write(&snapshot, std::io::BufWriter::new(file))
-        .expect("written");
+    crate::util::write_snapshot(&snapshot, &path);
     Within::new(dir, path)
 }
 

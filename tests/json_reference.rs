@@ -5,7 +5,9 @@
 //! field that no output carries fails, so the pages cannot drift from what memprof prints.
 
 use crate::attach_shim::{workload, Guard};
-use crate::util::{fixture, memprof, repo, stderr, stdout};
+use crate::util::{
+    fixture, memprof, model_snapshot, repo, stderr, stdout, write_snapshot, Scratch, Within,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -82,8 +84,8 @@ fn f(rel: &str) -> String {
 
 /// A generated OOM whose file records allocator settings, so that a remedy keeps them and a
 /// setting is already on: 120 MiB, a fragmented segment, then 25 MiB asked for.
-fn oom_with_recorded_settings() -> PathBuf {
-    use memprof::model::{AllocatorSettings, Snapshot, SnapshotFormat, StackTable, Timeline};
+fn oom_with_recorded_settings() -> Within {
+    use memprof::model::{AllocatorSettings, StackTable};
     use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
     const MIB: u64 = 1 << 20;
     let conf = "max_split_size_mb:512";
@@ -96,27 +98,21 @@ fn oom_with_recorded_settings() -> PathBuf {
     a.free(p).expect("allocated");
     a.malloc(60 * MIB, 0).expect("fits");
     assert!(a.malloc(25 * MIB, 0).is_err());
-    let entries = a.take_events();
-    let n = entries.len();
-    let snapshot = Snapshot {
-        format: SnapshotFormat::Modern,
-        segments: a.layout(0),
-        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
-        stacks: StackTable::default(),
-        settings: Some(AllocatorSettings {
-            alloc_conf: Some(conf.into()),
-            max_split_size: Some(512 * MIB),
-            ..AllocatorSettings::default()
-        }),
-        annotations: Vec::new(),
+    let settings = AllocatorSettings {
+        alloc_conf: Some(conf.into()),
+        max_split_size: Some(512 * MIB),
+        ..AllocatorSettings::default()
     };
-    let dir = std::env::temp_dir().join(format!("memprof-json-ref-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let snapshot = model_snapshot(
+        a.take_events(),
+        a.layout(0),
+        StackTable::default(),
+        Some(settings),
+    );
+    let dir = Scratch::new("json-ref");
     let path = dir.join("fragmented.pickle");
-    let file = std::fs::File::create(&path).expect("writable");
-    memprof::report::export::torch_snapshot::write(&snapshot, std::io::BufWriter::new(file))
-        .expect("written");
-    path
+    write_snapshot(&snapshot, &path);
+    Within::new(dir, path)
 }
 
 fn args(words: &[&str]) -> Vec<String> {
@@ -148,7 +144,6 @@ fn every_documented_diagnose_field_is_in_real_output() {
             args(&["diagnose", "--json", &generated.display().to_string()]),
         ],
     );
-    let _ = std::fs::remove_dir_all(generated.parent().expect("a directory"));
 }
 
 #[test]

@@ -195,3 +195,29 @@ pub fn have(tool: &str) -> bool {
     }
     found
 }
+
+/// A single-device snapshot of what memprof's allocator model did: its trace (`entries`, as
+/// `CachingAllocator::take_events` gives them) and its final `segments`.
+pub fn model_snapshot(
+    entries: Vec<memprof::model::TraceEntry>,
+    segments: Vec<memprof::model::Segment>,
+    stacks: memprof::model::StackTable,
+    settings: Option<memprof::model::AllocatorSettings>,
+) -> memprof::model::Snapshot {
+    let n = entries.len();
+    memprof::model::Snapshot {
+        format: memprof::model::SnapshotFormat::Modern,
+        segments,
+        timeline: memprof::model::Timeline::new(entries, std::iter::once(0..n).collect()),
+        stacks,
+        settings,
+        annotations: Vec::new(),
+    }
+}
+
+/// Writes `snapshot` as a PyTorch snapshot pickle at `path`.
+pub fn write_snapshot(snapshot: &memprof::model::Snapshot, path: &Path) {
+    let file = std::fs::File::create(path).expect("writable");
+    memprof::report::export::torch_snapshot::write(snapshot, std::io::BufWriter::new(file))
+        .expect("written");
+}

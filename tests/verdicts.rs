@@ -3,7 +3,9 @@
 //! generated OOM fixtures: every figure names its moment, near misses are reported, the
 //! version the file shows is named, and a file without a trace says what is known.
 
-use crate::util::{fixture, memprof, real_fixtures, stdout};
+use crate::util::{
+    fixture, memprof, model_snapshot, real_fixtures, stdout, write_snapshot, Scratch, Within,
+};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -264,8 +266,8 @@ fn pending_free_is_named_apart_from_allocated() {
 /// tensor freed after the failed request, written as a snapshot pickle into a temporary
 /// directory: at the dump a free 60 MiB segment is cached, at the OOM the largest free block
 /// was 20 MiB.
-fn freed_after_the_oom() -> PathBuf {
-    use memprof::model::{Snapshot, SnapshotFormat, StackTable, Timeline};
+fn freed_after_the_oom() -> Within {
+    use memprof::model::StackTable;
     use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
     const MIB: u64 = 1 << 20;
     let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(Some(120 * MIB)));
@@ -277,23 +279,11 @@ fn freed_after_the_oom() -> PathBuf {
     let big = a.malloc(60 * MIB, 0).expect("fits");
     assert!(a.malloc(25 * MIB, 0).is_err());
     a.free(big).expect("allocated");
-    let entries = a.take_events();
-    let n = entries.len();
-    let snapshot = Snapshot {
-        format: SnapshotFormat::Modern,
-        segments: a.layout(0),
-        timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
-        stacks: StackTable::default(),
-        settings: None,
-        annotations: Vec::new(),
-    };
-    let dir = std::env::temp_dir().join(format!("memprof-verdicts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let snapshot = model_snapshot(a.take_events(), a.layout(0), StackTable::default(), None);
+    let dir = Scratch::new("verdicts");
     let path = dir.join("freed_after_the_oom.pickle");
-    let file = std::fs::File::create(&path).expect("writable");
-    memprof::report::export::torch_snapshot::write(&snapshot, std::io::BufWriter::new(file))
-        .expect("written");
-    path
+    write_snapshot(&snapshot, &path);
+    Within::new(dir, path)
 }
 
 #[test]
@@ -329,5 +319,4 @@ fn figures_next_to_the_oom_are_of_the_oom_even_when_the_dump_differs() {
         ),
         "{page}"
     );
-    let _ = std::fs::remove_dir_all(file.parent().expect("a directory"));
 }

@@ -108,6 +108,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
             at_oom: None,
             diagnosis: None,
         });
+    let comparison_sites = top_sites(&snapshot.stacks, &peak.live, COMPARISON_SITES.max(top));
     let mut mostly_free_segments = std::mem::take(&mut totals.mostly_free);
     let mostly_free_segment_count = mostly_free_segments.len();
     mostly_free_segments.truncate(MOSTLY_FREE_SHOWN);
@@ -133,8 +134,9 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
                 .first_issue
                 .map(|i| format!("entry {}: {}", i.entry_index, i.message)),
         },
-        top_sites: top_sites(&snapshot.stacks, &peak.live, top),
-        comparison_sites: top_sites(&snapshot.stacks, &peak.live, COMPARISON_SITES.max(top)),
+        // The top K are the first K of the longer list kept for comparing devices.
+        top_sites: comparison_sites.iter().take(top).cloned().collect(),
+        comparison_sites,
         oom,
         mostly_free_segments,
         mostly_free_segment_count,

@@ -81,9 +81,11 @@ fn analyze_file(
             .as_ref()
             .and_then(|s| s.alloc_conf.clone()),
         torch_version: loaded.recording.is_none().then(|| {
-            let has_entries = (0..snapshot.timeline.device_count())
-                .any(|d| !snapshot.timeline.device(d).is_empty());
-            version::infer(snapshot.format, &loaded.parsed.keys, has_entries)
+            version::infer(
+                snapshot.format,
+                &loaded.parsed.keys,
+                snapshot.has_trace_entries(),
+            )
         }),
         devices: classify_ooms(
             snapshot,

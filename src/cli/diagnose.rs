@@ -99,17 +99,14 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     if let Some(w) = warning {
         eprintln!("memprof: warning: {shown}: {w}");
     }
-    let has_entries =
-        (0..snapshot.timeline.device_count()).any(|d| !snapshot.timeline.device(d).is_empty());
-    let version = version::infer(snapshot.format, &loaded.parsed.keys, has_entries);
-    let conf = snapshot
-        .settings
-        .as_ref()
-        .and_then(|s| s.alloc_conf.as_deref())
-        .unwrap_or("");
+    let version = version::infer(
+        snapshot.format,
+        &loaded.parsed.keys,
+        snapshot.has_trace_entries(),
+    );
     let recorded = Recorded {
         config: &config,
-        conf,
+        conf: snapshot.alloc_conf(),
         version,
     };
     let mut diagnoses = Vec::new();

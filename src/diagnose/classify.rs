@@ -62,14 +62,9 @@ pub fn classify_ooms(
     if config.backend == Backend::CudaMallocAsync {
         return devices;
     }
-    let conf = snapshot
-        .settings
-        .as_ref()
-        .and_then(|s| s.alloc_conf.as_deref())
-        .unwrap_or("");
     let recorded = Recorded {
         config: &config,
-        conf,
+        conf: snapshot.alloc_conf(),
         version: VersionRange::default(),
     };
     // Where each device's analysis is, so that the loop over traces stays linear.

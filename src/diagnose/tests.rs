@@ -50,14 +50,9 @@ fn diagnosed(snapshot: &Snapshot, total: Option<u64>) -> analysis::oom::Diagnosi
     let trace = &DeviceTrace::all(snapshot)[0];
     let prepared = replay::prepare(trace, &config, None);
     assert!(prepared.validation.first_mismatch.is_none());
-    let conf = snapshot
-        .settings
-        .as_ref()
-        .and_then(|s| s.alloc_conf.clone())
-        .unwrap_or_default();
     let recorded = Recorded {
         config: &config,
-        conf: &conf,
+        conf: snapshot.alloc_conf(),
         version: VersionRange::default(),
     };
     diagnose_device(snapshot, &prepared, &recorded, total, Depth::WithRemedies)

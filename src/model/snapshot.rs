@@ -93,6 +93,19 @@ impl Snapshot {
         }
     }
 
+    /// Whether some device's trace holds an entry.
+    pub fn has_trace_entries(&self) -> bool {
+        (0..self.timeline.device_count()).any(|d| !self.timeline.device(d).is_empty())
+    }
+
+    /// The allocator settings string the file recorded ("" when none).
+    pub fn alloc_conf(&self) -> &str {
+        self.settings
+            .as_ref()
+            .and_then(|s| s.alloc_conf.as_deref())
+            .unwrap_or("")
+    }
+
     /// The segments of one device: a binary search of the sorted list, so that a loop over
     /// devices stays linear in the number of segments.
     pub fn device_segments(&self, device: u32) -> impl Iterator<Item = &Segment> + '_ {
