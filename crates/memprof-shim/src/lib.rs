@@ -59,6 +59,7 @@ mod exit;
 mod fork;
 mod hooks;
 mod live;
+mod live_client;
 mod recorder;
 pub mod ring;
 mod stack;
