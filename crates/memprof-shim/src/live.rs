@@ -106,6 +106,10 @@ impl Server {
         }
         let mut budget = ROUND_RECORDS;
         let mut more = false;
+        // Each round another client has the first go at the budget.
+        if !self.clients.is_empty() {
+            self.clients.rotate_left(1);
+        }
         for client in &mut self.clients {
             more |= client.pump(&self.table, &mut budget, now);
         }
