@@ -12,13 +12,23 @@
 //! it. The handle is kept (so the driver is never unloaded under a cached pointer).
 //!
 //! Lookups on the handle go to the real `dlsym`, never through the shim's own `dlsym`
-//! interposer (`dlsym.rs`), which would hand back the shim's wrappers instead of the driver.
+//! interposer (`dlsym.rs`), which would hand back the shim's wrappers instead of the driver. A
+//! driver call made while the driver is being opened (by a constructor it runs) finds only what
+//! `RTLD_NEXT` finds, so opening never recurses. When no driver defines the function, the hook
+//! returns `CUDA_ERROR_NOT_FOUND`: without the shim, no call could have been bound to it.
 
+use std::cell::Cell;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The handle of the driver found by name, once opened (0 before).
 static DRIVER: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Whether this thread is opening the driver: a driver call made meanwhile (by a constructor,
+    /// or another library's `dlopen` interposer) does not open it again.
+    static OPENING: Cell<bool> = const { Cell::new(false) };
+}
 
 /// The real definition of driver function `name`, or 0 when no driver defines it. `ours` is the
 /// shim's own export of that name, never returned.
@@ -29,10 +39,14 @@ pub fn lookup(name: &CStr, ours: usize) -> usize {
     if next != 0 && next != ours {
         return next;
     }
-    let Some(driver) = driver() else {
+    if OPENING
+        .try_with(|opening| opening.replace(true))
+        .unwrap_or(true)
+    {
         return 0;
-    };
-    let found = real_dlsym(driver, name);
+    }
+    let found = driver().map_or(0, |driver| real_dlsym(driver, name));
+    let _ = OPENING.try_with(|opening| opening.set(false));
     if found == ours {
         0
     } else {
