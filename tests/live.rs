@@ -2,16 +2,22 @@
 //! stops in the middle; a client connects by the process's socket path (deeper than a socket
 //! address holds), gets what is alive then (flagged as snapshot) and every record after, ending
 //! with the trailer, and folding both through the recording reader gives the figures of the
-//! file. The socket is gone at exit.
+//! file. The socket is gone at exit. Clients that connect and never read neither keep another
+//! from attaching nor stay connected past the shim's timeout; a client that reads stays.
 
-use crate::shim_preload::{deep_runtime_dir, kernels, shim};
+use crate::attach_shim::Guard;
+use crate::shim_preload::{deep_runtime_dir, kernels, runtime_dir, shim};
 use memprof::source::live::{processes_in, LiveClient, LiveEvent};
 use memprof::source::recording::from_recording;
 use memprof_wire::{decode_recording, Kind, Record, Recording, FLAG_SNAPSHOT};
+use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Pointer and size of every segment the reader finds alive at the end of `records`.
 fn alive(recording: &Recording, records: &[Record]) -> Vec<(u64, u64)> {
@@ -142,4 +148,119 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
         alive(&file, &joined).iter().map(|&(_, s)| s).sum::<u64>(),
         232_768
     );
+}
+
+/// `hold N` under the shim with a runtime directory of its own, once it has printed "ready"
+/// (N allocations of 4096 bytes alive); with its stdin, to let it free them and exit, and the
+/// path of its socket.
+fn hold(dir: &Path, held: u64) -> (Guard, ChildStdin, PathBuf, PathBuf) {
+    let runtime = runtime_dir(dir);
+    let mut child = Command::new(dir.join("hold"))
+        .arg(held.to_string())
+        .env("MEMPROF_OUT", dir.join("hold.memprof"))
+        .env("LD_PRELOAD", shim())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("hold runs");
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
+    let guard = Guard(child);
+    let mut ready = String::new();
+    lines.read_line(&mut ready).expect("a line");
+    assert_eq!(ready, "ready\n");
+    let socket = runtime
+        .join("memprof")
+        .join(format!("{}.sock", guard.0.id()));
+    (guard, stdin, runtime, socket)
+}
+
+/// Whether the shim closed `client`'s connection (seen without reading what it holds).
+fn closed_by_the_shim(client: &UnixStream) -> bool {
+    let mut poll = libc::pollfd {
+        fd: client.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, and its count; a zero timeout returns at once.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready == 1 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
+}
+
+#[test]
+fn eight_clients_that_never_read_do_not_keep_a_ninth_from_its_first_sample() {
+    const HELD: u64 = 4_000;
+    let dir = kernels("live-idle");
+    let (child, mut stdin, runtime, socket) = hold(&dir, HELD);
+    // Eight clients, as many as the shim serves, connect and never read.
+    let idle: Vec<UnixStream> = (0..8)
+        .map(|_| UnixStream::connect(&socket).expect("connects"))
+        .collect();
+    let pid = child.0.id().to_string();
+    for attempt in 0..2 {
+        let out = Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .args(["attach", &pid, "--json", "--duration", "0.2"])
+            .args(["--interval", "0.1"])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .output()
+            .expect("memprof runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "attach {attempt}: {err}");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let first = &doc["samples"][0]["devices"][0];
+        assert_eq!(first["used"], HELD * 4096, "attach {attempt}: {first}");
+    }
+    // The first attach took the place of a client that had read nothing.
+    let dropped = idle.iter().filter(|c| closed_by_the_shim(c)).count();
+    assert!(dropped >= 1, "no idle client dropped");
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    let mut child = child;
+    assert!(child.0.wait().expect("exits").success());
+}
+
+#[test]
+fn a_client_that_never_reads_is_dropped_after_the_timeout_and_a_reader_is_not() {
+    let dir = kernels("live-stall");
+    let (child, mut stdin, _runtime, socket) = hold(&dir, 100);
+    let connected = Instant::now();
+    let silent = UnixStream::connect(&socket).expect("connects");
+    let mut reader = LiveClient::connect_path(&socket).expect("the shim listens");
+    reader
+        .set_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut snapshot = 0;
+    loop {
+        match reader.next_event().expect("reads") {
+            Some(LiveEvent::Record(_)) => snapshot += 1,
+            Some(LiveEvent::CaughtUp) => break,
+            other => panic!("{other:?} before the end of the snapshot"),
+        }
+    }
+    assert_eq!(snapshot, 100, "the 100 allocations held");
+    while !closed_by_the_shim(&silent) {
+        assert!(
+            connected.elapsed() < Duration::from_secs(30),
+            "the silent client is still connected"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let waited = connected.elapsed();
+    assert!(waited >= Duration::from_secs(5), "dropped after {waited:?}");
+    // The reader, idle all along with nothing to read, still gets the rest and the end.
+    stdin.write_all(b"go\n").expect("written");
+    drop(stdin);
+    let mut frees = 0;
+    let mut end = None;
+    while let Some(event) = reader.next_event().expect("reads") {
+        match event {
+            LiveEvent::Record(r) if r.kind == Kind::Free => frees += 1,
+            LiveEvent::End { dropped } => end = Some(dropped),
+            _ => {}
+        }
+    }
+    assert_eq!((frees, end), (100, Some(0)));
+    let mut child = child;
+    assert!(child.0.wait().expect("exits").success());
 }

@@ -35,6 +35,19 @@ extern "C" fn memprof_shim_resolve_dlsym() -> usize {
     0
 }
 
+/// `dlsym(handle, name)` by the real `dlsym`, without this interposer's wrappers; 0 when it
+/// is not found (or the real `dlsym` is not).
+pub(crate) fn real(handle: *mut c_void, name: &CStr) -> usize {
+    let real = memprof_shim_resolve_dlsym();
+    if real == 0 {
+        return 0;
+    }
+    // SAFETY: `real` is glibc's dlsym, which has this signature.
+    let real = unsafe { std::mem::transmute::<usize, DlsymFn>(real) };
+    // SAFETY: the caller's handle and a NUL-terminated name.
+    unsafe { real(handle, name.as_ptr()) as usize }
+}
+
 /// `dlsym` for every handle but `RTLD_NEXT`.
 extern "C" fn memprof_shim_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     let real = memprof_shim_resolve_dlsym();

@@ -1,13 +1,14 @@
 //! The interposed driver entry points.
 //!
-//! Each hooked function has a module holding: the exported symbol (the real function found with
-//! `dlsym(RTLD_NEXT)`), and two wrappers handed out by `cuGetProcAddress(_v2)` (each forwarding to
+//! Each hooked function has a module holding: the exported symbol (the real function found by
+//! `driver.rs`, wherever the driver was loaded), and two wrappers handed out by `cuGetProcAddress(_v2)` (each forwarding to
 //! the pointer the real lookup returned; two because the legacy and per-thread-stream variants
 //! can both be asked for). The same wrappers serve pointers found by `dlsym(handle, ...)`. The wrapper bodies (`alloc`, `free`, ...) forward the call unchanged and
 //! record it afterwards; calls that give memory back (`free`, `free_async`, `release`,
 //! `range_call`) take their time before the call (`recorder::Stamp`).
 
 use crate::context;
+use crate::driver;
 use crate::recorder::{record, record_stamped, stamp, Guard, Stamp};
 use memprof_wire::{Kind, Record, FLAG_LOOKED_UP, FLAG_PER_THREAD_STREAM};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -39,7 +40,7 @@ type ProcAddressFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int
 type ProcAddressV2Fn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
 
-/// A real function resolved once with `dlsym(RTLD_NEXT)`.
+/// A real function, resolved once however the driver was loaded (`driver.rs`).
 struct Next(AtomicUsize);
 
 impl Next {
@@ -47,13 +48,13 @@ impl Next {
         Next(AtomicUsize::new(0))
     }
 
-    fn get(&self, name: &CStr) -> usize {
+    /// The real `name`; `ours` is the shim's export of it.
+    fn get(&self, name: &CStr, ours: usize) -> usize {
         let cached = self.0.load(Ordering::Acquire);
         if cached != 0 {
             return cached;
         }
-        // SAFETY: `name` is a NUL-terminated string; RTLD_NEXT looks past this library.
-        let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        let found = driver::lookup(name, ours);
         if found != 0 {
             self.0.store(found, Ordering::Release);
         }
@@ -116,7 +117,7 @@ macro_rules! hook {
             /// Same contract as the driver function of this name.
             #[no_mangle]
             pub unsafe extern "C" fn $export($($arg: $arg_ty),*) -> u32 {
-                let real = NEXT.get($name);
+                let real = NEXT.get($name, $export as $ty as usize);
                 if real == 0 {
                     return CUDA_ERROR_NOT_FOUND;
                 }
@@ -682,7 +683,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
     version: c_int,
     flags: u64,
 ) -> u32 {
-    let real = NEXT_PROC_ADDRESS.get(c"cuGetProcAddress");
+    let real = NEXT_PROC_ADDRESS.get(
+        c"cuGetProcAddress",
+        cuGetProcAddress as ProcAddressFn as usize,
+    );
     if real == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
@@ -701,7 +705,10 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_int,
 ) -> u32 {
-    let real = NEXT_PROC_ADDRESS_V2.get(c"cuGetProcAddress_v2");
+    let real = NEXT_PROC_ADDRESS_V2.get(
+        c"cuGetProcAddress_v2",
+        cuGetProcAddress_v2 as ProcAddressV2Fn as usize,
+    );
     if real == 0 {
         return CUDA_ERROR_NOT_FOUND;
     }
@@ -872,11 +879,20 @@ fn redirect(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags:
         // exported one or one that dlsym handed out under a versioned name.
         let known =
             |slots: &[Handed; 2]| slots.iter().any(|s| s.real.load(Ordering::Acquire) == real);
-        if real == NEXT_PROC_ADDRESS_V2.get(c"cuGetProcAddress_v2")
+        if real
+            == NEXT_PROC_ADDRESS_V2.get(
+                c"cuGetProcAddress_v2",
+                cuGetProcAddress_v2 as ProcAddressV2Fn as usize,
+            )
             || known(&HANDED_PROC_ADDRESS_V2)
         {
             claim(proc_address_v2_wrappers(), real, 0)
-        } else if real == NEXT_PROC_ADDRESS.get(c"cuGetProcAddress") || known(&HANDED_PROC_ADDRESS)
+        } else if real
+            == NEXT_PROC_ADDRESS.get(
+                c"cuGetProcAddress",
+                cuGetProcAddress as ProcAddressFn as usize,
+            )
+            || known(&HANDED_PROC_ADDRESS)
         {
             claim(proc_address_wrappers(), real, 0)
         } else {

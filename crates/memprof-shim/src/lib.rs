@@ -32,6 +32,10 @@
 //! While it records, the shim also streams the same bytes to clients of a Unix socket named after
 //! its pid (`live.rs`; `MEMPROF_LISTEN=0` turns it off); only the writer thread serves it.
 //!
+//! Each hook forwards to the real driver function, found once however the driver was loaded:
+//! in the global scope, or only in the local scope of a library loaded with `dlopen(RTLD_LOCAL)`
+//! (a Python extension module; `driver.rs`).
+//!
 //! Rules: a hook forwards its arguments unchanged and returns the driver's result unchanged (and
 //! keeps `errno`); it never takes a lock or allocates after the first recorded event (which opens
 //! the file and starts the writer thread), except once per thread: its first event claims a
@@ -49,11 +53,13 @@ mod buffers;
 mod context;
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
 mod dlsym;
+mod driver;
 #[cfg(not(test))]
 mod exit;
 mod fork;
 mod hooks;
 mod live;
+mod live_client;
 mod recorder;
 pub mod ring;
 mod stack;

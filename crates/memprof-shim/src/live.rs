@@ -1,6 +1,7 @@
 //! The live socket: while a process records, the shim listens on a Unix socket named after its
 //! pid and streams the recording's bytes to every connected client. Only the writer thread
-//! touches it, so the hooks never wait on a client.
+//! touches it, and only with non-blocking calls and bounded work per round, so the hooks never
+//! wait on a client.
 //!
 //! Where: `$XDG_RUNTIME_DIR/memprof/<pid>.sock`, or `/tmp/memprof-<uid>/<pid>.sock` without
 //! `XDG_RUNTIME_DIR` (or with a relative one); the directory is made mode 0700 and must belong to
@@ -9,26 +10,33 @@
 //! directory) is bound through a descriptor of its directory (`memprof_wire::at_socket_path`),
 //! so the socket is still where clients look. When no socket can be made the process says so
 //! once on stderr, and records to its file all the same. What a client gets: the header and
-//! process block, the records of what is alive when it connects (`table.rs`, flagged
-//! `FLAG_SNAPSHOT`; everything drained before it was accepted, which the writer does first each
-//! round) and a `LiveDropped` record of 0 flagged so that ends them, then the records drained
-//! after it connected,
-//! then the trailer when the process ends. A client that reads too slowly loses whole
-//! records (never part of one); the next thing it gets is a `LiveDropped` record counting them.
-//! The socket file is removed at exit.
+//! process block, the records of what is alive (`table.rs`, flagged `FLAG_SNAPSHOT`; everything
+//! drained before it was accepted, which the writer does first each round) and a `LiveDropped`
+//! record of 0 flagged so that ends them, then the records drained after that, then the trailer
+//! when the process ends. The snapshot is copied in pieces as the client reads it (at most
+//! `ROUND_RECORDS` a writer round for all clients); records drained meanwhile that change what
+//! the client already has come unflagged among the snapshot's, so that at the mark it holds what
+//! is alive then. A client that reads too slowly loses whole records (never part of one); the
+//! next thing it gets is a `LiveDropped` record counting them. A client with bytes to read that
+//! reads none for `STALL_TIMEOUT` is dropped; a client that connects while `MAX_CLIENTS` are
+//! connected takes the place of the one that has gone longest without reading what it has
+//! (refused only when every one has read everything). Each client holds at most
+//! `MAX_PENDING` bytes (`live_client.rs`). The socket file is removed at exit.
 
+use crate::live_client::{Client, STALL_TIMEOUT};
 use crate::table::Table;
-use memprof_wire::{Kind, Record, FLAG_SNAPSHOT, RECORD_LEN};
-use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-/// At most this many clients at once; more are closed on connect.
+/// At most this many clients at once.
 const MAX_CLIENTS: usize = 8;
-/// Bytes a client may have waiting to be sent; beyond, new records are dropped for it.
-const MAX_PENDING: usize = 256 << 10;
+/// Connections taken per writer round (more wait in the listen queue for the next).
+const MAX_ACCEPTS: usize = 64;
+/// Snapshot records copied per writer round, for all clients together.
+const ROUND_RECORDS: usize = 8192;
 /// Tries, 1 ms apart, to hand the last bytes to the clients at exit.
 const CLOSE_TRIES: u32 = 50;
 
@@ -39,58 +47,6 @@ fn socket_dir() -> PathBuf {
 fn uid() -> u32 {
     // SAFETY: getuid takes no arguments and cannot fail.
     unsafe { libc::getuid() }
-}
-
-struct Client {
-    stream: UnixStream,
-    /// Bytes accepted for this client and not yet sent.
-    pending: Vec<u8>,
-    /// Records dropped for this client since the last `LiveDropped` it was sent.
-    lost: u64,
-}
-
-impl Client {
-    /// Sends what it can without blocking; false when the client is gone.
-    fn flush(&mut self) -> bool {
-        while !self.pending.is_empty() {
-            // SAFETY: the pointer and length describe `pending`, which outlives the call; the
-            // flags make the call non-blocking and keep SIGPIPE away from the program.
-            let sent = unsafe {
-                libc::send(
-                    self.stream.as_raw_fd(),
-                    self.pending.as_ptr().cast(),
-                    self.pending.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-            match usize::try_from(sent) {
-                Ok(n) => {
-                    self.pending.drain(..n);
-                }
-                Err(_) => {
-                    let kind = std::io::Error::last_os_error().kind();
-                    return matches!(kind, ErrorKind::WouldBlock | ErrorKind::Interrupted);
-                }
-            }
-        }
-        true
-    }
-
-    /// Queues whole records (`batch` holds `count` of them), or counts them as lost.
-    fn queue(&mut self, batch: &[u8], count: u64) {
-        let note = if self.lost > 0 { RECORD_LEN } else { 0 };
-        if self.pending.len() + note + batch.len() > MAX_PENDING {
-            self.lost += count;
-            return;
-        }
-        if self.lost > 0 {
-            let mut lost = Record::new(Kind::LiveDropped);
-            lost.size = self.lost;
-            self.pending.extend_from_slice(&lost.encode());
-            self.lost = 0;
-        }
-        self.pending.extend_from_slice(batch);
-    }
 }
 
 /// The listening socket and its clients.
@@ -127,51 +83,91 @@ impl Server {
         }
     }
 
-    /// Sends what clients still wait for (a snapshot bigger than the socket takes at once must
-    /// reach a client of an idle process too), then takes the clients waiting to connect.
-    pub fn accept(&mut self) {
-        self.clients.retain_mut(|client| client.flush());
-        while let Ok((stream, _)) = self.listener.accept() {
-            if self.clients.len() >= MAX_CLIENTS || !same_user(&stream) {
-                continue;
-            }
-            if stream.set_nonblocking(true).is_err() {
-                continue;
-            }
-            let mut pending = self.head.clone();
-            pending.extend_from_slice(&self.table.snapshot());
-            let mut end = Record::new(Kind::LiveDropped);
-            end.flags = FLAG_SNAPSHOT;
-            pending.extend_from_slice(&end.encode());
-            let mut client = Client {
-                stream,
-                pending,
-                lost: 0,
+    /// One writer round: sends what clients wait for and drops those gone or stalled, takes
+    /// the clients waiting to connect, and copies the next pieces of the snapshots (a snapshot
+    /// must reach a client of an idle process too). True when a snapshot could take more at
+    /// once (the writer then comes back without sleeping).
+    pub fn accept(&mut self) -> bool {
+        let now = Instant::now();
+        self.clients.retain_mut(|client| {
+            client.flush(now)
+                && client
+                    .stalled_since()
+                    .is_none_or(|since| now.duration_since(since) < STALL_TIMEOUT)
+        });
+        for _ in 0..MAX_ACCEPTS {
+            let Ok((stream, _)) = self.listener.accept() else {
+                break;
             };
-            if client.flush() {
-                self.clients.push(client);
+            if !same_user(&stream) || stream.set_nonblocking(true).is_err() || !self.make_room() {
+                continue;
             }
+            self.clients.push(Client::new(stream, &self.head, now));
+        }
+        let mut budget = ROUND_RECORDS;
+        let mut more = false;
+        // Each round another client has the first go at the budget.
+        if !self.clients.is_empty() {
+            self.clients.rotate_left(1);
+        }
+        for client in &mut self.clients {
+            more |= client.pump(&self.table, &mut budget, now);
+        }
+        self.clients.retain(Client::alive);
+        more
+    }
+
+    /// Whether a new client can join: there is room, or the client that has gone longest
+    /// without reading what it has was dropped to make some.
+    fn make_room(&mut self) -> bool {
+        if self.clients.len() < MAX_CLIENTS {
+            return true;
+        }
+        let oldest = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter_map(|(i, client)| client.stalled_since().map(|since| (since, i)))
+            .min();
+        match oldest {
+            Some((_, i)) => {
+                self.clients.swap_remove(i);
+                true
+            }
+            None => false,
         }
     }
 
     /// Sends `batch` (whole records) to every client, without blocking.
     pub fn send(&mut self, batch: &[u8]) {
         self.table.apply_all(batch);
-        let count = (batch.len() / RECORD_LEN) as u64;
-        self.clients.retain_mut(|client| {
-            client.queue(batch, count);
-            client.flush()
-        });
+        let now = Instant::now();
+        for client in &mut self.clients {
+            client.send(batch, now);
+        }
+        self.clients.retain(Client::alive);
     }
 
-    /// Sends `trailer` after everything queued, waiting a little for slow clients, then
-    /// removes the socket.
+    /// Sends `trailer` after everything queued (and after the rest of a snapshot being
+    /// copied), waiting a little for slow clients, then removes the socket.
     pub fn close(&mut self, trailer: &[u8]) {
-        self.send(trailer);
+        let mut ended = vec![false; self.clients.len()];
         for _ in 0..CLOSE_TRIES {
-            self.clients
-                .retain_mut(|client| client.flush() && !client.pending.is_empty());
-            if self.clients.is_empty() {
+            let now = Instant::now();
+            let mut budget = usize::MAX;
+            for (client, ended) in self.clients.iter_mut().zip(&mut ended) {
+                client.pump(&self.table, &mut budget, now);
+                if client.caught_up() && !*ended {
+                    client.send(trailer, now);
+                    *ended = true;
+                }
+            }
+            let done = self
+                .clients
+                .iter()
+                .zip(&ended)
+                .all(|(client, &ended)| !client.alive() || (ended && client.idle()));
+            if done {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -248,78 +244,6 @@ fn same_user(stream: &UnixStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
-
-    fn batch(first: u64, count: u64) -> Vec<u8> {
-        (first..first + count)
-            .flat_map(|n| {
-                let mut r = Record::new(Kind::Alloc);
-                r.ptr = n;
-                r.encode()
-            })
-            .collect()
-    }
-
-    /// Reads what the peer can get now, handing it whatever `client` still holds.
-    fn read_all(client: &mut Client, peer: &mut UnixStream, into: &mut Vec<u8>) {
-        let mut buf = [0u8; 4096];
-        loop {
-            assert!(client.flush(), "the peer is there");
-            match peer.read(&mut buf) {
-                Ok(n) => into.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock && client.pending.is_empty() => return,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_slow_client_loses_whole_records_and_is_told_how_many() {
-        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
-        ours.set_nonblocking(true).expect("non-blocking");
-        peer.set_nonblocking(true).expect("non-blocking");
-        let mut client = Client {
-            stream: ours,
-            pending: Vec::new(),
-            lost: 0,
-        };
-        // The peer reads nothing until the socket and the pending buffer are full.
-        let mut next = 0;
-        while client.lost == 0 {
-            client.queue(&batch(next, 64), 64);
-            assert!(client.flush());
-            next += 64;
-        }
-        let lost = client.lost;
-        assert_eq!(lost, 64);
-        let mut bytes = Vec::new();
-        read_all(&mut client, &mut peer, &mut bytes);
-        client.queue(&batch(next, 64), 64);
-        read_all(&mut client, &mut peer, &mut bytes);
-
-        assert_eq!(bytes.len() % RECORD_LEN, 0, "whole records only");
-        let records: Vec<Record> = bytes
-            .chunks_exact(RECORD_LEN)
-            .map(|c| {
-                let mut raw = [0u8; RECORD_LEN];
-                raw.copy_from_slice(c);
-                Record::decode(&raw).expect("a record")
-            })
-            .collect();
-        let kept = (next - lost) as usize;
-        assert_eq!(records.len(), kept + 1 + 64);
-        assert!(records[..kept]
-            .iter()
-            .enumerate()
-            .all(|(i, r)| r.kind == Kind::Alloc && r.ptr == i as u64));
-        assert_eq!(
-            (records[kept].kind, records[kept].size),
-            (Kind::LiveDropped, lost)
-        );
-        assert_eq!(records[kept + 1].ptr, next);
-        assert_eq!(client.lost, 0);
-    }
 
     /// A fresh directory of this test process under the system's temporary one.
     fn temp(name: &str) -> PathBuf {

@@ -478,21 +478,20 @@ fn writer_loop() {
     }
     WRITER_TID.store(cached_tid(), Ordering::Relaxed);
     loop {
-        let (count, closed) = {
+        let (count, closed, more) = {
             let mut writer = lock();
             // Drained first, so that a client accepted now gets in its snapshot everything
             // published before it connected.
-            let drained = drain(&mut writer, false);
-            if let Some(live) = writer.live.as_mut() {
-                live.accept();
-            }
-            drained
+            let (count, closed) = drain(&mut writer, false);
+            let more = writer.live.as_mut().is_some_and(|live| live.accept());
+            (count, closed, more)
         };
         if closed {
             return;
         }
-        // A `fork` waiting for the lock gets it while the writer sleeps (`fork.rs`).
-        if count == 0 || crate::fork::waiting() {
+        // A `fork` waiting for the lock gets it while the writer sleeps (`fork.rs`); so does
+        // the next round's snapshot piece when no client could take more.
+        if (count == 0 && !more) || crate::fork::waiting() {
             std::thread::sleep(Duration::from_millis(1));
         }
     }

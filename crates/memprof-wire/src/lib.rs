@@ -36,7 +36,9 @@
 //! The live stream (the shim's Unix socket) carries the same bytes: header, process block, then
 //! records, with a [`Kind::LiveDropped`] record where the client fell behind, and the trailer
 //! when the process ends. A client that connects late first gets the records of what is still
-//! alive, flagged [`FLAG_SNAPSHOT`].
+//! alive, flagged [`FLAG_SNAPSHOT`]; records made while those are sent that change what the
+//! client already got come among them, unflagged, so that at the end of the snapshot the client
+//! holds what is alive then.
 #![forbid(unsafe_code)]
 
 /// First bytes of every recording.
@@ -82,8 +84,9 @@ pub const FLAG_LOOKED_UP: u16 = 1;
 /// Flag: the per-thread-default-stream (`_ptsz`) variant of the call.
 pub const FLAG_PER_THREAD_STREAM: u16 = 2;
 
-/// Flag (live stream only): a record of something still alive when the client connected, sent
-/// before the stream so the client starts from the process's current state. A
+/// Flag (live stream only): a record of something alive (when the client connected, or when
+/// its snapshot reached that record), sent before the stream so the client starts from the
+/// process's current state. A
 /// [`Kind::LiveDropped`] record of 0 with this flag ends those records (a reader that does not
 /// know it takes it for no records lost).
 pub const FLAG_SNAPSHOT: u16 = 4;

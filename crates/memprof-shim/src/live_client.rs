@@ -1,0 +1,297 @@
+//! One client of the live socket (`live.rs`): the bytes waiting for it, bounded, its snapshot's
+//! cursor while the snapshot is copied in pieces (`table.rs`), and when it last read, so that a
+//! client that stopped reading can be dropped. Never blocks: sends are non-blocking.
+
+use crate::table::{Cursor, Table};
+use memprof_wire::{Kind, Record, FLAG_SNAPSHOT, RECORD_LEN};
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// Bytes a client may have waiting to be sent; beyond, new records are dropped for it.
+const MAX_PENDING: usize = 256 << 10;
+/// The snapshot is copied into the waiting bytes while they are fewer than this, so that the
+/// records drained meanwhile still find room.
+const FILL_BELOW: usize = 64 << 10;
+/// Records of the snapshot copied at a time.
+const PIECE: usize = 1024;
+/// A client that has had bytes to read and read none for this long is dropped.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Client {
+    stream: UnixStream,
+    /// Bytes accepted for this client and not yet sent.
+    pending: Vec<u8>,
+    /// Records dropped for this client since the last `LiveDropped` it was sent.
+    lost: u64,
+    /// Where its snapshot stands; `None` once the snapshot and its end mark are queued.
+    snapshot: Option<Cursor>,
+    /// False once a send failed (the client is gone).
+    alive: bool,
+    /// Bytes sent and not yet read by the client, as last seen after a send.
+    unread_mark: usize,
+    /// When the client last read something, or had nothing to read.
+    progress: Instant,
+}
+
+impl Client {
+    /// A client that gets `head`, then the snapshot of the table.
+    pub fn new(stream: UnixStream, head: &[u8], now: Instant) -> Client {
+        Client {
+            stream,
+            pending: head.to_vec(),
+            lost: 0,
+            snapshot: Some(Cursor::default()),
+            alive: true,
+            unread_mark: 0,
+            progress: now,
+        }
+    }
+
+    pub fn alive(&self) -> bool {
+        self.alive
+    }
+
+    /// Whether the snapshot and its end mark are queued.
+    pub fn caught_up(&self) -> bool {
+        self.snapshot.is_none()
+    }
+
+    /// Whether nothing waits to be sent to it.
+    pub fn idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Bytes the kernel holds for the client to read.
+    fn in_socket(&self) -> usize {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int, the bytes not yet read by the peer.
+        let rc = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        if rc == 0 {
+            usize::try_from(queued).unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// Since when the client has had bytes to read and read none; `None` when it has nothing
+    /// to read.
+    pub fn stalled_since(&self) -> Option<Instant> {
+        (!self.pending.is_empty() || self.in_socket() > 0).then_some(self.progress)
+    }
+
+    /// Sends what it can without blocking, and notes whether the client read since the last
+    /// send; false when the client is gone.
+    pub fn flush(&mut self, now: Instant) -> bool {
+        if !self.alive {
+            return false;
+        }
+        let unread = self.in_socket();
+        if unread < self.unread_mark || (unread == 0 && self.pending.is_empty()) {
+            self.progress = now;
+        }
+        while !self.pending.is_empty() {
+            // SAFETY: the pointer and length describe `pending`, which outlives the call; the
+            // flags make the call non-blocking and keep SIGPIPE away from the program.
+            let sent = unsafe {
+                libc::send(
+                    self.stream.as_raw_fd(),
+                    self.pending.as_ptr().cast(),
+                    self.pending.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            match usize::try_from(sent) {
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
+                Err(_) => {
+                    let kind = std::io::Error::last_os_error().kind();
+                    self.alive = matches!(kind, ErrorKind::WouldBlock | ErrorKind::Interrupted);
+                    break;
+                }
+            }
+        }
+        self.unread_mark = self.in_socket();
+        self.alive
+    }
+
+    /// Queues whole records (`batch` holds `count` of them), or counts them as lost.
+    pub fn queue(&mut self, batch: &[u8], count: u64) {
+        let note = if self.lost > 0 { RECORD_LEN } else { 0 };
+        if self.pending.len() + note + batch.len() > MAX_PENDING {
+            self.lost += count;
+            return;
+        }
+        if self.lost > 0 {
+            let mut lost = Record::new(Kind::LiveDropped);
+            lost.size = self.lost;
+            self.pending.extend_from_slice(&lost.encode());
+            self.lost = 0;
+        }
+        self.pending.extend_from_slice(batch);
+    }
+
+    /// Queues the drained records of `batch` that the client must get: all of them once its
+    /// snapshot is queued; while it is being copied, those that change what it already has.
+    pub fn send(&mut self, batch: &[u8], now: Instant) {
+        match self.snapshot {
+            None => self.queue(batch, (batch.len() / RECORD_LEN) as u64),
+            Some(cursor) => {
+                let wanted: Vec<u8> = batch
+                    .chunks_exact(RECORD_LEN)
+                    .filter(|raw| {
+                        let mut record = [0u8; RECORD_LEN];
+                        record.copy_from_slice(raw);
+                        Record::decode(&record).is_ok_and(|r| cursor.has_sent(&r))
+                    })
+                    .flatten()
+                    .copied()
+                    .collect();
+                self.queue(&wanted, (wanted.len() / RECORD_LEN) as u64);
+            }
+        }
+        self.flush(now);
+    }
+
+    /// Copies the next pieces of the snapshot from `table` (taking them from `budget`, records
+    /// this writer round may still copy) while the client takes them, and the end mark after
+    /// the last; true when it could take more at once.
+    pub fn pump(&mut self, table: &Table, budget: &mut usize, now: Instant) -> bool {
+        while let Some(mut cursor) = self.snapshot {
+            if !self.flush(now) || self.pending.len() >= FILL_BELOW {
+                return false;
+            }
+            if *budget == 0 {
+                return true;
+            }
+            let copied = table.fill(&mut cursor, PIECE.min(*budget), &mut self.pending);
+            *budget -= copied;
+            if cursor.done() {
+                let mut end = Record::new(Kind::LiveDropped);
+                end.flags = FLAG_SNAPSHOT;
+                self.pending.extend_from_slice(&end.encode());
+                self.snapshot = None;
+            } else {
+                self.snapshot = Some(cursor);
+            }
+        }
+        self.flush(now);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn batch(first: u64, count: u64) -> Vec<u8> {
+        (first..first + count)
+            .flat_map(|n| {
+                let mut r = Record::new(Kind::Alloc);
+                r.ptr = n;
+                r.encode()
+            })
+            .collect()
+    }
+
+    /// Reads what the peer can get now, handing it whatever `client` still holds.
+    fn read_all(client: &mut Client, peer: &mut UnixStream, into: &mut Vec<u8>) {
+        let mut buf = [0u8; 4096];
+        loop {
+            assert!(client.flush(Instant::now()), "the peer is there");
+            match peer.read(&mut buf) {
+                Ok(n) => into.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock && client.pending.is_empty() => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    fn pair(now: Instant) -> (Client, UnixStream) {
+        let (ours, peer) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        peer.set_nonblocking(true).expect("non-blocking");
+        let mut client = Client::new(ours, &[], now);
+        client.snapshot = None;
+        (client, peer)
+    }
+
+    #[test]
+    fn a_slow_client_loses_whole_records_and_is_told_how_many() {
+        let (mut client, mut peer) = pair(Instant::now());
+        // The peer reads nothing until the socket and the pending buffer are full.
+        let mut next = 0;
+        while client.lost == 0 {
+            client.queue(&batch(next, 64), 64);
+            assert!(client.flush(Instant::now()));
+            next += 64;
+        }
+        let lost = client.lost;
+        assert_eq!(lost, 64);
+        let mut bytes = Vec::new();
+        read_all(&mut client, &mut peer, &mut bytes);
+        client.queue(&batch(next, 64), 64);
+        read_all(&mut client, &mut peer, &mut bytes);
+
+        assert_eq!(bytes.len() % RECORD_LEN, 0, "whole records only");
+        let records: Vec<Record> = bytes
+            .chunks_exact(RECORD_LEN)
+            .map(|c| {
+                let mut raw = [0u8; RECORD_LEN];
+                raw.copy_from_slice(c);
+                Record::decode(&raw).expect("a record")
+            })
+            .collect();
+        let kept = (next - lost) as usize;
+        assert_eq!(records.len(), kept + 1 + 64);
+        assert!(records[..kept]
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.kind == Kind::Alloc && r.ptr == i as u64));
+        assert_eq!(
+            (records[kept].kind, records[kept].size),
+            (Kind::LiveDropped, lost)
+        );
+        assert_eq!(records[kept + 1].ptr, next);
+        assert_eq!(client.lost, 0);
+    }
+
+    #[test]
+    fn a_client_that_reads_nothing_stalls_and_one_that_reads_does_not() {
+        let start = Instant::now();
+        let (mut client, mut peer) = pair(start);
+        assert_eq!(client.stalled_since(), None, "nothing to read yet");
+        client.queue(&batch(0, 4), 4);
+        assert!(client.flush(start));
+        assert_eq!(
+            client.stalled_since(),
+            Some(start),
+            "unread bytes in the socket"
+        );
+        let later = start + Duration::from_secs(1);
+        client.queue(&batch(4, 4), 4);
+        assert!(client.flush(later));
+        assert_eq!(
+            client.stalled_since(),
+            Some(start),
+            "still unread: no progress"
+        );
+        // The kernel counts a send as read once all of it is.
+        let mut first = [0u8; 256];
+        peer.read_exact(&mut first).expect("reads the first send");
+        assert!(client.flush(later));
+        assert_eq!(client.stalled_since(), Some(later), "it read");
+        let mut rest = [0u8; 256];
+        peer.read_exact(&mut rest).expect("reads the rest");
+        assert!(client.flush(later));
+        assert_eq!(client.stalled_since(), None, "all read");
+        drop(peer);
+        client.queue(&batch(4, 1), 1);
+        assert!(!client.flush(later), "gone");
+        assert!(!client.alive());
+    }
+}
