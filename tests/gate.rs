@@ -168,6 +168,14 @@ fn absolute_limit_and_the_reserved_metric() {
     let low = memprof(&["gate", &snapshot("v2_1_basic"), "--limit", "10MiB"]);
     assert_eq!(low.status.code(), Some(1));
     assert!(stdout(&low).contains("limited to 10.00 MiB but peak active was 34.09 MiB"));
+    // With no baseline to grow from, the largest sites at the peak are named.
+    assert!(
+        stdout(&low).contains(
+            "largest sites at the peak:\n         +  13.99 MiB  /home/user/train.py:104:train_step"
+        ),
+        "{}",
+        stdout(&low)
+    );
     let reserved = memprof(&[
         "gate",
         &snapshot("v2_1_basic"),

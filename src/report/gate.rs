@@ -155,7 +155,8 @@ pub struct Check {
     pub baseline: Option<u64>,
     /// Why it failed; empty when it passed.
     pub failures: Vec<String>,
-    /// Sites that grew most, when there is a baseline.
+    /// Sites that grew most against the baseline; without one, the largest sites at the peak
+    /// (grown from nothing), so that a check over its limit names them too.
     pub grew: Vec<Growth>,
 }
 
@@ -231,7 +232,7 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
         measured,
         baseline: base.map(|b| b.value(metric)),
         failures: Vec::new(),
-        grew: base.map_or_else(Vec::new, |b| growth(b, current)),
+        grew: growth(base.map_or(&[][..], |b| &b.sites), current),
     };
     if let Some(limit) = config.limit {
         if measured > limit {
@@ -258,14 +259,13 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
     result
 }
 
-/// Sites whose bytes at the peak grew most, against the baseline.
-fn growth(base: &Measurement, current: &Measurement) -> Vec<Growth> {
+/// Sites whose bytes at the peak grew most, against the baseline's sites.
+fn growth(base: &[SiteBytes], current: &Measurement) -> Vec<Growth> {
     let mut grew: Vec<Growth> = current
         .sites
         .iter()
         .map(|site| {
             let before = base
-                .sites
                 .iter()
                 .find(|b| b.frame == site.frame)
                 .map_or(0, |b| b.bytes);

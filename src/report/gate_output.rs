@@ -59,7 +59,11 @@ pub fn text(checks: &[Check]) -> String {
             let _ = writeln!(out, "       {}", terminal_text(why));
         }
         if !c.passed() && !c.grew.is_empty() {
-            let _ = writeln!(out, "       sites that grew most at the peak:");
+            let title = match c.baseline {
+                Some(_) => "sites that grew most at the peak:",
+                None => "largest sites at the peak:",
+            };
+            let _ = writeln!(out, "       {title}");
             for g in &c.grew {
                 let _ = writeln!(
                     out,
