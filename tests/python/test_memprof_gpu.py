@@ -54,6 +54,11 @@ def test_frees():
 
 def test_grows():
     step(int(os.environ.get("STEP_BYTES", 1 << 20)))
+
+
+@pytest.mark.gpu_memory(limit="1 MiB")
+def test_cpu_only():
+    assert sum(range(10)) == 45
 '''
 
 
@@ -100,9 +105,12 @@ def test_memory_left_alive_beyond_the_tolerance_fails(pytester):
 
 def test_the_baseline_is_recorded_then_enforced_per_test(pytester):
     baseline = pytester.path / "gpu-baseline.json"
-    first = run(pytester, True, "-k", "grows", "--gpu-memory-baseline", str(baseline))
-    first.assert_outcomes(passed=1)
+    args = ["-k", "grows or cpu_only", "--gpu-memory-baseline", str(baseline)]
+    first = run(pytester, True, *args)
+    first.assert_outcomes(passed=2)
     doc = json.loads(baseline.read_text())
+    # A test that used no GPU memory passes its limit and has no entry.
+    assert list(doc["tests"]) == ["test_cases.py::test_grows"]
     entry = doc["tests"]["test_cases.py::test_grows"]
     assert entry["kind"] == "memprof_gate_baseline"
     assert entry["measurements"][0]["peak_active_bytes"] == 1 << 20
