@@ -98,8 +98,9 @@ def test_memory_left_alive_beyond_the_tolerance_fails(pytester):
     result = run(pytester, True, "-k", "leaks or frees")
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
-    assert "gpu_memory_leak: 2.00 MiB more GPU memory alive after the test" in out
-    assert "beyond the tolerance 1 MiB" in out
+    assert "limited to 1.00 MiB but left alive was 2.00 MiB" in out
+    assert "sites that left most alive:" in out
+    assert "/work/model.py:30:cache_outputs" in out
     assert "test_cases.py_test_leaks.pickle" in out
 
 
