@@ -47,7 +47,9 @@ pub struct GateArgs {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum MetricArg {
+    /// The highest total of live allocations (stable from run to run).
     PeakActive,
+    /// The highest reserved total (depends on what ran before).
     PeakReserved,
     /// Bytes allocated during the trace and alive at its end (what a test left behind).
     LeftAlive,
