@@ -62,6 +62,16 @@ if command -v nvcc >/dev/null; then
   step analyze-alloc-kinds "$bin/memprof" analyze --json "$out/alloc_kinds.memprof"
 fi
 
+# The pytest plugin and memprof_gpu.record with real PyTorch (pytest needed): two tests fail on
+# purpose (over the limit, a leak), two pass.
+echo "== pytest-plugin: kernels/gpu/test_pytest_plugin.py"
+env PYTHONPATH=python MEMPROF_BIN="$bin/memprof" python3 -m pytest -p memprof_gpu.pytest_plugin \
+  -p no:cacheprovider --gpu-memory-snapshots "$out/pytest-kept" \
+  kernels/gpu/test_pytest_plugin.py >"$out/pytest-plugin.txt" 2>&1
+check "pytest: 2 failed (with the gate's report), 2 passed" \
+  "$(grep -q '2 failed, 2 passed' "$out/pytest-plugin.txt" && grep -q 'limited to 64.00 MiB' \
+    "$out/pytest-plugin.txt" && echo yes)"
+
 # NVML: one scrape of the agent's metrics.
 "$bin/memprof" agent --listen 127.0.0.1:0 >"$out/agent-start.txt" 2>&1 &
 agent=$!

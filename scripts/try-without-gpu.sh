@@ -7,8 +7,8 @@
 # Usage: scripts/try-without-gpu.sh [DIR]
 #   DIR      where to build and write the recording (default: a new folder under ${TMPDIR:-/tmp})
 #   MEMPROF  the memprof binary (default: target/debug/memprof, else target/release/memprof,
-#            else memprof on PATH); `memprof run` finds libmemprof_shim.so next to it, or
-#            through MEMPROF_SHIM.
+#            else memprof on PATH); `memprof run` preloads the shim MEMPROF_SHIM names, else
+#            libmemprof_shim.so next to the binary, else the one the binary carries.
 # Needs only cc and a built memprof (`cargo build` builds both the binary and the shim).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -168,6 +168,14 @@ fn absolute_limit_and_the_reserved_metric() {
     let low = memprof(&["gate", &snapshot("v2_1_basic"), "--limit", "10MiB"]);
     assert_eq!(low.status.code(), Some(1));
     assert!(stdout(&low).contains("limited to 10.00 MiB but peak active was 34.09 MiB"));
+    // With no baseline to grow from, the largest sites at the peak are named.
+    assert!(
+        stdout(&low).contains(
+            "largest sites at the peak:\n         +  13.99 MiB  /home/user/train.py:104:train_step"
+        ),
+        "{}",
+        stdout(&low)
+    );
     let reserved = memprof(&[
         "gate",
         &snapshot("v2_1_basic"),
@@ -264,4 +272,52 @@ fn bad_and_mismatched_inputs_exit_2() {
     ]);
     assert_eq!(broken.status.code(), Some(2));
     assert!(stderr(&broken).contains("truncated pickle"));
+}
+
+/// `--metric left-alive`: what the trace allocated and did not free by its end (a test's leak,
+/// when the history starts with the test), in the baseline and against a limit, with the sites
+/// that left it.
+#[test]
+fn left_alive_is_what_the_trace_allocated_and_did_not_free() {
+    let dir = Scratch::new("left-alive");
+    let base = dir.path("base.json");
+    let write = memprof(&["gate", &snapshot("v2_1_basic"), "--write-baseline", &base]);
+    assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&base).expect("baseline")).expect("JSON");
+    // Counted from the pickle apart (device 0's `alloc` entries without a later
+    // `free_completed` of their address): 21 allocations, 7339764 bytes.
+    let m = &doc["measurements"][0];
+    assert_eq!(m["left_alive_bytes"], 7_339_764, "{m}");
+    assert_eq!(
+        m["left_alive_sites"][0]["frame"],
+        "Functions.cpp:torch::autograd::generated::MmBackward0::apply"
+    );
+
+    let over = memprof(&[
+        "gate",
+        &snapshot("v2_1_basic"),
+        "--metric",
+        "left-alive",
+        "--limit",
+        "1MiB",
+    ]);
+    assert_eq!(over.status.code(), Some(1), "{}", stderr(&over));
+    let text = stdout(&over);
+    assert!(
+        text.contains("limited to 1.00 MiB but left alive was 7.00 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("sites that left most alive:\n         +   7.00 MiB  Functions.cpp:"));
+    let within = memprof(&[
+        "gate",
+        &snapshot("v2_1_basic"),
+        "--metric",
+        "left-alive",
+        "--baseline",
+        &base,
+        "--max-increase",
+        "0%",
+    ]);
+    assert_eq!(within.status.code(), Some(0), "{}", stdout(&within));
 }

@@ -1303,3 +1303,52 @@ fn memprof_run_takes_a_relative_shim_path() {
     let recording = read(&dir.join("rec.memprof"));
     assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
 }
+
+/// The binary alone, with no shim beside it and no `MEMPROF_SHIM` (as `cargo install` or the
+/// wheel leave it), records with the shim it carries: written once into a private folder of the
+/// user's cache, and used from there the next time.
+#[test]
+fn memprof_run_alone_records_with_the_shim_it_carries() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = kernels("alone");
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    std::fs::copy(env!("CARGO_BIN_EXE_memprof"), bin.join("memprof")).expect("copy memprof");
+    let cache = dir.join("cache");
+    let workload = dir.join("alloc_free");
+    let run = |out: &str| {
+        Command::new(bin.join("memprof"))
+            .args(["run", "-o", out, "--"])
+            .arg(&workload)
+            .current_dir(&dir)
+            .env("FAKE_CUDA_CAPACITY", "1048576")
+            .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+            .env("XDG_CACHE_HOME", &cache)
+            .env_remove("MEMPROF_SHIM")
+            .env_remove("MEMPROF_OUT")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .expect("memprof runs")
+    };
+    check("memprof run with the carried shim", &run("first.memprof"));
+    let recording = read(&dir.join("first.memprof"));
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+
+    let folder = cache.join("memprof");
+    let files: Vec<PathBuf> = std::fs::read_dir(&folder)
+        .expect("the cache folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let meta = std::fs::metadata(&folder).expect("metadata");
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    let written = std::fs::metadata(&files[0]).expect("metadata").modified();
+
+    check("memprof run again", &run("second.memprof"));
+    assert_eq!(
+        read(&dir.join("second.memprof")).records.len(),
+        MAIN_CALLS + 4 * 2000 * 2
+    );
+    let again = std::fs::metadata(&files[0]).expect("metadata").modified();
+    assert_eq!(written.ok(), again.ok(), "the shim is written once");
+}

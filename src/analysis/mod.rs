@@ -8,6 +8,7 @@ pub mod growth;
 pub mod iterations;
 mod layout;
 mod layout_at;
+mod left_alive;
 pub mod oom;
 mod peak;
 pub mod pressure;
@@ -18,6 +19,7 @@ pub mod version;
 pub use device::{analyze_device, analyze_snapshot, DeviceAnalysis, OomEntry, TraceSummary};
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use layout_at::layout_at;
+pub use left_alive::left_alive;
 pub use peak::{find_peak, Peak};
 pub use series::{memory_series, Mark, MemorySeries, SeriesPoint, XAxis};
 pub use sites::{

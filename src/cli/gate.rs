@@ -3,7 +3,7 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::analysis::analyze_snapshot;
+use crate::analysis::{analyze_snapshot, left_alive, Site};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_output;
@@ -47,8 +47,12 @@ pub struct GateArgs {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum MetricArg {
+    /// The highest total of live allocations (stable from run to run).
     PeakActive,
+    /// The highest reserved total (depends on what ran before).
     PeakReserved,
+    /// Bytes allocated during the trace and alive at its end (what a test left behind).
+    LeftAlive,
 }
 
 impl From<MetricArg> for Metric {
@@ -56,6 +60,7 @@ impl From<MetricArg> for Metric {
         match m {
             MetricArg::PeakActive => Metric::PeakActive,
             MetricArg::PeakReserved => Metric::PeakReserved,
+            MetricArg::LeftAlive => Metric::LeftAlive,
         }
     }
 }
@@ -151,10 +156,25 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }
+    let snapshot = &loaded.parsed.snapshot;
     Ok(devices
         .iter()
-        .map(|d| Measurement::of(first_rank, &name, d))
+        .map(|d| {
+            let mut m = Measurement::of(first_rank, &name, d);
+            let (bytes, sites) = left_alive(snapshot, d.device, SITES_KEPT);
+            m.left_alive_bytes = bytes;
+            m.left_alive_sites = sites.iter().map(site_bytes).collect();
+            m
+        })
         .collect())
+}
+
+fn site_bytes(site: &Site) -> SiteBytes {
+    SiteBytes {
+        frame: site.frame.clone(),
+        bytes: site.bytes,
+        stack: site.stack.clone(),
+    }
 }
 
 /// Reads the measurements out of a `memprof analyze --json` document (schema_version 1).
@@ -210,6 +230,9 @@ fn from_analyze_json(
                     "trace.peak_reserved_bytes",
                 )?,
                 sites,
+                // Not in an analyze document: `--metric left-alive` needs the snapshot.
+                left_alive_bytes: 0,
+                left_alive_sites: Vec::new(),
             });
         }
     }

@@ -14,6 +14,7 @@ mod plot;
 mod probe;
 mod report;
 mod run;
+mod shim_file;
 mod simulate;
 mod top;
 mod torch_hook;

@@ -73,14 +73,12 @@ const DEFAULT_OUT: &str = "memprof-run.memprof";
 /// How often `--live` looks for the shim's socket, and refreshes the dashboard.
 const SOCKET_POLL: Duration = Duration::from_millis(20);
 const LIVE_INTERVAL: Duration = Duration::from_millis(500);
-/// File name of the shim next to the `memprof` binary.
-const SHIM_NAME: &str = "libmemprof_shim.so";
 
 pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     if args.live && !std::io::stdout().is_terminal() {
         bail!("`memprof run --live` opens a dashboard and needs a terminal");
     }
-    let shim = find_shim()?;
+    let shim = super::shim_file::find()?;
     let out = args
         .output
         .clone()
@@ -451,30 +449,6 @@ fn wait_unreaped(pid: u32, flags: libc::c_int) -> std::io::Result<bool> {
         return Ok(false);
     }
     Err(e)
-}
-
-/// `MEMPROF_SHIM`, else the shim next to this binary.
-fn find_shim() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("MEMPROF_SHIM") {
-        let path = PathBuf::from(path);
-        if !path.is_file() {
-            bail!("MEMPROF_SHIM names {}, which is not a file", path.display());
-        }
-        // LD_PRELOAD reads a relative path from the child's working directory, and the loader
-        // only warns when it cannot open it: hand it an absolute one.
-        return std::fs::canonicalize(&path)
-            .with_context(|| format!("MEMPROF_SHIM names {}", path.display()));
-    }
-    let exe = std::env::current_exe().context("cannot find the memprof binary")?;
-    let path = exe.with_file_name(SHIM_NAME);
-    if !path.is_file() {
-        bail!(
-            "the recording shim {} is missing; build it (`cargo build -p memprof-shim`) or set \
-             MEMPROF_SHIM",
-            path.display()
-        );
-    }
-    Ok(path)
 }
 
 /// The files named as recordings of other processes beside `out` (`OUT.<pid>`, and

@@ -30,6 +30,13 @@ pub struct Measurement {
     pub peak_reserved_bytes: u64,
     /// Sites alive at the peak, most bytes first.
     pub sites: Vec<SiteBytes>,
+    /// Bytes allocated during the trace and still alive at its end (0 in baselines written
+    /// before it was measured).
+    #[serde(default)]
+    pub left_alive_bytes: u64,
+    /// Sites holding them, most bytes first.
+    #[serde(default)]
+    pub left_alive_sites: Vec<SiteBytes>,
 }
 
 impl Measurement {
@@ -50,6 +57,8 @@ impl Measurement {
                     stack: s.stack.clone(),
                 })
                 .collect(),
+            left_alive_bytes: 0,
+            left_alive_sites: Vec::new(),
         }
     }
 
@@ -57,6 +66,15 @@ impl Measurement {
         match metric {
             Metric::PeakActive => self.peak_active_bytes,
             Metric::PeakReserved => self.peak_reserved_bytes,
+            Metric::LeftAlive => self.left_alive_bytes,
+        }
+    }
+
+    /// The sites behind a metric's value.
+    fn sites_of(&self, metric: Metric) -> &[SiteBytes] {
+        match metric {
+            Metric::PeakActive | Metric::PeakReserved => &self.sites,
+            Metric::LeftAlive => &self.left_alive_sites,
         }
     }
 }
@@ -106,6 +124,9 @@ pub enum Metric {
     PeakActive,
     /// Highest reserved total (depends on what ran before and on fragmentation).
     PeakReserved,
+    /// Bytes allocated during the trace and alive at its end: what a test leaked, when the
+    /// history was turned on at its start.
+    LeftAlive,
 }
 
 impl Metric {
@@ -113,6 +134,7 @@ impl Metric {
         match self {
             Metric::PeakActive => "peak active",
             Metric::PeakReserved => "peak reserved",
+            Metric::LeftAlive => "left alive",
         }
     }
 
@@ -121,6 +143,7 @@ impl Metric {
         match self {
             Metric::PeakActive => "peak_active",
             Metric::PeakReserved => "peak_reserved",
+            Metric::LeftAlive => "left_alive",
         }
     }
 }
@@ -155,7 +178,8 @@ pub struct Check {
     pub baseline: Option<u64>,
     /// Why it failed; empty when it passed.
     pub failures: Vec<String>,
-    /// Sites that grew most, when there is a baseline.
+    /// Sites that grew most against the baseline; without one, the largest sites at the peak
+    /// (grown from nothing), so that a check over its limit names them too.
     pub grew: Vec<Growth>,
 }
 
@@ -231,7 +255,11 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
         measured,
         baseline: base.map(|b| b.value(metric)),
         failures: Vec::new(),
-        grew: base.map_or_else(Vec::new, |b| growth(b, current)),
+        grew: growth(
+            base.map_or(&[][..], |b| b.sites_of(metric)),
+            current,
+            metric,
+        ),
     };
     if let Some(limit) = config.limit {
         if measured > limit {
@@ -258,14 +286,13 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
     result
 }
 
-/// Sites whose bytes at the peak grew most, against the baseline.
-fn growth(base: &Measurement, current: &Measurement) -> Vec<Growth> {
+/// Sites whose bytes grew most (at the peak, or left alive), against the baseline's sites.
+fn growth(base: &[SiteBytes], current: &Measurement, metric: Metric) -> Vec<Growth> {
     let mut grew: Vec<Growth> = current
-        .sites
+        .sites_of(metric)
         .iter()
         .map(|site| {
             let before = base
-                .sites
                 .iter()
                 .find(|b| b.frame == site.frame)
                 .map_or(0, |b| b.bytes);
@@ -306,6 +333,8 @@ mod tests {
                     stack: vec![frame.into()],
                 })
                 .collect(),
+            left_alive_bytes: 0,
+            left_alive_sites: Vec::new(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! What the gate prints and writes: the text verdict, a Markdown summary for pull-request
 //! comments, and JUnit XML for CI test reports.
 
-use super::gate::Check;
+use super::gate::{Check, Metric};
 use super::terminal_text::{code_fence, code_span, terminal_text};
 use crate::analysis::is_user_label;
 use crate::model::{count, Bytes};
@@ -59,7 +59,13 @@ pub fn text(checks: &[Check]) -> String {
             let _ = writeln!(out, "       {}", terminal_text(why));
         }
         if !c.passed() && !c.grew.is_empty() {
-            let _ = writeln!(out, "       sites that grew most at the peak:");
+            let title = match (c.baseline, c.metric) {
+                (Some(_), Metric::LeftAlive) => "sites that left more alive:",
+                (None, Metric::LeftAlive) => "sites that left most alive:",
+                (Some(_), _) => "sites that grew most at the peak:",
+                (None, _) => "largest sites at the peak:",
+            };
+            let _ = writeln!(out, "       {title}");
             for g in &c.grew {
                 let _ = writeln!(
                     out,
@@ -216,7 +222,7 @@ pub fn junit(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::gate::{Growth, Metric};
+    use crate::report::gate::Growth;
 
     fn failing() -> Check {
         Check {
