@@ -13,14 +13,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A scratch directory of this test process, removed and made again.
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memprof-export-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
 
-fn export(input: &Path, to: &str, output: &Path) {
+pub(crate) fn export(input: &Path, to: &str, output: &Path) {
     let out = memprof(&[
         "export",
         &input.display().to_string(),
@@ -148,7 +148,7 @@ fn torch_snapshot_round_trips_the_real_snapshots() {
 }
 
 /// Every real snapshot under `../shared/fixtures/real/` (and `more/`), in name order.
-fn all_real_snapshots() -> Vec<PathBuf> {
+pub(crate) fn all_real_snapshots() -> Vec<PathBuf> {
     let Some(real) = real_fixtures() else {
         return Vec::new();
     };
@@ -381,11 +381,13 @@ fn perfetto_counters_peak_where_analyze_says() {
 
         let (analyzed, _) = analyze_figures(&source);
         for dev in analyzed.as_array().expect("devices") {
-            let pid = &dev["device"];
+            // GPU N is process N + 1: Perfetto reads pid 0 as the idle process.
+            let pid = dev["device"].as_u64().expect("device") + 1;
             let track = |counter: &str| -> Vec<(i64, u64)> {
                 events
                     .iter()
-                    .filter(|e| e["ph"] == "C" && e["pid"] == *pid && e["name"] == counter)
+                    .filter(|e| e["ph"] == "C" && e["pid"] == pid)
+                    .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with(counter)))
                     .map(|e| {
                         (
                             e["ts"].as_i64().expect("ts"),
@@ -395,8 +397,8 @@ fn perfetto_counters_peak_where_analyze_says() {
                     .collect()
             };
             let max = |t: &[(i64, u64)]| t.iter().map(|&(_, v)| v).max();
-            let active = track("active bytes");
-            let reserved = track("reserved bytes");
+            let active = track("active");
+            let reserved = track("reserved");
             assert_eq!(
                 max(&active),
                 dev["trace"]["peak_active_bytes"].as_u64(),
@@ -409,12 +411,8 @@ fn perfetto_counters_peak_where_analyze_says() {
             );
             for t in [&active, &reserved] {
                 assert!(t.windows(2).all(|w| w[0].0 <= w[1].0), "{name}: time order");
-                // Coalesced: at most a high-water mark and an end value per timestamp.
-                assert!(
-                    t.windows(3)
-                        .all(|w| !(w[0].0 == w[1].0 && w[1].0 == w[2].0)),
-                    "{name}: coalesced"
-                );
+                // Coalesced, and a high-water mark keeps a width: one value per timestamp.
+                assert!(t.windows(2).all(|w| w[0].0 < w[1].0), "{name}: coalesced");
                 assert!(
                     t.windows(2).all(|w| w[0].1 != w[1].1),
                     "{name}: only changes"

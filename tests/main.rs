@@ -27,6 +27,7 @@ mod simulate;
 mod stacks;
 mod terminal_text;
 mod torch_run;
+mod trace_events;
 mod tui;
 mod util;
 mod verdicts;
