@@ -18,6 +18,7 @@ mod json_reference;
 mod live;
 mod nvml_fake;
 mod plan;
+mod plot_truth;
 mod plots;
 mod probe;
 mod real_snapshots;
