@@ -97,12 +97,20 @@ pub fn memory_series(
     let runs = (max_points / 2).max(1);
     let run = entries.len().div_ceil(runs).max(1);
     let mut points: Vec<SeriesPoint> = Vec::with_capacity(entries.len().min(max_points) + 1);
-    points.push(SeriesPoint {
-        x: 0.0,
-        active: best,
-        reserved: replay.reserved(),
-        by_site: by_site.clone(),
-    });
+    // Without a trace there is nothing over time, not even the state before it.
+    if !entries.is_empty() {
+        // Before the first entry: at its time, or at 0 entries replayed.
+        let x = match x_axis {
+            XAxis::Seconds => x_of(0),
+            XAxis::EntriesReplayed => 0.0,
+        };
+        points.push(SeriesPoint {
+            x,
+            active: best,
+            reserved: replay.reserved(),
+            by_site: by_site.clone(),
+        });
+    }
     // The current run's highest point (by active) and its last point, with their indices.
     let mut high: Option<(usize, SeriesPoint)> = None;
     let mut last: Option<(usize, SeriesPoint)> = None;

@@ -17,7 +17,7 @@ pub struct TimelinePlot<'a> {
     pub series: &'a MemorySeries,
 }
 
-/// The axes of a chart over time, drawn: x over the series (from 0), y from 0 to `top` bytes
+/// The axes of a chart over time, drawn: x over the series' own span, y from 0 to `top` bytes
 /// with 15% headroom, in the unit that suits `top`.
 pub struct TimeAxes<'a, DB: DrawingBackend> {
     pub chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
@@ -42,7 +42,8 @@ pub fn time_axes<'a, DB: DrawingBackend + 'a>(
     let last = s.points.last().map_or(0.0, |p| p.x);
     let unit = Unit::for_max(top);
     let y_max = (unit.of(top) * 1.15).max(1e-3);
-    let x_min = first.min(0.0);
+    // The device's own span, on the time scale all devices share.
+    let x_min = first;
     let x_max = if last > first { last } else { first + 1.0 };
     let x_range = x_max - x_min;
     let mut chart = ChartBuilder::on(area)
