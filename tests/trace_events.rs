@@ -144,16 +144,12 @@ pub fn violations(trace: &Value) -> Vec<String> {
                 }
                 *last = ts;
             }
-            "X" => {
-                if !e["dur"].as_f64().is_some_and(|d| d >= 0.0) {
-                    bad.push(format!("{at} ({name}): X without a dur >= 0"));
-                }
+            "X" if !e["dur"].as_f64().is_some_and(|d| d >= 0.0) => {
+                bad.push(format!("{at} ({name}): X without a dur >= 0"));
             }
             "B" => open.entry((pid, tid)).or_default().push(name.to_string()),
-            "E" => {
-                if open.entry((pid, tid)).or_default().pop().is_none() {
-                    bad.push(format!("{at} ({name}): E without a B on its thread"));
-                }
+            "E" if open.entry((pid, tid)).or_default().pop().is_none() => {
+                bad.push(format!("{at} ({name}): E without a B on its thread"));
             }
             _ => {}
         }

@@ -385,10 +385,8 @@ fn unrequested_frees(entries: &[TraceEntry]) -> FxHashSet<usize> {
             (Action::FreeRequested, Some(addr)) => {
                 requested.insert(addr);
             }
-            (Action::FreeCompleted, Some(addr)) => {
-                if !requested.remove(&addr) {
-                    lacking.insert(index);
-                }
+            (Action::FreeCompleted, Some(addr)) if !requested.remove(&addr) => {
+                lacking.insert(index);
             }
             _ => {}
         }
