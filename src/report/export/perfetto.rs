@@ -37,12 +37,12 @@ pub fn write<W: Write>(snapshot: &Snapshot, mut out: W) -> io::Result<()> {
         .collect();
     let mut other = serde_json::Map::new();
     other.insert("generator".into(), json!("memprof"));
-    other.insert(
-        "ts".into(),
-        json!(
-            "microseconds from the earliest trace entry of any device: one origin for all devices"
-        ),
-    );
+    if untimed.len() < devices.len() || devices.is_empty() {
+        other.insert(
+            "ts".into(),
+            json!("microseconds from the earliest trace entry of any device: one origin for all devices"),
+        );
+    }
     if !untimed.is_empty() {
         other.insert(
             "ts_untimed".into(),
