@@ -93,7 +93,7 @@ fn other_fixtures_devices_and_traces_without_times() {
     let untimed = dir.join("untimed.svg");
     let out = plot("v2_1_basic", "timeline", &untimed, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_svg(&untimed, "trace entry (the trace has no times)");
+    assert_svg(&untimed, "trace entries replayed (the trace has no times");
     let dev2 = dir.join("dev2.png");
     let out = plot("multi_device", "segments", &dev2, &["--device", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

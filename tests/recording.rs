@@ -229,17 +229,46 @@ fn export_to_torch_snapshot_round_trips_and_python_reads_it() {
     // analyze gives the same figures on both; only what the allocator model reads into them
     // differs: a snapshot's OOM and pressure are replayed through the simulator (a driver
     // free reads as a release of the cache), a recording's come from the driver calls alone.
+    // The export writes each `free_completed` after its `free_requested`, as PyTorch does, so
+    // it has more entries and the indices after a free move: those are compared apart.
     let figures = |file: &Path| {
         let mut doc = analyze_json(&[file.to_path_buf()]);
         let devices = &mut doc["inputs"][0]["devices"];
+        let mut counts = Vec::new();
         for d in devices.as_array_mut().expect("devices") {
             d["oom"]["diagnosis"] = Value::Null;
             d["oom"]["at_oom"]["largest_free_block_bytes"] = Value::Null;
             d["pressure"] = Value::Null;
+            let trace = &mut d["trace"];
+            counts.push((
+                trace["entries"].take(),
+                trace["actions"]["free_completed"].clone(),
+                trace["actions"]
+                    .as_object_mut()
+                    .and_then(|a| a.remove("free_requested")),
+            ));
+            trace["peak_entry_index"] = Value::Null;
+            d["oom"]["entry_index"] = Value::Null;
         }
-        devices.clone()
+        (devices.clone(), counts)
     };
-    assert_eq!(figures(&pickle), figures(&path));
+    let ((exported, paired), (recorded, unpaired)) = (figures(&pickle), figures(&path));
+    assert_eq!(exported, recorded);
+    for ((entries, completed, requested), (recorded_entries, _, none)) in
+        paired.into_iter().zip(unpaired)
+    {
+        assert_eq!(none, None, "a recording has no free_requested");
+        assert_eq!(
+            requested,
+            Some(completed.clone()),
+            "one request per completion"
+        );
+        let completed = completed.as_u64().expect("a count");
+        assert_eq!(
+            entries.as_u64(),
+            recorded_entries.as_u64().map(|n| n + completed)
+        );
+    }
 
     let py = Command::new("python3")
         .args(["-c", PY_DUMP])
@@ -272,6 +301,7 @@ fn export_to_torch_snapshot_round_trips_and_python_reads_it() {
         ["alloc", a, 100_000],
         ["segment_alloc", b, 300_000],
         ["alloc", b, 300_000],
+        ["free_requested", a, 100_000],
         ["free_completed", a, 100_000],
         ["segment_free", a, 100_000],
         ["segment_alloc", c, 200_000],
@@ -281,12 +311,15 @@ fn export_to_torch_snapshot_round_trips_and_python_reads_it() {
         ["alloc", map1, 65536],
         ["segment_map", map2, 65536],
         ["alloc", map2, 65536],
+        ["free_requested", map1, 65536],
         ["free_completed", map1, 65536],
         ["segment_unmap", map1, 65536],
+        ["free_requested", map2, 65536],
         ["free_completed", map2, 65536],
         ["segment_unmap", map2, 65536],
         ["segment_map", kept, 32768],
         ["alloc", kept, 32768],
+        ["free_requested", b, 300_000],
         ["free_completed", b, 300_000],
         ["segment_free", b, 300_000],
     ]);

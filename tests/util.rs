@@ -218,6 +218,10 @@ pub fn model_snapshot(
 /// Writes `snapshot` as a PyTorch snapshot pickle at `path`.
 pub fn write_snapshot(snapshot: &memprof::model::Snapshot, path: &Path) {
     let file = std::fs::File::create(path).expect("writable");
-    memprof::report::export::torch_snapshot::write(snapshot, std::io::BufWriter::new(file))
-        .expect("written");
+    memprof::report::export::torch_snapshot::write(
+        snapshot,
+        &memprof::model::FormatKeys::default(),
+        std::io::BufWriter::new(file),
+    )
+    .expect("written");
 }

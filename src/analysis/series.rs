@@ -1,5 +1,6 @@
 //! Memory over time: active bytes (split by allocation site) and reserved bytes after each
-//! trace entry, observed on the one `model::Replay`, downsampled for plotting.
+//! trace entry, observed on the one `model::Replay`, downsampled for plotting. Memory changes
+//! in steps, so a series is a step function: each point's values hold until the next point.
 
 use super::sites::site_of;
 use crate::model::{Action, Replay, Snapshot, StackId};
@@ -8,19 +9,22 @@ use rustc_hash::FxHashMap;
 /// What the x values of a series count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XAxis {
-    /// Seconds from the first trace entry (every entry has a time).
+    /// Seconds from the earliest trace entry of any device in the file (every entry of this
+    /// device has a time): one origin for all devices.
     Seconds,
-    /// Index of the entry in the device trace.
-    EntryIndex,
+    /// Entries replayed: the state after entry `i` is at `i + 1`, the state before the first
+    /// entry at 0 (the trace has no times).
+    EntriesReplayed,
 }
 
-/// The state after one trace entry (or the heaviest entry of a downsampled bucket).
+/// The state after one trace entry (the first point: before the first entry), held until the
+/// next point.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeriesPoint {
     pub x: f64,
     /// Live requested bytes.
     pub active: u64,
-    /// Reserved (segment) bytes; in a downsampled bucket, the bucket's highest.
+    /// Reserved (segment) bytes; at a downsampled bucket's highest point, the bucket's highest.
     pub reserved: u64,
     /// `active` split by site, in the order of `MemorySeries::sites`, then "other".
     pub by_site: Vec<u64>,
@@ -50,8 +54,10 @@ pub struct MemorySeries {
     pub entries: usize,
 }
 
-/// Replays a device's trace and records the memory after each entry, keeping at most
-/// `max_points` points (each the entry of highest active memory in its run of entries).
+/// Replays a device's trace and records the memory before the first entry and after each
+/// entry, keeping at most `max_points` points: the trace is cut into runs of entries and each
+/// run keeps its entry of highest active memory (with the run's highest reserved) and its last
+/// entry, so peaks survive and the value held after the run is the true one.
 pub fn memory_series(
     snapshot: &Snapshot,
     device: u32,
@@ -59,14 +65,16 @@ pub fn memory_series(
     max_points: usize,
 ) -> MemorySeries {
     let entries = snapshot.timeline.device(device as usize);
-    let first_time = entries.first().and_then(|e| e.time_us());
-    let x_axis = match first_time {
-        Some(_) if entries.iter().all(|e| e.time_us().is_some()) => XAxis::Seconds,
-        _ => XAxis::EntryIndex,
+    let timed = !entries.is_empty() && entries.iter().all(|e| e.time_us().is_some());
+    let x_axis = if timed {
+        XAxis::Seconds
+    } else {
+        XAxis::EntriesReplayed
     };
-    let x_of = |i: usize| match (x_axis, first_time, entries[i].time_us()) {
+    let origin = time_origin(snapshot);
+    let x_of = |i: usize| match (x_axis, origin, entries[i].time_us()) {
         (XAxis::Seconds, Some(t0), Some(t)) => (t - t0) as f64 / 1e6,
-        _ => i as f64,
+        _ => (i + 1) as f64,
     };
     let mut categories: FxHashMap<Option<StackId>, usize> = FxHashMap::default();
     let mut category = |stack: Option<StackId>| {
@@ -86,14 +94,36 @@ pub fn memory_series(
     }
     let mut best = replay.live().total();
     let mut peak = None;
-    let bucket = entries.len().div_ceil(max_points.max(1)).max(1);
-    let mut points: Vec<SeriesPoint> = Vec::with_capacity(entries.len().min(max_points));
-    let mut bucket_reserved = 0u64;
+    let runs = (max_points / 2).max(1);
+    let run = entries.len().div_ceil(runs).max(1);
+    let mut points: Vec<SeriesPoint> = Vec::with_capacity(entries.len().min(max_points) + 1);
+    // Without a trace there is nothing over time, not even the state before it.
+    if !entries.is_empty() {
+        // Before the first entry: at its time, or at 0 entries replayed.
+        let x = match x_axis {
+            XAxis::Seconds => x_of(0),
+            XAxis::EntriesReplayed => 0.0,
+        };
+        points.push(SeriesPoint {
+            x,
+            active: best,
+            reserved: replay.reserved(),
+            by_site: by_site.clone(),
+        });
+    }
+    // The current run's highest point (by active) and its last point, with their indices.
+    let mut high: Option<(usize, SeriesPoint)> = None;
+    let mut last: Option<(usize, SeriesPoint)> = None;
+    let mut run_reserved = 0u64;
     loop {
         let index = replay.position();
         let Some(entry) = entries.get(index) else {
             break;
         };
+        if index.is_multiple_of(run) {
+            end_run(&mut points, high.take(), last.take());
+            run_reserved = 0;
+        }
         let addr = entry.addr().unwrap_or(0);
         let touches_live = matches!(entry.action, Action::Alloc | Action::FreeCompleted);
         if let Some(old) = touches_live
@@ -120,27 +150,22 @@ pub fn memory_series(
                 bytes: active,
             });
         }
-        if index.is_multiple_of(bucket) {
-            bucket_reserved = 0;
-        }
-        bucket_reserved = bucket_reserved.max(replay.reserved());
+        run_reserved = run_reserved.max(replay.reserved());
         let point = SeriesPoint {
             x: x_of(index),
             active,
-            reserved: bucket_reserved,
+            reserved: replay.reserved(),
             by_site: by_site.clone(),
         };
-        match points.last_mut() {
-            Some(last) if !index.is_multiple_of(bucket) => {
-                if active > last.active {
-                    *last = point;
-                } else {
-                    last.reserved = bucket_reserved;
-                }
-            }
-            _ => points.push(point),
+        if high.as_ref().is_none_or(|(_, h)| active > h.active) {
+            high = Some((index, point.clone()));
         }
+        if let Some((_, h)) = high.as_mut() {
+            h.reserved = run_reserved;
+        }
+        last = Some((index, point));
     }
+    end_run(&mut points, high, last);
     let oom = entries
         .iter()
         .rposition(|e| e.action == Action::Oom)
@@ -157,6 +182,25 @@ pub fn memory_series(
         oom,
         entries: entries.len(),
     }
+}
+
+/// The time all devices' series count from: the earliest `time_us` of any trace entry.
+pub fn time_origin(snapshot: &Snapshot) -> Option<i64> {
+    (0..snapshot.timeline.device_count())
+        .flat_map(|d| snapshot.timeline.device(d))
+        .filter_map(|e| e.time_us())
+        .min()
+}
+
+/// Adds a finished run's points: its highest, then its last when that is another entry.
+fn end_run(
+    points: &mut Vec<SeriesPoint>,
+    high: Option<(usize, SeriesPoint)>,
+    last: Option<(usize, SeriesPoint)>,
+) {
+    let high_index = high.as_ref().map(|(i, _)| *i);
+    points.extend(high.map(|(_, p)| p));
+    points.extend(last.filter(|(i, _)| Some(*i) != high_index).map(|(_, p)| p));
 }
 
 #[cfg(test)]
@@ -203,20 +247,28 @@ mod tests {
         ];
         let snap = snapshot(entries, stacks);
         let s = memory_series(&snap, 0, &["/home/me/a.py:1:f".into()], 100);
-        assert_eq!(s.x_axis, XAxis::EntryIndex);
+        assert_eq!(s.x_axis, XAxis::EntriesReplayed);
         let active: Vec<u64> = s.points.iter().map(|p| p.active).collect();
-        assert_eq!(active, [0, 300, 500, 200, 200]);
-        assert_eq!(s.points[2].by_site, [300, 200]);
-        assert_eq!(s.points[3].by_site, [0, 200]);
-        assert_eq!(s.points[1].reserved, 1000);
+        assert_eq!(
+            active,
+            [0, 0, 300, 500, 200, 200],
+            "before the trace, then each entry"
+        );
+        let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
+        assert_eq!(xs, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(s.points[3].by_site, [300, 200]);
+        assert_eq!(s.points[4].by_site, [0, 200]);
+        assert_eq!(s.points[2].reserved, 1000);
         assert_eq!(s.peak.map(|m| (m.entry_index, m.bytes)), Some((2, 500)));
         assert_eq!(s.oom.map(|m| (m.entry_index, m.bytes)), Some((4, 4096)));
         let small = memory_series(&snap, 0, &[], 2);
-        assert_eq!(small.points.len(), 2);
+        let kept: Vec<(f64, u64)> = small.points.iter().map(|p| (p.x, p.active)).collect();
         assert_eq!(
-            small.points[0].active, 500,
-            "each bucket keeps its highest point"
+            kept,
+            [(0.0, 0), (3.0, 500), (5.0, 200)],
+            "one run: its highest point and its last"
         );
-        assert_eq!(small.points[0].by_site, [500]);
+        assert_eq!(small.points[1].by_site, [500]);
+        assert_eq!(small.points[1].reserved, 1000);
     }
 }

@@ -3,8 +3,8 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::model::Snapshot;
 use crate::report::export::{events_json, perfetto, torch_snapshot};
+use crate::source::torch_snapshot::Parsed;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::fs::File;
@@ -45,9 +45,10 @@ impl Format {
         })
     }
 
-    fn write(self, snapshot: &Snapshot, out: &mut BufWriter<File>) -> io::Result<()> {
+    fn write(self, parsed: &Parsed, out: &mut BufWriter<File>) -> io::Result<()> {
+        let (snapshot, keys) = (&parsed.snapshot, &parsed.keys);
         match self {
-            Format::TorchSnapshot => torch_snapshot::write(snapshot, &mut *out)?,
+            Format::TorchSnapshot => torch_snapshot::write(snapshot, keys, &mut *out)?,
             Format::Perfetto => perfetto::write(snapshot, &mut *out)?,
             Format::Json => events_json::write(snapshot, &mut *out)?,
         }
@@ -62,9 +63,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<Outcome> {
     for warning in &loaded.parsed.warnings {
         eprintln!("memprof: warning: {shown}: {warning}");
     }
-    write_whole(&args.output, |out| {
-        format.write(&loaded.parsed.snapshot, out)
-    })?;
+    write_whole(&args.output, |out| format.write(&loaded.parsed, out))?;
     super::wrote(&args.output)?;
     Ok(Outcome::Ok)
 }

@@ -110,6 +110,8 @@ pub struct TraceEntry {
 
 const HAS_TIME: u8 = 1;
 const HAS_ADDR: u8 = 2;
+/// The source entry had no `frames` key (PyTorch leaves it out where it kept no context).
+const NO_FRAMES_KEY: u8 = 4;
 
 impl TraceEntry {
     /// An entry with an address (every action but `Oom`).
@@ -155,6 +157,17 @@ impl TraceEntry {
     /// Free device memory reported at an `Oom` entry.
     pub fn device_free(&self) -> Option<u64> {
         (self.action == Action::Oom && self.flags & HAS_ADDR != 0).then_some(self.addr_or_free)
+    }
+
+    /// Marks an entry whose source had no `frames` key, so an export leaves it out too.
+    pub fn without_frames_key(mut self) -> TraceEntry {
+        self.flags |= NO_FRAMES_KEY;
+        self
+    }
+
+    /// Whether the source entry had a `frames` key (every entry not read from a file has).
+    pub fn has_frames_key(&self) -> bool {
+        self.flags & NO_FRAMES_KEY == 0
     }
 
     /// Microseconds since the Unix epoch (PyTorch 2.2+ traces).

@@ -16,7 +16,9 @@ pub use event::{Action, ExtraId, PoolIndex, StackId, StreamIndex, TraceEntry};
 pub use frames::FrameKind;
 pub use layout::{Block, BlockState, PoolKind, Segment};
 pub use ranges::{fits_address_space, ranges_before, RangeRules, SegmentRange};
-pub use snapshot::{AllocatorSettings, Annotation, FormatKeys, Snapshot, SnapshotFormat};
+pub use snapshot::{
+    AllocatorSettings, Annotation, FormatKeys, SettingValue, Snapshot, SnapshotFormat,
+};
 pub use stack::{Frame, StackTable};
 pub use state::{Live, LiveSet, Replay, ReplayIssue};
 pub use timeline::{EntryExtra, Timeline};

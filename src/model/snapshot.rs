@@ -28,6 +28,18 @@ pub struct AllocatorSettings {
     pub garbage_collection_threshold: Option<f64>,
     /// (interval start in MiB, divisions), for intervals with divisions set.
     pub roundup_power2_divisions: Vec<(u64, u64)>,
+    /// Settings memprof does not interpret (e.g. `pinned_use_cuda_host_register`), in file
+    /// order, kept so an export writes back every key the file had.
+    pub other: Vec<(String, SettingValue)>,
+}
+
+/// The value of an allocator setting memprof does not interpret.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SettingValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
 }
 
 /// Which optional keys a snapshot file held: each arrived with a PyTorch release, so together

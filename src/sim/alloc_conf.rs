@@ -436,6 +436,7 @@ mod tests {
             max_split_size: Some(256 * MIB),
             garbage_collection_threshold: Some(0.0),
             roundup_power2_divisions: vec![(1, 4), (256, 8)],
+            other: Vec::new(),
         };
         let c = AllocatorConfig::from_settings(&settings)?;
         assert!(c.expandable_segments);

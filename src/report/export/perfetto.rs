@@ -1,41 +1,79 @@
 //! Chrome trace-event JSON for ui.perfetto.dev (and chrome://tracing): per device, one process
-//! with counter tracks for active bytes (live requested) and reserved bytes, computed by the
-//! model's `Replay`, and instant events for OOMs and earlier snapshot calls.
+//! (pid = device + 1: Perfetto reads pid 0 as the idle process) with counter tracks for active
+//! bytes (live requested) and reserved bytes, computed by the model's `Replay`, and instant
+//! events for OOMs and earlier snapshot calls.
 //!
-//! Time is `time_us` relative to the earliest entry of the file; a device whose trace has no
-//! times uses the entry index as microseconds. Entries that share a timestamp are coalesced
-//! into one counter sample, preceded by the group's high-water mark when the group rose above
-//! where it ended, so no peak is lost.
+//! Time is `time_us` relative to the earliest entry of any device in the file: one origin for
+//! all devices. A device whose trace has no times uses the entry index as `ts`; its tracks
+//! say so in their names, and `otherData` says which devices those are. Entries that share a
+//! timestamp are coalesced into one counter sample, preceded by the group's high-water mark
+//! when the group rose above where it ended; the end value then follows 1 µs later, so the
+//! peak keeps a visible width.
+//!
+//! Perfetto names a counter track after the event's name and its argument key joined by a
+//! space, so events are named "active" and "reserved" with the argument "bytes".
 
 use crate::model::{Action, Replay, Snapshot, TraceEntry};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::io::{self, Write};
 
-/// Name of the counter track of live requested bytes.
-pub const ACTIVE: &str = "active bytes";
-/// Name of the counter track of bytes reserved from the driver.
-pub const RESERVED: &str = "reserved bytes";
+/// Name of the counter events of live requested bytes (the track reads "active bytes").
+pub const ACTIVE: &str = "active";
+/// Name of the counter events of bytes reserved from the driver ("reserved bytes").
+pub const RESERVED: &str = "reserved";
+/// What counter tracks of a trace without times add to their names.
+pub const UNTIMED: &str = " (ts = entry index)";
+/// The argument every counter event carries its value in.
+pub const VALUE_KEY: &str = "bytes";
 
 /// Writes the trace as `{"traceEvents": [...], ...}`.
 pub fn write<W: Write>(snapshot: &Snapshot, mut out: W) -> io::Result<()> {
-    out.write_all(b"{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"memprof\"},")?;
-    out.write_all(b"\"traceEvents\":[")?;
+    let devices = snapshot.devices();
+    let untimed: Vec<String> = devices
+        .iter()
+        .filter(|&&d| !is_timed(snapshot.timeline.device(d as usize)))
+        .map(|d| format!("GPU {d}"))
+        .collect();
+    let mut other = serde_json::Map::new();
+    other.insert("generator".into(), json!("memprof"));
+    if untimed.len() < devices.len() || devices.is_empty() {
+        other.insert(
+            "ts".into(),
+            json!("microseconds from the earliest trace entry of any device: one origin for all devices"),
+        );
+    }
+    if !untimed.is_empty() {
+        other.insert(
+            "ts_untimed".into(),
+            json!(format!(
+                "{}: the trace has no times, so ts is the trace entry index, not microseconds",
+                untimed.join(", ")
+            )),
+        );
+    }
+    out.write_all(b"{\"displayTimeUnit\":\"ms\",\"otherData\":")?;
+    serde_json::to_writer(&mut out, &Value::Object(other)).map_err(io::Error::from)?;
+    out.write_all(b",\"traceEvents\":[")?;
     let mut events = Events {
         out: &mut out,
         first: true,
     };
-    let origin = snapshot
-        .devices()
+    let origin = devices
         .iter()
         .flat_map(|&d| snapshot.timeline.device(d as usize))
         .filter_map(TraceEntry::time_us)
         .min();
-    for device in snapshot.devices() {
+    for device in devices {
         events.device(snapshot, device, origin)?;
     }
     out.write_all(b"]}\n")?;
     out.flush()
+}
+
+/// Whether a trace has times (an empty one counts as timed: it has no track).
+fn is_timed(entries: &[TraceEntry]) -> bool {
+    entries.is_empty() || entries.iter().any(|e| e.time_us().is_some())
 }
 
 /// Writes events as the elements of one JSON array.
@@ -44,22 +82,24 @@ struct Events<'w, W: Write> {
     first: bool,
 }
 
-/// A counter's last written value and the high and end values of the current group.
-#[derive(Clone, Copy)]
+/// A counter's last written value, the high and end values of the current group, and an end
+/// value held back to keep the peak before it visible.
 struct Counter {
-    name: &'static str,
+    name: String,
     written: Option<u64>,
     high: u64,
     now: u64,
+    pending: Option<(i64, u64)>,
 }
 
 impl Counter {
-    fn new(name: &'static str, now: u64) -> Counter {
+    fn new(name: String, now: u64) -> Counter {
         Counter {
             name,
             written: None,
             high: now,
             now,
+            pending: None,
         }
     }
 
@@ -79,7 +119,8 @@ impl<W: Write> Events<'_, W> {
     }
 
     fn device(&mut self, snapshot: &Snapshot, device: u32, origin: Option<i64>) -> io::Result<()> {
-        let meta = |name: &str, args: Value| json!({"ph": "M", "name": name, "pid": device, "tid": 0, "args": args});
+        let pid = device + 1;
+        let meta = |name: &str, args: Value| json!({"ph": "M", "name": name, "pid": pid, "tid": 0, "args": args});
         self.event(&meta(
             "process_name",
             json!({"name": format!("GPU {device}")}),
@@ -88,7 +129,7 @@ impl<W: Write> Events<'_, W> {
         self.event(&meta("thread_name", json!({"name": "allocator"})))?;
 
         let entries = snapshot.timeline.device(device as usize);
-        let has_times = entries.iter().any(|e| e.time_us().is_some());
+        let has_times = is_timed(entries);
         let clock = |index: usize, last: i64| -> i64 {
             match (has_times, entries[index].time_us(), origin) {
                 (false, _, _) => index as i64,
@@ -97,15 +138,16 @@ impl<W: Write> Events<'_, W> {
                 (true, _, _) => last,
             }
         };
+        let suffix = if has_times { "" } else { UNTIMED };
         let mut replay = Replay::new(entries, snapshot.device_segments(device));
-        let mut active = Counter::new(ACTIVE, replay.live().total());
-        let mut reserved = Counter::new(RESERVED, replay.reserved());
+        let mut active = Counter::new(format!("{ACTIVE}{suffix}"), replay.live().total());
+        let mut reserved = Counter::new(format!("{RESERVED}{suffix}"), replay.reserved());
         let mut group_ts = if entries.is_empty() { 0 } else { clock(0, 0) };
         while let Some(index) = replay.step() {
             let ts = clock(index, group_ts);
             if ts != group_ts {
-                self.flush(device, group_ts, &mut active)?;
-                self.flush(device, group_ts, &mut reserved)?;
+                self.flush(pid, group_ts, &mut active)?;
+                self.flush(pid, group_ts, &mut reserved)?;
                 group_ts = ts;
             }
             active.set(replay.live().total());
@@ -113,37 +155,58 @@ impl<W: Write> Events<'_, W> {
             let entry = &entries[index];
             match entry.action {
                 Action::Oom => self.event(&json!({
-                    "ph": "i", "s": "p", "name": "OOM", "pid": device, "tid": 0, "ts": ts,
+                    "ph": "i", "s": "p", "name": "OOM", "pid": pid, "tid": 0, "ts": ts,
                     "args": {"entry": index, "request_bytes": entry.size,
                              "device_free_bytes": entry.device_free()},
                 }))?,
                 Action::Snapshot => self.event(&json!({
-                    "ph": "i", "s": "p", "name": "snapshot", "pid": device, "tid": 0, "ts": ts,
+                    "ph": "i", "s": "p", "name": "snapshot", "pid": pid, "tid": 0, "ts": ts,
                     "args": {"entry": index, "active_bytes": entry.size},
                 }))?,
                 _ => {}
             }
         }
-        self.flush(device, group_ts, &mut active)?;
-        self.flush(device, group_ts, &mut reserved)
+        for counter in [&mut active, &mut reserved] {
+            self.flush(pid, group_ts, counter)?;
+            self.release(pid, counter, i64::MAX)?;
+        }
+        Ok(())
     }
 
-    /// Ends a group of entries at `ts`: its high-water mark if the group came down from it,
-    /// then where it ended, each only when it changes the track.
-    fn flush(&mut self, device: u32, ts: i64, counter: &mut Counter) -> io::Result<()> {
-        let values = [counter.high, counter.now];
-        let skip_high = counter.high == counter.now;
-        for (i, value) in values.into_iter().enumerate() {
-            if (i == 0 && skip_high) || counter.written == Some(value) {
-                continue;
-            }
-            self.event(&json!({
-                "ph": "C", "name": counter.name, "pid": device, "tid": 0, "ts": ts,
-                "args": {"bytes": value},
-            }))?;
-            counter.written = Some(value);
+    /// Writes one sample of a counter when it changes the track.
+    fn sample(&mut self, pid: u32, ts: i64, counter: &mut Counter, value: u64) -> io::Result<()> {
+        if counter.written == Some(value) {
+            return Ok(());
         }
-        counter.high = counter.now;
+        self.event(&json!({
+            "ph": "C", "name": counter.name, "pid": pid, "tid": 0, "ts": ts,
+            "args": {VALUE_KEY: value},
+        }))?;
+        counter.written = Some(value);
+        Ok(())
+    }
+
+    /// Writes the held-back end value if it comes before `next` (the next sample's time);
+    /// at `next` itself the next sample replaces it.
+    fn release(&mut self, pid: u32, counter: &mut Counter, next: i64) -> io::Result<()> {
+        match counter.pending.take() {
+            Some((ts, value)) if ts < next => self.sample(pid, ts, counter, value),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends a group of entries at `ts`: its high-water mark if the group came down from it
+    /// (the end value held back to 1 µs later), else where it ended.
+    fn flush(&mut self, pid: u32, ts: i64, counter: &mut Counter) -> io::Result<()> {
+        self.release(pid, counter, ts)?;
+        let (high, now) = (counter.high, counter.now);
+        if high != now {
+            self.sample(pid, ts, counter, high)?;
+            counter.pending = Some((ts.saturating_add(1), now));
+        } else {
+            self.sample(pid, ts, counter, now)?;
+        }
+        counter.high = now;
         Ok(())
     }
 }

@@ -1,34 +1,36 @@
 //! A model `Snapshot` written back as a PyTorch memory snapshot pickle (the 2.5-style layout
 //! `torch.cuda.memory._dump_snapshot()` writes), for pytorch.org/memory_viz and
-//! `_memory_viz.py`. Frame dicts and frame lists are shared objects, as PyTorch's are.
+//! `_memory_viz.py`. Frame dicts and frame lists are shared objects, as PyTorch's are. Every
+//! key a modern input had comes back (the `FormatKeys` say which optional ones it held); a
+//! segments-only input comes out as the dict layout with empty traces, which every reader
+//! takes; a `free_completed` without its `free_requested` (a recording's) gets the pair.
 
 use super::pickle::PickleWriter;
 use crate::model::{
-    Action, AllocatorSettings, Annotation, Block, BlockState, Frame, PoolKind, Segment, Snapshot,
-    SnapshotFormat, StackId, TraceEntry,
+    Action, AllocatorSettings, Annotation, Block, BlockState, FormatKeys, Frame, PoolKind, Segment,
+    SettingValue, Snapshot, SnapshotFormat, StackId, TraceEntry,
 };
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::io::{self, Write};
 
-/// Writes `snapshot` as a protocol-4 pickle. A segments-only snapshot stays a bare list.
-pub fn write<W: Write>(snapshot: &Snapshot, out: W) -> io::Result<()> {
+/// Writes `snapshot` as a protocol-4 pickle; `keys` are the optional keys the input held
+/// (`FormatKeys::default()` for a snapshot that was never a file).
+pub fn write<W: Write>(snapshot: &Snapshot, keys: &FormatKeys, out: W) -> io::Result<()> {
     let mut w = Writer {
         snapshot,
+        keys: *keys,
         pickle: PickleWriter::new(out)?,
         frames: FxHashMap::default(),
         stacks: FxHashMap::default(),
     };
-    if snapshot.format == SnapshotFormat::SegmentsOnly {
-        w.segments()?;
-    } else {
-        w.top()?;
-    }
+    w.top()?;
     w.pickle.finish()?;
     Ok(())
 }
 
 struct Writer<'a, W: Write> {
     snapshot: &'a Snapshot,
+    keys: FormatKeys,
     pickle: PickleWriter<W>,
     /// Memo index of each frame dict already written.
     frames: FxHashMap<&'a Frame, u32>,
@@ -39,7 +41,8 @@ struct Writer<'a, W: Write> {
 impl<'a, W: Write> Writer<'a, W> {
     fn top(&mut self) -> io::Result<()> {
         let s = self.snapshot;
-        let len = 2 + usize::from(s.settings.is_some()) + usize::from(!s.annotations.is_empty());
+        let annotations = self.keys.external_annotations || !s.annotations.is_empty();
+        let len = 2 + usize::from(s.settings.is_some()) + usize::from(annotations);
         self.pickle.begin_dict(len)?;
         self.pickle.key("segments")?;
         self.segments()?;
@@ -49,7 +52,7 @@ impl<'a, W: Write> Writer<'a, W> {
             self.pickle.key("allocator_settings")?;
             self.settings(settings)?;
         }
-        if !s.annotations.is_empty() {
+        if annotations {
             self.pickle.key("external_annotations")?;
             self.pickle.begin_list(s.annotations.len())?;
             for a in &s.annotations {
@@ -149,19 +152,31 @@ impl<'a, W: Write> Writer<'a, W> {
         for device in 0..count {
             self.pickle.item()?;
             let entries = s.timeline.device(device);
-            self.pickle.begin_list(entries.len())?;
+            // A PyTorch trace is kept as it was (its ring buffer may have lost a request).
+            let unrequested = if s.format == SnapshotFormat::Recording {
+                unrequested_frees(entries)
+            } else {
+                FxHashSet::default()
+            };
+            self.pickle.begin_list(entries.len() + unrequested.len())?;
             for (index, entry) in entries.iter().enumerate() {
-                self.pickle.item()?;
-                self.entry(entry).map_err(|e| {
+                let context = |e: io::Error| {
                     io::Error::new(e.kind(), format!("device {device} entry {index}: {e}"))
-                })?;
+                };
+                if unrequested.contains(&index) {
+                    self.pickle.item()?;
+                    self.entry(entry, Action::FreeRequested).map_err(context)?;
+                }
+                self.pickle.item()?;
+                self.entry(entry, entry.action).map_err(context)?;
             }
             self.pickle.end()?;
         }
         self.pickle.end()
     }
 
-    fn entry(&mut self, e: &TraceEntry) -> io::Result<()> {
+    /// One trace entry, written as `action` (its own, or the `free_requested` it lacked).
+    fn entry(&mut self, e: &TraceEntry, action: Action) -> io::Result<()> {
         let s = self.snapshot;
         let extra = e.extra.map(|id| s.timeline.extra(id));
         let (context, metadata, forward) = match extra {
@@ -172,6 +187,12 @@ impl<'a, W: Write> Writer<'a, W> {
             ),
             None => (None, None, None),
         };
+        // PyTorch writes these on every entry, with placeholders the model reads as absent.
+        let context = context.or(self.keys.entry_compile_context.then_some("N/A"));
+        let metadata = metadata.or(self.keys.entry_user_metadata.then_some(""));
+        let pool = e
+            .pool
+            .and_then(|p| s.timeline.pools().get(p.0 as usize).copied());
         let (place_key, place) = if e.action == Action::Oom {
             ("device_free", e.device_free())
         } else {
@@ -184,16 +205,17 @@ impl<'a, W: Write> Writer<'a, W> {
             ("addr", Some(addr))
         };
         let len = 3
+            + usize::from(e.has_frames_key())
             + usize::from(place.is_some())
             + usize::from(e.time_us().is_some())
-            + usize::from(e.stack.is_some())
+            + usize::from(pool.is_some())
             + usize::from(context.is_some())
             + usize::from(metadata.is_some())
             + usize::from(forward.is_some());
         let p = &mut self.pickle;
         p.begin_dict(len)?;
         p.key("action")?;
-        p.str(e.action.torch_name())?;
+        p.str(action.torch_name())?;
         if let Some(value) = place {
             p.key(place_key)?;
             p.int(value.into())?;
@@ -206,7 +228,11 @@ impl<'a, W: Write> Writer<'a, W> {
             p.key("time_us")?;
             p.int(t.into())?;
         }
-        if e.stack.is_some() {
+        if let Some((a, b)) = pool {
+            p.key("pool_id")?;
+            p.int_pair(a.into(), b.into())?;
+        }
+        if e.has_frames_key() {
             p.key("frames")?;
             self.frames(e.stack)?;
         }
@@ -260,6 +286,7 @@ impl<'a, W: Write> Writer<'a, W> {
 
     fn settings(&mut self, s: &AllocatorSettings) -> io::Result<()> {
         let len = 2
+            + s.other.len()
             + usize::from(s.alloc_conf.is_some())
             + usize::from(s.expandable_segments.is_some())
             + usize::from(s.garbage_collection_threshold.is_some());
@@ -295,6 +322,15 @@ impl<'a, W: Write> Writer<'a, W> {
             p.int(divisions.into())?;
         }
         p.end()?;
+        for (key, value) in &s.other {
+            p.key(key)?;
+            match value {
+                SettingValue::Bool(b) => p.bool(*b)?,
+                SettingValue::Int(i) => p.int((*i).into())?,
+                SettingValue::Float(f) => p.float(*f)?,
+                SettingValue::Str(text) => p.str(text)?,
+            }
+        }
         p.end()
     }
 
@@ -336,6 +372,26 @@ fn frame_dict<W: Write>(p: &mut PickleWriter<W>, frame: &Frame) -> io::Result<u3
     p.int(frame.line.into())?;
     p.end()?;
     Ok(index)
+}
+
+/// Indices of the `free_completed` entries with no `free_requested` of their address before
+/// them: a recording sees only the driver's side, and memory_viz reads a completion without
+/// its request as a block waiting on another stream.
+fn unrequested_frees(entries: &[TraceEntry]) -> FxHashSet<usize> {
+    let mut requested: FxHashSet<u64> = FxHashSet::default();
+    let mut lacking = FxHashSet::default();
+    for (index, e) in entries.iter().enumerate() {
+        match (e.action, e.addr()) {
+            (Action::FreeRequested, Some(addr)) => {
+                requested.insert(addr);
+            }
+            (Action::FreeCompleted, Some(addr)) if !requested.remove(&addr) => {
+                lacking.insert(index);
+            }
+            _ => {}
+        }
+    }
+    lacking
 }
 
 /// PyTorch writes a `cudaStream_t` as a signed 64-bit integer; the model keeps its bits.

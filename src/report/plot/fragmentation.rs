@@ -1,7 +1,9 @@
 //! Fragmentation over time: memory reserved from the driver but not holding live
-//! allocations (reserved - active), with reserved for scale and the OOM marked.
+//! allocations (reserved - active), with reserved for scale and the OOM marked; both are step
+//! functions, and the legend sits below the plot.
 
-use super::style;
+use super::legend::{self, Swatch};
+use super::style::{self, steps};
 use super::timeline::time_axes;
 use crate::analysis::MemorySeries;
 use plotters::coord::Shift;
@@ -20,30 +22,39 @@ impl super::Figure for FragmentationPlot<'_> {
     ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
         let s = self.series;
         let top = s.points.iter().map(|p| p.reserved).max().unwrap_or(0);
-        let Some(axes) = time_axes(area, &self.title, s, top)? else {
+        let unused = style::PENDING_FREE;
+        let mut entries = vec![
+            (
+                "reserved - active: cached free blocks and rounding".to_string(),
+                Swatch::Fill(unused),
+            ),
+            ("reserved".to_string(), Swatch::Line(style::RESERVED, 2)),
+        ];
+        entries.extend(style::oom_entry(s.oom));
+        area.fill(&WHITE)?;
+        let (plot_area, strip) = if s.points.is_empty() {
+            (area.clone(), area.clone())
+        } else {
+            legend::split(area, &entries)
+        };
+        let Some(axes) = time_axes(&plot_area, &self.title, s, top)? else {
             return Ok(());
         };
         let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
-        let unused = style::PENDING_FREE;
-        chart
-            .draw_series(AreaSeries::new(
+        chart.draw_series(AreaSeries::new(
+            steps(
                 s.points
                     .iter()
                     .map(|p| (p.x, unit.of(p.reserved.saturating_sub(p.active)))),
-                0.0,
-                unused.mix(0.75),
-            ))?
-            .label("reserved - active: cached free blocks and rounding")
-            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], unused.filled()));
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(|p| (p.x, unit.of(p.reserved))),
-                style::RESERVED.stroke_width(2),
-            ))?
-            .label("reserved")
-            .legend(|(x, y)| {
-                PathElement::new([(x, y), (x + 14, y)], style::RESERVED.stroke_width(2))
-            });
-        style::finish_time_chart(&mut chart, s.oom, y_max)
+            ),
+            0.0,
+            unused.mix(0.75),
+        ))?;
+        chart.draw_series(LineSeries::new(
+            steps(s.points.iter().map(|p| (p.x, unit.of(p.reserved)))),
+            style::RESERVED.stroke_width(2),
+        ))?;
+        style::mark_oom(&mut chart, s.oom, y_max)?;
+        legend::draw(&strip, &entries)
     }
 }

@@ -1,6 +1,7 @@
 //! The plots memprof draws for one device of a snapshot, by kind: what each one is computed
 //! from and its title.
 
+use super::style;
 use super::{render, Format, FragmentationPlot, PlotError, SegmentsPlot, TimelinePlot};
 use crate::analysis::{analyze_device, layout_at, memory_series, MemorySeries};
 use crate::model::Snapshot;
@@ -34,6 +35,12 @@ pub fn device_series(snapshot: &Snapshot, device: u32) -> MemorySeries {
     memory_series(snapshot, device, &sites, MAX_POINTS)
 }
 
+/// A title that fits the figure's width, the file name cut if need be.
+fn fit(make: impl Fn(&str) -> String, name: &str) -> String {
+    // The caption spans the figure less its margins.
+    style::fit_title(make, name, super::canvas::SIZE.0 - 40)
+}
+
 /// Draws one kind of plot of one device; `name` (the file's name) goes in the title.
 pub fn plot(
     snapshot: &Snapshot,
@@ -45,7 +52,7 @@ pub fn plot(
     match kind {
         Kind::Timeline => {
             let series = device_series(snapshot, device);
-            let title = format!("Memory over time - {name}, device {device}");
+            let title = fit(|n| format!("Memory over time - {n}, device {device}"), name);
             render(
                 &TimelinePlot {
                     title,
@@ -56,8 +63,10 @@ pub fn plot(
         }
         Kind::Fragmentation => {
             let series = device_series(snapshot, device);
-            let title =
-                format!("Fragmentation over time (reserved - active) - {name}, device {device}");
+            let title = fit(
+                |n| format!("Fragmentation over time (reserved - active) - {n}, device {device}"),
+                name,
+            );
             render(
                 &FragmentationPlot {
                     title,
@@ -86,7 +95,7 @@ pub fn plot(
                 all if shown < all => format!("{shown} largest of {all} segments"),
                 all => format!("{all} segments"),
             };
-            let title = format!("Segments {when} - {name}, device {device}");
+            let title = fit(|n| format!("Segments {when} - {n}, device {device}"), name);
             let plot = SegmentsPlot {
                 title,
                 rows_label: format!("segment size ({count})"),

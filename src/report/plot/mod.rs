@@ -7,6 +7,7 @@ mod canvas;
 mod font;
 mod fragmentation;
 mod kinds;
+mod legend;
 mod segments;
 mod style;
 mod timeline;

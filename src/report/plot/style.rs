@@ -1,7 +1,8 @@
 //! What the figures share: colours, fonts sizes, the size unit of an axis, short site labels,
-//! and the OOM mark and legend of the charts over time.
+//! titles cut to fit, step-shaped lines and the OOM mark of the charts over time.
 
 use super::font::FAMILY;
+use super::legend::Swatch;
 use crate::analysis::Mark;
 use crate::model::Bytes;
 use plotters::coord::types::RangedCoordf64;
@@ -19,6 +20,7 @@ pub const SITE_COLORS: [RGBColor; 6] = [
 ];
 pub const OTHER: RGBColor = RGBColor(175, 175, 175);
 pub const RESERVED: RGBColor = RGBColor(20, 20, 20);
+pub const ACTIVE: RGBColor = RGBColor(100, 100, 100);
 pub const PEAK: RGBColor = RGBColor(150, 0, 0);
 pub const OOM: RGBColor = RGBColor(214, 39, 40);
 pub const ALLOCATED: RGBColor = RGBColor(31, 119, 180);
@@ -88,27 +90,74 @@ pub fn short_site(label: &str) -> String {
     }
 }
 
-/// Marks the OOM on a chart over time (a vertical line with its legend entry) and draws the
-/// legend box: the last step of the timeline and fragmentation plots.
-pub fn finish_time_chart<'a, DB: DrawingBackend + 'a>(
+/// Marks the OOM on a chart over time with a vertical line.
+pub fn mark_oom<'a, DB: DrawingBackend + 'a>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     oom: Option<Mark>,
     y_max: f64,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     if let Some(oom) = oom {
         let line = OOM.stroke_width(2);
-        chart
-            .draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?
-            .label(format!("OOM: a request of {} failed", Bytes(oom.bytes)))
-            .legend(move |(x, y)| PathElement::new([(x + 7, y - 7), (x + 7, y + 7)], line));
+        chart.draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FAMILY, TICK_PX))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
+    Ok(())
+}
+
+/// The legend entry of the OOM mark.
+pub fn oom_entry(oom: Option<Mark>) -> Option<(String, Swatch)> {
+    oom.map(|oom| {
+        let label = format!("OOM: a request of {} failed", Bytes(oom.bytes));
+        (label, Swatch::Mark(OOM))
+    })
+}
+
+/// A step function through `points`: each value holds until the next point's x, where the
+/// line goes straight up or down, so consecutive points never change both x and y. Runs of
+/// one value keep only their ends.
+pub fn steps(points: impl IntoIterator<Item = (f64, f64)>) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for (x, y) in points {
+        match out.as_slice() {
+            [.., (_, y0), (_, y1)] if *y0 == y && *y1 == y => {
+                // A third point at the same level: move the end of the run instead.
+                if let Some(last) = out.last_mut() {
+                    last.0 = x;
+                }
+            }
+            [.., (px, py)] if *px != x && *py != y => {
+                let py = *py;
+                out.push((x, py));
+                out.push((x, y));
+            }
+            _ => out.push((x, y)),
+        }
+    }
+    out
+}
+
+/// A title `make(name)` that fits `width` pixels: when it does not, the middle of `name` is
+/// cut (never the rest of the title).
+pub fn fit_title(make: impl Fn(&str) -> String, name: &str, width: u32) -> String {
+    // Without the font nothing can be measured; the title is then kept whole.
+    if super::font::register().is_err() {
+        return make(name);
+    }
+    let font = FontDesc::from((FAMILY, TITLE_PX));
+    let fits = |text: &str| font.box_size(text).is_ok_and(|(w, _)| w <= width);
+    let whole = make(name);
+    if fits(&whole) {
+        return whole;
+    }
+    let chars: Vec<char> = name.chars().collect();
+    for keep in (2..chars.len()).rev() {
+        let head: String = chars[..keep.div_ceil(2)].iter().collect();
+        let tail: String = chars[chars.len() - keep / 2..].iter().collect();
+        let title = make(&format!("{head}…{tail}"));
+        if fits(&title) {
+            return title;
+        }
+    }
+    make("…")
 }
 
 #[cfg(test)]
@@ -130,5 +179,43 @@ mod tests {
         assert_eq!(Unit::for_max(3 << 30).of(3 << 29), 1.5);
         assert_eq!(tick(1.26, 5.0), "1.3");
         assert_eq!(tick(12.0, 40.0), "12");
+    }
+
+    #[test]
+    fn steps_hold_each_value_until_the_next_point() {
+        let got = steps([
+            (0.0, 1.0),
+            (1.0, 1.0),
+            (2.0, 1.0),
+            (3.0, 5.0),
+            (3.0, 2.0),
+            (4.0, 2.0),
+        ]);
+        assert_eq!(
+            got,
+            [
+                (0.0, 1.0),
+                (2.0, 1.0),
+                (3.0, 1.0),
+                (3.0, 5.0),
+                (3.0, 2.0),
+                (4.0, 2.0)
+            ]
+        );
+        for pair in got.windows(2) {
+            assert!(pair[0].0 == pair[1].0 || pair[0].1 == pair[1].1, "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_in_the_title_not_the_title() {
+        crate::report::plot::font::register().expect("font");
+        let name = format!("{}.pickle", "a_very_long_snapshot_name".repeat(8));
+        let title = fit_title(|n| format!("Memory over time - {n}, device 0"), &name, 1000);
+        assert!(title.starts_with("Memory over time - a_very"), "{title}");
+        assert!(title.ends_with(".pickle, device 0"), "{title}");
+        assert!(title.contains('…'));
+        let short = fit_title(|n| format!("T - {n}"), "x.pickle", 1000);
+        assert_eq!(short, "T - x.pickle");
     }
 }

@@ -1,8 +1,10 @@
 //! Memory over time: active memory stacked by allocation site, reserved memory as a line, the
-//! peak and the OOM marked.
+//! peak and the OOM marked. Every curve is a step function (memory changes in steps), and the
+//! legend sits below the plot.
 
 use super::font::FAMILY;
-use super::style::{self, short_site, tick, Unit};
+use super::legend::{self, Swatch};
+use super::style::{self, short_site, steps, tick, Unit};
 use crate::analysis::{MemorySeries, XAxis};
 use crate::model::Bytes;
 use plotters::coord::types::RangedCoordf64;
@@ -15,15 +17,12 @@ pub struct TimelinePlot<'a> {
     pub series: &'a MemorySeries,
 }
 
-/// The x axis label of a series.
-/// The axes of a chart over time, drawn: x over the series (from 0), y from 0 to `top` bytes
+/// The axes of a chart over time, drawn: x over the series' own span, y from 0 to `top` bytes
 /// with 15% headroom, in the unit that suits `top`.
 pub struct TimeAxes<'a, DB: DrawingBackend> {
     pub chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     pub unit: Unit,
     pub y_max: f64,
-    pub x_min: f64,
-    pub x_range: f64,
 }
 
 /// Clears the area and draws the axes of a chart over time; for an empty series, draws the
@@ -43,7 +42,8 @@ pub fn time_axes<'a, DB: DrawingBackend + 'a>(
     let last = s.points.last().map_or(0.0, |p| p.x);
     let unit = Unit::for_max(top);
     let y_max = (unit.of(top) * 1.15).max(1e-3);
-    let x_min = first.min(0.0);
+    // The device's own span, on the time scale all devices share.
+    let x_min = first;
     let x_max = if last > first { last } else { first + 1.0 };
     let x_range = x_max - x_min;
     let mut chart = ChartBuilder::on(area)
@@ -62,19 +62,18 @@ pub fn time_axes<'a, DB: DrawingBackend + 'a>(
         .x_label_formatter(&|v| tick(*v, x_range))
         .y_label_formatter(&|v| tick(*v, y_max))
         .draw()?;
-    Ok(Some(TimeAxes {
-        chart,
-        unit,
-        y_max,
-        x_min,
-        x_range,
-    }))
+    Ok(Some(TimeAxes { chart, unit, y_max }))
 }
 
+/// The x axis label of a series.
 pub fn x_label(series: &MemorySeries) -> &'static str {
     match series.x_axis {
-        XAxis::Seconds => "seconds from the first trace entry",
-        XAxis::EntryIndex => "trace entry (the trace has no times)",
+        XAxis::Seconds => {
+            "seconds from the first trace entry of any device (one origin for all devices)"
+        }
+        XAxis::EntriesReplayed => {
+            "trace entries replayed (the trace has no times; 0 is before the first entry)"
+        }
     }
 }
 
@@ -109,71 +108,77 @@ impl super::Figure for TimelinePlot<'_> {
             .max()
             .unwrap_or(0)
             .max(s.oom.map_or(0, |o| o.bytes));
-        let Some(axes) = time_axes(area, &self.title, s, top)? else {
-            return Ok(());
-        };
-        let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
-        let (x_min, x_range) = (axes.x_min, axes.x_range);
-        // Stacked areas: draw the sum of sites 0..=k for k from "other" down, so each band
-        // between two sums shows its own colour.
         let n = s.sites.len();
-        for k in (0..=n).rev() {
-            let color = if k == n {
+        let site_color = |k: usize| {
+            if k == n {
                 style::OTHER
             } else {
                 style::SITE_COLORS[k % style::SITE_COLORS.len()]
-            };
+            }
+        };
+        // The legend reads top-down as the bands stack bottom-up: the first site is lowest.
+        let mut entries: Vec<(String, Swatch)> = (0..=n)
+            .map(|k| {
+                let label = match s.sites.get(k) {
+                    Some(site) => short_site(site),
+                    None => "other sites".to_string(),
+                };
+                (label, Swatch::Fill(site_color(k)))
+            })
+            .collect();
+        entries.push((
+            "active (live allocations; the areas split it by site)".to_string(),
+            Swatch::Line(style::ACTIVE, 1),
+        ));
+        entries.push((
+            "reserved (segments from the driver)".to_string(),
+            Swatch::Line(style::RESERVED, 2),
+        ));
+        if let Some(peak) = s.peak {
+            entries.push((
+                format!(
+                    "peak active {} (entry {})",
+                    Bytes(peak.bytes),
+                    peak.entry_index
+                ),
+                Swatch::Dot(style::PEAK),
+            ));
+        }
+        entries.extend(style::oom_entry(s.oom));
+        area.fill(&WHITE)?;
+        let (plot_area, strip) = if s.points.is_empty() {
+            (area.clone(), area.clone())
+        } else {
+            legend::split(area, &entries)
+        };
+        let Some(axes) = time_axes(&plot_area, &self.title, s, top)? else {
+            return Ok(());
+        };
+        let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
+        // Stacked areas: draw the sum of sites 0..=k for k from "other" down, so each band
+        // between two sums shows its own colour.
+        for k in (0..=n).rev() {
             let points = s.points.iter().map(|p| {
                 let sum: u64 = p.by_site[..=k]
                     .iter()
                     .fold(0u64, |a, b| a.saturating_add(*b));
                 (p.x, unit.of(sum))
             });
-            let label = match s.sites.get(k) {
-                Some(site) => short_site(site),
-                None => "other sites".to_string(),
-            };
-            chart
-                .draw_series(AreaSeries::new(points, 0.0, color.mix(0.85)))?
-                .label(label)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
-                });
+            chart.draw_series(AreaSeries::new(steps(points), 0.0, site_color(k).mix(0.85)))?;
         }
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(|p| (p.x, unit.of(p.active))),
-                BLACK.mix(0.6).stroke_width(1),
-            ))?
-            .label("active (live allocations; the areas below split it by site)")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], BLACK.mix(0.6)));
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().map(|p| (p.x, unit.of(p.reserved))),
-                style::RESERVED.stroke_width(2),
-            ))?
-            .label("reserved (segments from the driver)")
-            .legend(|(x, y)| {
-                PathElement::new([(x, y), (x + 14, y)], style::RESERVED.stroke_width(2))
-            });
-
+        chart.draw_series(LineSeries::new(
+            steps(s.points.iter().map(|p| (p.x, unit.of(p.active)))),
+            style::ACTIVE.stroke_width(1),
+        ))?;
+        chart.draw_series(LineSeries::new(
+            steps(s.points.iter().map(|p| (p.x, unit.of(p.reserved)))),
+            style::RESERVED.stroke_width(2),
+        ))?;
         if let Some(peak) = s.peak {
             let at = (peak.x, unit.of(peak.bytes));
             chart.draw_series([Circle::new(at, 6, style::PEAK.filled())])?;
-            let text = format!(
-                "peak active {} (entry {})",
-                Bytes(peak.bytes),
-                peak.entry_index
-            );
-            let font = (FAMILY, style::LABEL_PX).into_font().color(&style::PEAK);
-            let pos = chart.backend_coord(&at);
-            let label_x = if at.0 > x_min + 0.6 * x_range {
-                pos.0 - 300
-            } else {
-                pos.0 + 10
-            };
-            area.draw(&Text::new(text, (label_x, pos.1 - 24), font))?;
         }
-        style::finish_time_chart(&mut chart, s.oom, y_max)
+        style::mark_oom(&mut chart, s.oom, y_max)?;
+        legend::draw(&strip, &entries)
     }
 }

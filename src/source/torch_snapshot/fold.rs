@@ -353,7 +353,8 @@ impl TraceFolder {
             Some(id) => Some(interner.pool(id)?),
             None => None,
         };
-        let stack = match get(Field::Frames) {
+        let frames = get(Field::Frames);
+        let stack = match frames {
             Some(frames) => interner.stack(doc, frames)?,
             None => None,
         };
@@ -374,6 +375,9 @@ impl TraceFolder {
             None => TraceEntry::oom(size, device_free, stream),
         }
         .with_time(time);
+        if frames.is_none() {
+            *row = row.without_frames_key();
+        }
         row.stack = stack;
         row.extra = extra;
         row.pool = pool;

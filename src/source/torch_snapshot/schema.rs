@@ -4,8 +4,8 @@
 use super::fold::TraceFolder;
 use super::intern::Interner;
 use crate::model::{
-    AllocatorSettings, Annotation, Block, BlockState, FormatKeys, PoolKind, Segment, Snapshot,
-    SnapshotFormat, Timeline, TraceEntry,
+    AllocatorSettings, Annotation, Block, BlockState, FormatKeys, PoolKind, Segment, SettingValue,
+    Snapshot, SnapshotFormat, Timeline, TraceEntry,
 };
 use crate::source::pickle::{Document, NodeId, Value};
 use rustc_hash::FxHashMap;
@@ -408,6 +408,7 @@ fn allocator_settings(doc: &Document, value: Value) -> Result<AllocatorSettings,
             _ => None,
         },
         roundup_power2_divisions: Vec::new(),
+        other: other_settings(doc, pairs),
     };
     if let Some(divisions) = doc
         .get(pairs, "roundup_power2_divisions")
@@ -427,6 +428,35 @@ fn allocator_settings(doc: &Document, value: Value) -> Result<AllocatorSettings,
         settings.roundup_power2_divisions.sort_unstable();
     }
     Ok(settings)
+}
+
+/// The settings `allocator_settings` reads into named fields.
+const INTERPRETED_SETTINGS: [&str; 5] = [
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "expandable_segments",
+    "max_split_size",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+];
+
+/// Every other setting with a plain value (bool, int, float, string), in file order.
+fn other_settings(doc: &Document, pairs: &[(Value, Value)]) -> Vec<(String, SettingValue)> {
+    pairs
+        .iter()
+        .filter_map(|&(k, v)| {
+            let key = doc.as_str(k)?;
+            if INTERPRETED_SETTINGS.contains(&key) {
+                return None;
+            }
+            let value = match v {
+                Value::Bool(b) => SettingValue::Bool(b),
+                Value::Int(i) => SettingValue::Int(i),
+                Value::Float(f) => SettingValue::Float(f),
+                other => SettingValue::Str(doc.as_str(other)?.to_string()),
+            };
+            Some((key.to_string(), value))
+        })
+        .collect()
 }
 
 /// `external_annotations`; entries that are not dicts are skipped.
