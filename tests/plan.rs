@@ -209,7 +209,7 @@ fn nothing_fits_advice_names_the_optimizer_when_its_states_dominate() {
     // Where 8-bit states make the smallest layout fit, the advice says so.
     let text = stdout(&one_gpu("120GiB", &[]));
     assert!(text.contains("12 layouts evaluated, 0 fit"), "{text}");
-    assert!(text.contains("(8-bit AdamW states) needs 78."), "{text}");
+    assert!(text.contains("(8-bit AdamW states) needs 81."), "{text}");
     assert!(text.contains(", which fits"), "{text}");
     // Activations the largest part, or already the fewest states: no optimizer advice.
     for (seq, more) in [
@@ -1000,8 +1000,8 @@ fn plan_kv_workload_per_setting() {
 /// relative errors may not grow past today's.
 #[test]
 fn published_measured_peaks_accuracy() {
-    const MEDIAN_AT_MOST: f64 = 0.233;
-    const WORST_AT_MOST: f64 = 0.380;
+    const MEDIAN_AT_MOST: f64 = 0.048;
+    const WORST_AT_MOST: f64 = 0.636;
     let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
         .expect("the measured peaks");
     let doc: Value = serde_json::from_str(&text).expect("JSON");
@@ -1023,9 +1023,12 @@ fn published_measured_peaks_accuracy() {
         args.push("--json");
         let out = json(&args);
         let bytes = match p["estimate"].as_str() {
-            Some("train_reserved") => {
+            Some(kind @ ("train_reserved" | "train_device_used")) => {
                 let m = &out["candidates"][0]["memory"];
-                ["total_bytes", "fragmentation_bytes"]
+                // nvidia-smi's figure also holds the CUDA context.
+                let context = kind == "train_device_used";
+                ["total_bytes", "fragmentation_bytes", "context_bytes"]
+                    [..if context { 3 } else { 2 }]
                     .iter()
                     .map(|k| m[k].as_u64().expect("bytes"))
                     .sum::<u64>()
@@ -1056,7 +1059,7 @@ fn published_measured_peaks_accuracy() {
     }
     errors.sort_by(f64::total_cmp);
     let n = errors.len();
-    assert!(n >= 4, "{n} peaks");
+    assert!(n >= 10, "{n} peaks");
     let median = if n % 2 == 0 {
         (errors[n / 2 - 1] + errors[n / 2]) / 2.0
     } else {

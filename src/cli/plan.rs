@@ -707,6 +707,7 @@ fn model_layers(
         recompute: Recompute::None,
         attention: a.attention.into(),
         element_bytes: 2.0,
+        fused_loss: false,
     };
     let (layers, fixed, step_flops) = layers_from_model(&model, &settings);
     Ok((model.name, layers, fixed, step_flops))

@@ -48,6 +48,10 @@ pub struct ActivationSettings {
     pub attention: Attention,
     /// Bytes of an activation element (2 for 16-bit training; the formulas' unit).
     pub element_bytes: f64,
+    /// The loss works in place on its saved softmax (Megatron-LM's vocab-parallel cross
+    /// entropy) instead of PyTorch's `cross_entropy` on fp32 logits, whose backward holds the
+    /// log-softmax, its gradient and the input gradient at once.
+    pub fused_loss: bool,
 }
 
 /// Activation bytes on the first pipeline stage, by term.
@@ -68,16 +72,20 @@ pub struct ActivationMemory {
     pub output: f64,
     /// One layer's activations rebuilt during the backward pass of full recompute.
     pub recompute_peak: f64,
+    /// The loss's backward beyond the kept fp32 logits: PyTorch's `cross_entropy` holds the
+    /// log-softmax's gradient and the logits' gradient (fp32 each, 8sbv/t) beside it. It
+    /// happens before any layer is recomputed, so only what exceeds `recompute_peak` counts.
+    pub loss: f64,
 }
 
 impl ActivationMemory {
     pub fn total(&self) -> f64 {
-        self.layers + self.shape + self.embedding + self.output + self.recompute_peak
+        self.layers + self.shape + self.head() + self.recompute_peak
     }
 
     /// The LM head's share: embedding output, logits and loss.
     pub fn head(&self) -> f64 {
-        self.embedding + self.output
+        self.embedding + self.output + self.loss
     }
 }
 
@@ -194,15 +202,21 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
     let published =
         published_per_layer(model, s, s.recompute) * model.layers as f64 * in_flight / pp as f64;
     let embedding = if s.sp { sbh / t } else { sbh } * in_flight;
+    // Logits on this GPU (s b v / t: the vocabulary is split across TP ranks).
+    let logits = sbh / model.hidden_size as f64 * model.vocab as f64 / t;
     let output = if pp == 1 {
         // Final norm input and output projection input (2sbh/t each), fp32 logits 4sbv/t.
-        let h = model.hidden_size as f64;
-        4.0 * sbh / t * (1.0 + model.vocab as f64 / h)
+        4.0 * sbh / t + 4.0 * logits
     } else {
         0.0
     };
     let recompute_peak = if s.recompute == Recompute::Full {
         per_layer(model, s, Recompute::None)
+    } else {
+        0.0
+    };
+    let loss = if pp == 1 && !s.fused_loss {
+        (8.0 * logits - recompute_peak).max(0.0)
     } else {
         0.0
     };
@@ -212,6 +226,7 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         embedding,
         output,
         recompute_peak,
+        loss,
     }
 }
 
@@ -256,6 +271,7 @@ mod tests {
             recompute,
             attention: Attention::Eager,
             element_bytes: 2.0,
+            fused_loss: false,
         }
     }
 
@@ -411,7 +427,8 @@ mod tests {
         assert!((m.shape - 1.5 * sh * 80.0).abs() < 1.0, "{}", m.shape);
         assert_eq!(m.embedding, sh);
         assert_eq!(m.output, 4.0 * sh * (1.0 + 128256.0 / 8192.0));
-        assert_eq!(m.head(), m.embedding + m.output);
+        assert_eq!(m.loss, 8.0 * 4096.0 * 128256.0);
+        assert_eq!(m.head(), m.embedding + m.output + m.loss);
         let parts = m.layers + m.shape + m.head() + m.recompute_peak;
         assert_eq!(m.total(), parts);
     }

@@ -40,7 +40,9 @@ const SHAPE: &str = "memprof: this model's own layer shapes against the publishe
 const RECOMPUTE: &str = "Korthikanti et al. 2022, section 5 (the layer recomputed in \
                          backward); memprof's addition to the published formula";
 const HEAD: &str = "Korthikanti et al. 2022, section 4.1 (embedding dropout, final norm, output \
-                    projection, fp32 logits); memprof's addition to the per-layer formula";
+                    projection, fp32 logits); the loss's backward as PyTorch's cross_entropy \
+                    computes it (log-softmax kept, its gradient and the logits' gradient in \
+                    fp32); memprof's addition to the per-layer formula";
 const CONTEXT: &str = "memprof default (--cuda-context): CUDA context and library workspaces";
 const FRAGMENTATION: &str = "memprof default (--fragmentation): caching-allocator fragmentation, \
                              5-10% with expandable segments, more without";
@@ -185,11 +187,16 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
         String::new()
     };
     let vocab = model.vocab;
+    let loss = if setup.precision.fused_loss() {
+        "; Megatron-LM's loss works in place"
+    } else {
+        " + the loss's backward, 8sbv/t less the layer being recomputed (the log-softmax's and the logits' fp32 gradients)"
+    };
     let head = if l.pp > 1 {
         "sbh per micro-batch in flight (embedding dropout; the logits are on the last stage)"
             .to_string()
     } else {
-        format!("sbh (embedding dropout) + 4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits)")
+        format!("sbh (embedding dropout) + 4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits){loss}")
     };
     vec![
         Term {

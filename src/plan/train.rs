@@ -156,6 +156,7 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         recompute: layout.recompute,
         attention: setup.attention,
         element_bytes,
+        fused_loss: setup.precision.fused_loss(),
     };
     let activations = activation_memory(model, &settings);
     let mut memory = MemoryBreakdown {
