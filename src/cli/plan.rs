@@ -142,6 +142,8 @@ pub enum RecomputeArg {
     Selective,
     /// Keep only each layer's input and recompute the layer in backward.
     Full,
+    /// Per operator, as torchtitan's selective_ac_option "op": keep every other matmul output and the attention output
+    PerOp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -428,6 +430,7 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
             RecomputeArg::None => Recompute::None,
             RecomputeArg::Selective => Recompute::Selective,
             RecomputeArg::Full => Recompute::Full,
+            RecomputeArg::PerOp => Recompute::PerOp,
         }),
         shard_group: a.shard_group,
         sp: !a.no_sp,

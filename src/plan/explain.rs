@@ -38,7 +38,8 @@ const FSDP: &str = "PyTorch FSDP FULL_SHARD / DeepSpeed ZeRO-3 (unit being compu
 const KORTHIKANTI: &str = "Korthikanti et al. 2022, Table 2; Ultra-Scale Playbook";
 const SHAPE: &str = "memprof: this model's own layer shapes against the published formula";
 const RECOMPUTE: &str = "Korthikanti et al. 2022, section 5 (the layer recomputed in \
-                         backward); memprof's addition to the published formula";
+                         backward); torchtitan's per-operator policy (selective_ac_option \
+                         \"op\"); memprof's addition to the published formula";
 const HEAD: &str = "Korthikanti et al. 2022, section 4.1 (embedding dropout, final norm, output \
                     projection, fp32 logits); the loss's backward as PyTorch's cross_entropy \
                     computes it (log-softmax kept, its gradient and the logits' gradient in \
@@ -279,12 +280,23 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             label: LABELS[6].1,
             kind: TermKind::Estimate,
             bytes: m.activations_shape,
-            formula: format!(
-                "memprof's per-layer count (Q {} wide, K and V {} wide each, {mlp}{flash}{stage}) \
-                 minus the layers term, which assumes K and V as wide as Q and a 4h MLP",
-                model.heads * model.head_dim,
-                model.kv_heads * model.head_dim
-            ),
+            formula: if l.recompute == Recompute::PerOp {
+                format!(
+                    "per-operator checkpointing keeps the block input and the outputs of Q ({} wide), \
+                     V ({} wide), the {mlp}'s first matmul (and a gated MLP's last) and the \
+                     attention kernel{stage}, minus the layers term (the selective row, which \
+                     keeps more)",
+                    model.heads * model.head_dim,
+                    model.kv_heads * model.head_dim
+                )
+            } else {
+                format!(
+                    "memprof's per-layer count (Q {} wide, K and V {} wide each, {mlp}{flash}{stage}) \
+                     minus the layers term, which assumes K and V as wide as Q and a 4h MLP",
+                    model.heads * model.head_dim,
+                    model.kv_heads * model.head_dim
+                )
+            },
             source: SHAPE,
         },
         Term {
@@ -292,11 +304,17 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             label: LABELS[7].1,
             kind: TermKind::Estimate,
             bytes: signed(m.activations_recompute),
-            formula: if l.recompute == Recompute::Full {
-                "one layer's activations without recompute, rebuilt during its backward pass"
-                    .to_string()
-            } else {
-                "0: no layer is recomputed whole".to_string()
+            formula: match l.recompute {
+                Recompute::Full => {
+                    "one layer's activations without recompute, rebuilt during its backward pass"
+                        .to_string()
+                }
+                Recompute::PerOp => "what one layer does not keep, rebuilt during its backward \
+                                     pass"
+                    .to_string(),
+                Recompute::None | Recompute::Selective => {
+                    "0: no layer is recomputed whole".to_string()
+                }
             },
             source: RECOMPUTE,
         },

@@ -19,6 +19,7 @@ fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
         crate::plan::activations::Recompute::None => "none",
         crate::plan::activations::Recompute::Selective => "selective",
         crate::plan::activations::Recompute::Full => "full",
+        crate::plan::activations::Recompute::PerOp => "per-op",
     }
 }
 
@@ -36,6 +37,7 @@ pub fn candidate_bar(c: &Candidate) -> CandidateBar {
         recompute: match recompute_name(l) {
             "none" => "no recompute",
             "selective" => "sel. recompute",
+            "per-op" => "per-op recompute",
             _ => "full recompute",
         }
         .to_string(),
