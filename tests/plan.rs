@@ -2,7 +2,8 @@
 //! searches, and bad input (exit 2 with one line).
 
 use crate::util::{
-    fixture, memprof, model_snapshot, repo, stderr, stdout, write_snapshot, Scratch, Within,
+    fixture, memprof, model_snapshot, real_fixtures, repo, stderr, stdout, write_snapshot, Scratch,
+    Within,
 };
 use serde_json::Value;
 
@@ -1293,4 +1294,61 @@ fn calibrate_refuses_a_snapshot_without_a_trace() {
         "{err}"
     );
     assert!(err.contains("no allocation trace"), "{err}");
+}
+
+/// A real snapshot whose model is known: kkaitlyn111/cs336-a2-systems profiles one full
+/// training step of the CS336 "2.7b" Transformer (`get_model_config` in
+/// `cs336_systems/benchmark.py`: d_model 2560, d_ff 10240, 32 layers, 32 heads; vocabulary
+/// 10000, batch 4; context 128 by the file's name) in fp32 (its sbh-sized blocks are 4 x 128 x
+/// 2560 x 4 bytes) with hand-written attention. The step's activations come out 1.37 times
+/// memprof's formula for eager attention: its attention keeps more s x s matrices than
+/// Korthikanti et al. count.
+#[test]
+fn calibrate_on_a_real_cs336_training_step() {
+    let Some(real) = real_fixtures() else { return };
+    let snapshot = real.join("kkaitlyn111__cs336-a2-systems__memory_ctx128_fullstep.pickle");
+    let dir = Scratch::new("calibrate-real");
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "llama", "hidden_size": 2560, "intermediate_size": 10240,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 10000,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": false}"#,
+    )
+    .expect("writable");
+    let doc = json(&[
+        "plan",
+        "train",
+        "--model",
+        &config.display().to_string(),
+        "--gpus",
+        "1",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "128",
+        "--micro-batch",
+        "4",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--zero",
+        "0",
+        "--recompute",
+        "none",
+        "--attention",
+        "eager",
+        "--precision",
+        "fp32",
+        "--calibrate",
+        &snapshot.display().to_string(),
+        "--json",
+    ]);
+    let c = &doc["calibration"];
+    assert_eq!(c["measured_bytes"], 5_834_549_264u64, "{c}");
+    let k = c["coefficient"].as_f64().expect("coefficient");
+    assert!((k - 1.375).abs() < 0.001, "{c}");
 }

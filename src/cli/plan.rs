@@ -243,8 +243,8 @@ pub struct TrainArgs {
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
     /// A short run's snapshot with its allocation trace (a step or two of a smaller
-    /// configuration of the same model, on one GPU): what its step adds to the active memory
-    /// calibrates the per-layer activation terms of the first listed candidate.
+    /// configuration of the same model, on one GPU): the most its step holds at once of what it
+    /// frees calibrates the per-layer activation terms of the first listed candidate.
     #[arg(long, value_name = "SNAPSHOT")]
     pub calibrate: Option<PathBuf>,
     /// The calibration run's model, when it is not --model (a config.json or a built-in name).

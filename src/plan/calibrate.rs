@@ -1,5 +1,5 @@
-//! Calibrating `plan train`'s activation estimate from a short run's snapshot: what a step
-//! holds at its peak and gives back before the trace ends (its activations; weights and
+//! Calibrating `plan train`'s activation estimate from a short run's snapshot: the most a step
+//! holds at once of what it gives back before the trace ends (its activations; weights and
 //! optimizer states stay) against the formula for the measured configuration, fitted as one
 //! coefficient on the per-layer terms and applied to the target's.
 
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Measured {
     pub device: u32,
-    /// Bytes live at the trace's active peak that are freed later in it.
+    /// The most bytes live at once of blocks the trace frees.
     pub step_bytes: u64,
     /// Trace entries read.
     pub entries: usize,
@@ -26,17 +26,18 @@ pub enum CalibrateError {
     #[error("holds no allocation trace (record with torch.cuda.memory._record_memory_history)")]
     NoTrace,
     #[error(
-        "its step holds {measured} bytes at its peak and frees them, no more than the formula's \
-         embedding and LM head alone ({head:.0} bytes): not a training step of the measured \
-         configuration"
+        "the most its trace holds at once of what it frees is {measured} bytes, no more than the \
+         formula's embedding and LM head alone ({head:.0} bytes): not a training step of the \
+         measured configuration"
     )]
     TooSmall { measured: u64, head: f64 },
     #[error("no candidate to calibrate")]
     NoCandidate,
 }
 
-/// What the step on the device with the longest trace holds at its active peak and frees
-/// before the trace ends. Blocks count from `alloc` to `free_completed`, as PyTorch's active
+/// The most bytes live at once, on the device with the longest trace, of blocks that the
+/// trace also frees: a step's activations at their peak, while weights and optimizer states,
+/// which stay, do not count. Blocks count from `alloc` to `free_completed`, as PyTorch's active
 /// figure does; blocks from before the trace are not known and not counted.
 pub fn measure(snapshot: &Snapshot) -> Result<Measured, CalibrateError> {
     let device = (0..snapshot.timeline.device_count())
@@ -44,40 +45,39 @@ pub fn measure(snapshot: &Snapshot) -> Result<Measured, CalibrateError> {
         .filter(|&d| !snapshot.timeline.device(d).is_empty())
         .ok_or(CalibrateError::NoTrace)?;
     let entries = snapshot.timeline.device(device);
-    // Relative to the trace's start: blocks freed in it may predate it.
-    let (mut active, mut peak, mut peak_at) = (0i128, 0i128, None);
+    // Which allocations the trace frees: the alloc entry each free_completed closes.
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    let mut freed = vec![false; entries.len()];
+    let mut closes = vec![None; entries.len()];
     for (i, e) in entries.iter().enumerate() {
-        match e.action {
-            Action::Alloc => active += i128::from(e.size),
-            Action::FreeCompleted => active -= i128::from(e.size),
-            _ => continue,
-        }
-        if active > peak {
-            (peak, peak_at) = (active, Some(i));
-        }
-    }
-    let peak_at = peak_at.ok_or(CalibrateError::NoTrace)?;
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    for e in &entries[..=peak_at] {
         match (e.action, e.addr()) {
             (Action::Alloc, Some(a)) => {
-                live.insert(a, e.size);
+                open.insert(a, i);
             }
             (Action::FreeCompleted, Some(a)) => {
-                live.remove(&a);
+                if let Some(at) = open.remove(&a) {
+                    freed[at] = true;
+                    closes[i] = Some(at);
+                }
             }
             _ => {}
         }
     }
-    let mut given_back = 0u64;
-    for e in &entries[peak_at + 1..] {
-        if let (Action::FreeCompleted, Some(a)) = (e.action, e.addr()) {
-            given_back += live.remove(&a).unwrap_or(0);
+    let (mut live, mut most) = (0u64, 0u64);
+    for (i, e) in entries.iter().enumerate() {
+        match e.action {
+            Action::Alloc if freed[i] => live += e.size,
+            Action::FreeCompleted if closes[i].is_some() => live -= e.size,
+            _ => continue,
         }
+        most = most.max(live);
+    }
+    if most == 0 {
+        return Err(CalibrateError::NoTrace);
     }
     Ok(Measured {
         device: device as u32,
-        step_bytes: given_back,
+        step_bytes: most,
         entries: entries.len(),
     })
 }

@@ -183,7 +183,7 @@ pub fn calibration(r: &CalibrationReport, snapshot: &str) -> String {
     };
     format!(
         "Calibration from {} (device {}, {}): {}, sequence {}, micro-batch {}, \
-         {recompute}, one GPU\n  measured  {:>10}  held at the peak and freed by the step\n  formula   {:>10}  \
+         {recompute}, one GPU\n  measured  {:>10}  most live at once of what the trace frees\n  formula   {:>10}  \
          = {} embedding and LM head + {} per-layer terms\n  per-layer coefficient {:.3} \
          (measured less the head, over the formula's per-layer terms)\nCandidate {} calibrated: \
          activations {} by formula, {} calibrated; estimate {}, with headroom {} of {}: {}\n\n",
