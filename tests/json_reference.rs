@@ -235,10 +235,31 @@ fn every_documented_plan_field_is_in_real_output() {
         "50",
         "--json",
     ];
+    // A step that holds 1 GiB at its peak and frees it, for `--calibrate`.
+    let step = dir.join("step.pickle");
+    let s = memprof::model::StreamIndex(0);
+    let block =
+        |action| memprof::model::TraceEntry::new(action, Some(0x7f00_0000_0000), 1 << 30, s);
+    write_snapshot(
+        &model_snapshot(
+            vec![
+                block(memprof::model::Action::Alloc),
+                block(memprof::model::Action::FreeCompleted),
+            ],
+            Vec::new(),
+            memprof::model::StackTable::default(),
+            None,
+        ),
+        &step,
+    );
+    let step = step.display().to_string();
+    let mut calibrated = train.to_vec();
+    calibrated.extend(["--calibrate", &step, "--calibrate-seq-len", "16"]);
     check(
         "plan.md",
         &[
             args(&train),
+            args(&calibrated),
             args(&[
                 "plan",
                 "kv",

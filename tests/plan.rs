@@ -1,7 +1,10 @@
 //! `memprof plan ...` end to end: the JSON contract of `design/CLI.md`, fixed settings,
 //! searches, and bad input (exit 2 with one line).
 
-use crate::util::{memprof, repo, stderr, stdout, Scratch, Within};
+use crate::util::{
+    fixture, memprof, model_snapshot, real_fixtures, repo, stderr, stdout, write_snapshot, Scratch,
+    Within,
+};
 use serde_json::Value;
 
 fn json(args: &[&str]) -> Value {
@@ -209,7 +212,7 @@ fn nothing_fits_advice_names_the_optimizer_when_its_states_dominate() {
     // Where 8-bit states make the smallest layout fit, the advice says so.
     let text = stdout(&one_gpu("120GiB", &[]));
     assert!(text.contains("12 layouts evaluated, 0 fit"), "{text}");
-    assert!(text.contains("(8-bit AdamW states) needs 78."), "{text}");
+    assert!(text.contains("(8-bit AdamW states) needs 81."), "{text}");
     assert!(text.contains(", which fits"), "{text}");
     // Activations the largest part, or already the fewest states: no optimizer advice.
     for (seq, more) in [
@@ -1000,8 +1003,8 @@ fn plan_kv_workload_per_setting() {
 /// relative errors may not grow past today's.
 #[test]
 fn published_measured_peaks_accuracy() {
-    const MEDIAN_AT_MOST: f64 = 0.233;
-    const WORST_AT_MOST: f64 = 0.380;
+    const MEDIAN_AT_MOST: f64 = 0.045;
+    const WORST_AT_MOST: f64 = 0.252;
     let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
         .expect("the measured peaks");
     let doc: Value = serde_json::from_str(&text).expect("JSON");
@@ -1023,9 +1026,12 @@ fn published_measured_peaks_accuracy() {
         args.push("--json");
         let out = json(&args);
         let bytes = match p["estimate"].as_str() {
-            Some("train_reserved") => {
+            Some(kind @ ("train_reserved" | "train_device_used")) => {
                 let m = &out["candidates"][0]["memory"];
-                ["total_bytes", "fragmentation_bytes"]
+                // nvidia-smi's figure also holds the CUDA context.
+                let context = kind == "train_device_used";
+                ["total_bytes", "fragmentation_bytes", "context_bytes"]
+                    [..if context { 3 } else { 2 }]
                     .iter()
                     .map(|k| m[k].as_u64().expect("bytes"))
                     .sum::<u64>()
@@ -1056,7 +1062,7 @@ fn published_measured_peaks_accuracy() {
     }
     errors.sort_by(f64::total_cmp);
     let n = errors.len();
-    assert!(n >= 4, "{n} peaks");
+    assert!(n >= 10, "{n} peaks");
     let median = if n % 2 == 0 {
         (errors[n / 2 - 1] + errors[n / 2]) / 2.0
     } else {
@@ -1074,4 +1080,275 @@ fn published_measured_peaks_accuracy() {
     );
     assert!(median <= MEDIAN_AT_MOST, "median error grew: {summary}");
     assert!(worst <= WORST_AT_MOST, "worst error grew: {summary}");
+}
+
+/// `--recompute per-op` (torchtitan's per-operator checkpointing) is named in the table, the
+/// JSON and the explanation, keeps less than Korthikanti's selective recompute, and rebuilds the
+/// rest of a layer in backward.
+#[test]
+fn per_op_recompute_is_named_and_keeps_less_than_selective() {
+    let run = |recompute: &str| {
+        json(&[
+            "plan",
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "96GiB",
+            "--seq-len",
+            "8192",
+            "--micro-batch",
+            "2",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--cp",
+            "1",
+            "--zero",
+            "3",
+            "--recompute",
+            recompute,
+            "--json",
+        ])
+    };
+    let op = run("per-op");
+    let selective = run("selective");
+    let c = &op["candidates"][0];
+    assert_eq!(c["recompute"], "per-op");
+    let kept = |doc: &Value| {
+        let m = &doc["candidates"][0]["memory"];
+        m["activations_layers_bytes"].as_i64().expect("bytes")
+            + m["activations_shape_bytes"].as_i64().expect("bytes")
+    };
+    assert!(kept(&op) * 2 < kept(&selective));
+    assert!(
+        c["memory"]["activations_recompute_bytes"]
+            .as_u64()
+            .expect("bytes")
+            > 0
+    );
+}
+
+/// Writes two generated steps of Llama 3.1 8B at sequence 1024, micro-batch 1, no recompute:
+/// 1 GiB of weights, then each step's layers keep `scale` times the formula's per-layer bytes
+/// and its head what the formula gives, all freed in backward; 2 GiB of optimizer states come
+/// between the steps and stay. Returns the path and the formula for that run.
+fn calibration_snapshot(
+    dir: &std::path::Path,
+    scale: f64,
+) -> (
+    std::path::PathBuf,
+    memprof::plan::activations::ActivationMemory,
+) {
+    use memprof::model::{Action, StackTable, StreamIndex, TraceEntry};
+    use memprof::plan::activations::{activation_memory, ActivationSettings, Attention, Recompute};
+    let model = memprof::plan::builtin::find("llama-3.1-8b").expect("built-in");
+    let formula = activation_memory(
+        &model,
+        &ActivationSettings {
+            seq_len: 1024,
+            micro_batch: 1,
+            tp: 1,
+            sp: false,
+            cp: 1,
+            pp: 1,
+            micro_batches: 1,
+            recompute: Recompute::None,
+            attention: Attention::Flash,
+            element_bytes: 2.0,
+            fused_loss: false,
+        },
+    );
+    let per_layer = formula.layers + formula.shape + formula.recompute_peak;
+    let per_layer = (scale * per_layer / model.layers as f64).round() as u64;
+    let s = StreamIndex(0);
+    let mut entries = Vec::new();
+    let mut addr = 0x7f00_0000_0000u64;
+    let mut alloc = |size: u64, entries: &mut Vec<TraceEntry>| {
+        entries.push(TraceEntry::new(Action::Alloc, Some(addr), size, s));
+        addr += size.next_multiple_of(1 << 21);
+        addr - size.next_multiple_of(1 << 21)
+    };
+    alloc(1 << 30, &mut entries);
+    for step in 0..2 {
+        if step == 1 {
+            alloc(2 << 30, &mut entries);
+        }
+        let kept: Vec<(u64, u64)> = std::iter::repeat_n(per_layer, model.layers as usize)
+            .chain(std::iter::once(formula.head().round() as u64))
+            .map(|size| (alloc(size, &mut entries), size))
+            .collect();
+        // Backward frees the activations.
+        for &(a, size) in kept.iter().rev() {
+            entries.push(TraceEntry::new(Action::FreeRequested, Some(a), size, s));
+            entries.push(TraceEntry::new(Action::FreeCompleted, Some(a), size, s));
+        }
+    }
+    let snapshot = model_snapshot(entries, Vec::new(), StackTable::default(), None);
+    let path = dir.join("step.pickle");
+    write_snapshot(&snapshot, &path);
+    (path, formula)
+}
+
+/// `--calibrate` on a generated step whose layers keep 1.25 times the formula: the fit finds
+/// 1.25, the text shows the measured configuration first, and the first candidate's
+/// per-layer activations are scaled by it while its head stays the formula's.
+#[test]
+fn calibrate_recovers_a_known_coefficient_from_a_snapshot() {
+    let dir = Scratch::new("calibrate");
+    let (path, _) = calibration_snapshot(&dir, 1.25);
+    let path = path.display().to_string();
+    let args = [
+        "plan",
+        "train",
+        "--model",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "8192",
+        "--micro-batch",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--zero",
+        "3",
+        "--recompute",
+        "none",
+        "--calibrate",
+        &path,
+        "--calibrate-seq-len",
+        "1024",
+        "--calibrate-micro-batch",
+        "1",
+    ];
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let doc = json(&with_json);
+    let c = &doc["calibration"];
+    let k = c["coefficient"].as_f64().expect("coefficient");
+    assert!((k - 1.25).abs() < 1e-6, "{c}");
+    assert_eq!(c["measured_seq_len"], 1024);
+    let m = &doc["candidates"][0]["memory"];
+    let head = m["activations_head_bytes"].as_f64().expect("bytes");
+    let layers = [
+        "activations_layers_bytes",
+        "activations_shape_bytes",
+        "activations_recompute_bytes",
+    ]
+    .iter()
+    .map(|k| m[k].as_f64().expect("bytes"))
+    .sum::<f64>();
+    let calibrated = c["calibrated_activations_bytes"].as_f64().expect("bytes");
+    assert!(
+        (calibrated - (head + 1.25 * layers)).abs() < 4.0,
+        "{calibrated} {head} {layers}"
+    );
+    let total = m["total_bytes"].as_f64().expect("bytes");
+    let grown = c["calibrated_total_bytes"].as_f64().expect("bytes") - total;
+    assert!((grown - 0.25 * layers).abs() < 4.0, "{grown}");
+
+    let text = stdout(&memprof(&args));
+    assert!(text.starts_with("Calibration from "), "{text}");
+    assert!(text.contains("per-layer coefficient 1.250"), "{text}");
+    let at = |needle: &str| text.find(needle).expect(needle);
+    assert!(at("Calibration") < at(" evaluated, "));
+}
+
+/// A snapshot without a trace cannot calibrate: one line naming the flag and the file, exit 2.
+#[test]
+fn calibrate_refuses_a_snapshot_without_a_trace() {
+    let path = fixture("snapshots/segments_only.pickle")
+        .display()
+        .to_string();
+    let out = memprof(&[
+        "plan",
+        "train",
+        "--model",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--calibrate",
+        &path,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--calibrate") && err.contains("segments_only.pickle"),
+        "{err}"
+    );
+    assert!(err.contains("no allocation trace"), "{err}");
+}
+
+/// A real snapshot whose model is known: kkaitlyn111/cs336-a2-systems profiles one full
+/// training step of the CS336 "2.7b" Transformer (`get_model_config` in
+/// `cs336_systems/benchmark.py`: d_model 2560, d_ff 10240, 32 layers, 32 heads; vocabulary
+/// 10000, batch 4; context 128 by the file's name) in fp32 (its sbh-sized blocks are 4 x 128 x
+/// 2560 x 4 bytes) with hand-written attention. The step's activations come out 1.37 times
+/// memprof's formula for eager attention: its attention keeps more s x s matrices than
+/// Korthikanti et al. count.
+#[test]
+fn calibrate_on_a_real_cs336_training_step() {
+    let Some(real) = real_fixtures() else { return };
+    let snapshot = real.join("kkaitlyn111__cs336-a2-systems__memory_ctx128_fullstep.pickle");
+    let dir = Scratch::new("calibrate-real");
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "llama", "hidden_size": 2560, "intermediate_size": 10240,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 10000,
+            "rms_norm_eps": 1e-5, "tie_word_embeddings": false}"#,
+    )
+    .expect("writable");
+    let doc = json(&[
+        "plan",
+        "train",
+        "--model",
+        &config.display().to_string(),
+        "--gpus",
+        "1",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "128",
+        "--micro-batch",
+        "4",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--zero",
+        "0",
+        "--recompute",
+        "none",
+        "--attention",
+        "eager",
+        "--precision",
+        "fp32",
+        "--calibrate",
+        &snapshot.display().to_string(),
+        "--json",
+    ]);
+    let c = &doc["calibration"];
+    assert_eq!(c["measured_bytes"], 5_834_549_264u64, "{c}");
+    let k = c["coefficient"].as_f64().expect("coefficient");
+    assert!((k - 1.375).abs() < 0.001, "{c}");
 }

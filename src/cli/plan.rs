@@ -3,6 +3,7 @@
 use super::Outcome;
 use crate::model::{count, Bytes};
 use crate::plan::activations::{ActivationSettings, Attention, Recompute};
+use crate::plan::calibrate::{calibrate, CalibrationReport, MeasuredRun};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints, LayerCost};
 use crate::plan::deepspeed::Version;
 use crate::plan::kv::{cache_shape, size_pool, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
@@ -142,6 +143,8 @@ pub enum RecomputeArg {
     Selective,
     /// Keep only each layer's input and recompute the layer in backward.
     Full,
+    /// Per operator, as torchtitan's selective_ac_option "op": keep every other matmul output and the attention output
+    PerOp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -239,6 +242,20 @@ pub struct TrainArgs {
     /// picks PNG or SVG.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// A short run's snapshot with its allocation trace (a step or two of a smaller
+    /// configuration of the same model, on one GPU): the most its step holds at once of what it
+    /// frees calibrates the per-layer activation terms of the first listed candidate.
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub calibrate: Option<PathBuf>,
+    /// The calibration run's model, when it is not --model (a config.json or a built-in name).
+    #[arg(long, value_name = "MODEL", requires = "calibrate")]
+    pub calibrate_model: Option<String>,
+    /// The calibration run's tokens per sequence (default: --seq-len).
+    #[arg(long, value_name = "N", requires = "calibrate")]
+    pub calibrate_seq_len: Option<u64>,
+    /// The calibration run's sequences per micro-batch (default: --micro-batch).
+    #[arg(long, value_name = "N", requires = "calibrate")]
+    pub calibrate_micro_batch: Option<u64>,
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
@@ -428,6 +445,7 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
             RecomputeArg::None => Recompute::None,
             RecomputeArg::Selective => Recompute::Selective,
             RecomputeArg::Full => Recompute::Full,
+            RecomputeArg::PerOp => Recompute::PerOp,
         }),
         shard_group: a.shard_group,
         sp: !a.no_sp,
@@ -435,6 +453,10 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
         global_batch: a.global_batch,
     };
     let plan = search(&setup, &space, a.top)?;
+    let calibration = match &a.calibrate {
+        Some(path) => Some(calibration(a, path, &setup, &plan)?),
+        None => None,
+    };
     if let Some(path) = &a.plot {
         write_candidates_plot(path, &setup, a.gpus, &plan)?;
         super::wrote_beside(path);
@@ -445,17 +467,43 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
     };
     let mut stdout = std::io::stdout().lock();
     if a.json {
-        serde_json::to_writer(
-            &mut stdout,
-            &plan_json::TrainJson::new(&setup, &plan, version),
-        )
-        .context("writing JSON")?;
+        let mut doc = plan_json::TrainJson::new(&setup, &plan, version);
+        doc.calibration = calibration;
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
+        if let (Some(report), Some(path)) = (&calibration, &a.calibrate) {
+            let name = path.display().to_string();
+            stdout.write_all(plan_text::calibration(report, &name).as_bytes())?;
+        }
         stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version, a.explain).as_bytes())?;
     }
     stdout.flush()?;
     Ok(Outcome::Ok)
+}
+
+/// Reads the `--calibrate` snapshot and calibrates the first listed candidate with it.
+fn calibration(
+    a: &TrainArgs,
+    path: &Path,
+    setup: &TrainSetup,
+    plan: &Plan,
+) -> anyhow::Result<CalibrationReport> {
+    let context = || format!("--calibrate {}", path.display());
+    let loaded = super::input::load_snapshot(path, false).with_context(context)?;
+    let model = match &a.calibrate_model {
+        Some(spec) => load_model(spec)?,
+        None => setup.model.clone(),
+    };
+    let run = MeasuredRun {
+        model: &model,
+        seq_len: a.calibrate_seq_len.unwrap_or(a.seq_len),
+        micro_batch: a.calibrate_micro_batch.unwrap_or(a.micro_batch),
+    };
+    if run.seq_len == 0 || run.micro_batch == 0 {
+        bail!("--calibrate-seq-len and --calibrate-micro-batch must be at least 1");
+    }
+    calibrate(&loaded.parsed.snapshot, &run, setup, &plan.candidates).with_context(context)
 }
 
 /// Draws `plan train`'s candidates as stacked bars and writes the picture to `path`.
@@ -707,6 +755,7 @@ fn model_layers(
         recompute: Recompute::None,
         attention: a.attention.into(),
         element_bytes: 2.0,
+        fused_loss: false,
     };
     let (layers, fixed, step_flops) = layers_from_model(&model, &settings);
     Ok((model.name, layers, fixed, step_flops))

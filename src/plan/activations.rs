@@ -15,9 +15,15 @@ pub enum Recompute {
     Selective,
     /// Every layer from its input (activation checkpointing per layer).
     Full,
+    /// Per operator, as torchtitan's `selective_ac_option = "op"`: the outputs of every other
+    /// matmul of a block (Q, V, the MLP's first and last) and of the attention kernel are kept,
+    /// everything else is recomputed from the block input. Not searched: name it.
+    #[serde(rename = "per-op")]
+    PerOp,
 }
 
 impl Recompute {
+    /// The policies `plan train` searches when `--recompute` is not given.
     pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
 }
 
@@ -48,6 +54,10 @@ pub struct ActivationSettings {
     pub attention: Attention,
     /// Bytes of an activation element (2 for 16-bit training; the formulas' unit).
     pub element_bytes: f64,
+    /// The loss works in place on its saved softmax (Megatron-LM's vocab-parallel cross
+    /// entropy) instead of PyTorch's `cross_entropy` on fp32 logits, whose backward holds the
+    /// log-softmax, its gradient and the input gradient at once.
+    pub fused_loss: bool,
 }
 
 /// Activation bytes on the first pipeline stage, by term.
@@ -68,16 +78,20 @@ pub struct ActivationMemory {
     pub output: f64,
     /// One layer's activations rebuilt during the backward pass of full recompute.
     pub recompute_peak: f64,
+    /// The loss's backward beyond the kept fp32 logits: PyTorch's `cross_entropy` holds the
+    /// log-softmax's gradient and the logits' gradient (fp32 each, 8sbv/t) beside it. It
+    /// happens before any layer is recomputed, so only what exceeds `recompute_peak` counts.
+    pub loss: f64,
 }
 
 impl ActivationMemory {
     pub fn total(&self) -> f64 {
-        self.layers + self.shape + self.embedding + self.output + self.recompute_peak
+        self.layers + self.shape + self.head() + self.recompute_peak
     }
 
     /// The LM head's share: embedding output, logits and loss.
     pub fn head(&self) -> f64 {
-        self.embedding + self.output
+        self.embedding + self.output + self.loss
     }
 }
 
@@ -108,6 +122,9 @@ pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompu
     if recompute == Recompute::Full {
         let stored = 2.0 * sbh * scale;
         return if s.sp { stored / t } else { stored };
+    }
+    if recompute == Recompute::PerOp {
+        return per_op_layer(model, s);
     }
     // Norm inputs (4), attention and MLP inputs (2 + 2), two dropout masks (1 + 1).
     let replicated = 10.0 * sbh;
@@ -142,6 +159,37 @@ pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompu
     bytes * scale
 }
 
+/// One layer's stored bytes under torchtitan's per-operator selective checkpointing
+/// (`torchtitan/parallelisms/parallelize_llama.py`, `_apply_ac_to_transformer_block` with
+/// `selective_ac_option = "op"`: `mm` and the attention kernels are saved, "except every second
+/// mm" of a block): the block input, the outputs of the odd-numbered matmuls in
+/// call order (Q of Q/K/V/O, V, the MLP's first: gate for a gated MLP, up otherwise, and for a
+/// gated MLP its last) and the attention kernel's output with its fp32 log-sum-exp. Tensor
+/// parallelism splits the column-parallel outputs; sequence parallelism also the block input and
+/// the MLP's last output.
+fn per_op_layer(model: &ModelConfig, s: &ActivationSettings) -> f64 {
+    let seq = s.local_seq();
+    let b = s.micro_batch as f64;
+    let h = model.hidden_size as f64;
+    let t = s.tp.max(1) as f64;
+    let q = (model.heads * model.head_dim) as f64;
+    let kv = (model.kv_heads * model.head_dim) as f64;
+    let ffn = match model.moe {
+        None => model.ffn as f64,
+        Some(m) => ((m.active + m.shared) * m.expert_ffn) as f64,
+    };
+    // Q, V, the MLP's first matmul and the attention output are column-parallel.
+    let split = q + kv + ffn + q;
+    // The block input, and a gated MLP's last matmul (the 7th of Q, K, V, O, gate, up, down).
+    let replicated = match model.mlp {
+        Mlp::Gated => 2.0 * h,
+        Mlp::Plain => h,
+    };
+    let replicated = if s.sp { replicated / t } else { replicated };
+    let lse = 4.0 * model.heads as f64 / t * seq * b;
+    s.element_bytes * seq * b * (split / t + replicated) + lse
+}
+
 /// Korthikanti et al. 2022, Table 2: one layer's stored bytes per GPU for one micro-batch, as
 /// published and as the Playbook plots it: `sbh(10 + 24/t + 5as/(ht))`, with SP
 /// `sbh/t (34 + 5as/h)`, selective recompute without the `5as/h` term, full recompute the
@@ -168,6 +216,7 @@ pub fn published_per_layer(
             2.0 * sbh
         }
     } else {
+        // Per-operator checkpointing has no published row: the selective one stands for it.
         let scores = if recompute == Recompute::None && s.attention == Attention::Eager {
             5.0 * model.heads as f64 * seq * s.seq_len as f64 * b
         } else {
@@ -194,15 +243,24 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
     let published =
         published_per_layer(model, s, s.recompute) * model.layers as f64 * in_flight / pp as f64;
     let embedding = if s.sp { sbh / t } else { sbh } * in_flight;
+    // Logits on this GPU (s b v / t: the vocabulary is split across TP ranks).
+    let logits = sbh / model.hidden_size as f64 * model.vocab as f64 / t;
     let output = if pp == 1 {
         // Final norm input and output projection input (2sbh/t each), fp32 logits 4sbv/t.
-        let h = model.hidden_size as f64;
-        4.0 * sbh / t * (1.0 + model.vocab as f64 / h)
+        4.0 * sbh / t + 4.0 * logits
     } else {
         0.0
     };
-    let recompute_peak = if s.recompute == Recompute::Full {
-        per_layer(model, s, Recompute::None)
+    let recompute_peak = match s.recompute {
+        Recompute::Full => per_layer(model, s, Recompute::None),
+        // The block's forward is replayed for what was not kept.
+        Recompute::PerOp => {
+            per_layer(model, s, Recompute::None) - per_layer(model, s, Recompute::PerOp)
+        }
+        Recompute::None | Recompute::Selective => 0.0,
+    };
+    let loss = if pp == 1 && !s.fused_loss {
+        (8.0 * logits - recompute_peak).max(0.0)
     } else {
         0.0
     };
@@ -212,6 +270,7 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         embedding,
         output,
         recompute_peak,
+        loss,
     }
 }
 
@@ -256,6 +315,7 @@ mod tests {
             recompute,
             attention: Attention::Eager,
             element_bytes: 2.0,
+            fused_loss: false,
         }
     }
 
@@ -411,9 +471,30 @@ mod tests {
         assert!((m.shape - 1.5 * sh * 80.0).abs() < 1.0, "{}", m.shape);
         assert_eq!(m.embedding, sh);
         assert_eq!(m.output, 4.0 * sh * (1.0 + 128256.0 / 8192.0));
-        assert_eq!(m.head(), m.embedding + m.output);
+        assert_eq!(m.loss, 8.0 * 4096.0 * 128256.0);
+        assert_eq!(m.head(), m.embedding + m.output + m.loss);
         let parts = m.layers + m.shape + m.head() + m.recompute_peak;
         assert_eq!(m.total(), parts);
+    }
+
+    /// torchtitan's per-operator policy on Llama 3.1 8B (s 8192, b 2): the block input, Q, V,
+    /// the gate and down projections' outputs and the attention output in bf16, 2 x (4096 +
+    /// 4096 + 1024 + 14336 + 4096 + 4096) bytes a token, plus 32 fp32 log-sum-exps; the rest of
+    /// the layer is rebuilt in backward.
+    #[test]
+    fn per_op_keeps_every_other_matmul() {
+        let model = builtin::find("llama-3.1-8b").expect("built-in");
+        let mut s = settings(8192, 2, 1, false, Recompute::PerOp);
+        s.attention = Attention::Flash;
+        let tokens = 8192.0 * 2.0;
+        let want = tokens * (2.0 * 31744.0 + 4.0 * 32.0);
+        assert_eq!(per_layer(&model, &s, Recompute::PerOp), want);
+        let m = activation_memory(&model, &s);
+        assert_eq!(m.layers + m.shape, want * 32.0);
+        let none = per_layer(&model, &s, Recompute::None);
+        assert_eq!(m.recompute_peak, none - want);
+        // Less than half of what Korthikanti's selective recompute keeps for this model.
+        assert!(want < per_layer(&model, &s, Recompute::Selective) / 2.0);
     }
 
     /// `published_per_layer` is Korthikanti's Table 2 on the Table 3 configurations whatever

@@ -86,7 +86,7 @@ pub fn layers_from_model(
             ..*s
         },
     );
-    let fixed = other.embedding + other.output;
+    let fixed = other.head();
     let n = model.layers as usize;
     (vec![layer; n], fixed, 3.0 * layer_flops * n as f64)
 }
@@ -277,6 +277,7 @@ mod tests {
             recompute: Recompute::None,
             attention: Attention::Eager,
             element_bytes: 2.0,
+            fused_loss: false,
         };
         let (layers, fixed, step) = layers_from_model(&model, &s);
         assert_eq!(layers.len(), 32);

@@ -189,6 +189,8 @@ pub fn step_cost(inp: &CostInputs, layout: &Layout) -> StepCost {
             Recompute::None => 0.0,
             Recompute::Selective => core_fwd,
             Recompute::Full => layer_fwd,
+            // K, O and the MLP's middle matmul, not the attention kernel.
+            Recompute::PerOp => (layer_fwd - core_fwd) / 2.0,
         };
     let bubble = (layout.pp.max(1) - 1) as f64 / m;
     let compute_seconds = (train_flops + recompute_flops) / SUSTAINED_FLOPS * (1.0 + bubble);

@@ -38,9 +38,12 @@ const FSDP: &str = "PyTorch FSDP FULL_SHARD / DeepSpeed ZeRO-3 (unit being compu
 const KORTHIKANTI: &str = "Korthikanti et al. 2022, Table 2; Ultra-Scale Playbook";
 const SHAPE: &str = "memprof: this model's own layer shapes against the published formula";
 const RECOMPUTE: &str = "Korthikanti et al. 2022, section 5 (the layer recomputed in \
-                         backward); memprof's addition to the published formula";
+                         backward); torchtitan's per-operator policy (selective_ac_option \
+                         \"op\"); memprof's addition to the published formula";
 const HEAD: &str = "Korthikanti et al. 2022, section 4.1 (embedding dropout, final norm, output \
-                    projection, fp32 logits); memprof's addition to the per-layer formula";
+                    projection, fp32 logits); the loss's backward as PyTorch's cross_entropy \
+                    computes it (log-softmax kept, its gradient and the logits' gradient in \
+                    fp32); memprof's addition to the per-layer formula";
 const CONTEXT: &str = "memprof default (--cuda-context): CUDA context and library workspaces";
 const FRAGMENTATION: &str = "memprof default (--fragmentation): caching-allocator fragmentation, \
                              5-10% with expandable segments, more without";
@@ -185,11 +188,16 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
         String::new()
     };
     let vocab = model.vocab;
+    let loss = if setup.precision.fused_loss() {
+        "; Megatron-LM's loss works in place"
+    } else {
+        " + the loss's backward, 8sbv/t less the layer being recomputed (the log-softmax's and the logits' fp32 gradients)"
+    };
     let head = if l.pp > 1 {
         "sbh per micro-batch in flight (embedding dropout; the logits are on the last stage)"
             .to_string()
     } else {
-        format!("sbh (embedding dropout) + 4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits)")
+        format!("sbh (embedding dropout) + 4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits){loss}")
     };
     vec![
         Term {
@@ -272,12 +280,23 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             label: LABELS[6].1,
             kind: TermKind::Estimate,
             bytes: m.activations_shape,
-            formula: format!(
-                "memprof's per-layer count (Q {} wide, K and V {} wide each, {mlp}{flash}{stage}) \
-                 minus the layers term, which assumes K and V as wide as Q and a 4h MLP",
-                model.heads * model.head_dim,
-                model.kv_heads * model.head_dim
-            ),
+            formula: if l.recompute == Recompute::PerOp {
+                format!(
+                    "per-operator checkpointing keeps the block input and the outputs of Q ({} wide), \
+                     V ({} wide), the {mlp}'s first matmul (and a gated MLP's last) and the \
+                     attention kernel{stage}, minus the layers term (the selective row, which \
+                     keeps more)",
+                    model.heads * model.head_dim,
+                    model.kv_heads * model.head_dim
+                )
+            } else {
+                format!(
+                    "memprof's per-layer count (Q {} wide, K and V {} wide each, {mlp}{flash}{stage}) \
+                     minus the layers term, which assumes K and V as wide as Q and a 4h MLP",
+                    model.heads * model.head_dim,
+                    model.kv_heads * model.head_dim
+                )
+            },
             source: SHAPE,
         },
         Term {
@@ -285,11 +304,17 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             label: LABELS[7].1,
             kind: TermKind::Estimate,
             bytes: signed(m.activations_recompute),
-            formula: if l.recompute == Recompute::Full {
-                "one layer's activations without recompute, rebuilt during its backward pass"
-                    .to_string()
-            } else {
-                "0: no layer is recomputed whole".to_string()
+            formula: match l.recompute {
+                Recompute::Full => {
+                    "one layer's activations without recompute, rebuilt during its backward pass"
+                        .to_string()
+                }
+                Recompute::PerOp => "what one layer does not keep, rebuilt during its backward \
+                                     pass"
+                    .to_string(),
+                Recompute::None | Recompute::Selective => {
+                    "0: no layer is recomputed whole".to_string()
+                }
             },
             source: RECOMPUTE,
         },

@@ -252,6 +252,7 @@ mod tests {
             recompute: Recompute::Selective,
             attention: Attention::Eager,
             element_bytes: 2.0,
+            fused_loss: false,
         };
         let ours = activations::per_layer(&model, &s, Recompute::Selective);
         let theirs = 2048.0 * 12288.0 * 34.0 / 8.0;

@@ -4,6 +4,7 @@
 
 pub mod activations;
 pub mod builtin;
+pub mod calibrate;
 pub mod checkpoint;
 pub mod compare;
 pub mod cost;

@@ -74,6 +74,7 @@ fn settings(seq: u64, b: u64, r: Recompute, a: Attention) -> ActivationSettings 
         recompute: r,
         attention: a,
         element_bytes: 2.0,
+        fused_loss: false,
     }
 }
 

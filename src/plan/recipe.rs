@@ -73,6 +73,12 @@ impl Precision {
         }
     }
 
+    /// Whether the recipe's framework computes the loss in place on its saved softmax
+    /// (Megatron-LM's vocab-parallel cross entropy) rather than with PyTorch's `cross_entropy`.
+    pub fn fused_loss(self) -> bool {
+        matches!(self, Precision::MegatronBf16 | Precision::MegatronFp16)
+    }
+
     /// State bytes per parameter with `optimizer`.
     pub fn state_bytes(self, optimizer: Optimizer) -> StateBytes {
         // (weights, grads, grad_accum, master, Adam moments) per the table in §1.1.

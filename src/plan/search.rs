@@ -237,6 +237,7 @@ pub fn describe(l: &Layout) -> String {
         Recompute::None => "no recompute",
         Recompute::Selective => "selective recompute",
         Recompute::Full => "full recompute",
+        Recompute::PerOp => "per-operator recompute",
     };
     let sp = if l.sp && l.tp > 1 { " (+SP)" } else { "" };
     format!(

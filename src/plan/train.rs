@@ -131,6 +131,23 @@ fn bytes(x: f64) -> u64 {
     x.round() as u64
 }
 
+/// What activation memory depends on, for `layout` of `setup`.
+pub fn activation_settings(setup: &TrainSetup, layout: &Layout) -> ActivationSettings {
+    ActivationSettings {
+        seq_len: setup.seq_len,
+        micro_batch: layout.micro_batch,
+        tp: layout.tp,
+        sp: layout.sp && layout.tp > 1,
+        cp: layout.cp,
+        pp: layout.pp,
+        micro_batches: layout.grad_accum,
+        recompute: layout.recompute,
+        attention: setup.attention,
+        element_bytes: setup.precision.activation_bytes(),
+        fused_loss: setup.precision.fused_loss(),
+    }
+}
+
 /// Evaluates `layout` for `setup`.
 pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
     let model = &setup.model;
@@ -145,19 +162,7 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         layout.fsdp_unit(&counts),
     );
     let element_bytes = setup.precision.activation_bytes();
-    let settings = ActivationSettings {
-        seq_len: setup.seq_len,
-        micro_batch: layout.micro_batch,
-        tp: layout.tp,
-        sp: layout.sp && layout.tp > 1,
-        cp: layout.cp,
-        pp: layout.pp,
-        micro_batches: layout.grad_accum,
-        recompute: layout.recompute,
-        attention: setup.attention,
-        element_bytes,
-    };
-    let activations = activation_memory(model, &settings);
+    let activations = activation_memory(model, &activation_settings(setup, layout));
     let mut memory = MemoryBreakdown {
         params_sharded: bytes(states.params_sharded),
         params_gathered: bytes(states.params_gathered),

@@ -2,6 +2,7 @@
 
 use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
+use crate::plan::calibrate::CalibrationReport;
 use crate::plan::checkpoint::{CheckpointPlan, Choice};
 use crate::plan::compare::comparisons;
 use crate::plan::deepspeed::Version;
@@ -178,6 +179,9 @@ pub struct TrainJson {
     pub model: ModelJson,
     pub candidates: Vec<CandidateJson>,
     pub recommended: Option<usize>,
+    /// `--calibrate`: the measured configuration's formula against the snapshot, and the first
+    /// candidate calibrated; null without it.
+    pub calibration: Option<CalibrationReport>,
 }
 
 impl TrainJson {
@@ -191,6 +195,7 @@ impl TrainJson {
                 .map(|c| CandidateJson::new(setup, c, deepspeed))
                 .collect(),
             recommended: plan.recommended,
+            calibration: None,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Human text of the planners' reports.
 
 use crate::model::{count, Bytes};
+use crate::plan::activations::Recompute;
+use crate::plan::calibrate::CalibrationReport;
 use crate::plan::compare::comparisons;
 use crate::plan::deepspeed::Version;
 use crate::plan::explain::{label, terms, TermKind};
@@ -12,6 +14,7 @@ use crate::report::plan_json::{
     CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
 };
 use crate::report::plot::CandidateBar;
+use crate::report::terminal_text::terminal_text;
 use std::fmt::Write;
 
 fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
@@ -19,6 +22,7 @@ fn recompute_name(l: &crate::plan::layout::Layout) -> &'static str {
         crate::plan::activations::Recompute::None => "none",
         crate::plan::activations::Recompute::Selective => "selective",
         crate::plan::activations::Recompute::Full => "full",
+        crate::plan::activations::Recompute::PerOp => "per-op",
     }
 }
 
@@ -36,6 +40,7 @@ pub fn candidate_bar(c: &Candidate) -> CandidateBar {
         recompute: match recompute_name(l) {
             "none" => "no recompute",
             "selective" => "sel. recompute",
+            "per-op" => "per-op recompute",
             _ => "full recompute",
         }
         .to_string(),
@@ -164,6 +169,43 @@ fn term_bytes(c: &Candidate, name: &str) -> i64 {
         "activations_head_bytes" => u(m.activations_head),
         _ => 0,
     }
+}
+
+/// `plan train --calibrate`: the measured configuration's formula against the measurement,
+/// then the first candidate calibrated.
+pub fn calibration(r: &CalibrationReport, snapshot: &str) -> String {
+    let g = |b: u64| Bytes(b).to_string();
+    let recompute = match r.measured_recompute {
+        Recompute::None => "no recompute",
+        Recompute::Selective => "selective recompute",
+        Recompute::Full => "full recompute",
+        Recompute::PerOp => "per-operator recompute",
+    };
+    format!(
+        "Calibration from {} (device {}, {}): {}, sequence {}, micro-batch {}, \
+         {recompute}, one GPU\n  measured  {:>10}  most live at once of what the trace frees\n  formula   {:>10}  \
+         = {} embedding and LM head + {} per-layer terms\n  per-layer coefficient {:.3} \
+         (measured less the head, over the formula's per-layer terms)\nCandidate {} calibrated: \
+         activations {} by formula, {} calibrated; estimate {}, with headroom {} of {}: {}\n\n",
+        terminal_text(snapshot),
+        r.device,
+        count(r.trace_entries as u64, "trace entry", "trace entries"),
+        terminal_text(&r.measured_model),
+        r.measured_seq_len,
+        r.measured_micro_batch,
+        g(r.measured_bytes),
+        g(r.formula_bytes),
+        g(r.formula_head_bytes),
+        g(r.formula_layers_bytes),
+        r.coefficient,
+        r.candidate,
+        g(r.formula_activations_bytes),
+        g(r.calibrated_activations_bytes),
+        g(r.calibrated_total_bytes),
+        g(r.calibrated_required_bytes),
+        g(r.gpu_memory_bytes),
+        if r.fits { "fits" } else { "does not fit" },
+    )
 }
 
 /// `plan train` as text: the setup, a table of candidates, the recommendation, the published

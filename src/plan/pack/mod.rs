@@ -146,6 +146,7 @@ pub fn micro_batch_activations(model: &ModelConfig, seq: u64, micro_batch: u64) 
         recompute: Recompute::None,
         attention: Attention::Flash,
         element_bytes: 2.0,
+        fused_loss: false,
     };
     activation_memory(model, &settings).total().round() as u64
 }
