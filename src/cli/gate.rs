@@ -6,11 +6,11 @@ use super::Outcome;
 use crate::analysis::{analyze_snapshot, left_alive, Site};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
+use crate::report::gate_input::{parse_analyze_json, parse_baseline};
 use crate::report::gate_output;
 use crate::report::terminal_text::terminal_lines;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -132,9 +132,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
 
 fn read_baseline(path: &Path) -> anyhow::Result<Baseline> {
     let text = std::fs::read_to_string(path).context("cannot read")?;
-    let baseline: Baseline = serde_json::from_str(&text).context("not a memprof gate baseline")?;
-    baseline.validate()?;
-    Ok(baseline)
+    parse_baseline(&text)
 }
 
 /// Measurements of one file: a snapshot (analyzed here) or an analyze JSON document.
@@ -148,8 +146,7 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
         .unwrap_or(None);
     if head == Some(b'{') {
         let text = std::fs::read_to_string(path).context("cannot read")?;
-        let doc: Value = serde_json::from_str(&text).context("not valid JSON")?;
-        return from_analyze_json(&doc, &name, first_rank);
+        return parse_analyze_json(&text, &name, first_rank);
     }
     let loaded = load_snapshot(path, false)?;
     let devices = analyze_snapshot(&loaded.parsed.snapshot, SITES_KEPT, None);
@@ -175,66 +172,4 @@ fn site_bytes(site: &Site) -> SiteBytes {
         bytes: site.bytes,
         stack: site.stack.clone(),
     }
-}
-
-/// Reads the measurements out of a `memprof analyze --json` document (schema_version 1).
-fn from_analyze_json(
-    doc: &Value,
-    name: &str,
-    first_rank: usize,
-) -> anyhow::Result<Vec<Measurement>> {
-    if doc["schema_version"] != 1 {
-        bail!("not a memprof analyze JSON document of schema_version 1");
-    }
-    let inputs = doc["inputs"].as_array().context("'inputs' is missing")?;
-    let mut out = Vec::new();
-    for (i, input) in inputs.iter().enumerate() {
-        let devices = input["devices"]
-            .as_array()
-            .context("'devices' is missing")?;
-        for d in devices {
-            let number = |v: &Value, what: &str| {
-                v.as_u64()
-                    .with_context(|| format!("'{what}' is missing or not a number"))
-            };
-            let sites = d["top_sites"]
-                .as_array()
-                .map(|sites| {
-                    sites
-                        .iter()
-                        .map(|s| SiteBytes {
-                            frame: s["frame"].as_str().unwrap_or_default().to_string(),
-                            bytes: s["bytes"].as_u64().unwrap_or(0),
-                            stack: s["stack"]
-                                .as_array()
-                                .map(|f| {
-                                    f.iter()
-                                        .filter_map(|x| x.as_str().map(str::to_string))
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            out.push(Measurement {
-                rank: first_rank + i,
-                input: input["path"].as_str().unwrap_or(name).to_string(),
-                device: u32::try_from(number(&d["device"], "device")?).context("device number")?,
-                peak_active_bytes: number(
-                    &d["trace"]["peak_active_bytes"],
-                    "trace.peak_active_bytes",
-                )?,
-                peak_reserved_bytes: number(
-                    &d["trace"]["peak_reserved_bytes"],
-                    "trace.peak_reserved_bytes",
-                )?,
-                sites,
-                // Not in an analyze document: `--metric left-alive` needs the snapshot.
-                left_alive_bytes: 0,
-                left_alive_sites: Vec::new(),
-            });
-        }
-    }
-    Ok(out)
 }

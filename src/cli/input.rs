@@ -7,11 +7,14 @@ use crate::source::torch_snapshot::{self, Parsed};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{IsTerminal, Read};
+use std::io::{BufReader, IsTerminal, Read};
 use std::path::Path;
 
 /// Files at least this large get a progress bar (on a terminal, without --json).
 const PROGRESS_FROM_BYTES: u64 = 32 << 20;
+
+/// Bytes read from a recording at a time.
+const RECORDING_BUFFER: usize = 1 << 20;
 
 /// Magic at the start of a memprof recording (`memprof-wire`).
 const RECORDING_MAGIC: &[u8] = memprof_wire::MAGIC;
@@ -42,15 +45,7 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
             memprof_wire::FILE_HEADER_LEN
         );
     }
-    if head[..n].starts_with(RECORDING_MAGIC) {
-        let bytes = std::fs::read(path).context("cannot read")?;
-        let read = recording::read(&bytes)?;
-        return Ok(Loaded {
-            parsed: read.parsed,
-            bytes: meta.len(),
-            recording: Some(read.info),
-        });
-    }
+    let recording = head[..n].starts_with(RECORDING_MAGIC);
     let file = File::open(path).context("cannot open")?;
     let bytes = meta.len();
     let bar =
@@ -67,10 +62,24 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
             bar.set_message(format!("reading {}", name.to_string_lossy()));
             bar
         });
-    let parsed = match &bar {
-        Some(bar) => torch_snapshot::read(Prefetch::new(bar.wrap_read(file))),
-        None => torch_snapshot::read(Prefetch::new(file)),
+    let input: Box<dyn Read + Send> = match &bar {
+        Some(bar) => Box::new(bar.wrap_read(file)),
+        None => Box::new(file),
     };
+    if recording {
+        // Streamed record by record: memory holds the model, not the file.
+        let read = recording::read_from(BufReader::with_capacity(RECORDING_BUFFER, input));
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        let read = read?;
+        return Ok(Loaded {
+            parsed: read.parsed,
+            bytes,
+            recording: Some(read.info),
+        });
+    }
+    let parsed = torch_snapshot::read(Prefetch::new(input));
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

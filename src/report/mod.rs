@@ -7,6 +7,7 @@ pub mod attach_json;
 pub mod diagnose;
 pub mod export;
 pub mod gate;
+pub mod gate_input;
 pub mod gate_output;
 pub mod html;
 pub mod plan_json;

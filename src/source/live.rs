@@ -84,9 +84,10 @@ pub fn processes_in(dir: &Path) -> Vec<u32> {
     pids
 }
 
-/// A connection to one process's live stream.
-pub struct LiveClient {
-    stream: UnixStream,
+/// A connection to one process's live stream (any byte stream `S`; the shim's socket unless
+/// said otherwise).
+pub struct LiveClient<S = UnixStream> {
+    stream: S,
     pub header: FileHeader,
     /// `None` from a shim that writes format version 1.
     pub process: Option<ProcessInfo>,
@@ -106,13 +107,33 @@ impl LiveClient {
     pub fn connect_path(path: &Path) -> Result<LiveClient, LiveError> {
         // A path deeper than a socket address holds is reached as the shim bound it.
         let connected = memprof_wire::at_socket_path(path, |p| UnixStream::connect(p));
-        let mut stream = connected.map_err(|source| LiveError::Connect {
+        let stream = connected.map_err(|source| LiveError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
         // The kernel accepts the connection on the shim's behalf; only its writer thread
         // answers, so a stopped process would make a plain read wait forever.
         stream.set_read_timeout(Some(HEADER_WAIT))?;
+        let client = LiveClient::over(stream, path)?;
+        client.stream.set_read_timeout(None)?;
+        Ok(client)
+    }
+
+    /// How long `next_event` waits for data before it fails with a timeout (`None`: forever).
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), LiveError> {
+        Ok(self.stream.set_read_timeout(timeout)?)
+    }
+
+    /// A second handle on the connection: shutting it down from another thread makes a
+    /// `next_event` blocked on this client return `None`.
+    pub fn stopper(&self) -> Result<UnixStream, LiveError> {
+        Ok(self.stream.try_clone()?)
+    }
+}
+
+impl<S: Read> LiveClient<S> {
+    /// Reads the stream's header and process block from `stream`, which `path` names in errors.
+    pub fn over(mut stream: S, path: &Path) -> Result<LiveClient<S>, LiveError> {
         let header_read = |e: std::io::Error| match e.kind() {
             ErrorKind::UnexpectedEof => LiveError::Refused {
                 path: path.to_path_buf(),
@@ -145,7 +166,6 @@ impl LiveClient {
         } else {
             None
         };
-        stream.set_read_timeout(None)?;
         Ok(LiveClient {
             stream,
             header,
@@ -154,17 +174,6 @@ impl LiveClient {
             records_at,
             ended: false,
         })
-    }
-
-    /// How long `next_event` waits for data before it fails with a timeout (`None`: forever).
-    pub fn set_timeout(&self, timeout: Option<Duration>) -> Result<(), LiveError> {
-        Ok(self.stream.set_read_timeout(timeout)?)
-    }
-
-    /// A second handle on the connection: shutting it down from another thread makes a
-    /// `next_event` blocked on this client return `None`.
-    pub fn stopper(&self) -> Result<UnixStream, LiveError> {
-        Ok(self.stream.try_clone()?)
     }
 
     /// The next event, waiting for it; `None` once the process has ended or the stream closed.

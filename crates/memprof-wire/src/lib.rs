@@ -41,6 +41,10 @@
 //! holds what is alive then.
 #![forbid(unsafe_code)]
 
+mod stream;
+
+pub use stream::{Ending, Item, RecordingReader, StreamError};
+
 /// First bytes of every recording.
 pub const MAGIC: &[u8; 8] = b"MEMPROF\0";
 
@@ -621,22 +625,20 @@ fn payload_len(record: &Record) -> Result<usize, RecordError> {
 
 /// Reads a recording. Records after a trailer are ignored; a partial last record (or
 /// definition) is counted in `trailing_bytes`, not an error, since a killed program leaves one.
+/// A reader that should not hold the whole recording uses [`RecordingReader`].
 pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
-    let header = FileHeader::decode(bytes).map_err(DecodeError::Header)?;
-    let version = decode_header(bytes).map_err(DecodeError::Header)?;
-    let after_header = bytes.get(FILE_HEADER_LEN..).unwrap_or_default();
-    let (process, records_at) = if version >= 2 {
-        let (info, len) = ProcessInfo::decode(after_header).map_err(DecodeError::Header)?;
-        (Some(info), FILE_HEADER_LEN + len)
-    } else {
-        (None, FILE_HEADER_LEN)
+    let from_slice = |e: StreamError| match e {
+        StreamError::Decode(e) => e,
+        // Reading from a slice cannot fail.
+        StreamError::Io(_) => DecodeError::Header(HeaderError::TooShort),
     };
+    let mut reader = RecordingReader::new(bytes).map_err(from_slice)?;
     let mut out = Recording {
-        header,
-        version,
-        process,
-        records_at,
-        records: Vec::with_capacity(bytes.len().saturating_sub(records_at) / RECORD_LEN),
+        header: reader.header,
+        version: reader.version,
+        process: reader.process.clone(),
+        records_at: reader.records_at,
+        records: Vec::with_capacity(bytes.len().saturating_sub(reader.records_at) / RECORD_LEN),
         offsets: Vec::new(),
         stacks: std::collections::BTreeMap::new(),
         mappings: Vec::new(),
@@ -644,56 +646,22 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
         delayed: 0,
         trailing_bytes: 0,
     };
-    let mut at = records_at;
-    let mut index = 0;
-    while let Some(chunk) = bytes.get(at..at + RECORD_LEN) {
-        let mut raw = [0u8; RECORD_LEN];
-        raw.copy_from_slice(chunk);
-        let fail = |error| DecodeError::Record {
-            index,
-            offset: at,
-            error,
-        };
-        let mut record = Record::decode(&raw).map_err(fail)?;
-        let definition = matches!(record.kind, Kind::Stack | Kind::Mapping);
-        if definition && version < STACKS_VERSION {
-            return Err(fail(RecordError::UnknownKind(record.kind as u16)));
-        }
-        if version < STACKS_VERSION {
-            // The reserved word: not a stack id before version 3.
-            record.stack = 0;
-        }
-        if record.kind == Kind::Trailer {
-            out.dropped = Some(record.aux);
-            out.delayed = record.stream;
-            return Ok(out);
-        }
-        let payload_at = at + RECORD_LEN;
-        let len = payload_len(&record).map_err(fail)?;
-        let Some(payload) = bytes.get(payload_at..payload_at + padded(len)) else {
-            break;
-        };
-        let payload = &payload[..len];
-        match record.kind {
-            Kind::Stack => {
-                let frames = payload.chunks_exact(8).map(|w| u64_at(w, 0)).collect();
-                out.stacks.insert(record.aux as u32, frames);
-            }
-            Kind::Mapping => out.mappings.push(Mapping {
-                start: record.ptr,
-                len: record.size,
-                file_offset: record.aux,
-                path: payload.to_vec(),
-            }),
-            _ => {
+    while let Some(item) = reader.next_item().map_err(from_slice)? {
+        match item {
+            Item::Event { offset, record, .. } => {
                 out.records.push(record);
-                out.offsets.push(at);
+                out.offsets.push(offset);
             }
+            Item::Stack { id, frames } => {
+                out.stacks.insert(id, frames);
+            }
+            Item::Mapping(m) => out.mappings.push(m),
         }
-        at = payload_at + padded(len);
-        index += 1;
     }
-    out.trailing_bytes = bytes.len().saturating_sub(at);
+    let ending = reader.ending().unwrap_or_default();
+    out.dropped = ending.dropped;
+    out.delayed = ending.delayed;
+    out.trailing_bytes = ending.trailing_bytes;
     Ok(out)
 }
 

@@ -1,6 +1,8 @@
 //! Folding driver-call records into trace entries and the segments left alive, one record at a
 //! time (the mapping is documented in `recording/mod.rs`). `from_recording` folds a whole file;
 //! a live client can fold as records arrive, ask what is held now, and take a model any time.
+//! Entries and held allocations carry the record's own stack id while folding (the stacks are
+//! symbolized once the whole recording is read); `into_snapshot` maps them into the table.
 
 use crate::model::{
     Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackId, StackTable,
@@ -9,6 +11,7 @@ use crate::model::{
 use memprof_wire::{Kind, Record, CUDA_SUCCESS};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 
 /// A driver allocation or mapping alive at some point of the recording.
 #[derive(Clone, Copy, Debug)]
@@ -48,9 +51,6 @@ pub struct DriverFold {
     other_device: bool,
     /// Index of the record being applied.
     index: usize,
-    /// The recording's call stacks, symbolized, and the model's id of each recorded stack id.
-    stacks: StackTable,
-    stack_ids: FxHashMap<u32, StackId>,
 }
 
 impl DriverFold {
@@ -60,15 +60,6 @@ impl DriverFold {
         DriverFold {
             clock: wall_start_ns.map(|wall| (start_ns, wall)),
             ..DriverFold::default()
-        }
-    }
-
-    /// Gives the fold the recording's stacks: `ids` maps a record's stack id into `stacks`.
-    pub fn with_stacks(self, stacks: StackTable, ids: FxHashMap<u32, StackId>) -> DriverFold {
-        DriverFold {
-            stacks,
-            stack_ids: ids,
-            ..self
         }
     }
 
@@ -98,7 +89,8 @@ impl DriverFold {
             let ns = wall.checked_add(r.ts_ns.checked_sub(mono)?)?;
             i64::try_from(ns / 1000).ok()
         });
-        let stack = self.stack_ids.get(&r.stack).copied();
+        // The recorded id, until `into_snapshot` maps it into the stack table.
+        let stack = NonZeroU32::new(r.stack).map(StackId);
         if r.is_oom() {
             let device = self.device_of(r);
             let free = self.info.get(&device).map(|&(free, _)| free);
@@ -299,19 +291,30 @@ impl DriverFold {
         out
     }
 
-    /// The model: every entry so far and the segments held now.
-    pub fn into_snapshot(self) -> Snapshot {
+    /// The model: every entry so far and the segments held now, with the recording's call
+    /// stacks: `ids` maps a record's stack id into `stacks` (an id it does not map is no
+    /// stack). The entries are moved, not copied, where they can be (one device's are).
+    pub fn into_snapshot(self, stacks: StackTable, ids: &FxHashMap<u32, StackId>) -> Snapshot {
+        let mapped = |s: Option<StackId>| s.and_then(|s| ids.get(&s.0.get()).copied());
         let devices = self
             .entries
             .keys()
             .next_back()
             .map_or(0, |&d| d as usize + 1);
-        let mut entries = Vec::new();
+        let mut lists = self.entries;
+        let mut entries: Vec<TraceEntry> = Vec::new();
         let mut ranges = Vec::with_capacity(devices);
         for device in 0..devices {
             let start = entries.len();
-            if let Some(list) = self.entries.get(&(device as u32)) {
-                entries.extend_from_slice(list);
+            if let Some(mut list) = lists.remove(&(device as u32)) {
+                for e in &mut list {
+                    e.stack = mapped(e.stack);
+                }
+                if entries.is_empty() {
+                    entries = list;
+                } else {
+                    append_freeing(&mut entries, list);
+                }
             }
             ranges.push(start..entries.len());
         }
@@ -332,13 +335,13 @@ impl DriverFold {
                 pool: PoolKind::Large,
                 pool_id: (0, 0),
                 is_expandable: h.mapped,
-                stack: h.stack,
+                stack: mapped(h.stack),
                 blocks: vec![Block {
                     address,
                     size: h.size,
                     requested_size: h.size,
                     state: BlockState::ActiveAllocated,
-                    stack: h.stack,
+                    stack: mapped(h.stack),
                 }],
             })
             .collect();
@@ -348,10 +351,30 @@ impl DriverFold {
             format: SnapshotFormat::Recording,
             segments,
             timeline,
-            stacks: self.stacks,
+            stacks,
             settings: None,
             annotations: Vec::new(),
         }
+    }
+}
+
+/// Entries moved at a time by [`append_freeing`].
+const APPEND_CHUNK: usize = 1 << 16;
+
+/// Appends `list` to `base`, giving `list`'s memory back as its entries move, so that a
+/// device's entries are not held twice (a recording's entries are most of what reading it
+/// holds). The tail is cut off chunk by chunk (each cut shrinks `list`), then the chunks are
+/// appended in order.
+fn append_freeing(base: &mut Vec<TraceEntry>, mut list: Vec<TraceEntry>) {
+    let mut tail = Vec::new();
+    while list.len() > APPEND_CHUNK {
+        tail.push(list.split_off(list.len() - APPEND_CHUNK));
+        list.shrink_to_fit();
+    }
+    base.extend_from_slice(&list);
+    drop(list);
+    for chunk in tail.into_iter().rev() {
+        base.extend_from_slice(&chunk);
     }
 }
 
@@ -382,16 +405,28 @@ mod tests {
         }
         assert_eq!(fold.held_bytes(), BTreeMap::from([(0, 10), (2, 32)]));
         assert_eq!(fold.device_totals(), BTreeMap::from([(2, 4096)]));
-        let now = fold.clone().into_snapshot();
+        let now = fold
+            .clone()
+            .into_snapshot(StackTable::default(), &FxHashMap::default());
         assert_eq!(now.segments.len(), 2);
         assert_eq!(now.timeline.device(2).len(), 2);
 
         fold.apply(&rec(Kind::Free, 0x100, 0, 0, -1));
         fold.apply(&rec(Kind::VmmUnmap, 0x7000, 32, 0, -1));
         assert_eq!(fold.held_bytes(), BTreeMap::new());
-        let end = fold.into_snapshot();
+        let end = fold.into_snapshot(StackTable::default(), &FxHashMap::default());
         assert!(end.segments.is_empty());
         assert_eq!(end.timeline.device(0).len(), 4);
+    }
+
+    #[test]
+    fn appending_in_chunks_keeps_the_order() {
+        let entry = |i: usize| TraceEntry::new(Action::Alloc, Some(i as u64), 1, StreamIndex(0));
+        let n = 2 * APPEND_CHUNK + 5;
+        let mut base: Vec<TraceEntry> = (0..3).map(entry).collect();
+        append_freeing(&mut base, (3..n).map(entry).collect());
+        let addrs: Vec<u64> = base.iter().filter_map(|e| e.addr()).collect();
+        assert_eq!(addrs, (0..n as u64).collect::<Vec<_>>());
     }
 
     /// A damaged live record naming device 2^31 - 1 is an unknown device, not a reason to build
@@ -403,7 +438,7 @@ mod tests {
         fold.apply(&rec(Kind::VmmCreate, 0, 32, 5, i32::MAX));
         fold.apply(&rec(Kind::VmmMap, 0x7000, 32, 5, -1));
         assert_eq!(fold.held_bytes(), BTreeMap::from([(0, 42)]));
-        let snapshot = fold.into_snapshot();
+        let snapshot = fold.into_snapshot(StackTable::default(), &FxHashMap::default());
         assert_eq!(snapshot.devices(), [0]);
     }
 }

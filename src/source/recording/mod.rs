@@ -33,9 +33,12 @@ use symbols::Symbolizer;
 
 use crate::model::{FormatKeys, StackId, StackTable};
 use crate::source::torch_snapshot::Parsed;
-use memprof_wire::{decode_recording, DecodeError, ProcessInfo, Recording};
+use memprof_wire::{
+    DecodeError, Ending, Item, Mapping, ProcessInfo, Recording, RecordingReader, StreamError,
+};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::io::Read;
 
 /// Device ordinals from 0 up to this one (excluded) are read; a record naming a higher one is
 /// damaged (CUDA machines have a few dozen devices at most).
@@ -46,6 +49,8 @@ pub const MAX_DEVICES: i32 = 1024;
 pub enum RecordingError {
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    #[error("cannot read: {0}")]
+    Io(#[from] std::io::Error),
     #[error(
         "at byte {offset}: record {index} names device {device}, not a device ordinal (0 to {})",
         MAX_DEVICES - 1
@@ -55,6 +60,15 @@ pub enum RecordingError {
         offset: usize,
         device: i32,
     },
+}
+
+impl From<StreamError> for RecordingError {
+    fn from(e: StreamError) -> RecordingError {
+        match e {
+            StreamError::Decode(e) => RecordingError::Decode(e),
+            StreamError::Io(e) => RecordingError::Io(e),
+        }
+    }
 }
 
 /// What a recording says beyond the model: the recorded process and the driver's view.
@@ -79,12 +93,15 @@ pub struct ReadRecording {
 
 /// The recording's stacks, symbolized into a stack table, and the table's id of each recorded
 /// stack id. Each address is symbolized once.
-fn stack_table(recording: &Recording) -> (StackTable, FxHashMap<u32, StackId>) {
-    let mut symbols = Symbolizer::new(&recording.mappings);
+fn stack_table(
+    stacks: &BTreeMap<u32, Vec<u64>>,
+    mappings: &[Mapping],
+) -> (StackTable, FxHashMap<u32, StackId>) {
+    let mut symbols = Symbolizer::new(mappings);
     let mut table = StackTable::default();
     let mut frames_of: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
     let mut ids = FxHashMap::default();
-    for (&id, addrs) in &recording.stacks {
+    for (&id, addrs) in stacks {
         let mut frames = Vec::new();
         for &addr in addrs {
             let indices = frames_of.entry(addr).or_insert_with(|| {
@@ -101,11 +118,72 @@ fn stack_table(recording: &Recording) -> (StackTable, FxHashMap<u32, StackId>) {
     (table, ids)
 }
 
-/// Reads a whole recording. A recording cut short (no trailer, a partial last record) is read
-/// as far as it goes, with a warning.
+/// What a recording holds besides its events, gathered while they are folded.
+struct Rest {
+    pid: u32,
+    process: Option<ProcessInfo>,
+    stacks: BTreeMap<u32, Vec<u64>>,
+    mappings: Vec<Mapping>,
+    ending: Ending,
+    /// Events read.
+    events: usize,
+}
+
+/// Reads a whole recording in memory (see [`read_from`]).
 pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
-    let recording = decode_recording(bytes)?;
-    from_recording(&recording)
+    read_from(bytes)
+}
+
+/// Reads a recording from `input`, streaming: each record is folded as it is read, so memory
+/// holds the model, never the file or its records. A recording cut short (no trailer, a partial
+/// last record) is read as far as it goes, with a warning.
+pub fn read_from(input: impl Read) -> Result<ReadRecording, RecordingError> {
+    let mut reader = RecordingReader::new(input)?;
+    let wall = reader.process.as_ref().and_then(|p| p.wall_start_ns);
+    let mut fold = DriverFold::new(reader.header.start_ns, wall);
+    let mut stacks = BTreeMap::new();
+    let mut mappings = Vec::new();
+    // The first record naming an impossible device; the rest is still decoded, so that damage
+    // further on is reported as it is for a recording read whole.
+    let mut bad_device = None;
+    while let Some(item) = reader.next_item()? {
+        match item {
+            Item::Event {
+                index,
+                offset,
+                record,
+            } => {
+                if bad_device.is_some() {
+                    continue;
+                }
+                if record.device >= MAX_DEVICES {
+                    bad_device = Some(RecordingError::Device {
+                        index,
+                        offset,
+                        device: record.device,
+                    });
+                    continue;
+                }
+                fold.apply(&record);
+            }
+            Item::Stack { id, frames } => {
+                stacks.insert(id, frames);
+            }
+            Item::Mapping(m) => mappings.push(m),
+        }
+    }
+    if let Some(bad) = bad_device {
+        return Err(bad);
+    }
+    let rest = Rest {
+        pid: reader.header.pid,
+        process: reader.process.take(),
+        stacks,
+        mappings,
+        ending: reader.ending().unwrap_or_default(),
+        events: reader.events(),
+    };
+    Ok(finish(fold, rest))
 }
 
 /// Maps decoded records into the model (see the module documentation). Fails on a record
@@ -122,13 +200,29 @@ pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingE
         });
     }
     let wall = recording.process.as_ref().and_then(|p| p.wall_start_ns);
-    let (stacks, ids) = stack_table(recording);
-    let mut builder = DriverFold::new(recording.header.start_ns, wall).with_stacks(stacks, ids);
+    let mut fold = DriverFold::new(recording.header.start_ns, wall);
     for record in &recording.records {
-        builder.apply(record);
+        fold.apply(record);
     }
-    let mut warnings = builder.warnings();
-    match recording.dropped {
+    let rest = Rest {
+        pid: recording.header.pid,
+        process: recording.process.clone(),
+        stacks: recording.stacks.clone(),
+        mappings: recording.mappings.clone(),
+        ending: Ending {
+            dropped: recording.dropped,
+            delayed: recording.delayed,
+            trailing_bytes: recording.trailing_bytes,
+        },
+        events: recording.records.len(),
+    };
+    Ok(finish(fold, rest))
+}
+
+/// The model and the recording's information from a fold of all its events.
+fn finish(fold: DriverFold, rest: Rest) -> ReadRecording {
+    let mut warnings = fold.warnings();
+    match rest.ending.dropped {
         Some(0) => {}
         Some(n) => warnings.push(format!(
             "the shim dropped {n} events (its buffer was full); figures may miss them"
@@ -136,29 +230,30 @@ pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingE
         None => warnings.push(format!(
             "the recording has no trailer (the program was killed or is still running); read \
              its first {} records",
-            recording.records.len()
+            rest.events
         )),
     }
-    if recording.trailing_bytes > 0 {
+    if rest.ending.trailing_bytes > 0 {
         warnings.push(format!(
             "ignored {} bytes at the end that do not make a whole record",
-            recording.trailing_bytes
+            rest.ending.trailing_bytes
         ));
     }
     let info = RecordingInfo {
-        pid: recording.header.pid,
-        process: recording.process.clone(),
-        device_total: builder.device_totals(),
-        dropped: recording.dropped,
+        pid: rest.pid,
+        process: rest.process,
+        device_total: fold.device_totals(),
+        dropped: rest.ending.dropped,
     };
-    Ok(ReadRecording {
+    let (stacks, ids) = stack_table(&rest.stacks, &rest.mappings);
+    ReadRecording {
         parsed: Parsed {
-            snapshot: builder.into_snapshot(),
+            snapshot: fold.into_snapshot(stacks, &ids),
             warnings,
             keys: FormatKeys::default(),
         },
         info,
-    })
+    }
 }
 
 #[cfg(test)]
