@@ -399,6 +399,32 @@ pub fn load_model(spec: &str) -> anyhow::Result<ModelConfig> {
 }
 
 fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
+    let (setup, plan, version) = train_plan(a)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(
+            &mut stdout,
+            &plan_json::TrainJson::new(&setup, &plan, version),
+        )
+        .context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version, a.explain).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// The `plan train` document `--json` prints (the MCP tool `plan_train` returns it too).
+pub(super) fn train_json(a: &TrainArgs) -> anyhow::Result<String> {
+    let (setup, plan, version) = train_plan(a)?;
+    Ok(serde_json::to_string(&plan_json::TrainJson::new(
+        &setup, &plan, version,
+    ))?)
+}
+
+/// Searches the layouts; writes `--plot`.
+fn train_plan(a: &TrainArgs) -> anyhow::Result<(TrainSetup, Plan, Version)> {
     let mut model = load_model(&a.model)?;
     model.params_override = a.params;
     let setup = TrainSetup {
@@ -443,19 +469,7 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
         DeepSpeedArg::Current => Version::Current,
         DeepSpeedArg::Legacy => Version::Legacy,
     };
-    let mut stdout = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer(
-            &mut stdout,
-            &plan_json::TrainJson::new(&setup, &plan, version),
-        )
-        .context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version, a.explain).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok((setup, plan, version))
 }
 
 /// Draws `plan train`'s candidates as stacked bars and writes the picture to `path`.
@@ -489,6 +503,29 @@ fn write_candidates_plot(
 const SWEEP_SETTINGS: usize = 6;
 
 fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
+    let (model, settings, doc) = kv_plan(a)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        let text = plan_text::kv(&model.name, &settings, a.kv_memory, &doc);
+        stdout.write_all(text.as_bytes())?;
+        if let Some(w) = &doc.workload {
+            stdout.write_all(plan_text::workload(w).as_bytes())?;
+        }
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// The `plan kv` document `--json` prints (the MCP tool `plan_kv` returns it too).
+pub(super) fn kv_json(a: &KvArgs) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(&kv_plan(a)?.2)?)
+}
+
+/// Sizes the pool, and simulates `--workload`.
+fn kv_plan(a: &KvArgs) -> anyhow::Result<(ModelConfig, KvSettings, plan_json::KvJson)> {
     let model = load_model(&a.model)?;
     let settings = KvSettings {
         dtype: match a.dtype {
@@ -592,19 +629,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         solved.as_ref(),
         workload,
     );
-    let mut stdout = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        let text = plan_text::kv(&model.name, &settings, a.kv_memory, &doc);
-        stdout.write_all(text.as_bytes())?;
-        if let Some(w) = &doc.workload {
-            stdout.write_all(plan_text::workload(w).as_bytes())?;
-        }
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok((model, settings, doc))
 }
 
 /// The `--max-num-seqs` settings to simulate: the worst-case answer, then doubled until the
