@@ -6,6 +6,7 @@
 
 use crate::util::{fixture, memprof, repo, skip, stderr, stdout};
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -101,6 +102,10 @@ fn mcp_tools_return_what_the_commands_print_with_json() {
             {"tool": "diff", "arguments": {"before": before, "after": after, "max_increase": "10%"}},
             {"tool": "plan_kv", "arguments": {"model": "llama-3-8b", "gpu_memory": "80GiB", "tp": 2}},
             {"tool": "view_state", "arguments": {"path": demo, "top": 3}},
+            {"tool": "plan_train", "arguments": {
+                "model": "llama-3-8b", "gpus": 8, "gpu_memory": "80GiB", "seq_len": 4096,
+                "micro_batch": 1, "top": 2, "zero": 3,
+            }},
         ]),
     );
     assert_eq!(report["server"], "memprof");
@@ -189,6 +194,31 @@ fn mcp_tools_return_what_the_commands_print_with_json() {
             "2"
         ])
     );
+    assert_eq!(
+        document(&results[6]),
+        cli_json(&[
+            "plan",
+            "train",
+            "--json",
+            "--model",
+            "llama-3-8b",
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--seq-len",
+            "4096",
+            "--micro-batch",
+            "1",
+            "--top",
+            "2",
+            "--zero",
+            "3"
+        ])
+    );
+    let kv = &schema("plan_kv")["input_schema"]["properties"];
+    assert_eq!(kv["gpu_memory"]["type"], json!(["string", "integer"]));
+    assert_eq!(kv["cuda_context"]["default"], "1GiB");
     // The state at the peak: what `analyze` reports of the peak.
     let state = document(&results[5]);
     let analyzed = &document(&results[1])["inputs"][0]["devices"][0];
@@ -212,6 +242,48 @@ fn mcp_tools_return_what_the_commands_print_with_json() {
         state["largest_allocations"].as_array().map(Vec::len),
         Some(3)
     );
+    let mut seen = BTreeSet::new();
+    keys(&state, &mut seen);
+    let missing: Vec<String> = view_state_fields().difference(&seen).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "docs/mcp.md documents fields view_state lacks: {missing:?}"
+    );
+}
+
+/// The fields the `view_state` table of docs/mcp.md documents: the backticked names of its
+/// first column, and those after a colon in the second (`segments`' own fields and others).
+fn view_state_fields() -> BTreeSet<String> {
+    let page = std::fs::read_to_string(repo().join("docs/mcp.md")).expect("docs/mcp.md");
+    let table = page
+        .split("## view_state")
+        .nth(1)
+        .expect("a view_state section");
+    let mut names = BTreeSet::new();
+    for row in table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').collect();
+        let nested = cells
+            .get(2)
+            .and_then(|c| c.split_once(": "))
+            .map(|(_, n)| n);
+        for text in std::iter::once(cells[1]).chain(nested) {
+            let quoted = text.split('`').skip(1).step_by(2);
+            names.extend(quoted.map(String::from));
+        }
+    }
+    names
+}
+
+/// Every object key anywhere in `v`.
+fn keys(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(map) => map.iter().for_each(|(k, v)| {
+            out.insert(k.clone());
+            keys(v, out);
+        }),
+        Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+        _ => {}
+    }
 }
 
 #[test]

@@ -167,7 +167,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub model: String,
     /// Override the parameter count (7000000000, 7e9, 7B).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_name = "COUNT", value_parser = parse_count)]
     pub params: Option<u64>,
     /// GPUs in the job (dp x tp x pp x cp).
     #[arg(long)]

@@ -14,7 +14,7 @@ pub fn property(arg: &Arg) -> String {
     }
 }
 
-/// The JSON type of an argument's values.
+/// The JSON type of an argument's values (`integer_or_units`: a string or an integer).
 fn json_type(arg: &Arg) -> &'static str {
     if matches!(arg.get_action(), ArgAction::SetTrue) {
         return "boolean";
@@ -29,7 +29,15 @@ fn json_type(arg: &Arg) -> &'static str {
     .iter()
     .any(|t| parser == *t)
     {
-        "integer"
+        // Sizes (`80GiB`) and parameter counts (`7B`) take units as well as plain numbers.
+        let units = arg
+            .get_value_names()
+            .is_some_and(|names| names.iter().any(|n| *n == "SIZE" || *n == "COUNT"));
+        if units {
+            "integer_or_units"
+        } else {
+            "integer"
+        }
     } else if parser == TypeId::of::<f64>() {
         "number"
     } else {
@@ -41,7 +49,10 @@ fn json_type(arg: &Arg) -> &'static str {
 fn arg_schema(arg: &Arg, description: Option<&str>) -> Value {
     let kind = json_type(arg);
     let mut schema = Map::new();
-    schema.insert("type".into(), json!(kind));
+    match kind {
+        "integer_or_units" => schema.insert("type".into(), json!(["string", "integer"])),
+        _ => schema.insert("type".into(), json!(kind)),
+    };
     let help = arg
         .get_long_help()
         .or(arg.get_help())
@@ -62,6 +73,7 @@ fn arg_schema(arg: &Arg, description: Option<&str>) -> Value {
         let text = default.to_string_lossy();
         let value = match kind {
             "integer" => text.parse::<u64>().map(Value::from).ok(),
+            "integer_or_units" => Some(json!(text)),
             "number" => text.parse::<f64>().ok().map(Value::from),
             "boolean" => None,
             _ => Some(json!(text)),
