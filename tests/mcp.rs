@@ -301,6 +301,8 @@ fn mcp_refuses_paths_outside_the_root_with_the_commands_messages() {
             {"tool": "analyze", "arguments": {"path": "snapshots"}},
             {"tool": "analyze", "arguments": {"path": "snapshots/demo_oom.pickle", "plot": "x.png"}},
             {"tool": "plan_kv", "arguments": {"model": outside}},
+            {"tool": "plan_train", "arguments": {"model": "llama-3-8b", "gpus": 8}},
+            {"tool": "analyze", "arguments": {"path": "snapshots/demo_oom.pickle", "top": "many"}},
         ]),
     );
     let results = report["results"].as_array().expect("results");
@@ -352,5 +354,15 @@ fn mcp_refuses_paths_outside_the_root_with_the_commands_messages() {
         error(&results[6]).contains("outside the folders"),
         "{}",
         results[6]
+    );
+    // clap's own messages, on one line.
+    assert_eq!(
+        error(&results[7]),
+        "the following required arguments were not provided: --gpu-memory <SIZE> --seq-len \
+         <SEQ_LEN> --micro-batch <MICRO_BATCH>"
+    );
+    assert_eq!(
+        error(&results[8]),
+        "invalid value 'many' for '--top <K>': invalid digit found in string"
     );
 }

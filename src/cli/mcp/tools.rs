@@ -179,9 +179,12 @@ impl Tool {
         let command = self.clap();
         let argv = command_line(&command, &self.shape, &arguments)?;
         let matches = command.try_get_matches_from(argv).map_err(|e| {
+            // clap's first paragraph, on one line: what is wrong, without the usage and tips.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("");
-            terminal_text(first.strip_prefix("error: ").unwrap_or(first)).to_string()
+            let first = text.split("\n\n").next().unwrap_or("");
+            let words: Vec<&str> = first.split_whitespace().collect();
+            let line = words.join(" ");
+            terminal_text(line.strip_prefix("error: ").unwrap_or(&line)).to_string()
         })?;
         (self.run)(&matches).map_err(one_line)
     }
