@@ -125,11 +125,7 @@ pub const TOOLS: &[Tool] = &[
             positionals: &[],
         },
         paths: &[("model", PathKind::Model)],
-        run: |m| {
-            TrainArgs::from_arg_matches(m)
-                .map_err(Into::into)
-                .and_then(|a| plan::train_json(&a))
-        },
+        run: |m| plan::train_json(&TrainArgs::from_arg_matches(m)?),
     },
     Tool {
         name: "plan_kv",
@@ -141,11 +137,7 @@ pub const TOOLS: &[Tool] = &[
             positionals: &[],
         },
         paths: &[("model", PathKind::Model), ("workload", PathKind::File)],
-        run: |m| {
-            KvArgs::from_arg_matches(m)
-                .map_err(Into::into)
-                .and_then(|a| plan::kv_json(&a))
-        },
+        run: |m| plan::kv_json(&KvArgs::from_arg_matches(m)?),
     },
     Tool {
         name: "view_state",
@@ -211,5 +203,74 @@ impl Tool {
             arguments.insert(name.to_string(), Value::String(file.display().to_string()));
         }
         Ok(arguments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_flags_positionals_and_paths_name_real_arguments() {
+        for tool in TOOLS {
+            let command = tool.clap();
+            let ids: Vec<&str> = command
+                .get_arguments()
+                .map(|a| a.get_id().as_str())
+                .collect();
+            for id in tool
+                .shape
+                .hidden
+                .iter()
+                .chain(tool.shape.positionals.iter().map(|p| &p.0))
+            {
+                assert!(ids.contains(id), "{}: no argument {id}", tool.name);
+            }
+            let schema = tool.input_schema();
+            let properties = schema["properties"].as_object().expect("properties");
+            for (name, _) in tool.paths {
+                assert!(
+                    properties.contains_key(*name),
+                    "{}: no property {name}",
+                    tool.name
+                );
+            }
+            for hidden in tool.shape.hidden {
+                assert!(
+                    !properties.contains_key(*hidden),
+                    "{}: {hidden} shown",
+                    tool.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn booleans_are_bare_flags_and_values_follow_an_equals_sign() {
+        let tool = TOOLS
+            .iter()
+            .find(|t| t.name == "simulate")
+            .expect("simulate");
+        let arguments = serde_json::json!({
+            "path": "-odd.pickle", "alloc_conf": "expandable_segments:True", "sweep": true,
+            "validate": false,
+        });
+        let argv = command_line(
+            &tool.clap(),
+            &tool.shape,
+            arguments.as_object().expect("an object"),
+        )
+        .expect("a command line");
+        assert_eq!(
+            argv,
+            [
+                "simulate",
+                "--json",
+                "--alloc-conf=expandable_segments:True",
+                "--sweep",
+                "--",
+                "-odd.pickle"
+            ]
+        );
     }
 }
