@@ -16,6 +16,7 @@ mod gate;
 mod gpu;
 mod json_reference;
 mod live;
+mod mcp;
 mod nvml_fake;
 mod plan;
 mod plot_truth;

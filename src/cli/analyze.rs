@@ -19,6 +19,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
+    let report = report(args)?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(terminal_lines(&analyze_text::render(&report)).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// The report `--json` prints (the MCP tool `analyze` returns it too); writes `--plot`.
+pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
     let plot_format = args.plot.as_deref().map(Format::from_path).transpose()?;
     let files = expand(&args.files)?;
     if plot_format.is_some() && files.len() > 1 {
@@ -29,16 +43,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     } else {
         analyze_in_parallel(&files, args)?
     };
-    let report = AnalyzeReport::new(inputs);
-    let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        stdout.write_all(terminal_lines(&analyze_text::render(&report)).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok(AnalyzeReport::new(inputs))
 }
 
 /// Reads and analyzes one file; `progress` shows a bar for a big file on a terminal.

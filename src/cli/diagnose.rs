@@ -43,11 +43,7 @@ pub struct DiagnoseArgs {
 }
 
 pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
-    let (report, source) = match (&args.file, &args.log) {
-        (_, Some(log)) => (from_log(log)?, log),
-        (Some(file), None) => (from_snapshot(file, args)?, file),
-        (None, None) => bail!("give a snapshot FILE or --log LOGFILE"),
-    };
+    let (report, source) = report(args)?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
@@ -60,6 +56,15 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
         Outcome::Finding
     } else {
         Outcome::Ok
+    })
+}
+
+/// The report `--json` prints (the MCP tool `diagnose` returns it too), and the file it read.
+pub(super) fn report(args: &DiagnoseArgs) -> anyhow::Result<(DiagnoseReport, &PathBuf)> {
+    Ok(match (&args.file, &args.log) {
+        (_, Some(log)) => (from_log(log)?, log),
+        (Some(file), None) => (from_snapshot(file, args)?, file),
+        (None, None) => bail!("give a snapshot FILE or --log LOGFILE"),
     })
 }
 

@@ -58,7 +58,7 @@ struct DeviceDiff {
 }
 
 #[derive(Debug, Serialize)]
-struct DiffReport {
+pub(super) struct DiffReport {
     schema_version: u32,
     kind: &'static str,
     before: String,
@@ -66,6 +66,9 @@ struct DiffReport {
     metric: &'static str,
     max_increase: f64,
     devices: Vec<DeviceDiff>,
+    /// How the text names the metric.
+    #[serde(skip)]
+    metric_label: &'static str,
 }
 
 fn device_diff(c: &Check) -> DeviceDiff {
@@ -139,6 +142,24 @@ fn text(report: &DiffReport, label: &str) -> String {
 }
 
 pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
+    let report = report(args)?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(text(&report, report.metric_label).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(if report.devices.iter().all(|d| d.passed) {
+        Outcome::Ok
+    } else {
+        Outcome::Finding
+    })
+}
+
+/// The report `--json` prints (the MCP tool `diff` returns it too).
+pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
     let config = GateConfig {
         metric: args.metric.into(),
         max_increase: parse_increase(&args.max_increase)?,
@@ -147,7 +168,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
     let before = measure(&args.before, 0).with_context(|| args.before.display().to_string())?;
     let after = measure(&args.after, 0).with_context(|| args.after.display().to_string())?;
     let checks = evaluate(&after, Some(&Baseline::new(before)), &config)?;
-    let report = DiffReport {
+    Ok(DiffReport {
         schema_version: SCHEMA_VERSION,
         kind: "memprof_diff",
         before: args.before.display().to_string(),
@@ -155,18 +176,6 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
         metric: config.metric.key(),
         max_increase: config.max_increase,
         devices: checks.iter().map(device_diff).collect(),
-    };
-    let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        stdout.write_all(text(&report, config.metric.label()).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(if checks.iter().all(Check::passed) {
-        Outcome::Ok
-    } else {
-        Outcome::Finding
+        metric_label: config.metric.label(),
     })
 }

@@ -9,6 +9,7 @@ mod diff;
 mod export;
 mod gate;
 mod input;
+mod mcp;
 mod plan;
 mod plot;
 mod probe;
@@ -81,6 +82,8 @@ pub enum Command {
     Agent(agent::AgentArgs),
     /// What the CUDA driver reports: version, free/total memory, VMM granularity per device.
     Probe(probe::ProbeArgs),
+    /// Serve the analyses to AI agents: a Model Context Protocol server on stdin/stdout.
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Debug, Args)]
@@ -125,6 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Export(args) => export::run(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Probe(args) => probe::run(&args),
+        Command::Mcp(args) => mcp::run(&args),
     }
 }
 

@@ -170,7 +170,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub model: String,
     /// Override the parameter count (7000000000, 7e9, 7B).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_name = "COUNT", value_parser = parse_count)]
     pub params: Option<u64>,
     /// GPUs in the job (dp x tp x pp x cp).
     #[arg(long)]
@@ -416,6 +416,51 @@ pub fn load_model(spec: &str) -> anyhow::Result<ModelConfig> {
 }
 
 fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
+    let planned = train_plan(a)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &planned.json()).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        if let (Some(report), Some(path)) = (&planned.calibration, &a.calibrate) {
+            let name = path.display().to_string();
+            stdout.write_all(plan_text::calibration(report, &name).as_bytes())?;
+        }
+        let PlannedTraining {
+            setup,
+            plan,
+            version,
+            ..
+        } = &planned;
+        stdout.write_all(plan_text::train(setup, a.gpus, plan, *version, a.explain).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// The `plan train` document `--json` prints (the MCP tool `plan_train` returns it too).
+pub(super) fn train_json(a: &TrainArgs) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(&train_plan(a)?.json())?)
+}
+
+/// What `plan train` found: the setup, the searched candidates and the `--calibrate` result.
+struct PlannedTraining {
+    setup: TrainSetup,
+    plan: Plan,
+    version: Version,
+    calibration: Option<CalibrationReport>,
+}
+
+impl PlannedTraining {
+    fn json(&self) -> plan_json::TrainJson {
+        let mut doc = plan_json::TrainJson::new(&self.setup, &self.plan, self.version);
+        doc.calibration = self.calibration.clone();
+        doc
+    }
+}
+
+/// Searches the layouts; writes `--plot`.
+fn train_plan(a: &TrainArgs) -> anyhow::Result<PlannedTraining> {
     let mut model = load_model(&a.model)?;
     model.params_override = a.params;
     let setup = TrainSetup {
@@ -465,21 +510,12 @@ fn train(a: &TrainArgs) -> anyhow::Result<Outcome> {
         DeepSpeedArg::Current => Version::Current,
         DeepSpeedArg::Legacy => Version::Legacy,
     };
-    let mut stdout = std::io::stdout().lock();
-    if a.json {
-        let mut doc = plan_json::TrainJson::new(&setup, &plan, version);
-        doc.calibration = calibration;
-        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        if let (Some(report), Some(path)) = (&calibration, &a.calibrate) {
-            let name = path.display().to_string();
-            stdout.write_all(plan_text::calibration(report, &name).as_bytes())?;
-        }
-        stdout.write_all(plan_text::train(&setup, a.gpus, &plan, version, a.explain).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok(PlannedTraining {
+        setup,
+        plan,
+        version,
+        calibration,
+    })
 }
 
 /// Reads the `--calibrate` snapshot and calibrates the first listed candidate with it.
@@ -537,6 +573,29 @@ fn write_candidates_plot(
 const SWEEP_SETTINGS: usize = 6;
 
 fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
+    let (model, settings, doc) = kv_plan(a)?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        let text = plan_text::kv(&model.name, &settings, a.kv_memory, &doc);
+        stdout.write_all(text.as_bytes())?;
+        if let Some(w) = &doc.workload {
+            stdout.write_all(plan_text::workload(w).as_bytes())?;
+        }
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+/// The `plan kv` document `--json` prints (the MCP tool `plan_kv` returns it too).
+pub(super) fn kv_json(a: &KvArgs) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(&kv_plan(a)?.2)?)
+}
+
+/// Sizes the pool, and simulates `--workload`.
+fn kv_plan(a: &KvArgs) -> anyhow::Result<(ModelConfig, KvSettings, plan_json::KvJson)> {
     let model = load_model(&a.model)?;
     let settings = KvSettings {
         dtype: match a.dtype {
@@ -640,19 +699,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         solved.as_ref(),
         workload,
     );
-    let mut stdout = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        let text = plan_text::kv(&model.name, &settings, a.kv_memory, &doc);
-        stdout.write_all(text.as_bytes())?;
-        if let Some(w) = &doc.workload {
-            stdout.write_all(plan_text::workload(w).as_bytes())?;
-        }
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok((model, settings, doc))
 }
 
 /// The `--max-num-seqs` settings to simulate: the worst-case answer, then doubled until the

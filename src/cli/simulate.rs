@@ -12,6 +12,7 @@ use crate::sim::replay::{self, DeviceTrace, Prepared};
 use crate::sim::{sweep, AllocatorConfig, Backend};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -38,7 +39,44 @@ pub struct SimulateArgs {
     pub json: bool,
 }
 
+/// What `simulate` reports: the decisions checked (`--validate`) or the replays.
+pub(super) enum SimulateReport {
+    Validate(ValidateReport),
+    /// The replays, and the recorded run's peak the text compares them with.
+    Runs(RunsReport, u64),
+}
+
+impl Serialize for SimulateReport {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SimulateReport::Validate(r) => r.serialize(serializer),
+            SimulateReport::Runs(r, _) => r.serialize(serializer),
+        }
+    }
+}
+
 pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
+    let report = report(args)?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        let text = match &report {
+            SimulateReport::Validate(r) => r.text(),
+            SimulateReport::Runs(r, recorded_peak) => r.text(*recorded_peak),
+        };
+        stdout.write_all(text.as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(match &report {
+        SimulateReport::Validate(r) if !r.reproduced() => Outcome::Finding,
+        _ => Outcome::Ok,
+    })
+}
+
+/// The report `--json` prints (the MCP tool `simulate` returns it too).
+pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
     let capacity = match &args.capacity {
         Some(text) => {
             let bytes = text
@@ -112,21 +150,10 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
             eprintln!("memprof: warning: {shown}: device {}: {w}", p.device);
         }
     }
-    let mut stdout = std::io::stdout().lock();
     if args.validate {
-        let report = ValidateReport::new(prepared.iter().map(ValidateDevice::new).collect());
-        if args.json {
-            serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
-            stdout.write_all(b"\n")?;
-        } else {
-            stdout.write_all(report.text().as_bytes())?;
-        }
-        stdout.flush()?;
-        return Ok(if report.reproduced() {
-            Outcome::Ok
-        } else {
-            Outcome::Finding
-        });
+        return Ok(SimulateReport::Validate(ValidateReport::new(
+            prepared.iter().map(ValidateDevice::new).collect(),
+        )));
     }
     let recorded_run = Run {
         alloc_conf: recorded.to_conf_string(),
@@ -164,13 +191,5 @@ pub fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
         swept.sort_by_key(|r| (r.has_oom(), r.peak_reserved()));
         runs.extend(swept);
     }
-    let report = RunsReport::new(runs);
-    if args.json {
-        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
-        stdout.write_all(b"\n")?;
-    } else {
-        stdout.write_all(report.text(recorded_peak).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok(SimulateReport::Runs(RunsReport::new(runs), recorded_peak))
 }

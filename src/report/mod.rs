@@ -17,3 +17,4 @@ pub mod pressure_text;
 pub mod prometheus;
 pub mod simulate;
 pub mod terminal_text;
+pub mod view_state;

@@ -1,0 +1,100 @@
+//! `memprof mcp`: a Model Context Protocol server on stdin and stdout (the official SDK,
+//! `rmcp`), whose tools return the documents the commands print with `--json`, reading only
+//! files under the folders given with `--root`.
+
+mod roots;
+mod schema;
+mod tools;
+mod view_state;
+
+use super::Outcome;
+use anyhow::Context;
+use clap::Args;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use roots::Roots;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tools::TOOLS;
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// A folder whose files the tools may read (repeatable; default: the current folder).
+    /// Relative paths in tool calls are taken from the first.
+    #[arg(long, value_name = "DIR")]
+    pub root: Vec<PathBuf>,
+}
+
+/// The server: the roots its tools may read under.
+struct Server {
+    roots: Arc<Roots>,
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("memprof", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "GPU memory analysis of PyTorch memory snapshots and memprof recordings. Each \
+                 tool returns the JSON document of the memprof command of the same name; paths \
+                 are files under the server's --root folders.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = TOOLS
+            .iter()
+            .map(|t| Tool::new(t.name, t.description, t.input_schema()))
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(index) = TOOLS.iter().position(|t| t.name == request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {:?}", request.name),
+                None,
+            ));
+        };
+        let roots = Arc::clone(&self.roots);
+        let arguments = request.arguments.unwrap_or_default();
+        // The commands read and compute synchronously: off the thread that serves the protocol.
+        let outcome = tokio::task::spawn_blocking(move || TOOLS[index].call(&roots, arguments))
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("the tool failed: {e}"), None))?;
+        Ok(match outcome {
+            Ok(json) => CallToolResult::success(vec![ContentBlock::text(json)]),
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
+        }
+        .into())
+    }
+}
+
+pub fn run(args: &McpArgs) -> anyhow::Result<Outcome> {
+    let roots = Arc::new(Roots::new(&args.root)?);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the MCP server's runtime")?;
+    runtime.block_on(async {
+        let service = Server { roots }
+            .serve(rmcp::transport::stdio())
+            .await
+            .context("MCP handshake")?;
+        service.waiting().await.context("MCP server")?;
+        anyhow::Ok(())
+    })?;
+    Ok(Outcome::Ok)
+}
