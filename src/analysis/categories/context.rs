@@ -11,8 +11,8 @@ pub enum Context {
     Workspace,
     /// The autograd engine accumulating a parameter's gradient (`AccumulateGrad`).
     AccumulateGrad,
-    /// An optimizer: `torch/optim/` (its `step`, `_init_group`, the step wrapper), or a `step`
-    /// in a file whose name says optim.
+    /// An optimizer: `torch/optim/` (its `step`, `_init_group`, the step wrapper), or a `step`,
+    /// `__init__` or `_init_group` in a file whose name says optim.
     Optimizer,
     /// Parameter set-up: `Module.to` / `cuda` / `_apply`, `load_state_dict`, `torch.nn.init`,
     /// a `torch.nn` module's `__init__`, `reset_parameters`, `from_pretrained`.
@@ -67,7 +67,9 @@ fn frame_context(f: &Frame, kind: FrameKind) -> Context {
     }
     let path = f.filename.replace('\\', "/");
     let file = path.rsplit('/').next().unwrap_or_default();
-    if path.contains("/torch/optim/") || (name == "step" && file.contains("optim")) {
+    if path.contains("/torch/optim/")
+        || (file.contains("optim") && matches!(name, "step" | "__init__" | "_init_group"))
+    {
         return Context::Optimizer;
     }
     if name == "from_pretrained"

@@ -28,6 +28,9 @@ pub struct Lifetimes<'a> {
     /// The allocations alive after the last entry, by address.
     pub final_live: LiveSet,
     contexts: FxHashMap<StackId, Context>,
+    /// For an allocation an optimizer step made and kept, the older allocation of the same
+    /// size that the step freed (a parameter or state replaced rather than updated in place).
+    replaces: FxHashMap<usize, (u64, Live)>,
 }
 
 impl<'a> Lifetimes<'a> {
@@ -43,7 +46,22 @@ impl<'a> Lifetimes<'a> {
         let mut phase = Vec::with_capacity(entries.len());
         let mut contexts: FxHashMap<StackId, Context> = FxHashMap::default();
         let mut current = Context::Unknown;
+        let mut run_start = 0;
+        // Older allocations each optimizer run freed, by (run start, size).
+        let mut freed_in_step: FxHashMap<(usize, u64), Vec<(usize, u64, Live)>> =
+            FxHashMap::default();
         while let Some(i) = replay.step() {
+            let e = &entries[i];
+            if e.action == Action::Alloc {
+                if let Some(id) = e.stack {
+                    let c = *contexts.entry(id).or_insert_with(|| context_of(stacks, id));
+                    let next = c.phase().unwrap_or(current);
+                    if next != current {
+                        run_start = i;
+                    }
+                    current = next;
+                }
+            }
             if let Some((addr, ended)) = replay.ended() {
                 let at = u32::try_from(i).unwrap_or(NEVER);
                 match ended.born() {
@@ -52,12 +70,11 @@ impl<'a> Lifetimes<'a> {
                         before_ended.entry(addr).or_insert(at);
                     }
                 }
-            }
-            let e = &entries[i];
-            if e.action == Action::Alloc {
-                if let Some(id) = e.stack {
-                    let c = *contexts.entry(id).or_insert_with(|| context_of(stacks, id));
-                    current = c.phase().unwrap_or(current);
+                if current == Context::Optimizer && ended.born().is_none_or(|b| b < run_start) {
+                    freed_in_step
+                        .entry((run_start, ended.size))
+                        .or_default()
+                        .push((i, addr, ended));
                 }
             }
             totals.push(replay.live().total());
@@ -84,6 +101,41 @@ impl<'a> Lifetimes<'a> {
             }
         }
         steps_done.push(done);
+        // A free after the run's last allocation is a clean-up (`zero_grad`), not a
+        // replacement: only frees before it count.
+        let mut last_alloc: FxHashMap<usize, usize> = FxHashMap::default();
+        let mut start = 0;
+        for (j, e) in entries.iter().enumerate() {
+            if j > 0 && phase[j] != phase[j - 1] {
+                start = j;
+            }
+            if e.action == Action::Alloc && phase[j] == Context::Optimizer {
+                last_alloc.insert(start, j);
+            }
+        }
+        for ((run, _), older) in freed_in_step.iter_mut() {
+            let last = last_alloc.get(run).copied().unwrap_or(0);
+            older.retain(|o| o.0 < last);
+        }
+        let mut replaces = FxHashMap::default();
+        let mut start = 0;
+        for (j, e) in entries.iter().enumerate() {
+            if j > 0 && phase[j] != phase[j - 1] {
+                start = j;
+            }
+            if e.action != Action::Alloc
+                || phase[j] != Context::Optimizer
+                || (ended_at[j] != NEVER && ended_at[j] < run_end[j])
+            {
+                continue;
+            }
+            if let Some(older) = freed_in_step.get_mut(&(start, e.size)) {
+                if !older.is_empty() {
+                    let (_, addr, live) = older.remove(0);
+                    replaces.insert(j, (addr, live));
+                }
+            }
+        }
         Lifetimes {
             entries,
             ended_at,
@@ -95,7 +147,13 @@ impl<'a> Lifetimes<'a> {
             steps_done,
             final_live: replay.live().clone(),
             contexts,
+            replaces,
         }
+    }
+
+    /// The older allocation that the one made at `born` replaced in an optimizer step.
+    pub fn replaced_by(&self, born: usize) -> Option<(u64, Live)> {
+        self.replaces.get(&born).copied()
     }
 
     /// The context of a stack (cached).

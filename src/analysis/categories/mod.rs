@@ -192,12 +192,25 @@ impl<'a> Classifier<'a> {
             Context::Workspace => WORKSPACE,
             Context::AccumulateGrad => GRADIENT,
             Context::Parameter => PARAMETER,
-            Context::Optimizer if l.outlived_run(born, end) => OPTIMIZER_STATE,
+            // A step that replaces a tensor (`p.data = ...`) rather than updating it in place:
+            // the new one is what the old one was.
+            Context::Optimizer if l.outlived_run(born, end) => match l.replaced_by(born) {
+                Some((older_addr, older)) => self.builtin(older_addr, &older),
+                None => OPTIMIZER_STATE,
+            },
             Context::Backward if l.outlived_run(born, end) => GRADIENT,
             Context::Backward => AUTOGRAD,
             // Made in forward and kept across an optimizer step: a cache, not an activation.
             Context::Forward if l.steps_before(end) > l.steps_before(born) => OTHER,
             Context::Forward => ACTIVATION,
+            // Made outside any step phase, kept across an optimizer step, of a size that the
+            // trace's gradients and optimizer states have.
+            Context::Unknown
+                if l.steps_before(end) > l.steps_before(born)
+                    && self.parameter_sizes.contains(&live.size) =>
+            {
+                PARAMETER
+            }
             // Made outside any module but kept for backward and freed there.
             Context::Unknown
                 if l.phase_at(born) != Context::Backward
