@@ -4,6 +4,7 @@
 pub mod analyze_json;
 pub mod analyze_text;
 pub mod attach_json;
+pub mod categories_text;
 pub mod diagnose;
 pub mod export;
 pub mod gate;
