@@ -136,7 +136,9 @@ fn forward_only_inference_has_no_gradient_or_optimizer_state() {
         }
     }
     // The inference run's peak is its forward's activations.
-    if let Some(d) = real_device("more/HugePandaCoder__octree-nca-groupeq__inference2_peso_oct.pickle") {
+    if let Some(d) =
+        real_device("more/HugePandaCoder__octree-nca-groupeq__inference2_peso_oct.pickle")
+    {
         assert!(bytes(&d["categories"]["at_peak"], "activation") > 7000 * MIB);
     }
 }
@@ -256,7 +258,11 @@ fn record_function_ranges_give_the_phase_table() {
         return;
     };
     let phases = d["phases"].as_array().expect("phases");
-    let names: Vec<&str> = phases.iter().take(3).filter_map(|p| p["name"].as_str()).collect();
+    let names: Vec<&str> = phases
+        .iter()
+        .take(3)
+        .filter_map(|p| p["name"].as_str())
+        .collect();
     assert_eq!(
         names,
         [

@@ -21,7 +21,11 @@ pub fn breakdown(list: &[CategoryBytes]) -> String {
             } else {
                 c.bytes as f64 * 100.0 / total as f64
             };
-            format!("{} {} ({share:.0}%)", terminal_text(&c.category), Bytes(c.bytes))
+            format!(
+                "{} {} ({share:.0}%)",
+                terminal_text(&c.category),
+                Bytes(c.bytes)
+            )
         })
         .collect::<Vec<_>>()
         .join(", ")
