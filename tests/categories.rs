@@ -230,6 +230,27 @@ fn an_oom_in_one_functions_intermediates_is_mostly_activation() {
     assert_eq!(bytes(at_oom, "attention") + 64 * MIB, total, "{at_oom}");
     let bad = memprof(&["analyze", "--category", "x=(", &file.display().to_string()]);
     assert_eq!(bad.status.code(), Some(2));
+    // The report draws a stacked bar per moment.
+    let page = dir.join("report.html");
+    let out = memprof(&[
+        "report",
+        &file.display().to_string(),
+        "-o",
+        &page.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let html = std::fs::read_to_string(&page).expect("written");
+    let section = html
+        .split("<h3>What the live memory is</h3>")
+        .nth(1)
+        .expect("the categories section");
+    for moment in ["at the peak", "at the OOM", "at the dump"] {
+        assert!(
+            section.contains(&format!("<tr><th>{moment}</th>")),
+            "{moment}"
+        );
+    }
+    assert!(section.contains("title=\"activation: "), "{section}");
 }
 
 #[test]

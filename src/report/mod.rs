@@ -10,6 +10,7 @@ pub mod export;
 pub mod gate;
 pub mod gate_output;
 pub mod html;
+mod html_categories;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;

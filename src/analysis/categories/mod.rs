@@ -61,7 +61,7 @@ pub struct Categories {
 pub struct Classifier<'a> {
     stacks: &'a StackTable,
     snapshot: &'a Snapshot,
-    rules: &'a CategoryRules,
+    rules: CategoryRules,
     /// Category names: the built-in ones, then the user's that are new.
     names: Vec<String>,
     /// For each user rule, its index in `names`.
@@ -74,7 +74,7 @@ pub struct Classifier<'a> {
 }
 
 impl<'a> Classifier<'a> {
-    pub fn new(snapshot: &'a Snapshot, device: u32, rules: &'a CategoryRules) -> Classifier<'a> {
+    pub fn new(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) -> Classifier<'a> {
         let segments: Vec<_> = snapshot.device_segments(device).collect();
         let entries = snapshot.timeline.device(device as usize);
         let mut names: Vec<String> = BUILTIN.iter().map(|s| s.to_string()).collect();
@@ -92,7 +92,7 @@ impl<'a> Classifier<'a> {
         let mut c = Classifier {
             stacks: &snapshot.stacks,
             snapshot,
-            rules,
+            rules: rules.clone(),
             names,
             rule_index,
             lifetimes: Lifetimes::new(entries, &segments, &snapshot.stacks),
@@ -245,6 +245,18 @@ impl<'a> Classifier<'a> {
         out
     }
 
+    /// The categories alive right after entry `index` of the trace.
+    pub fn at_entry(&mut self, index: usize) -> Vec<CategoryBytes> {
+        let live = self.lifetimes.live_at(Some(index));
+        self.breakdown(live)
+    }
+
+    /// The categories of the dump's allocated blocks.
+    pub fn at_dump(&mut self, device: u32) -> Vec<CategoryBytes> {
+        let live = self.dump_live(device);
+        self.breakdown(live)
+    }
+
     /// The allocated blocks of the dump, with the lifetimes the trace gives them.
     fn dump_live(&self, device: u32) -> Vec<(u64, Live)> {
         self.snapshot
@@ -278,8 +290,7 @@ pub fn categorize(
         let live = c.lifetimes.live_at(Some(i));
         c.breakdown(live)
     });
-    let dump = c.dump_live(device);
-    let at_dump = c.breakdown(dump);
+    let at_dump = c.at_dump(device);
     let phases = phases::phases(&mut c, snapshot, device);
     (
         Categories {
