@@ -158,8 +158,8 @@ fn a_peak_in_backward_is_its_temporaries_and_the_saved_activations() {
 }
 
 /// A model moved to the GPU (`Module.to`), then one attention function's intermediates
-/// allocated in forward until the device (512 MiB) is full.
-fn oom_in_attention(path: &std::path::Path) {
+/// allocated in forward until the device (`capacity`) is full.
+fn oom_in_attention(path: &std::path::Path, capacity: u64) {
     let torch = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py";
     let mut stacks = StackTable::default();
     let mut stack = |frames: &[(&str, &str)]| {
@@ -182,7 +182,7 @@ fn oom_in_attention(path: &std::path::Path) {
         (torch, "_call_impl"),
         ("/w/train.py", "main"),
     ]);
-    let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(Some(512 * MIB)));
+    let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(Some(capacity)));
     for _ in 0..4 {
         a.malloc(16 * MIB, 0).expect("fits");
     }
@@ -205,7 +205,7 @@ fn oom_in_attention(path: &std::path::Path) {
 fn an_oom_in_one_functions_intermediates_is_mostly_activation() {
     let dir = Scratch::new("categories_oom");
     let file = dir.join("oom.pickle");
-    oom_in_attention(&file);
+    oom_in_attention(&file, 512 * MIB);
     let doc = analyze_json(std::slice::from_ref(&file));
     let d = &doc["inputs"][0]["devices"][0];
     assert!(!d["oom"].is_null(), "{d}");
@@ -293,4 +293,32 @@ fn record_function_ranges_give_the_phase_table() {
         ]
     );
     assert!(phases.iter().all(|p| p["source"] == "stacks"));
+}
+
+#[test]
+fn diff_shows_the_categories_that_grew() {
+    let dir = Scratch::new("categories_diff");
+    let (before, after) = (dir.join("before.pickle"), dir.join("after.pickle"));
+    oom_in_attention(&before, 512 * MIB);
+    oom_in_attention(&after, 1024 * MIB);
+    let (b, a) = (before.display().to_string(), after.display().to_string());
+    let out = memprof(&["diff", "--json", &b, &a]);
+    assert_eq!(out.status.code(), Some(1), "the peak grew");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let categories = &doc["devices"][0]["categories"];
+    assert_eq!(categories[0]["category"], "activation", "{categories}");
+    assert!(categories[0]["after_bytes"].as_u64() > categories[0]["before_bytes"].as_u64());
+    assert_eq!(categories[1]["category"], "parameter", "{categories}");
+    assert_eq!(categories[1]["after_bytes"], categories[1]["before_bytes"]);
+    let text = stdout(&memprof(&["diff", &b, &a]));
+    assert!(
+        text.contains("  by category at the peak: activation +"),
+        "{text}"
+    );
+    // An analyze JSON document carries its categories into the diff as well.
+    let json = dir.join("after.json");
+    std::fs::write(&json, memprof(&["analyze", "--json", &a]).stdout).expect("writable");
+    let out = memprof(&["diff", "--json", &b, &json.display().to_string()]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["devices"][0]["categories"], *categories);
 }

@@ -4,6 +4,7 @@
 use super::input::load_snapshot;
 use super::Outcome;
 use crate::analysis::analyze_snapshot;
+use crate::analysis::categories::{CategoryBytes, CategoryRules};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_output;
@@ -147,7 +148,12 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
         return from_analyze_json(&doc, &name, first_rank);
     }
     let loaded = load_snapshot(path, false)?;
-    let devices = analyze_snapshot(&loaded.parsed.snapshot, SITES_KEPT, None);
+    let snapshot = &loaded.parsed.snapshot;
+    let mut devices = analyze_snapshot(snapshot, SITES_KEPT, None);
+    let rules = CategoryRules::default();
+    devices
+        .iter_mut()
+        .for_each(|d| d.add_categories(snapshot, &rules));
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }
@@ -210,6 +216,18 @@ fn from_analyze_json(
                     "trace.peak_reserved_bytes",
                 )?,
                 sites,
+                categories: d["categories"]["at_peak"]
+                    .as_array()
+                    .map(|list| {
+                        list.iter()
+                            .map(|c| CategoryBytes {
+                                category: c["category"].as_str().unwrap_or_default().to_string(),
+                                bytes: c["bytes"].as_u64().unwrap_or(0),
+                                count: c["count"].as_u64().unwrap_or(0) as usize,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
     }

@@ -1,6 +1,7 @@
 //! The CI memory gate: what is measured per input and device, the versioned baseline file, and
 //! the verdict of comparing a run against a baseline and a limit. Pure: no I/O.
 
+use crate::analysis::categories::CategoryBytes;
 use crate::analysis::DeviceAnalysis;
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,9 @@ pub struct Measurement {
     pub peak_reserved_bytes: u64,
     /// Sites alive at the peak, most bytes first.
     pub sites: Vec<SiteBytes>,
+    /// The categories alive at the peak, for `diff` (not kept in baselines).
+    #[serde(skip)]
+    pub categories: Vec<CategoryBytes>,
 }
 
 impl Measurement {
@@ -50,6 +54,11 @@ impl Measurement {
                     stack: s.stack.clone(),
                 })
                 .collect(),
+            categories: device
+                .categories
+                .as_ref()
+                .map(|c| c.at_peak.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -306,6 +315,7 @@ mod tests {
                     stack: vec![frame.into()],
                 })
                 .collect(),
+            categories: Vec::new(),
         }
     }
 
