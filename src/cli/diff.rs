@@ -78,7 +78,7 @@ fn category_changes(before: &[CategoryBytes], after: &[CategoryBytes]) -> Vec<Ca
             }),
     );
     let growth = |c: &CategoryChange| c.after_bytes as i128 - c.before_bytes as i128;
-    changes.sort_by(|x, y| growth(y).cmp(&growth(x)));
+    changes.sort_by_key(|c| std::cmp::Reverse(growth(c)));
     changes
 }
 

@@ -9,6 +9,9 @@ use rustc_hash::FxHashMap;
 /// `ended_at` of an allocation alive at the end.
 const NEVER: u32 = u32::MAX;
 
+/// An older allocation an optimizer step freed: the entry that freed it, its address, itself.
+type Freed = (usize, u64, Live);
+
 /// The lifetimes and phases of one device's trace.
 pub struct Lifetimes<'a> {
     pub entries: &'a [TraceEntry],
@@ -48,8 +51,7 @@ impl<'a> Lifetimes<'a> {
         let mut current = Context::Unknown;
         let mut run_start = 0;
         // Older allocations each optimizer run freed, by (run start, size).
-        let mut freed_in_step: FxHashMap<(usize, u64), Vec<(usize, u64, Live)>> =
-            FxHashMap::default();
+        let mut freed_in_step: FxHashMap<(usize, u64), Vec<Freed>> = FxHashMap::default();
         while let Some(i) = replay.step() {
             let e = &entries[i];
             if e.action == Action::Alloc {

@@ -123,10 +123,10 @@ impl<'a> Classifier<'a> {
 
     /// The category of a live allocation (an index in `names`).
     pub fn category(&mut self, addr: u64, live: &Live) -> usize {
-        if let Some(i) = self.from_metadata(live) {
+        if let Some(i) = self.by_metadata(live) {
             return i;
         }
-        if let Some(i) = self.from_rules(live.stack) {
+        if let Some(i) = self.by_rules(live.stack) {
             return i;
         }
         self.builtin(addr, live)
@@ -134,7 +134,7 @@ impl<'a> Classifier<'a> {
 
     /// PyTorch's `user_metadata` on the `alloc` entry: a rule's pattern that matches it, else
     /// the text itself when it names a category.
-    fn from_metadata(&self, live: &Live) -> Option<usize> {
+    fn by_metadata(&self, live: &Live) -> Option<usize> {
         let born = live.born()?;
         let extra = self.lifetimes.entries[born].extra?;
         let text = self
@@ -149,7 +149,8 @@ impl<'a> Classifier<'a> {
         self.names.iter().position(|n| n == text)
     }
 
-    fn from_rules(&mut self, stack: Option<StackId>) -> Option<usize> {
+    /// The first `--category` rule that a frame of the filtered stack matches (cached per stack).
+    fn by_rules(&mut self, stack: Option<StackId>) -> Option<usize> {
         if self.rules.is_empty() {
             return None;
         }
@@ -241,7 +242,7 @@ impl<'a> Classifier<'a> {
                 count,
             })
             .collect();
-        out.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        out.sort_by_key(|c| std::cmp::Reverse(c.bytes));
         out
     }
 

@@ -73,7 +73,7 @@ mod tests {
         assert_eq!(rules.matching(["/w/kv_cache.py:3:grow"]), Some(0));
         assert_eq!(rules.matching(["/w/model.py:9:attn"]), Some(1));
         assert_eq!(rules.matching(["/w/model.py:9:mlp"]), None);
-        let bad = CategoryRules::parse(&["x=(".to_string()]).unwrap_err();
+        let bad = CategoryRules::parse(&["x=(".to_string()]).expect_err("not a pattern");
         assert!(bad.contains("not a regular expression"), "{bad}");
         assert!(CategoryRules::parse(&["novalue".to_string()]).is_err());
         assert!(CategoryRules::parse(&["a b=x".to_string()]).is_err());
