@@ -31,6 +31,8 @@ pub struct Lifetimes<'a> {
     /// The allocations alive after the last entry, by address.
     pub final_live: LiveSet,
     contexts: FxHashMap<StackId, Context>,
+    /// The replay before the first entry, for rebuilding many states in one pass.
+    initial: Replay<'a>,
     /// For an allocation an optimizer step made and kept, the older allocation of the same
     /// size that the step freed (a parameter or state replaced rather than updated in place).
     replaces: FxHashMap<usize, (u64, Live)>,
@@ -39,6 +41,7 @@ pub struct Lifetimes<'a> {
 impl<'a> Lifetimes<'a> {
     pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &StackTable) -> Self {
         let mut replay = Replay::new(entries, segments.iter().copied());
+        let initial = replay.clone();
         let mut before: Vec<(u64, Live, u32)> =
             replay.live().iter().map(|(a, l)| (a, *l, NEVER)).collect();
         before.sort_unstable_by_key(|b| b.0);
@@ -149,6 +152,7 @@ impl<'a> Lifetimes<'a> {
             steps_done,
             final_live: replay.live().clone(),
             contexts,
+            initial,
             replaces,
         }
     }
@@ -198,6 +202,22 @@ impl<'a> Lifetimes<'a> {
     /// The phase in effect at entry `i` (`Unknown` past the end).
     pub fn phase_at(&self, i: usize) -> Context {
         self.phase.get(i).copied().unwrap_or(Context::Unknown)
+    }
+
+    /// The allocations alive right after each of `indices` (before the first entry for
+    /// `None`), in one replay of the trace up to the last of them.
+    pub fn live_at_many(&self, indices: &[Option<usize>]) -> Vec<Vec<(u64, Live)>> {
+        let mut order: Vec<usize> = (0..indices.len()).collect();
+        order.sort_by_key(|&k| indices[k]);
+        let mut out = vec![Vec::new(); indices.len()];
+        let mut replay = self.initial.clone();
+        for k in order {
+            if let Some(i) = indices[k] {
+                replay.run_through(i);
+            }
+            out[k] = replay.live().iter().map(|(a, l)| (a, *l)).collect();
+        }
+        out
     }
 
     /// The allocations alive right after entry `index` (before the first entry for `None`),

@@ -44,10 +44,21 @@ pub(super) fn phases(c: &mut Classifier<'_>, snapshot: &Snapshot, device: u32) -
         "annotation"
     };
     ranges.truncate(MOST);
-    ranges
+    let mut phases: Vec<Phase> = ranges
         .into_iter()
         .map(|(name, start, end)| measure(c, name, source, start, end))
-        .collect()
+        .collect();
+    // What was alive at each phase's peak (before it, for a phase without entries).
+    let at: Vec<Option<usize>> = phases
+        .iter()
+        .map(|p| p.peak_entry_index.or(p.start_entry.checked_sub(1)))
+        .collect();
+    for (phase, live) in phases.iter_mut().zip(c.lifetimes.live_at_many(&at)) {
+        let mut top = c.breakdown(live);
+        top.truncate(TOP_CATEGORIES);
+        phase.top_categories = top;
+    }
+    phases
 }
 
 /// `record_function` START/END pairs of this device, as entry ranges found by time.
@@ -110,8 +121,9 @@ fn from_stacks(c: &Classifier<'_>) -> Vec<(String, usize, usize)> {
     ranges
 }
 
+/// A range's figures; its `top_categories` are filled by the caller.
 fn measure(
-    c: &mut Classifier<'_>,
+    c: &Classifier<'_>,
     name: String,
     source: &'static str,
     start: usize,
@@ -124,9 +136,6 @@ fn measure(
     };
     let peak = (start..end).max_by_key(|&i| (l.totals[i], std::cmp::Reverse(i)));
     let peak_bytes = peak.map_or(at_entry_bytes, |i| l.totals[i]);
-    let live = l.live_at(peak.or(start.checked_sub(1)));
-    let mut top_categories = c.breakdown(live);
-    top_categories.truncate(TOP_CATEGORIES);
     Phase {
         name,
         source,
@@ -135,6 +144,6 @@ fn measure(
         at_entry_bytes,
         peak_bytes,
         peak_entry_index: peak,
-        top_categories,
+        top_categories: Vec::new(),
     }
 }
