@@ -122,6 +122,8 @@ fn an_adam_step_shows_parameters_gradients_and_optimizer_state() {
 
 #[test]
 fn forward_only_inference_has_no_gradient_or_optimizer_state() {
+    // An NCA model's inference, FlexGen's OPT-1.3B inference (no trace: blocks only) and a
+    // BERT validation run: their stacks hold forward calls only.
     for rel in [
         "more/HugePandaCoder__octree-nca-groupeq__inference2_peso_oct.pickle",
         "more/Yiyi-philosophy__LLM-inference__1.3b_snapshot_6a8eab0.pickle",
