@@ -1,6 +1,6 @@
 //! One replay of a device's trace that keeps what the categories need: when each allocation
 //! ended, the live total after each entry, the allocations alive before the trace, and the
-//! part of the step (phase) each entry falls in, with where each phase's run ends.
+//! runs of one part of the step (phase) that the trace falls into.
 
 use super::context::{context_of, Context};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
@@ -22,12 +22,11 @@ pub struct Lifetimes<'a> {
     /// The live total after each entry.
     pub totals: Vec<u64>,
     pub before_total: u64,
-    /// The phase after each entry (the last phase an `alloc` named, `Unknown` before any).
-    pub phase: Vec<Context>,
-    /// For each entry, the first later entry in another phase (`entries.len()` when none).
-    run_end: Vec<u32>,
-    /// Optimizer runs finished before entry `i` (`steps_done[len]` is all of them).
-    steps_done: Vec<u32>,
+    /// Runs of one phase: where each starts and its phase (the last phase an `alloc` named,
+    /// `Unknown` before any), in order; the first starts at 0.
+    runs: Vec<(usize, Context)>,
+    /// For each optimizer run, the entry after its last (`steps_before` counts them).
+    step_ends: Vec<usize>,
     /// The allocations alive after the last entry, by address.
     pub final_live: LiveSet,
     contexts: FxHashMap<StackId, Context>,
@@ -49,7 +48,7 @@ impl<'a> Lifetimes<'a> {
         let mut before_ended: FxHashMap<u64, u32> = FxHashMap::default();
         let mut ended_at = vec![NEVER; entries.len()];
         let mut totals = Vec::with_capacity(entries.len());
-        let mut phase = Vec::with_capacity(entries.len());
+        let mut runs = vec![(0, Context::Unknown)];
         let mut contexts: FxHashMap<StackId, Context> = FxHashMap::default();
         let mut current = Context::Unknown;
         let mut run_start = 0;
@@ -63,6 +62,10 @@ impl<'a> Lifetimes<'a> {
                     let next = c.phase().unwrap_or(current);
                     if next != current {
                         run_start = i;
+                        match runs.last_mut() {
+                            Some(last) if last.0 == i => last.1 = next,
+                            _ => runs.push((i, next)),
+                        }
                     }
                     current = next;
                 }
@@ -83,61 +86,37 @@ impl<'a> Lifetimes<'a> {
                 }
             }
             totals.push(replay.live().total());
-            phase.push(current);
         }
         for b in &mut before {
             b.2 = before_ended.get(&b.0).copied().unwrap_or(NEVER);
         }
         let n = entries.len();
-        let mut run_end = vec![n as u32; n];
-        for i in (0..n.saturating_sub(1)).rev() {
-            run_end[i] = if phase[i + 1] != phase[i] {
-                (i + 1) as u32
-            } else {
-                run_end[i + 1]
-            };
-        }
-        let mut steps_done = Vec::with_capacity(n + 1);
-        let mut done = 0u32;
-        for i in 0..n {
-            steps_done.push(done);
-            if phase[i] == Context::Optimizer && phase.get(i + 1) != Some(&Context::Optimizer) {
-                done += 1;
-            }
-        }
-        steps_done.push(done);
-        // A free after the run's last allocation is a clean-up (`zero_grad`), not a
-        // replacement: only frees before it count.
-        let mut last_alloc: FxHashMap<usize, usize> = FxHashMap::default();
-        let mut start = 0;
-        for (j, e) in entries.iter().enumerate() {
-            if j > 0 && phase[j] != phase[j - 1] {
-                start = j;
-            }
-            if e.action == Action::Alloc && phase[j] == Context::Optimizer {
-                last_alloc.insert(start, j);
-            }
-        }
-        for ((run, _), older) in freed_in_step.iter_mut() {
-            let last = last_alloc.get(run).copied().unwrap_or(0);
-            older.retain(|o| o.0 < last);
-        }
+        let run_ends: Vec<usize> = runs.iter().skip(1).map(|r| r.0).chain([n]).collect();
+        let step_ends = runs
+            .iter()
+            .zip(&run_ends)
+            .filter(|(r, _)| r.1 == Context::Optimizer)
+            .map(|(_, &end)| end)
+            .collect();
+        // An allocation an optimizer run makes and keeps takes the place of an older one of its
+        // size that the run freed before its last allocation (later frees are a clean-up,
+        // `zero_grad`, not a replacement).
         let mut replaces = FxHashMap::default();
-        let mut start = 0;
-        for (j, e) in entries.iter().enumerate() {
-            if j > 0 && phase[j] != phase[j - 1] {
-                start = j;
-            }
-            if e.action != Action::Alloc
-                || phase[j] != Context::Optimizer
-                || (ended_at[j] != NEVER && ended_at[j] < run_end[j])
-            {
+        for (&(start, phase), &end) in runs.iter().zip(&run_ends) {
+            if phase != Context::Optimizer {
                 continue;
             }
-            if let Some(older) = freed_in_step.get_mut(&(start, e.size)) {
-                if !older.is_empty() {
-                    let (_, addr, live) = older.remove(0);
-                    replaces.insert(j, (addr, live));
+            let allocs = || (start..end).filter(|&j| entries[j].action == Action::Alloc);
+            let last = allocs().last().unwrap_or(start);
+            for j in allocs() {
+                if ended_at[j] != NEVER && (ended_at[j] as usize) < end {
+                    continue;
+                }
+                if let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) {
+                    if let Some(k) = older.iter().position(|o| o.0 < last) {
+                        let (_, addr, live) = older.remove(k);
+                        replaces.insert(j, (addr, live));
+                    }
                 }
             }
         }
@@ -147,9 +126,8 @@ impl<'a> Lifetimes<'a> {
             before,
             totals,
             before_total,
-            phase,
-            run_end,
-            steps_done,
+            runs,
+            step_ends,
             final_live: replay.live().clone(),
             contexts,
             initial,
@@ -189,19 +167,40 @@ impl<'a> Lifetimes<'a> {
         }
     }
 
+    /// The runs of one phase: start, end (the entry after the last) and phase, in order.
+    pub fn runs(&self) -> impl Iterator<Item = (usize, usize, Context)> + '_ {
+        let n = self.entries.len();
+        self.runs
+            .iter()
+            .enumerate()
+            .map(move |(k, &(start, phase))| {
+                (start, self.runs.get(k + 1).map_or(n, |r| r.0), phase)
+            })
+    }
+
+    /// Index in `runs` of the run holding entry `i`.
+    fn run_of(&self, i: usize) -> usize {
+        self.runs.partition_point(|r| r.0 <= i).saturating_sub(1)
+    }
+
     /// Whether an allocation made at `born` outlived the phase run it was made in.
     pub fn outlived_run(&self, born: usize, end: usize) -> bool {
-        end >= self.run_end[born] as usize
+        let next = self.runs.get(self.run_of(born) + 1);
+        end >= next.map_or(self.entries.len(), |r| r.0)
     }
 
     /// Optimizer runs finished before entry `i` (all of them for `i >= len`).
     pub fn steps_before(&self, i: usize) -> u32 {
-        self.steps_done[i.min(self.entries.len())]
+        let i = i.min(self.entries.len());
+        self.step_ends.partition_point(|&e| e <= i) as u32
     }
 
     /// The phase in effect at entry `i` (`Unknown` past the end).
     pub fn phase_at(&self, i: usize) -> Context {
-        self.phase.get(i).copied().unwrap_or(Context::Unknown)
+        if i >= self.entries.len() {
+            return Context::Unknown;
+        }
+        self.runs[self.run_of(i)].1
     }
 
     /// The allocations alive right after each of `indices` (before the first entry for

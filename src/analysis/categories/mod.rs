@@ -103,13 +103,22 @@ impl<'a> Classifier<'a> {
         c
     }
 
-    /// Sizes made in the trace both as a gradient and as an optimizer state.
+    /// Sizes made in the trace both as a gradient and as an optimizer state (none without an
+    /// optimizer step).
     fn sizes_of_parameters(&mut self) -> FxHashSet<u64> {
         let mut gradients = FxHashSet::default();
         let mut states = FxHashSet::default();
+        if self.lifetimes.steps_before(usize::MAX) == 0 {
+            return FxHashSet::default();
+        }
         for (i, e) in self.lifetimes.entries.iter().enumerate() {
             let Some(addr) = e.addr() else { continue };
-            if e.action != crate::model::Action::Alloc {
+            if e.action != crate::model::Action::Alloc
+                || !matches!(
+                    self.lifetimes.context(self.stacks, e.stack),
+                    Context::AccumulateGrad | Context::Backward | Context::Optimizer
+                )
+            {
                 continue;
             }
             match self.builtin(addr, &Live::from_alloc(e, i)) {

@@ -99,26 +99,20 @@ fn annotated(c: &Classifier<'_>, snapshot: &Snapshot, device: u32) -> Vec<(Strin
 /// Runs of one phase (forward, backward, optimizer step, parameter set-up) in the trace.
 fn from_stacks(c: &Classifier<'_>) -> Vec<(String, usize, usize)> {
     let l = &c.lifetimes;
-    let mut ranges = Vec::new();
-    let mut start = 0;
-    for i in 1..=l.phase.len() {
-        if i < l.phase.len() && l.phase[i] == l.phase[start] {
-            continue;
-        }
-        let what = match l.phase[start] {
-            Context::Forward => Some("forward"),
-            Context::Backward => Some("backward"),
-            Context::Optimizer => Some("optimizer step"),
-            Context::Parameter => Some("parameter set-up"),
-            _ => None,
-        };
-        if let Some(what) = what {
+    l.runs()
+        .filter(|&(start, end, _)| end > start)
+        .filter_map(|(start, end, phase)| {
+            let what = match phase {
+                Context::Forward => "forward",
+                Context::Backward => "backward",
+                Context::Optimizer => "optimizer step",
+                Context::Parameter => "parameter set-up",
+                _ => return None,
+            };
             let iteration = l.steps_before(start) + 1;
-            ranges.push((format!("{what} (iteration {iteration})"), start, i));
-        }
-        start = i;
-    }
-    ranges
+            Some((format!("{what} (iteration {iteration})"), start, end))
+        })
+        .collect()
 }
 
 /// A range's figures; its `top_categories` are filled by the caller.
