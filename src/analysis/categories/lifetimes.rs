@@ -107,7 +107,7 @@ impl<'a> Lifetimes<'a> {
                 continue;
             }
             let allocs = || (start..end).filter(|&j| entries[j].action == Action::Alloc);
-            let last = allocs().last().unwrap_or(start);
+            let last = allocs().next_back().unwrap_or(start);
             for j in allocs() {
                 if ended_at[j] != NEVER && (ended_at[j] as usize) < end {
                     continue;
