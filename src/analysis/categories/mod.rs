@@ -113,12 +113,16 @@ impl<'a> Classifier<'a> {
         }
         for (i, e) in self.lifetimes.entries.iter().enumerate() {
             let Some(addr) = e.addr() else { continue };
-            if e.action != crate::model::Action::Alloc
-                || !matches!(
-                    self.lifetimes.context(self.stacks, e.stack),
-                    Context::AccumulateGrad | Context::Backward | Context::Optimizer
-                )
-            {
+            if e.action != crate::model::Action::Alloc {
+                continue;
+            }
+            // Sizes repeat every iteration: a size already found is not looked at again.
+            let known = match self.lifetimes.context(self.stacks, e.stack) {
+                Context::AccumulateGrad | Context::Backward => gradients.contains(&e.size),
+                Context::Optimizer => states.contains(&e.size),
+                _ => true,
+            };
+            if known {
                 continue;
             }
             match self.builtin(addr, &Live::from_alloc(e, i)) {
