@@ -98,25 +98,38 @@ impl<'a> Lifetimes<'a> {
             .filter(|(r, _)| r.1 == Context::Optimizer)
             .map(|(_, &end)| end)
             .collect();
-        // An allocation an optimizer run makes and keeps takes the place of an older one of its
-        // size that the run freed before its last allocation (later frees are a clean-up,
-        // `zero_grad`, not a replacement).
+        // An allocation an optimizer run makes and keeps takes the place of the older one of
+        // its size, freed in the same run, nearest to it (`p.data = ...` frees the old tensor
+        // just before or just after making the new one). A gradient is never replaced: frees
+        // of gradients are `zero_grad`'s clean-up.
         let mut replaces = FxHashMap::default();
         for (&(start, phase), &end) in runs.iter().zip(&run_ends) {
             if phase != Context::Optimizer {
                 continue;
             }
-            let allocs = || (start..end).filter(|&j| entries[j].action == Action::Alloc);
-            let last = allocs().next_back().unwrap_or(start);
-            for j in allocs() {
+            for j in (start..end).filter(|&j| entries[j].action == Action::Alloc) {
                 if ended_at[j] != NEVER && (ended_at[j] as usize) < end {
                     continue;
                 }
-                if let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) {
-                    if let Some(k) = older.iter().position(|o| o.0 < last) {
-                        let (_, addr, live) = older.remove(k);
-                        replaces.insert(j, (addr, live));
-                    }
+                let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) else {
+                    continue;
+                };
+                let found = older
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| {
+                        !matches!(
+                            o.2.stack.map(|id| {
+                                *contexts.entry(id).or_insert_with(|| context_of(stacks, id))
+                            }),
+                            Some(Context::Backward | Context::AccumulateGrad)
+                        )
+                    })
+                    .min_by_key(|(_, o)| o.0.abs_diff(j))
+                    .map(|(f, _)| f);
+                if let Some(f) = found {
+                    let (_, addr, live) = older.remove(f);
+                    replaces.insert(j, (addr, live));
                 }
             }
         }
