@@ -6,6 +6,7 @@ mod analyze_fixtures;
 mod attach;
 mod attach_shim;
 mod bad_input;
+mod categories;
 mod commands;
 mod compare;
 mod diagnose;

@@ -1,5 +1,6 @@
 //! Everything `analyze` reports for one device of one snapshot.
 
+use super::categories::{categorize, Categories, CategoryRules, Phase};
 use super::layout::{layout_totals, LayoutTotals, SegmentUse};
 use super::oom::{AtOom, Diagnosis};
 use super::peak::find_peak;
@@ -71,6 +72,27 @@ pub struct DeviceAnalysis {
     /// Whether the blocks of the final layout carry call stacks (memory history was recorded,
     /// even where the trace was not kept).
     pub blocks_have_stacks: bool,
+    /// What the live memory is at the peak, the OOM and the dump; filled by `add_categories`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub categories: Option<Categories>,
+    /// Named ranges of the trace with their peaks; filled by `add_categories`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Vec<Phase>>,
+}
+
+impl DeviceAnalysis {
+    /// Fills `categories` and `phases` (one more replay of the trace).
+    pub fn add_categories(&mut self, snapshot: &Snapshot, rules: &CategoryRules) {
+        let (categories, phases) = categorize(
+            snapshot,
+            self.device,
+            self.trace.peak_entry_index,
+            self.oom.as_ref().map(|o| o.entry_index),
+            rules,
+        );
+        self.categories = Some(categories);
+        self.phases = Some(phases);
+    }
 }
 
 const MOSTLY_FREE_SHOWN: usize = 16;
@@ -144,6 +166,8 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
         blocks_have_stacks: segments
             .iter()
             .any(|s| s.blocks.iter().any(|b| b.stack.is_some())),
+        categories: None,
+        phases: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! it, allocation sites, memory over time, the layout at the peak). They read `model` only; never `source`, `report`
 //! or `cli`.
 
+pub mod categories;
 pub mod compare;
 mod device;
 pub mod growth;

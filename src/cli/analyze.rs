@@ -4,6 +4,7 @@
 use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
+use crate::analysis::categories::CategoryRules;
 use crate::analysis::{analyze_snapshot, version};
 use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
@@ -34,14 +35,21 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
 /// The report `--json` prints (the MCP tool `analyze` returns it too); writes `--plot`.
 pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
     let plot_format = args.plot.as_deref().map(Format::from_path).transpose()?;
+    let rules = CategoryRules::parse(&args.categories).map_err(anyhow::Error::msg)?;
     let files = expand(&args.files)?;
     if plot_format.is_some() && files.len() > 1 {
         bail!("--plot draws one file; give one FILE (or use `memprof plot` per file)");
     }
     let inputs = if files.len() == 1 {
-        vec![analyze_file(&files[0], args, plot_format, !args.json)?]
+        vec![analyze_file(
+            &files[0],
+            args,
+            &rules,
+            plot_format,
+            !args.json,
+        )?]
     } else {
-        analyze_in_parallel(&files, args)?
+        analyze_in_parallel(&files, args, &rules)?
     };
     Ok(AnalyzeReport::new(inputs))
 }
@@ -50,6 +58,7 @@ pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
 fn analyze_file(
     path: &Path,
     args: &AnalyzeArgs,
+    rules: &CategoryRules,
     plot_format: Option<Format>,
     progress: bool,
 ) -> anyhow::Result<InputReport> {
@@ -99,6 +108,7 @@ fn analyze_file(
         )
         .into_iter()
         .map(|mut d| {
+            d.add_categories(snapshot, rules);
             if !args.full_stacks {
                 d.top_sites.iter_mut().for_each(|s| s.full_stack.clear());
             }
@@ -110,7 +120,11 @@ fn analyze_file(
 }
 
 /// Analyzes several files at once, one worker per core, keeping their order.
-fn analyze_in_parallel(files: &[PathBuf], args: &AnalyzeArgs) -> anyhow::Result<Vec<InputReport>> {
+fn analyze_in_parallel(
+    files: &[PathBuf],
+    args: &AnalyzeArgs,
+    rules: &CategoryRules,
+) -> anyhow::Result<Vec<InputReport>> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(files.len())
@@ -124,7 +138,7 @@ fn analyze_in_parallel(files: &[PathBuf], args: &AnalyzeArgs) -> anyhow::Result<
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(path) = files.get(i) else { return };
-                let result = analyze_file(path, args, None, false);
+                let result = analyze_file(path, args, rules, None, false);
                 if let Ok(mut done) = done.lock() {
                     done[i] = Some(result);
                 }

@@ -1,13 +1,16 @@
 //! `memprof diff BEFORE AFTER`: what changed at the peak between two runs (snapshots,
 //! recordings or `analyze --json` documents), device by device: the peak before and after, and
-//! the sites that grew or appeared, largest growth first, with their stacks. Exit 1 when a
-//! device's peak grew by more than `--max-increase`, as `memprof gate` does.
+//! the sites that grew or appeared, largest growth first, with their stacks, and the categories
+//! at the peak in each run. Exit 1 when a device's peak grew by more than `--max-increase`, as
+//! `memprof gate` does.
 
 use super::gate::{measure, parse_increase, MetricArg};
 use super::Outcome;
+use crate::analysis::categories::CategoryBytes;
 use crate::model::Bytes;
 use crate::report::analyze_json::SCHEMA_VERSION;
-use crate::report::gate::{evaluate, Baseline, Check, GateConfig};
+use crate::report::gate::{evaluate, Baseline, Check, GateConfig, Measurement};
+use crate::report::terminal_text::terminal_text;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -43,6 +46,42 @@ struct SiteChange {
     stack: Vec<String>,
 }
 
+/// A category at the peak in both runs.
+#[derive(Debug, Serialize)]
+struct CategoryChange {
+    category: String,
+    before_bytes: u64,
+    after_bytes: u64,
+}
+
+/// Every category at the peak of either run, most growth first.
+fn category_changes(before: &[CategoryBytes], after: &[CategoryBytes]) -> Vec<CategoryChange> {
+    let mut changes: Vec<CategoryChange> = after
+        .iter()
+        .map(|a| CategoryChange {
+            category: a.category.clone(),
+            before_bytes: before
+                .iter()
+                .find(|b| b.category == a.category)
+                .map_or(0, |b| b.bytes),
+            after_bytes: a.bytes,
+        })
+        .collect();
+    changes.extend(
+        before
+            .iter()
+            .filter(|b| !after.iter().any(|a| a.category == b.category))
+            .map(|b| CategoryChange {
+                category: b.category.clone(),
+                before_bytes: b.bytes,
+                after_bytes: 0,
+            }),
+    );
+    let growth = |c: &CategoryChange| c.after_bytes as i128 - c.before_bytes as i128;
+    changes.sort_by_key(|c| std::cmp::Reverse(growth(c)));
+    changes
+}
+
 /// One device compared.
 #[derive(Debug, Serialize)]
 struct DeviceDiff {
@@ -55,6 +94,8 @@ struct DeviceDiff {
     passed: bool,
     /// Sites that grew or appeared, largest growth first.
     grew: Vec<SiteChange>,
+    /// The categories at the peak in each run, most growth first.
+    categories: Vec<CategoryChange>,
 }
 
 #[derive(Debug, Serialize)]
@@ -71,8 +112,25 @@ pub(super) struct DiffReport {
     metric_label: &'static str,
 }
 
-fn device_diff(c: &Check) -> DeviceDiff {
+/// The categories at the peak of each (rank, device).
+type CategoriesBy = Vec<((usize, u32), Vec<CategoryBytes>)>;
+
+fn categories_by(measurements: &[Measurement]) -> CategoriesBy {
+    measurements
+        .iter()
+        .map(|m| ((m.rank, m.device), m.categories.clone()))
+        .collect()
+}
+
+fn device_diff(c: &Check, before: &CategoriesBy, after: &CategoriesBy) -> DeviceDiff {
+    let of = |by: &CategoriesBy| {
+        by.iter()
+            .find(|(key, _)| *key == (c.rank, c.device))
+            .map(|(_, list)| list.clone())
+            .unwrap_or_default()
+    };
     DeviceDiff {
+        categories: category_changes(&of(before), &of(after)),
         device: c.device,
         before_bytes: c.baseline.unwrap_or(0),
         after_bytes: c.measured,
@@ -110,8 +168,32 @@ fn text(report: &DiffReport, label: &str) -> String {
             Bytes(d.before_bytes),
             Bytes(d.after_bytes)
         ));
+        let changed: Vec<String> = d
+            .categories
+            .iter()
+            .filter(|c| c.after_bytes != c.before_bytes)
+            .map(|c| {
+                let delta = if c.after_bytes >= c.before_bytes {
+                    format!("+{}", Bytes(c.after_bytes - c.before_bytes))
+                } else {
+                    format!("-{}", Bytes(c.before_bytes - c.after_bytes))
+                };
+                format!(
+                    "{} {delta} ({} -> {})",
+                    terminal_text(&c.category),
+                    Bytes(c.before_bytes),
+                    Bytes(c.after_bytes)
+                )
+            })
+            .collect();
+        let by_category = if changed.is_empty() {
+            String::new()
+        } else {
+            format!("  by category at the peak: {}\n", changed.join(", "))
+        };
         if d.grew.is_empty() {
             out.push_str("  no site holds more at the peak\n");
+            out.push_str(&by_category);
             continue;
         }
         out.push_str("  grew or appeared at the peak, largest first:\n");
@@ -137,6 +219,7 @@ fn text(report: &DiffReport, label: &str) -> String {
                 out.push_str(&format!("        {frame}\n"));
             }
         }
+        out.push_str(&by_category);
     }
     out
 }
@@ -167,6 +250,7 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
     };
     let before = measure(&args.before, 0).with_context(|| args.before.display().to_string())?;
     let after = measure(&args.after, 0).with_context(|| args.after.display().to_string())?;
+    let (before_categories, after_categories) = (categories_by(&before), categories_by(&after));
     let checks = evaluate(&after, Some(&Baseline::new(before)), &config)?;
     Ok(DiffReport {
         schema_version: SCHEMA_VERSION,
@@ -175,7 +259,10 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
         after: args.after.display().to_string(),
         metric: config.metric.key(),
         max_increase: config.max_increase,
-        devices: checks.iter().map(device_diff).collect(),
+        devices: checks
+            .iter()
+            .map(|c| device_diff(c, &before_categories, &after_categories))
+            .collect(),
         metric_label: config.metric.label(),
     })
 }

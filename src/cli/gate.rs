@@ -3,6 +3,7 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::analysis::categories::CategoryRules;
 use crate::analysis::{analyze_snapshot, left_alive, Site};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
@@ -149,7 +150,12 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
         return parse_analyze_json(&text, &name, first_rank);
     }
     let loaded = load_snapshot(path, false)?;
-    let devices = analyze_snapshot(&loaded.parsed.snapshot, SITES_KEPT, None);
+    let snapshot = &loaded.parsed.snapshot;
+    let mut devices = analyze_snapshot(snapshot, SITES_KEPT, None);
+    let rules = CategoryRules::default();
+    devices
+        .iter_mut()
+        .for_each(|d| d.add_categories(snapshot, &rules));
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }

@@ -108,6 +108,10 @@ pub struct AnalyzeArgs {
     /// picks PNG or SVG.
     #[arg(long, value_name = "OUT.png|OUT.svg")]
     pub plot: Option<PathBuf>,
+    /// A category of your own for the breakdown of live memory: allocations with a stack frame
+    /// (as `stack` shows it) that REGEX matches; repeatable, the first match wins.
+    #[arg(long = "category", value_name = "NAME=REGEX")]
+    pub categories: Vec<String>,
 }
 
 /// Runs a parsed command.

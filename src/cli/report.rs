@@ -4,6 +4,7 @@ use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
 use crate::analysis::analyze_snapshot;
+use crate::analysis::categories::CategoryRules;
 use crate::diagnose::classify_ooms;
 use crate::report::html;
 use anyhow::{bail, Context};
@@ -41,6 +42,14 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
         origin(loaded.recording.as_ref()),
         analyze_snapshot(snapshot, args.top, args.device),
     );
+    let rules = CategoryRules::default();
+    let analyses: Vec<_> = analyses
+        .into_iter()
+        .map(|mut d| {
+            d.add_categories(snapshot, &rules);
+            d
+        })
+        .collect();
     let page = html::report(
         snapshot,
         &name.to_string_lossy(),

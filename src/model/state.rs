@@ -32,6 +32,21 @@ impl Live {
         }
     }
 
+    /// An allocation alive before the trace (a block of the final layout that no `alloc` in
+    /// the trace made).
+    pub fn before_trace(size: u64, stack: Option<StackId>) -> Live {
+        Live {
+            size,
+            stack,
+            born: BEFORE_TRACE,
+        }
+    }
+
+    /// The same allocation with another size (a block's own record of it).
+    pub fn with_size(self, size: u64) -> Live {
+        Live { size, ..self }
+    }
+
     /// Index of the `alloc` entry that made it; `None` when it was alive before the trace.
     pub fn born(&self) -> Option<usize> {
         (self.born != BEFORE_TRACE).then_some(self.born as usize)

@@ -145,6 +145,15 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
             );
         }
     }
+    if let Some(c) = &d.categories {
+        let has_peak = d.trace.peak_entry_index.is_some();
+        for line in super::categories_text::moments(c, has_peak, "  ") {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    for line in super::categories_text::phases(d.phases.as_deref().unwrap_or_default(), "  ") {
+        let _ = writeln!(out, "{line}");
+    }
     if d.mostly_free_segment_count > 0 {
         let free = d
             .mostly_free_segments

@@ -1,6 +1,7 @@
 //! The CI memory gate: what is measured per input and device, the versioned baseline file, and
 //! the verdict of comparing a run against a baseline and a limit. Pure: no I/O.
 
+use crate::analysis::categories::CategoryBytes;
 use crate::analysis::DeviceAnalysis;
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,9 @@ pub struct Measurement {
     /// Sites holding them, most bytes first.
     #[serde(default)]
     pub left_alive_sites: Vec<SiteBytes>,
+    /// The categories alive at the peak, for `diff` (not kept in baselines).
+    #[serde(skip)]
+    pub categories: Vec<CategoryBytes>,
 }
 
 impl Measurement {
@@ -59,6 +63,11 @@ impl Measurement {
                 .collect(),
             left_alive_bytes: 0,
             left_alive_sites: Vec::new(),
+            categories: device
+                .categories
+                .as_ref()
+                .map(|c| c.at_peak.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -335,6 +344,7 @@ mod tests {
                 .collect(),
             left_alive_bytes: 0,
             left_alive_sites: Vec::new(),
+            categories: Vec::new(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Reading the gate's text inputs: a baseline file written by `--write-baseline`, and a
 //! `memprof analyze --json` document given in place of a snapshot.
 
+use crate::analysis::categories::CategoryBytes;
 use crate::report::gate::{Baseline, Measurement, SiteBytes};
 use anyhow::{bail, Context};
 use serde_json::Value;
@@ -70,6 +71,18 @@ pub fn parse_analyze_json(
                 // Not in an analyze document: `--metric left-alive` needs the snapshot.
                 left_alive_bytes: 0,
                 left_alive_sites: Vec::new(),
+                categories: d["categories"]["at_peak"]
+                    .as_array()
+                    .map(|list| {
+                        list.iter()
+                            .map(|c| CategoryBytes {
+                                category: c["category"].as_str().unwrap_or_default().to_string(),
+                                bytes: c["bytes"].as_u64().unwrap_or(0),
+                                count: c["count"].as_u64().unwrap_or(0) as usize,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
     }

@@ -73,6 +73,7 @@ pub fn report(
             page.push_str("</div>\n");
         }
         sites(&mut page, analysis);
+        super::html_categories::section(&mut page, analysis);
     }
     page.push_str("</body></html>\n");
     Ok(page)

@@ -4,12 +4,14 @@
 pub mod analyze_json;
 pub mod analyze_text;
 pub mod attach_json;
+pub mod categories_text;
 pub mod diagnose;
 pub mod export;
 pub mod gate;
 pub mod gate_input;
 pub mod gate_output;
 pub mod html;
+mod html_categories;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;

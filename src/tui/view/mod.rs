@@ -9,6 +9,7 @@ pub mod summary;
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
+use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
 use crate::analysis::{shown_stack, DeviceAnalysis, ShownStack};
 use crate::model::Snapshot;
 use ratatui::buffer::Buffer;
@@ -19,6 +20,8 @@ use summary::{CursorState, Summary};
 /// One device of the file: its summary and what `analyze` says about it.
 pub struct DeviceView<'a> {
     pub summary: Summary<'a>,
+    /// Sorts the allocations alive at the cursor into categories.
+    pub classifier: Classifier<'a>,
     /// Top sites at the peak, the OOM and its diagnosis.
     pub analysis: DeviceAnalysis,
 }
@@ -32,6 +35,8 @@ pub struct ViewApp<'a> {
     pub state: ViewState,
     /// The state at the cursor, recomputed when the cursor or device changes.
     pub at_cursor: CursorState,
+    /// The categories alive at the cursor, recomputed with `at_cursor`.
+    pub cursor_categories: Vec<CategoryBytes>,
     pub theme: Theme,
 }
 
@@ -43,10 +48,12 @@ impl<'a> ViewApp<'a> {
         analyses: Vec<DeviceAnalysis>,
         theme: Theme,
     ) -> Option<ViewApp<'a>> {
-        let devices: Vec<DeviceView<'a>> = analyses
+        let rules = CategoryRules::default();
+        let mut devices: Vec<DeviceView<'a>> = analyses
             .into_iter()
             .map(|analysis| DeviceView {
                 summary: Summary::build(snapshot, analysis.device),
+                classifier: Classifier::new(snapshot, analysis.device, &rules),
                 analysis,
             })
             .collect();
@@ -58,12 +65,14 @@ impl<'a> ViewApp<'a> {
         let mut state = fresh_state(devices.get(first)?, devices.len());
         state.device = first;
         let at_cursor = devices.get(first)?.summary.state_at(state.cursor);
+        let cursor_categories = categories_at(devices.get_mut(first)?, &at_cursor);
         Some(ViewApp {
             name,
             snapshot,
             devices,
             state,
             at_cursor,
+            cursor_categories,
             theme,
         })
     }
@@ -96,7 +105,17 @@ impl<'a> ViewApp<'a> {
     fn refresh_cursor(&mut self) {
         if self.at_cursor.index != Some(self.state.cursor) && !self.device().summary.is_empty() {
             self.at_cursor = self.device().summary.state_at(self.state.cursor);
+            self.cursor_categories =
+                categories_at(&mut self.devices[self.state.device], &self.at_cursor);
         }
+    }
+}
+
+/// The categories of the state at the cursor: after its entry, or the dump without a trace.
+fn categories_at(device: &mut DeviceView, at: &CursorState) -> Vec<CategoryBytes> {
+    match at.index {
+        Some(i) => device.classifier.at_entry(i),
+        None => device.classifier.at_dump(device.analysis.device),
     }
 }
 
@@ -138,6 +157,7 @@ impl Dashboard for ViewApp<'_> {
                 let fresh = fresh_state(&self.devices[next], self.devices.len());
                 self.state.switch_device(next, fresh);
                 self.at_cursor = self.devices[next].summary.state_at(self.state.cursor);
+                self.cursor_categories = categories_at(&mut self.devices[next], &self.at_cursor);
             }
         }
         self.refresh_cursor();

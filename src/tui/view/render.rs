@@ -260,6 +260,11 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         count(c.live_count as u64, "live allocation", "live allocations"),
         count(c.segment_count as u64, "segment", "segments")
     )));
+    lines.push(figure(
+        "what it is",
+        crate::report::categories_text::breakdown(&app.cursor_categories),
+        Style::new(),
+    ));
     let text_rows = lines.len() as u16;
     if area.height > text_rows + 1 {
         lines.push(Line::from(vec![

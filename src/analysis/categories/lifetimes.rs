@@ -1,0 +1,256 @@
+//! One replay of a device's trace that keeps what the categories need: when each allocation
+//! ended, the live total after each entry, the allocations alive before the trace, and the
+//! runs of one part of the step (phase) that the trace falls into.
+
+use super::context::{context_of, Context};
+use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
+use rustc_hash::FxHashMap;
+
+/// `ended_at` of an allocation alive at the end.
+const NEVER: u32 = u32::MAX;
+
+/// An older allocation an optimizer step freed: the entry that freed it, its address, itself.
+type Freed = (usize, u64, Live);
+
+/// The lifetimes and phases of one device's trace.
+pub struct Lifetimes<'a> {
+    pub entries: &'a [TraceEntry],
+    /// For each `alloc` entry, the entry that ended it (`NEVER` while alive).
+    ended_at: Vec<u32>,
+    /// Allocations alive before the trace, with the entry that ended each (`NEVER`).
+    before: Vec<(u64, Live, u32)>,
+    /// The live total after each entry.
+    pub totals: Vec<u64>,
+    pub before_total: u64,
+    /// Runs of one phase: where each starts and its phase (the last phase an `alloc` named,
+    /// `Unknown` before any), in order; the first starts at 0.
+    runs: Vec<(usize, Context)>,
+    /// For each optimizer run, the entry after its last (`steps_before` counts them).
+    step_ends: Vec<usize>,
+    /// The allocations alive after the last entry, by address.
+    pub final_live: LiveSet,
+    contexts: FxHashMap<StackId, Context>,
+    /// The replay before the first entry, for rebuilding many states in one pass.
+    initial: Replay<'a>,
+    /// For an allocation an optimizer step made and kept, the older allocation of the same
+    /// size that the step freed (a parameter or state replaced rather than updated in place).
+    replaces: FxHashMap<usize, (u64, Live)>,
+}
+
+impl<'a> Lifetimes<'a> {
+    pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &StackTable) -> Self {
+        let mut replay = Replay::new(entries, segments.iter().copied());
+        let initial = replay.clone();
+        let mut before: Vec<(u64, Live, u32)> =
+            replay.live().iter().map(|(a, l)| (a, *l, NEVER)).collect();
+        before.sort_unstable_by_key(|b| b.0);
+        let before_total = replay.live().total();
+        let mut before_ended: FxHashMap<u64, u32> = FxHashMap::default();
+        let mut ended_at = vec![NEVER; entries.len()];
+        let mut totals = Vec::with_capacity(entries.len());
+        let mut runs = vec![(0, Context::Unknown)];
+        let mut contexts: FxHashMap<StackId, Context> = FxHashMap::default();
+        let mut current = Context::Unknown;
+        let mut run_start = 0;
+        // Older allocations each optimizer run freed, by (run start, size).
+        let mut freed_in_step: FxHashMap<(usize, u64), Vec<Freed>> = FxHashMap::default();
+        while let Some(i) = replay.step() {
+            let e = &entries[i];
+            if e.action == Action::Alloc {
+                if let Some(id) = e.stack {
+                    let c = *contexts.entry(id).or_insert_with(|| context_of(stacks, id));
+                    let next = c.phase().unwrap_or(current);
+                    if next != current {
+                        run_start = i;
+                        match runs.last_mut() {
+                            Some(last) if last.0 == i => last.1 = next,
+                            _ => runs.push((i, next)),
+                        }
+                    }
+                    current = next;
+                }
+            }
+            if let Some((addr, ended)) = replay.ended() {
+                let at = u32::try_from(i).unwrap_or(NEVER);
+                match ended.born() {
+                    Some(born) => ended_at[born] = at,
+                    None => {
+                        before_ended.entry(addr).or_insert(at);
+                    }
+                }
+                if current == Context::Optimizer && ended.born().is_none_or(|b| b < run_start) {
+                    freed_in_step
+                        .entry((run_start, ended.size))
+                        .or_default()
+                        .push((i, addr, ended));
+                }
+            }
+            totals.push(replay.live().total());
+        }
+        for b in &mut before {
+            b.2 = before_ended.get(&b.0).copied().unwrap_or(NEVER);
+        }
+        let n = entries.len();
+        let run_ends: Vec<usize> = runs.iter().skip(1).map(|r| r.0).chain([n]).collect();
+        let step_ends = runs
+            .iter()
+            .zip(&run_ends)
+            .filter(|(r, _)| r.1 == Context::Optimizer)
+            .map(|(_, &end)| end)
+            .collect();
+        // An allocation an optimizer run makes and keeps takes the place of the older one of
+        // its size, freed in the same run, nearest to it (`p.data = ...` frees the old tensor
+        // just before or just after making the new one). A gradient is never replaced: frees
+        // of gradients are `zero_grad`'s clean-up.
+        let mut replaces = FxHashMap::default();
+        for (&(start, phase), &end) in runs.iter().zip(&run_ends) {
+            if phase != Context::Optimizer {
+                continue;
+            }
+            for j in (start..end).filter(|&j| entries[j].action == Action::Alloc) {
+                if ended_at[j] != NEVER && (ended_at[j] as usize) < end {
+                    continue;
+                }
+                let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) else {
+                    continue;
+                };
+                let found = older
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| {
+                        !matches!(
+                            o.2.stack.map(|id| {
+                                *contexts.entry(id).or_insert_with(|| context_of(stacks, id))
+                            }),
+                            Some(Context::Backward | Context::AccumulateGrad)
+                        )
+                    })
+                    .min_by_key(|(_, o)| o.0.abs_diff(j))
+                    .map(|(f, _)| f);
+                if let Some(f) = found {
+                    let (_, addr, live) = older.remove(f);
+                    replaces.insert(j, (addr, live));
+                }
+            }
+        }
+        Lifetimes {
+            entries,
+            ended_at,
+            before,
+            totals,
+            before_total,
+            runs,
+            step_ends,
+            final_live: replay.live().clone(),
+            contexts,
+            initial,
+            replaces,
+        }
+    }
+
+    /// The older allocation that the one made at `born` replaced in an optimizer step.
+    pub fn replaced_by(&self, born: usize) -> Option<(u64, Live)> {
+        self.replaces.get(&born).copied()
+    }
+
+    /// The context of a stack (cached).
+    pub fn context(&mut self, stacks: &StackTable, stack: Option<StackId>) -> Context {
+        match stack {
+            Some(id) => *self
+                .contexts
+                .entry(id)
+                .or_insert_with(|| context_of(stacks, id)),
+            None => Context::Unknown,
+        }
+    }
+
+    /// When an allocation ended: the entry index, or `entries.len()` when it did not.
+    pub fn end_of(&self, addr: u64, live: &Live) -> usize {
+        let end = match live.born() {
+            Some(born) => self.ended_at[born],
+            None => self
+                .before
+                .binary_search_by_key(&addr, |b| b.0)
+                .map_or(NEVER, |i| self.before[i].2),
+        };
+        if end == NEVER {
+            self.entries.len()
+        } else {
+            end as usize
+        }
+    }
+
+    /// The runs of one phase: start, end (the entry after the last) and phase, in order.
+    pub fn runs(&self) -> impl Iterator<Item = (usize, usize, Context)> + '_ {
+        let n = self.entries.len();
+        self.runs
+            .iter()
+            .enumerate()
+            .map(move |(k, &(start, phase))| {
+                (start, self.runs.get(k + 1).map_or(n, |r| r.0), phase)
+            })
+    }
+
+    /// Index in `runs` of the run holding entry `i`.
+    fn run_of(&self, i: usize) -> usize {
+        self.runs.partition_point(|r| r.0 <= i).saturating_sub(1)
+    }
+
+    /// Whether an allocation made at `born` outlived the phase run it was made in.
+    pub fn outlived_run(&self, born: usize, end: usize) -> bool {
+        let next = self.runs.get(self.run_of(born) + 1);
+        end >= next.map_or(self.entries.len(), |r| r.0)
+    }
+
+    /// Optimizer runs finished before entry `i` (all of them for `i >= len`).
+    pub fn steps_before(&self, i: usize) -> u32 {
+        let i = i.min(self.entries.len());
+        self.step_ends.partition_point(|&e| e <= i) as u32
+    }
+
+    /// The phase in effect at entry `i` (`Unknown` past the end).
+    pub fn phase_at(&self, i: usize) -> Context {
+        if i >= self.entries.len() {
+            return Context::Unknown;
+        }
+        self.runs[self.run_of(i)].1
+    }
+
+    /// The allocations alive right after each of `indices` (before the first entry for
+    /// `None`), in one replay of the trace up to the last of them.
+    pub fn live_at_many(&self, indices: &[Option<usize>]) -> Vec<Vec<(u64, Live)>> {
+        let mut order: Vec<usize> = (0..indices.len()).collect();
+        order.sort_by_key(|&k| indices[k]);
+        let mut out = vec![Vec::new(); indices.len()];
+        let mut replay = self.initial.clone();
+        for k in order {
+            if let Some(i) = indices[k] {
+                replay.run_through(i);
+            }
+            out[k] = replay.live().iter().map(|(a, l)| (a, *l)).collect();
+        }
+        out
+    }
+
+    /// The allocations alive right after entry `index` (before the first entry for `None`),
+    /// rebuilt from the lifetimes.
+    pub fn live_at(&self, index: Option<usize>) -> Vec<(u64, Live)> {
+        let Some(p) = index else {
+            return self.before.iter().map(|&(a, l, _)| (a, l)).collect();
+        };
+        let older = self
+            .before
+            .iter()
+            .filter(|b| b.2 == NEVER || b.2 as usize > p)
+            .map(|&(a, l, _)| (a, l));
+        let made = self.entries[..=p.min(self.entries.len().saturating_sub(1))]
+            .iter()
+            .enumerate()
+            .filter(|&(j, e)| {
+                e.action == Action::Alloc
+                    && (self.ended_at[j] == NEVER || self.ended_at[j] as usize > p)
+            })
+            .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
+        older.chain(made).collect()
+    }
+}

@@ -1,0 +1,317 @@
+//! What the live memory is: every allocation alive at the peak, the OOM and the dump sorted into
+//! parameter, gradient, optimizer state, activation, autograd, workspace or other, from its
+//! call stack (`context`) and its lifetime in the trace (`lifetimes`), under the user's own
+//! rules and PyTorch's `user_metadata`; and the named ranges of the trace (`phases`).
+
+mod context;
+mod lifetimes;
+mod phases;
+mod rules;
+
+pub use phases::Phase;
+pub use rules::{CategoryRule, CategoryRules};
+
+use crate::model::{BlockState, Live, Snapshot, StackId, StackTable};
+use context::Context;
+use lifetimes::Lifetimes;
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::Serialize;
+
+/// The built-in categories, in the order a breakdown lists equal amounts.
+pub const BUILTIN: [&str; 7] = [
+    "parameter",
+    "gradient",
+    "optimizer_state",
+    "activation",
+    "autograd",
+    "workspace",
+    "other",
+];
+
+const PARAMETER: usize = 0;
+const GRADIENT: usize = 1;
+const OPTIMIZER_STATE: usize = 2;
+const ACTIVATION: usize = 3;
+const AUTOGRAD: usize = 4;
+const WORKSPACE: usize = 5;
+const OTHER: usize = 6;
+
+/// Bytes and allocations of one category at one moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CategoryBytes {
+    pub category: String,
+    /// Sum of the allocations' sizes (requested bytes, as the live totals count them).
+    pub bytes: u64,
+    pub count: usize,
+}
+
+/// The categories of the live memory at the moments that matter; each list sums to the live
+/// total at its moment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Categories {
+    /// At the peak of active memory (`trace.peak_active_bytes`).
+    pub at_peak: Vec<CategoryBytes>,
+    /// At the last `oom` entry, replayed; `None` without one.
+    pub at_oom: Option<Vec<CategoryBytes>>,
+    /// The allocated blocks of the dump (`requested_bytes`).
+    pub at_dump: Vec<CategoryBytes>,
+}
+
+/// Sorts allocations of one device into categories.
+pub struct Classifier<'a> {
+    stacks: &'a StackTable,
+    snapshot: &'a Snapshot,
+    rules: CategoryRules,
+    /// Category names: the built-in ones, then the user's that are new.
+    names: Vec<String>,
+    /// For each user rule, its index in `names`.
+    rule_index: Vec<usize>,
+    lifetimes: Lifetimes<'a>,
+    /// Sizes that a gradient and an optimizer state of the trace both have: a stackless
+    /// allocation of such a size alive across an optimizer step is a parameter.
+    parameter_sizes: FxHashSet<u64>,
+    by_rule: FxHashMap<StackId, Option<usize>>,
+}
+
+impl<'a> Classifier<'a> {
+    pub fn new(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) -> Classifier<'a> {
+        let segments: Vec<_> = snapshot.device_segments(device).collect();
+        let entries = snapshot.timeline.device(device as usize);
+        let mut names: Vec<String> = BUILTIN.iter().map(|s| s.to_string()).collect();
+        let rule_index = rules
+            .rules()
+            .iter()
+            .map(|r| match names.iter().position(|n| *n == r.name) {
+                Some(i) => i,
+                None => {
+                    names.push(r.name.clone());
+                    names.len() - 1
+                }
+            })
+            .collect();
+        let mut c = Classifier {
+            stacks: &snapshot.stacks,
+            snapshot,
+            rules: rules.clone(),
+            names,
+            rule_index,
+            lifetimes: Lifetimes::new(entries, &segments, &snapshot.stacks),
+            parameter_sizes: FxHashSet::default(),
+            by_rule: FxHashMap::default(),
+        };
+        c.parameter_sizes = c.sizes_of_parameters();
+        c
+    }
+
+    /// Sizes made in the trace both as a gradient and as an optimizer state (none without an
+    /// optimizer step).
+    fn sizes_of_parameters(&mut self) -> FxHashSet<u64> {
+        let mut gradients = FxHashSet::default();
+        let mut states = FxHashSet::default();
+        if self.lifetimes.steps_before(usize::MAX) == 0 {
+            return FxHashSet::default();
+        }
+        for (i, e) in self.lifetimes.entries.iter().enumerate() {
+            let Some(addr) = e.addr() else { continue };
+            if e.action != crate::model::Action::Alloc {
+                continue;
+            }
+            // Sizes repeat every iteration: a size already found is not looked at again.
+            let known = match self.lifetimes.context(self.stacks, e.stack) {
+                Context::AccumulateGrad | Context::Backward => gradients.contains(&e.size),
+                Context::Optimizer => states.contains(&e.size),
+                _ => true,
+            };
+            if known {
+                continue;
+            }
+            match self.builtin(addr, &Live::from_alloc(e, i)) {
+                GRADIENT => gradients.insert(e.size),
+                OPTIMIZER_STATE => states.insert(e.size),
+                _ => false,
+            };
+        }
+        gradients.intersection(&states).copied().collect()
+    }
+
+    /// The category of a live allocation (an index in `names`).
+    pub fn category(&mut self, addr: u64, live: &Live) -> usize {
+        if let Some(i) = self.by_metadata(live) {
+            return i;
+        }
+        if let Some(i) = self.by_rules(live.stack) {
+            return i;
+        }
+        self.builtin(addr, live)
+    }
+
+    /// PyTorch's `user_metadata` on the `alloc` entry: a rule's pattern that matches it, else
+    /// the text itself when it names a category.
+    fn by_metadata(&self, live: &Live) -> Option<usize> {
+        let born = live.born()?;
+        let extra = self.lifetimes.entries[born].extra?;
+        let text = self
+            .snapshot
+            .timeline
+            .extra(extra)
+            .user_metadata
+            .as_deref()?;
+        if let Some(r) = self.rules.matching([text]) {
+            return Some(self.rule_index[r]);
+        }
+        self.names.iter().position(|n| n == text)
+    }
+
+    /// The first `--category` rule that a frame of the filtered stack matches (cached per stack).
+    fn by_rules(&mut self, stack: Option<StackId>) -> Option<usize> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let id = stack?;
+        if let Some(&found) = self.by_rule.get(&id) {
+            return found;
+        }
+        let frames = crate::analysis::shown_stack(self.stacks, id, false).frames;
+        let found = self
+            .rules
+            .matching(frames.iter().map(String::as_str))
+            .map(|r| self.rule_index[r]);
+        self.by_rule.insert(id, found);
+        found
+    }
+
+    /// The built-in rules: the stack's context, settled by the lifetime where it is ambiguous.
+    fn builtin(&mut self, addr: u64, live: &Live) -> usize {
+        let context = self.lifetimes.context(self.stacks, live.stack);
+        let end = self.lifetimes.end_of(addr, live);
+        let l = &self.lifetimes;
+        let Some(born) = live.born() else {
+            // Alive before the trace: it outlived whatever made it.
+            return match context {
+                Context::Workspace => WORKSPACE,
+                Context::AccumulateGrad | Context::Backward => GRADIENT,
+                Context::Optimizer => OPTIMIZER_STATE,
+                Context::Parameter => PARAMETER,
+                Context::Forward if l.steps_before(end) == 0 => ACTIVATION,
+                Context::Unknown if l.phase_at(end) == Context::Backward => ACTIVATION,
+                Context::Unknown
+                    if l.steps_before(end) > 0 && self.parameter_sizes.contains(&live.size) =>
+                {
+                    PARAMETER
+                }
+                _ => OTHER,
+            };
+        };
+        match context {
+            Context::Workspace => WORKSPACE,
+            Context::AccumulateGrad => GRADIENT,
+            Context::Parameter => PARAMETER,
+            // A step that replaces a tensor (`p.data = ...`) rather than updating it in place:
+            // the new one is what the old one was.
+            Context::Optimizer if l.outlived_run(born, end) => match l.replaced_by(born) {
+                Some((older_addr, older)) => self.builtin(older_addr, &older),
+                None => OPTIMIZER_STATE,
+            },
+            Context::Backward if l.outlived_run(born, end) => GRADIENT,
+            Context::Backward => AUTOGRAD,
+            // Made in forward and kept across an optimizer step: a cache, not an activation.
+            Context::Forward if l.steps_before(end) > l.steps_before(born) => OTHER,
+            Context::Forward => ACTIVATION,
+            // Made outside any step phase, kept across an optimizer step, of a size that the
+            // trace's gradients and optimizer states have.
+            Context::Unknown
+                if l.steps_before(end) > l.steps_before(born)
+                    && self.parameter_sizes.contains(&live.size) =>
+            {
+                PARAMETER
+            }
+            // Made outside any module but kept for backward and freed there.
+            Context::Unknown
+                if l.phase_at(born) != Context::Backward
+                    && end < l.entries.len()
+                    && l.phase_at(end) == Context::Backward =>
+            {
+                ACTIVATION
+            }
+            _ => OTHER,
+        }
+    }
+
+    /// Categories of a set of live allocations, most bytes first.
+    pub fn breakdown(&mut self, live: impl IntoIterator<Item = (u64, Live)>) -> Vec<CategoryBytes> {
+        let mut sums = vec![(0u64, 0usize); self.names.len()];
+        for (addr, l) in live {
+            let c = self.category(addr, &l);
+            sums[c].0 = sums[c].0.wrapping_add(l.size);
+            sums[c].1 += 1;
+        }
+        let mut out: Vec<CategoryBytes> = sums
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (_, count))| *count > 0)
+            .map(|(i, (bytes, count))| CategoryBytes {
+                category: self.names[i].clone(),
+                bytes,
+                count,
+            })
+            .collect();
+        out.sort_by_key(|c| std::cmp::Reverse(c.bytes));
+        out
+    }
+
+    /// The categories alive right after entry `index` of the trace.
+    pub fn at_entry(&mut self, index: usize) -> Vec<CategoryBytes> {
+        let live = self.lifetimes.live_at(Some(index));
+        self.breakdown(live)
+    }
+
+    /// The categories of the dump's allocated blocks.
+    pub fn at_dump(&mut self, device: u32) -> Vec<CategoryBytes> {
+        let live = self.dump_live(device);
+        self.breakdown(live)
+    }
+
+    /// The allocated blocks of the dump, with the lifetimes the trace gives them.
+    fn dump_live(&self, device: u32) -> Vec<(u64, Live)> {
+        self.snapshot
+            .device_segments(device)
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| {
+                let live = match self.lifetimes.final_live.get(b.address) {
+                    Some(l) => l.with_size(b.requested_size),
+                    None => Live::before_trace(b.requested_size, b.stack),
+                };
+                (b.address, live)
+            })
+            .collect()
+    }
+}
+
+/// The categories at the peak (`peak_entry`, `None` for the state before the trace), at the
+/// OOM entry (when there is one) and at the dump, and the phases of the trace.
+pub fn categorize(
+    snapshot: &Snapshot,
+    device: u32,
+    peak_entry: Option<usize>,
+    oom_entry: Option<usize>,
+    rules: &CategoryRules,
+) -> (Categories, Vec<Phase>) {
+    let mut c = Classifier::new(snapshot, device, rules);
+    let at_peak = c.lifetimes.live_at(peak_entry);
+    let at_peak = c.breakdown(at_peak);
+    let at_oom = oom_entry.map(|i| {
+        let live = c.lifetimes.live_at(Some(i));
+        c.breakdown(live)
+    });
+    let at_dump = c.at_dump(device);
+    let phases = phases::phases(&mut c, snapshot, device);
+    (
+        Categories {
+            at_peak,
+            at_oom,
+            at_dump,
+        },
+        phases,
+    )
+}

@@ -1,0 +1,120 @@
+//! The report's "what the live memory is" section: one stacked bar per moment (peak, OOM,
+//! dump) of the categories alive then, and the phase table. Plain HTML and CSS, no script;
+//! every name from the file or the command line is escaped.
+
+use super::html::escape;
+use crate::analysis::categories::{CategoryBytes, Phase};
+use crate::analysis::DeviceAnalysis;
+use crate::model::Bytes;
+use std::fmt::Write;
+
+/// A colour per built-in category, and for the user's own in turn.
+fn colour(category: &str, user: &mut Vec<String>) -> &'static str {
+    const USER: [&str; 6] = [
+        "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78",
+    ];
+    match category {
+        "parameter" => "#1f77b4",
+        "gradient" => "#ff7f0e",
+        "optimizer_state" => "#2ca02c",
+        "activation" => "#d62728",
+        "autograd" => "#9467bd",
+        "workspace" => "#7f7f7f",
+        "other" => "#c7c7c7",
+        _ => {
+            let i = user.iter().position(|u| u == category).unwrap_or_else(|| {
+                user.push(category.to_string());
+                user.len() - 1
+            });
+            USER[i % USER.len()]
+        }
+    }
+}
+
+fn bar(page: &mut String, when: &str, list: &[CategoryBytes], user: &mut Vec<String>) {
+    let total = list.iter().fold(0u64, |a, c| a.wrapping_add(c.bytes));
+    let _ = write!(
+        page,
+        "<tr><th>{when}</th><td class=\"n\">{}</td><td style=\"width:60%\">\
+         <div style=\"display:flex;height:1.4em;border:1px solid #ccc\">",
+        Bytes(total)
+    );
+    for c in list.iter().filter(|c| c.bytes > 0) {
+        let share = c.bytes as f64 * 100.0 / total.max(1) as f64;
+        let _ = write!(
+            page,
+            "<span title=\"{}: {} in {} allocations ({share:.1}%)\" \
+             style=\"width:{share:.3}%;background:{}\"></span>",
+            escape(&c.category),
+            Bytes(c.bytes),
+            c.count,
+            colour(&c.category, user)
+        );
+    }
+    page.push_str("</div></td><td>");
+    let parts: Vec<String> = list
+        .iter()
+        .map(|c| {
+            format!(
+                "<span style=\"color:{}\">&#9632;</span> {} {}",
+                colour(&c.category, user),
+                escape(&c.category),
+                Bytes(c.bytes)
+            )
+        })
+        .collect();
+    page.push_str(&parts.join(", "));
+    page.push_str("</td></tr>\n");
+}
+
+fn phases(page: &mut String, phases: &[Phase]) {
+    let Some(first) = phases.first() else {
+        return;
+    };
+    let source = if first.source == "annotation" {
+        "record_function ranges"
+    } else {
+        "forward, backward and optimizer runs from the stacks"
+    };
+    let _ = writeln!(
+        page,
+        "<h3>Phases ({source})</h3>\n<table><tr><th>phase</th><th>peak</th><th>at entry</th>\
+         <th>top categories at the phase's peak</th></tr>"
+    );
+    for p in phases {
+        let top: Vec<String> = p
+            .top_categories
+            .iter()
+            .map(|c| format!("{} {}", escape(&c.category), Bytes(c.bytes)))
+            .collect();
+        let _ = writeln!(
+            page,
+            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+            escape(&p.name),
+            Bytes(p.peak_bytes),
+            Bytes(p.at_entry_bytes),
+            top.join(", ")
+        );
+    }
+    page.push_str("</table>\n");
+}
+
+/// The section for one device; nothing when its categories were not worked out.
+pub fn section(page: &mut String, d: &DeviceAnalysis) {
+    let Some(c) = &d.categories else { return };
+    page.push_str(
+        "<h3>What the live memory is</h3>\n<p class=\"muted\">Each allocation's category comes \
+         from its call stack and its lifetime in the trace; one whose stack and lifetime do not \
+         say is <code>other</code>.</p>\n<table>\n",
+    );
+    let mut user = Vec::new();
+    if d.trace.peak_entry_index.is_some() {
+        bar(page, "at the peak", &c.at_peak, &mut user);
+    }
+    if let Some(oom) = &c.at_oom {
+        bar(page, "at the OOM", oom, &mut user);
+    }
+    bar(page, "at the dump", &c.at_dump, &mut user);
+    page.push_str("</table>\n");
+    phases(page, d.phases.as_deref().unwrap_or_default());
+}
