@@ -16,12 +16,15 @@ pub enum StackBy {
     Category,
 }
 
-/// How active memory is split: the groups' labels (stacked bottom first) and the group of a
-/// live allocation, an index in `labels`.
+/// The group of a live allocation at an address: an index in `Grouping::labels`.
+pub type GroupOf<'g> = Box<dyn FnMut(u64, &Live) -> usize + 'g>;
+
+/// How active memory is split: the groups' labels (stacked bottom first) and the group of each
+/// live allocation.
 pub struct Grouping<'g> {
     pub stack_by: StackBy,
     pub labels: Vec<String>,
-    pub group_of: Box<dyn FnMut(u64, &Live) -> usize + 'g>,
+    pub group_of: GroupOf<'g>,
 }
 
 /// The last group of a split by site: every site not named.
