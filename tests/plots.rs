@@ -1,8 +1,13 @@
 //! Plots and the HTML report through the binary: every plot kind in PNG and SVG (format, size,
-//! not blank, titled), `analyze --plot`, bad extensions, and a self-contained, escaped report.
+//! not blank, titled), the timeline stacked by category, `analyze --plot`, bad extensions, and
+//! a self-contained, escaped report.
 
-use crate::util::{fixture, memprof, stderr, stdout};
+use crate::util::{fixture, memprof, real_fixtures, skip, stderr, stdout};
+use memprof::analysis::categories::CategoryRules;
+use memprof::report::plot::{device_series, Stacking};
+use memprof::source::torch_snapshot;
 use serde_json::json;
+use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -226,10 +231,16 @@ fn report_is_self_contained_with_summary_plots_sites_and_oom() {
         "Memory over time - demo_oom.pickle",
         "Segments at the peak (entry 942, rebuilt from the trace)",
         "Fragmentation over time",
+        "Memory over time by category - demo_oom.pickle",
+        "optimizer_state",
     ] {
         assert!(page.contains(want), "report has {want:?}");
     }
-    assert_eq!(page.matches("<svg").count(), 3, "three inline plots");
+    assert_eq!(
+        page.matches("<svg").count(),
+        4,
+        "four inline plots (two timelines)"
+    );
     let lower = page.to_ascii_lowercase();
     for banned in ["<script", "http:", "https:", "<link", "@import", "src="] {
         assert!(!lower.contains(banned), "report has no {banned:?}");
@@ -329,10 +340,201 @@ fn report_has_a_section_per_device_and_plot_takes_one_file() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let page = std::fs::read_to_string(&html).expect("report written");
     assert!(page.contains("<h2>Device 0</h2>") && page.contains("<h2>Device 2</h2>"));
-    assert_eq!(page.matches("<svg").count(), 6, "three plots per device");
+    assert_eq!(page.matches("<svg").count(), 8, "four plots per device");
     let png = path_str(&dir.join("t.png"));
     let out = memprof(&["analyze", &input, &input, "--plot", &png]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The fixed colour of each built-in category in the plots.
+const CATEGORY_FILLS: [(&str, &str); 7] = [
+    ("parameter", "#1F77B4"),
+    ("gradient", "#FF7F0E"),
+    ("optimizer_state", "#2CA02C"),
+    ("activation", "#9467BD"),
+    ("autograd", "#8C564B"),
+    ("workspace", "#BCBD22"),
+    ("other", "#AFAFAF"),
+];
+
+/// `analyze --json FILE [ARGS]`: the first device's breakdown at the peak, as (category, bytes).
+fn analyze_at_peak(input: &Path, extra: &[&str]) -> Vec<(String, u64)> {
+    let input = path_str(input);
+    let mut args = vec!["analyze", "--json", input.as_str()];
+    args.extend_from_slice(extra);
+    let out = memprof(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let at_peak = &doc["inputs"][0]["devices"][0]["categories"]["at_peak"];
+    at_peak
+        .as_array()
+        .expect("at_peak")
+        .iter()
+        .map(|c| {
+            let name = c["category"].as_str().expect("name").to_string();
+            (name, c["bytes"].as_u64().expect("bytes"))
+        })
+        .collect()
+}
+
+/// The points of an SVG element's `points="x,y x,y"` attribute.
+fn svg_points(element: &str) -> Vec<(i64, i64)> {
+    let Some((_, rest)) = element.split_once("points=\"") else {
+        return Vec::new();
+    };
+    let list = rest.split('"').next().unwrap_or("");
+    list.split_whitespace()
+        .filter_map(|p| {
+            let (x, y) = p.split_once(',')?;
+            Some((x.parse().ok()?, y.parse().ok()?))
+        })
+        .collect()
+}
+
+/// An integer attribute of an SVG element.
+fn svg_attr(element: &str, name: &str) -> i64 {
+    let key = format!(" {name}=\"");
+    let (_, rest) = element.split_once(&key).expect("attribute");
+    rest.split('"')
+        .next()
+        .unwrap_or("")
+        .parse()
+        .expect("integer")
+}
+
+/// The timeline of `input` stacked by category: each category alive at the peak has its own
+/// area in the SVG, the stack of areas tops out at the peak dot, the PNG renders, and the
+/// series behind it splits the peak exactly as `analyze` does (`extra` are `--category`
+/// rules for both).
+fn stacked_by_category(input: &Path, name: &str, extra: &[&str]) -> Vec<(String, u64)> {
+    let dir = scratch(&format!("by-category-{name}"));
+    let mut args = vec!["--stack-by", "category"];
+    for rule in extra {
+        args.extend(["--category", rule]);
+    }
+    let analyze_args: Vec<&str> = extra.iter().flat_map(|r| ["--category", r]).collect();
+    let at_peak = analyze_at_peak(input, &analyze_args);
+    let peak: u64 = at_peak.iter().map(|c| c.1).sum();
+    for ext in ["png", "svg"] {
+        let out_path = dir.join(format!("t.{ext}"));
+        let (input_s, out_s) = (path_str(input), path_str(&out_path));
+        let mut full = vec!["plot", input_s.as_str(), "-o", out_s.as_str()];
+        full.extend_from_slice(&args);
+        let out = memprof(&full);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+    }
+    assert_png(&dir.join("t.png"));
+    let svg = assert_svg(&dir.join("t.svg"), "Memory over time by category - ");
+    assert!(svg.contains("the areas split it by category"), "{name}");
+    let areas: Vec<&str> = svg
+        .split('<')
+        .filter(|e| e.starts_with("polygon opacity=\"0.85\""))
+        .collect();
+    for (category, bytes) in &at_peak {
+        assert!(
+            svg.contains(&format!("\n{category}\n</text>")),
+            "{name}: {category} in the legend"
+        );
+        if let Some((_, fill)) = CATEGORY_FILLS.iter().find(|(c, _)| c == category) {
+            let drawn = areas
+                .iter()
+                .any(|a| a.contains(&format!("fill=\"{fill}\"")));
+            assert!(drawn, "{name}: {category} ({bytes} B) has its area");
+        }
+    }
+    // The first area drawn is the sum of every category: at the peak's x it reaches the dot.
+    let dot = svg
+        .split('<')
+        .find(|e| e.starts_with("circle") && e.contains("#960000"))
+        .expect("the peak dot");
+    let (cx, cy) = (svg_attr(dot, "cx"), svg_attr(dot, "cy"));
+    let top = svg_points(areas[0])
+        .into_iter()
+        .filter(|&(x, _)| x == cx)
+        .map(|(_, y)| y)
+        .min()
+        .expect("the stack has points at the peak's x");
+    assert!(
+        (top - cy).abs() <= 1,
+        "{name}: stack tops at y {top}, peak at {cy}"
+    );
+    // The series behind the plot: at the peak its areas are the analyze breakdown.
+    let bytes = std::fs::read(input).expect("readable");
+    let snapshot = torch_snapshot::read(&bytes[..])
+        .expect("a snapshot")
+        .snapshot;
+    let rules: Vec<String> = extra.iter().map(|r| r.to_string()).collect();
+    let rules = CategoryRules::parse(&rules).expect("rules");
+    let device = snapshot.devices()[0];
+    let series = device_series(&snapshot, device, &Stacking::Category(rules));
+    let mark = series.peak.expect("a peak");
+    assert_eq!(mark.bytes, peak, "{name}: the breakdown sums to the peak");
+    let point = series
+        .points
+        .iter()
+        .find(|p| p.x == mark.x && p.active == mark.bytes)
+        .expect("the peak is a point");
+    assert_eq!(point.by_group.iter().sum::<u64>(), peak, "{name}");
+    for (k, label) in series.groups.iter().enumerate() {
+        let want = at_peak.iter().find(|c| c.0 == *label).map_or(0, |c| c.1);
+        assert_eq!(point.by_group[k], want, "{name}: {label} at the peak");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    at_peak
+}
+
+fn bytes_of(at: &[(String, u64)], category: &str) -> u64 {
+    at.iter().find(|c| c.0 == category).map_or(0, |c| c.1)
+}
+
+#[test]
+fn timeline_stacked_by_category_on_demo_oom() {
+    let input = fixture("snapshots/demo_oom.pickle");
+    let at = stacked_by_category(&input, "demo_oom", &[]);
+    assert!(bytes_of(&at, "activation") > bytes_of(&at, "parameter"));
+    let head = stacked_by_category(&input, "demo_oom-rule", &["head=model\\.py:140"]);
+    assert!(bytes_of(&head, "head") > 0, "{head:?}");
+    let total = |at: &[(String, u64)]| at.iter().map(|c| c.1).sum::<u64>();
+    assert_eq!(
+        total(&head),
+        total(&at),
+        "a rule moves bytes, never adds them"
+    );
+}
+
+#[test]
+fn timeline_stacked_by_category_on_a_real_adamw_step() {
+    let rel = "kkaitlyn111__cs336-a2-systems__memory_ctx128_fullstep.pickle";
+    let Some(path) = real_fixtures().map(|d| d.join(rel)).filter(|p| p.exists()) else {
+        skip(&format!("{rel} is absent"));
+        return;
+    };
+    let at = stacked_by_category(&path, "adamw", &[]);
+    for category in ["parameter", "gradient", "optimizer_state"] {
+        assert!(bytes_of(&at, category) > 0, "{category} at the peak");
+    }
+}
+
+#[test]
+fn stack_by_only_where_it_means_something() {
+    let dir = scratch("stack-by-bad");
+    let out_path = dir.join("t.png");
+    let cases: [&[&str]; 3] = [
+        &["--kind", "segments", "--stack-by", "category"],
+        &["--category", "x=y"],
+        &["--stack-by", "category", "--category", "x=("],
+    ];
+    for extra in cases {
+        let input = path_str(&fixture("snapshots/demo_oom.pickle"));
+        let out_s = path_str(&out_path);
+        let mut args = vec!["plot", input.as_str(), "-o", out_s.as_str()];
+        args.extend_from_slice(extra);
+        let out = memprof(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert!(!out_path.exists(), "{extra:?}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

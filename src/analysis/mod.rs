@@ -22,7 +22,9 @@ pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use layout_at::layout_at;
 pub use left_alive::left_alive;
 pub use peak::{find_peak, Peak};
-pub use series::{memory_series, Mark, MemorySeries, SeriesPoint, XAxis};
+pub use series::{
+    by_site, memory_series, Grouping, Mark, MemorySeries, SeriesPoint, StackBy, XAxis,
+};
 pub use sites::{
     is_user_label, shown_stack, site_label_of, site_of, site_text, top_sites, ShownStack, Site,
     SiteLabel,

@@ -1,10 +1,56 @@
-//! Memory over time: active bytes (split by allocation site) and reserved bytes after each
-//! trace entry, observed on the one `model::Replay`, downsampled for plotting. Memory changes
-//! in steps, so a series is a step function: each point's values hold until the next point.
+//! Memory over time: active bytes (split into groups: allocation sites or categories) and
+//! reserved bytes after each trace entry, observed on the one `model::Replay`, downsampled for
+//! plotting. Memory changes in steps, so a series is a step function: each point's values hold
+//! until the next point.
 
 use super::sites::site_of;
-use crate::model::{Action, Replay, Snapshot, StackId};
+use crate::model::{Action, Live, Replay, Snapshot, StackId};
 use rustc_hash::FxHashMap;
+
+/// What active memory is split by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackBy {
+    /// The top allocation sites, then "other sites".
+    Site,
+    /// The categories of `analysis::categories`.
+    Category,
+}
+
+/// The group of a live allocation at an address: an index in `Grouping::labels`.
+pub type GroupOf<'g> = Box<dyn FnMut(u64, &Live) -> usize + 'g>;
+
+/// How active memory is split: the groups' labels (stacked bottom first) and the group of each
+/// live allocation.
+pub struct Grouping<'g> {
+    pub stack_by: StackBy,
+    pub labels: Vec<String>,
+    pub group_of: GroupOf<'g>,
+}
+
+/// The last group of a split by site: every site not named.
+pub const OTHER_SITES: &str = "other sites";
+
+/// A split by `sites`, then `OTHER_SITES`.
+pub fn by_site<'s>(snapshot: &'s Snapshot, sites: &[String]) -> Grouping<'s> {
+    let named = sites.to_vec();
+    let mut known: FxHashMap<Option<StackId>, usize> = FxHashMap::default();
+    let group_of = move |_: u64, live: &Live| {
+        *known.entry(live.stack).or_insert_with(|| {
+            let label = site_of(&snapshot.stacks, live.stack);
+            named
+                .iter()
+                .position(|s| *s == label)
+                .unwrap_or(named.len())
+        })
+    };
+    let mut labels = sites.to_vec();
+    labels.push(OTHER_SITES.to_string());
+    Grouping {
+        stack_by: StackBy::Site,
+        labels,
+        group_of: Box::new(group_of),
+    }
+}
 
 /// What the x values of a series count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +72,8 @@ pub struct SeriesPoint {
     pub active: u64,
     /// Reserved (segment) bytes; at a downsampled bucket's highest point, the bucket's highest.
     pub reserved: u64,
-    /// `active` split by site, in the order of `MemorySeries::sites`, then "other".
-    pub by_site: Vec<u64>,
+    /// `active` split into the groups of `MemorySeries::groups`, in their order.
+    pub by_group: Vec<u64>,
 }
 
 /// A marked entry: where it is on the x axis and the bytes it is about.
@@ -42,8 +88,9 @@ pub struct Mark {
 #[derive(Clone, Debug)]
 pub struct MemorySeries {
     pub x_axis: XAxis,
-    /// The sites active memory is split by; points carry one more value, "other".
-    pub sites: Vec<String>,
+    pub stack_by: StackBy,
+    /// The labels of the groups active memory is split into, stacked bottom first.
+    pub groups: Vec<String>,
     pub points: Vec<SeriesPoint>,
     /// Where active memory first reaches its highest value (none when no entry rises above
     /// the level alive before the trace).
@@ -55,15 +102,20 @@ pub struct MemorySeries {
 }
 
 /// Replays a device's trace and records the memory before the first entry and after each
-/// entry, keeping at most `max_points` points: the trace is cut into runs of entries and each
+/// entry, split by `grouping` (each allocation's group is asked once), keeping at most `max_points` points: the trace is cut into runs of entries and each
 /// run keeps its entry of highest active memory (with the run's highest reserved) and its last
 /// entry, so peaks survive and the value held after the run is the true one.
 pub fn memory_series(
     snapshot: &Snapshot,
     device: u32,
-    sites: &[String],
+    grouping: Grouping,
     max_points: usize,
 ) -> MemorySeries {
+    let Grouping {
+        stack_by,
+        labels,
+        mut group_of,
+    } = grouping;
     let entries = snapshot.timeline.device(device as usize);
     let timed = !entries.is_empty() && entries.iter().all(|e| e.time_us().is_some());
     let x_axis = if timed {
@@ -76,21 +128,14 @@ pub fn memory_series(
         (XAxis::Seconds, Some(t0), Some(t)) => (t - t0) as f64 / 1e6,
         _ => (i + 1) as f64,
     };
-    let mut categories: FxHashMap<Option<StackId>, usize> = FxHashMap::default();
-    let mut category = |stack: Option<StackId>| {
-        *categories.entry(stack).or_insert_with(|| {
-            let label = site_of(&snapshot.stacks, stack);
-            sites
-                .iter()
-                .position(|s| *s == label)
-                .unwrap_or(sites.len())
-        })
-    };
+    // The group of each live allocation, by address.
+    let mut group: FxHashMap<u64, usize> = FxHashMap::default();
     let mut replay = Replay::new(entries, snapshot.device_segments(device));
-    let mut by_site = vec![0u64; sites.len() + 1];
-    for (_, live) in replay.live().iter() {
-        let c = category(live.stack);
-        by_site[c] = by_site[c].wrapping_add(live.size);
+    let mut by_group = vec![0u64; labels.len()];
+    for (addr, live) in replay.live().iter() {
+        let g = group_of(addr, live);
+        group.insert(addr, g);
+        by_group[g] = by_group[g].wrapping_add(live.size);
     }
     let mut best = replay.live().total();
     let mut peak = None;
@@ -108,7 +153,7 @@ pub fn memory_series(
             x,
             active: best,
             reserved: replay.reserved(),
-            by_site: by_site.clone(),
+            by_group: by_group.clone(),
         });
     }
     // The current run's highest point (by active) and its last point, with their indices.
@@ -130,16 +175,17 @@ pub fn memory_series(
             .then(|| replay.live().get(addr).copied())
             .flatten()
         {
-            let c = category(old.stack);
-            by_site[c] = by_site[c].wrapping_sub(old.size);
+            let g = group.remove(&addr).unwrap_or(0);
+            by_group[g] = by_group[g].wrapping_sub(old.size);
         }
         replay.step();
         if let Some(new) = touches_live
             .then(|| replay.live().get(addr).copied())
             .flatten()
         {
-            let c = category(new.stack);
-            by_site[c] = by_site[c].wrapping_add(new.size);
+            let g = group_of(addr, &new);
+            group.insert(addr, g);
+            by_group[g] = by_group[g].wrapping_add(new.size);
         }
         let active = replay.live().total();
         if active > best {
@@ -155,7 +201,7 @@ pub fn memory_series(
             x: x_of(index),
             active,
             reserved: replay.reserved(),
-            by_site: by_site.clone(),
+            by_group: by_group.clone(),
         };
         if high.as_ref().is_none_or(|(_, h)| active > h.active) {
             high = Some((index, point.clone()));
@@ -176,7 +222,8 @@ pub fn memory_series(
         });
     MemorySeries {
         x_axis,
-        sites: sites.to_vec(),
+        stack_by,
+        groups: labels,
         points,
         peak,
         oom,
@@ -246,7 +293,7 @@ mod tests {
             TraceEntry::oom(4096, None, StreamIndex(0)),
         ];
         let snap = snapshot(entries, stacks);
-        let s = memory_series(&snap, 0, &["/home/me/a.py:1:f".into()], 100);
+        let s = memory_series(&snap, 0, by_site(&snap, &["/home/me/a.py:1:f".into()]), 100);
         assert_eq!(s.x_axis, XAxis::EntriesReplayed);
         let active: Vec<u64> = s.points.iter().map(|p| p.active).collect();
         assert_eq!(
@@ -256,19 +303,19 @@ mod tests {
         );
         let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
         assert_eq!(xs, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
-        assert_eq!(s.points[3].by_site, [300, 200]);
-        assert_eq!(s.points[4].by_site, [0, 200]);
+        assert_eq!(s.points[3].by_group, [300, 200]);
+        assert_eq!(s.points[4].by_group, [0, 200]);
         assert_eq!(s.points[2].reserved, 1000);
         assert_eq!(s.peak.map(|m| (m.entry_index, m.bytes)), Some((2, 500)));
         assert_eq!(s.oom.map(|m| (m.entry_index, m.bytes)), Some((4, 4096)));
-        let small = memory_series(&snap, 0, &[], 2);
+        let small = memory_series(&snap, 0, by_site(&snap, &[]), 2);
         let kept: Vec<(f64, u64)> = small.points.iter().map(|p| (p.x, p.active)).collect();
         assert_eq!(
             kept,
             [(0.0, 0), (3.0, 500), (5.0, 200)],
             "one run: its highest point and its last"
         );
-        assert_eq!(small.points[1].by_site, [500]);
+        assert_eq!(small.points[1].by_group, [500]);
         assert_eq!(small.points[1].reserved, 1000);
     }
 }

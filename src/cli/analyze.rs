@@ -10,7 +10,7 @@ use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
 use crate::report::analyze_text;
-use crate::report::plot::{Format, Kind};
+use crate::report::plot::{Format, Kind, Stacking};
 use crate::report::terminal_text::terminal_lines;
 use crate::source::recording::RecordingInfo;
 use anyhow::{bail, Context};
@@ -72,7 +72,15 @@ fn analyze_file(
     }
     if let (Some(format), Some(out)) = (plot_format, &args.plot) {
         let device = pick_device(snapshot, &shown, args.device)?;
-        write_plot(snapshot, path, device, Kind::Timeline, format, out)?;
+        write_plot(
+            snapshot,
+            path,
+            device,
+            Kind::Timeline,
+            &Stacking::Site,
+            format,
+            out,
+        )?;
         super::wrote_beside(out);
     }
     Ok(InputReport {

@@ -1,10 +1,11 @@
-//! `memprof plot FILE --kind timeline|segments|fragmentation [-o OUT.png|OUT.svg]`: one picture
-//! of one device of a snapshot.
+//! `memprof plot FILE --kind timeline|segments|fragmentation [-o OUT.png|OUT.svg]
+//! [--stack-by site|category]`: one picture of one device of a snapshot.
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::analysis::categories::CategoryRules;
 use crate::model::Snapshot;
-use crate::report::plot::{self, Format, Kind};
+use crate::report::plot::{self, Format, Kind, Stacking};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,21 @@ pub struct PlotArgs {
     /// The device to plot [default: the first one in the file].
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    /// What the timeline's areas split active memory by: the top allocation sites, or the
+    /// categories (parameter, gradient, optimizer_state, activation, autograd, workspace,
+    /// other, and your own) [default: site].
+    #[arg(long, value_enum, value_name = "site|category")]
+    pub stack_by: Option<StackByArg>,
+    /// With `--stack-by category`, a category of your own, as in `analyze`: allocations with a
+    /// stack frame that REGEX matches; repeatable, the first match wins.
+    #[arg(long = "category", value_name = "NAME=REGEX")]
+    pub categories: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StackByArg {
+    Site,
+    Category,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -60,6 +76,7 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Outcome> {
         ))
     });
     let format = Format::from_path(&output)?;
+    let stacking = stacking(args)?;
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, true).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
@@ -69,11 +86,28 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Outcome> {
         &args.file,
         device,
         args.kind.kind(),
+        &stacking,
         format,
         &output,
     )?;
     super::wrote(&output)?;
     Ok(Outcome::Ok)
+}
+
+/// The timeline's split; `--stack-by` and `--category` only where they mean something.
+fn stacking(args: &PlotArgs) -> anyhow::Result<Stacking> {
+    if args.stack_by.is_some() && args.kind != KindArg::Timeline {
+        bail!("--stack-by applies to --kind timeline only");
+    }
+    if !args.categories.is_empty() && args.stack_by != Some(StackByArg::Category) {
+        bail!("--category needs --stack-by category");
+    }
+    Ok(match args.stack_by {
+        None | Some(StackByArg::Site) => Stacking::Site,
+        Some(StackByArg::Category) => {
+            Stacking::Category(CategoryRules::parse(&args.categories).map_err(anyhow::Error::msg)?)
+        }
+    })
 }
 
 /// The device asked for, or the first one; an error names the file when it has none.
@@ -95,6 +129,7 @@ pub fn write_plot(
     file: &Path,
     device: u32,
     kind: Kind,
+    stacking: &Stacking,
     format: Format,
     output: &Path,
 ) -> anyhow::Result<()> {
@@ -102,6 +137,6 @@ pub fn write_plot(
         .file_name()
         .unwrap_or(file.as_os_str())
         .to_string_lossy();
-    let bytes = plot::plot(snapshot, &name, device, kind, format)?;
+    let bytes = plot::plot(snapshot, &name, device, kind, stacking, format)?;
     std::fs::write(output, bytes).with_context(|| format!("{}: cannot write", output.display()))
 }

@@ -1,10 +1,11 @@
 //! `memprof report`: one self-contained HTML page (no script, no external file or font) with
-//! each device's summary, its plots as inline SVG, the top sites with their stacks and the OOM.
+//! each device's summary, its plots as inline SVG (the timeline twice: by site and by category), the top sites with their stacks and the OOM.
 //! Every text that comes from the file is escaped.
 
+use crate::analysis::categories::CategoryRules;
 use crate::analysis::{site_text, DeviceAnalysis};
 use crate::model::{count, Bytes, Snapshot};
-use crate::report::plot::{self, Format, Kind, PlotError};
+use crate::report::plot::{self, Format, Kind, PlotError, Stacking};
 use std::fmt::Write;
 
 /// Escapes text for HTML element content and quoted attribute values.
@@ -64,8 +65,13 @@ pub fn report(
         let _ = writeln!(page, "<h2>Device {device}</h2>");
         summary(&mut page, analysis);
         oom(&mut page, analysis);
-        for kind in Kind::ALL {
-            let svg = plot::plot(snapshot, name, device, kind, Format::Svg)?;
+        let by_category = Stacking::Category(CategoryRules::default());
+        let plots = Kind::ALL.into_iter().flat_map(|kind| match kind {
+            Kind::Timeline => vec![(kind, &Stacking::Site), (kind, &by_category)],
+            _ => vec![(kind, &Stacking::Site)],
+        });
+        for (kind, stacking) in plots {
+            let svg = plot::plot(snapshot, name, device, kind, stacking, Format::Svg)?;
             page.push_str("<div class=\"plot\">");
             // Inline SVG needs no namespace in HTML; dropping it keeps the page free of URLs.
             let svg = String::from_utf8_lossy(&svg).replacen(SVG_NAMESPACE, "", 1);

@@ -11,6 +11,7 @@ mod rules;
 pub use phases::Phase;
 pub use rules::{CategoryRule, CategoryRules};
 
+use crate::analysis::{Grouping, StackBy};
 use crate::model::{BlockState, Live, Snapshot, StackId, StackTable};
 use context::Context;
 use lifetimes::Lifetimes;
@@ -285,6 +286,17 @@ impl<'a> Classifier<'a> {
                 (b.address, live)
             })
             .collect()
+    }
+}
+
+/// Active memory over the whole trace split by category: every allocation as `Classifier`
+/// sorts it (the built-in categories, then the rules' new ones), for `analysis::memory_series`.
+pub fn grouping<'a>(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) -> Grouping<'a> {
+    let mut c = Classifier::new(snapshot, device, rules);
+    Grouping {
+        stack_by: StackBy::Category,
+        labels: c.names.clone(),
+        group_of: Box::new(move |addr, live| c.category(addr, live)),
     }
 }
 

@@ -3,13 +3,15 @@
 
 use super::style;
 use super::{render, Format, FragmentationPlot, PlotError, SegmentsPlot, TimelinePlot};
-use crate::analysis::{analyze_device, layout_at, memory_series, MemorySeries};
+use crate::analysis::categories::{self, CategoryRules};
+use crate::analysis::{analyze_device, by_site, layout_at, memory_series, MemorySeries};
 use crate::model::Snapshot;
 
 /// Which picture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// Active memory stacked by site, reserved, the peak and the OOM, over the trace.
+    /// Active memory stacked by site (or category), reserved, the peak and the OOM, over the
+    /// trace.
     Timeline,
     /// The segment map at the peak (at the end when the trace has no peak), blocks coloured
     /// by state.
@@ -25,14 +27,29 @@ impl Kind {
 /// Sites active memory is split by in the timeline; the rest is "other".
 const STACKED_SITES: usize = 5;
 
+/// What the timeline's areas split active memory by.
+#[derive(Clone, Debug)]
+pub enum Stacking {
+    /// The top sites at the peak, then the other sites.
+    Site,
+    /// The categories, under the user's `--category` rules.
+    Category(CategoryRules),
+}
+
 /// Most points a series keeps, so big traces stay fast and files small.
 const MAX_POINTS: usize = 2000;
 
-/// One device's memory over time, split by its top sites at the peak.
-pub fn device_series(snapshot: &Snapshot, device: u32) -> MemorySeries {
-    let analysis = analyze_device(snapshot, device, STACKED_SITES);
-    let sites: Vec<String> = analysis.top_sites.into_iter().map(|s| s.frame).collect();
-    memory_series(snapshot, device, &sites, MAX_POINTS)
+/// One device's memory over time, split by its top sites at the peak or by category.
+pub fn device_series(snapshot: &Snapshot, device: u32, stacking: &Stacking) -> MemorySeries {
+    let grouping = match stacking {
+        Stacking::Site => {
+            let analysis = analyze_device(snapshot, device, STACKED_SITES);
+            let sites: Vec<String> = analysis.top_sites.into_iter().map(|s| s.frame).collect();
+            by_site(snapshot, &sites)
+        }
+        Stacking::Category(rules) => categories::grouping(snapshot, device, rules),
+    };
+    memory_series(snapshot, device, grouping, MAX_POINTS)
 }
 
 /// A title that fits the figure's width, the file name cut if need be.
@@ -41,18 +58,27 @@ fn fit(make: impl Fn(&str) -> String, name: &str) -> String {
     style::fit_title(make, name, super::canvas::SIZE.0 - 40)
 }
 
-/// Draws one kind of plot of one device; `name` (the file's name) goes in the title.
+/// Draws one kind of plot of one device, a timeline's areas split by `stacking`; `name` (the
+/// file's name) goes in the title.
 pub fn plot(
     snapshot: &Snapshot,
     name: &str,
     device: u32,
     kind: Kind,
+    stacking: &Stacking,
     format: Format,
 ) -> Result<Vec<u8>, PlotError> {
     match kind {
         Kind::Timeline => {
-            let series = device_series(snapshot, device);
-            let title = fit(|n| format!("Memory over time - {n}, device {device}"), name);
+            let series = device_series(snapshot, device, stacking);
+            let by = match stacking {
+                Stacking::Site => "",
+                Stacking::Category(_) => " by category",
+            };
+            let title = fit(
+                |n| format!("Memory over time{by} - {n}, device {device}"),
+                name,
+            );
             render(
                 &TimelinePlot {
                     title,
@@ -62,7 +88,7 @@ pub fn plot(
             )
         }
         Kind::Fragmentation => {
-            let series = device_series(snapshot, device);
+            let series = device_series(snapshot, device, &Stacking::Site);
             let title = fit(
                 |n| format!("Fragmentation over time (reserved - active) - {n}, device {device}"),
                 name,

@@ -15,6 +15,6 @@ mod timeline;
 pub use candidates::{CandidateBar, CandidatesPlot};
 pub use canvas::{render, Figure, Format, PlotError};
 pub use fragmentation::FragmentationPlot;
-pub use kinds::{device_series, plot, Kind};
+pub use kinds::{device_series, plot, Kind, Stacking};
 pub use segments::SegmentsPlot;
 pub use timeline::TimelinePlot;

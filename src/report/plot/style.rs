@@ -19,6 +19,36 @@ pub const SITE_COLORS: [RGBColor; 6] = [
     RGBColor(188, 189, 34),
 ];
 pub const OTHER: RGBColor = RGBColor(175, 175, 175);
+
+/// Colours of the built-in categories, each its own whatever else the plot shows ("other" is
+/// `OTHER`); the user's categories take `USER_CATEGORY_COLORS` in turn.
+const CATEGORY_COLORS: [(&str, RGBColor); 7] = [
+    ("parameter", RGBColor(31, 119, 180)),
+    ("gradient", RGBColor(255, 127, 14)),
+    ("optimizer_state", RGBColor(44, 160, 44)),
+    ("activation", RGBColor(148, 103, 189)),
+    ("autograd", RGBColor(140, 86, 75)),
+    ("workspace", RGBColor(188, 189, 34)),
+    ("other", OTHER),
+];
+const USER_CATEGORY_COLORS: [RGBColor; 4] = [
+    RGBColor(23, 190, 207),
+    RGBColor(227, 119, 194),
+    RGBColor(0, 80, 60),
+    RGBColor(240, 200, 0),
+];
+
+/// The colour of each category in `names`, in order.
+pub fn category_colors(names: &[String]) -> Vec<RGBColor> {
+    let mut user = USER_CATEGORY_COLORS.iter().cycle();
+    names
+        .iter()
+        .map(|n| match CATEGORY_COLORS.iter().find(|(b, _)| b == n) {
+            Some(&(_, c)) => c,
+            None => *user.next().unwrap_or(&OTHER),
+        })
+        .collect()
+}
 pub const RESERVED: RGBColor = RGBColor(20, 20, 20);
 pub const ACTIVE: RGBColor = RGBColor(100, 100, 100);
 pub const PEAK: RGBColor = RGBColor(150, 0, 0);
@@ -170,6 +200,20 @@ mod tests {
         assert_eq!(short_site("<no stack recorded>"), "<no stack recorded>");
         let long = format!("a.py:1:{}", "f".repeat(100));
         assert_eq!(short_site(&long).chars().count(), 60);
+    }
+
+    #[test]
+    fn categories_keep_their_colour_and_user_ones_get_their_own() {
+        let names: Vec<String> = ["activation", "parameter", "kv_cache", "other", "lora"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let got = category_colors(&names);
+        assert_eq!(got[0], RGBColor(148, 103, 189));
+        assert_eq!(got[1], RGBColor(31, 119, 180));
+        assert_eq!(got[3], OTHER);
+        assert_eq!(got[2], USER_CATEGORY_COLORS[0]);
+        assert_eq!(got[4], USER_CATEGORY_COLORS[1]);
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! Memory over time: active memory stacked by allocation site, reserved memory as a line, the
-//! peak and the OOM marked. Every curve is a step function (memory changes in steps), and the
+//! Memory over time: active memory stacked by allocation site or by category, reserved memory
+//! as a line, the peak and the OOM marked. Every curve is a step function (memory changes in steps), and the
 //! legend sits below the plot.
 
 use super::font::FAMILY;
 use super::legend::{self, Swatch};
 use super::style::{self, short_site, steps, tick, Unit};
-use crate::analysis::{MemorySeries, XAxis};
+use crate::analysis::{MemorySeries, StackBy, XAxis};
 use crate::model::Bytes;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
@@ -108,26 +108,36 @@ impl super::Figure for TimelinePlot<'_> {
             .max()
             .unwrap_or(0)
             .max(s.oom.map_or(0, |o| o.bytes));
-        let n = s.sites.len();
-        let site_color = |k: usize| {
-            if k == n {
-                style::OTHER
-            } else {
-                style::SITE_COLORS[k % style::SITE_COLORS.len()]
-            }
+        let n = s.groups.len();
+        let colors: Vec<RGBColor> = match s.stack_by {
+            StackBy::Site => (0..n)
+                .map(|k| match k + 1 == n {
+                    true => style::OTHER,
+                    false => style::SITE_COLORS[k % style::SITE_COLORS.len()],
+                })
+                .collect(),
+            StackBy::Category => style::category_colors(&s.groups),
         };
-        // The legend reads top-down as the bands stack bottom-up: the first site is lowest.
-        let mut entries: Vec<(String, Swatch)> = (0..=n)
+        // The legend reads top-down as the bands stack bottom-up: the first group is lowest.
+        // Every site is listed; a category only when it holds memory somewhere.
+        let shown =
+            |k: usize| s.stack_by == StackBy::Site || s.points.iter().any(|p| p.by_group[k] > 0);
+        let mut entries: Vec<(String, Swatch)> = (0..n)
+            .filter(|&k| shown(k))
             .map(|k| {
-                let label = match s.sites.get(k) {
-                    Some(site) => short_site(site),
-                    None => "other sites".to_string(),
+                let label = match s.stack_by {
+                    StackBy::Site => short_site(&s.groups[k]),
+                    StackBy::Category => s.groups[k].clone(),
                 };
-                (label, Swatch::Fill(site_color(k)))
+                (label, Swatch::Fill(colors[k]))
             })
             .collect();
+        let by = match s.stack_by {
+            StackBy::Site => "site",
+            StackBy::Category => "category",
+        };
         entries.push((
-            "active (live allocations; the areas split it by site)".to_string(),
+            format!("active (live allocations; the areas split it by {by})"),
             Swatch::Line(style::ACTIVE, 1),
         ));
         entries.push((
@@ -155,16 +165,16 @@ impl super::Figure for TimelinePlot<'_> {
             return Ok(());
         };
         let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
-        // Stacked areas: draw the sum of sites 0..=k for k from "other" down, so each band
+        // Stacked areas: draw the sum of groups 0..=k for k from the last down, so each band
         // between two sums shows its own colour.
-        for k in (0..=n).rev() {
+        for k in (0..n).rev() {
             let points = s.points.iter().map(|p| {
-                let sum: u64 = p.by_site[..=k]
+                let sum: u64 = p.by_group[..=k]
                     .iter()
                     .fold(0u64, |a, b| a.saturating_add(*b));
                 (p.x, unit.of(sum))
             });
-            chart.draw_series(AreaSeries::new(steps(points), 0.0, site_color(k).mix(0.85)))?;
+            chart.draw_series(AreaSeries::new(steps(points), 0.0, colors[k].mix(0.85)))?;
         }
         chart.draw_series(LineSeries::new(
             steps(s.points.iter().map(|p| (p.x, unit.of(p.active)))),
