@@ -151,7 +151,12 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
             let _ = writeln!(out, "{line}");
         }
     }
-    for line in super::categories_text::phases(d.phases.as_deref().unwrap_or_default(), "  ") {
+    let trace_peak = d
+        .trace
+        .peak_entry_index
+        .map(|entry| (d.trace.peak_active_bytes, entry));
+    let phases = d.phases.as_deref().unwrap_or_default();
+    for line in super::categories_text::phases(phases, trace_peak, "  ") {
         let _ = writeln!(out, "{line}");
     }
     if d.mostly_free_segment_count > 0 {
