@@ -321,3 +321,22 @@ fn left_alive_is_what_the_trace_allocated_and_did_not_free() {
     ]);
     assert_eq!(within.status.code(), Some(0), "{}", stdout(&within));
 }
+
+/// An analyze document does not hold what a trace left alive: `--metric left-alive` refuses it
+/// rather than reading 0 B and passing.
+#[test]
+fn left_alive_refuses_an_analyze_document() {
+    let dir = Scratch::new("left-alive-json");
+    let json = dir.path("analyzed.json");
+    let analyzed = memprof(&["analyze", "--json", &snapshot("v2_1_basic")]);
+    std::fs::write(&json, &analyzed.stdout).expect("write analyze json");
+    let refused = memprof(&["gate", &json, "--metric", "left-alive", "--limit", "1MiB"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    let message = stderr(&refused);
+    assert!(
+        message.contains(
+            "analyzed.json: an analyze --json document does not hold what the trace left alive"
+        ),
+        "{message}"
+    );
+}
