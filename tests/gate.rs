@@ -171,7 +171,7 @@ fn absolute_limit_and_the_reserved_metric() {
     // With no baseline to grow from, the largest sites at the peak are named.
     assert!(
         stdout(&low).contains(
-            "largest sites at the peak:\n         +  13.99 MiB  /home/user/train.py:104:train_step"
+            "largest sites at the peak:\n            13.99 MiB  /home/user/train.py:104:train_step"
         ),
         "{}",
         stdout(&low)
@@ -308,7 +308,7 @@ fn left_alive_is_what_the_trace_allocated_and_did_not_free() {
         text.contains("limited to 1.00 MiB but left alive was 7.00 MiB"),
         "{text}"
     );
-    assert!(text.contains("sites that left most alive:\n         +   7.00 MiB  Functions.cpp:"));
+    assert!(text.contains("sites that left most alive:\n             7.00 MiB  Functions.cpp:"));
     let within = memprof(&[
         "gate",
         &snapshot("v2_1_basic"),

@@ -67,14 +67,18 @@ pub fn text(checks: &[Check]) -> String {
             };
             let _ = writeln!(out, "       {title}");
             for g in &c.grew {
-                let _ = writeln!(
-                    out,
-                    "         +{:>11}  {}  ({} -> {})",
-                    Bytes(g.after - g.before).to_string(),
-                    terminal_text(&g.frame),
-                    Bytes(g.before),
-                    Bytes(g.after)
-                );
+                let frame = terminal_text(&g.frame);
+                let _ = match c.baseline {
+                    Some(_) => writeln!(
+                        out,
+                        "         +{:>11}  {frame}  ({} -> {})",
+                        Bytes(g.after - g.before).to_string(),
+                        Bytes(g.before),
+                        Bytes(g.after)
+                    ),
+                    // Nothing to grow from: the site's bytes alone.
+                    None => writeln!(out, "          {:>11}  {frame}", Bytes(g.after).to_string()),
+                };
                 for frame in user_frames(&g.stack) {
                     let _ = writeln!(out, "                      {}", terminal_text(frame));
                 }
