@@ -339,4 +339,28 @@ fn left_alive_refuses_an_analyze_document() {
         ),
         "{message}"
     );
+    // `diff --metric left-alive` too, which compared 0 B with 0 B and passed.
+    let refused = memprof(&["diff", "--metric", "left-alive", &json, &json]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    assert!(stderr(&refused).contains("does not hold what the trace left alive"));
+}
+
+/// `diff --metric left-alive` speaks of what was left alive at the end, not of the peak.
+#[test]
+fn diff_of_what_was_left_alive_names_it() {
+    let out = memprof(&[
+        "diff",
+        "--metric",
+        "left-alive",
+        &snapshot("v2_1_basic"),
+        &snapshot("demo_oom"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("device 0: left alive 7.00 MiB -> 14.09 GiB"),
+        "{text}"
+    );
+    assert_eq!(lines[1], "  left more alive at the end, largest first:");
 }

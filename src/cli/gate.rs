@@ -94,12 +94,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
             .map(|m: &Measurement| m.rank + 1)
             .max()
             .unwrap_or(0);
-        if matches!(config.metric, Metric::LeftAlive) && is_analyze_json(path) {
-            bail!(
-                "{shown}: an analyze --json document does not hold what the trace left alive; \
-                 give --metric left-alive the snapshot or recording"
-            );
-        }
+        refuse_left_alive_from_json(path, config.metric)?;
         current.extend(measure(path, first_rank).with_context(|| shown.clone())?);
     }
     if let Some(out) = &args.write_baseline {
@@ -139,6 +134,19 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
 fn read_baseline(path: &Path) -> anyhow::Result<Baseline> {
     let text = std::fs::read_to_string(path).context("cannot read")?;
     parse_baseline(&text)
+}
+
+/// `--metric left-alive` needs the trace: an analyze document given for it is refused (it would
+/// read 0 B and pass).
+pub(super) fn refuse_left_alive_from_json(path: &Path, metric: Metric) -> anyhow::Result<()> {
+    if matches!(metric, Metric::LeftAlive) && is_analyze_json(path) {
+        bail!(
+            "{}: an analyze --json document does not hold what the trace left alive; give \
+             --metric left-alive the snapshot or recording",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Whether `path` holds JSON (its first byte a `{`): an analyze document, not a snapshot.
