@@ -171,7 +171,7 @@ fn absolute_limit_and_the_reserved_metric() {
     // With no baseline to grow from, the largest sites at the peak are named.
     assert!(
         stdout(&low).contains(
-            "largest sites at the peak:\n         +  13.99 MiB  /home/user/train.py:104:train_step"
+            "largest sites at the peak:\n            13.99 MiB  /home/user/train.py:104:train_step"
         ),
         "{}",
         stdout(&low)
@@ -308,7 +308,7 @@ fn left_alive_is_what_the_trace_allocated_and_did_not_free() {
         text.contains("limited to 1.00 MiB but left alive was 7.00 MiB"),
         "{text}"
     );
-    assert!(text.contains("sites that left most alive:\n         +   7.00 MiB  Functions.cpp:"));
+    assert!(text.contains("sites that left most alive:\n             7.00 MiB  Functions.cpp:"));
     let within = memprof(&[
         "gate",
         &snapshot("v2_1_basic"),
@@ -320,4 +320,47 @@ fn left_alive_is_what_the_trace_allocated_and_did_not_free() {
         "0%",
     ]);
     assert_eq!(within.status.code(), Some(0), "{}", stdout(&within));
+}
+
+/// An analyze document does not hold what a trace left alive: `--metric left-alive` refuses it
+/// rather than reading 0 B and passing.
+#[test]
+fn left_alive_refuses_an_analyze_document() {
+    let dir = Scratch::new("left-alive-json");
+    let json = dir.path("analyzed.json");
+    let analyzed = memprof(&["analyze", "--json", &snapshot("v2_1_basic")]);
+    std::fs::write(&json, &analyzed.stdout).expect("write analyze json");
+    let refused = memprof(&["gate", &json, "--metric", "left-alive", "--limit", "1MiB"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    let message = stderr(&refused);
+    assert!(
+        message.contains(
+            "analyzed.json: an analyze --json document does not hold what the trace left alive"
+        ),
+        "{message}"
+    );
+    // `diff --metric left-alive` too, which compared 0 B with 0 B and passed.
+    let refused = memprof(&["diff", "--metric", "left-alive", &json, &json]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    assert!(stderr(&refused).contains("does not hold what the trace left alive"));
+}
+
+/// `diff --metric left-alive` speaks of what was left alive at the end, not of the peak.
+#[test]
+fn diff_of_what_was_left_alive_names_it() {
+    let out = memprof(&[
+        "diff",
+        "--metric",
+        "left-alive",
+        &snapshot("v2_1_basic"),
+        &snapshot("demo_oom"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("device 0: left alive 7.00 MiB -> 14.09 GiB"),
+        "{text}"
+    );
+    assert_eq!(lines[1], "  left more alive at the end, largest first:");
 }

@@ -1260,8 +1260,41 @@ fn calibrate_recovers_a_known_coefficient_from_a_snapshot() {
     let text = stdout(&memprof(&args));
     assert!(text.starts_with("Calibration from "), "{text}");
     assert!(text.contains("per-layer coefficient 1.250"), "{text}");
+    assert!(!text.contains("far from 1"), "{text}");
     let at = |needle: &str| text.find(needle).expect(needle);
     assert!(at("Calibration") < at(" evaluated, "));
+}
+
+/// A snapshot of another model (demo_oom is no Llama 3 8B step at sequence 1024) gives a
+/// coefficient far from 1, and the text says what to check.
+#[test]
+fn calibrate_doubts_a_coefficient_far_from_one() {
+    let path = fixture("snapshots/demo_oom.pickle").display().to_string();
+    let out = memprof(&[
+        "plan",
+        "train",
+        "--model",
+        "llama-3-8b",
+        "--gpus",
+        "1",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "1024",
+        "--micro-batch",
+        "1",
+        "--calibrate",
+        &path,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            ")\n  far from 1: check that the snapshot is a training step of this model with these \
+             sizes, precision, attention and recompute\nCandidate 0 calibrated: "
+        ),
+        "{text}"
+    );
 }
 
 /// A snapshot without a trace cannot calibrate: one line naming the flag and the file, exit 2.

@@ -4,12 +4,12 @@
 //! at the peak in each run. Exit 1 when a device's peak grew by more than `--max-increase`, as
 //! `memprof gate` does.
 
-use super::gate::{measure, parse_increase, MetricArg};
+use super::gate::{measure, parse_increase, refuse_left_alive_from_json, MetricArg};
 use super::Outcome;
 use crate::analysis::categories::CategoryBytes;
 use crate::model::Bytes;
 use crate::report::analyze_json::SCHEMA_VERSION;
-use crate::report::gate::{evaluate, Baseline, Check, GateConfig, Measurement};
+use crate::report::gate::{evaluate, Baseline, Check, GateConfig, Measurement, Metric};
 use crate::report::terminal_text::terminal_text;
 use anyhow::Context;
 use clap::Args;
@@ -28,7 +28,7 @@ pub struct DiffArgs {
     /// Growth of the peak that still exits 0: `5%` or `0.05`.
     #[arg(long, value_name = "PERCENT", default_value = "5%")]
     pub max_increase: String,
-    /// Which peak to compare.
+    /// Which figure to compare.
     #[arg(long, value_enum, default_value_t = MetricArg::PeakActive)]
     pub metric: MetricArg,
     /// Print one JSON document instead of text.
@@ -151,6 +151,18 @@ fn device_diff(c: &Check, before: &CategoriesBy, after: &CategoriesBy) -> Device
 
 fn text(report: &DiffReport, label: &str) -> String {
     let mut out = String::new();
+    // The sites counted at the peak, or in what was left alive at the trace's end.
+    let (none, grew) = if report.metric == Metric::LeftAlive.key() {
+        (
+            "no site left more alive at the end",
+            "left more alive at the end",
+        )
+    } else {
+        (
+            "no site holds more at the peak",
+            "grew or appeared at the peak",
+        )
+    };
     for d in &report.devices {
         let change = match d.increase {
             Some(f) => format!(" ({:+.1}%)", f * 100.0),
@@ -192,11 +204,11 @@ fn text(report: &DiffReport, label: &str) -> String {
             format!("  by category at the peak: {}\n", changed.join(", "))
         };
         if d.grew.is_empty() {
-            out.push_str("  no site holds more at the peak\n");
+            out.push_str(&format!("  {none}\n"));
             out.push_str(&by_category);
             continue;
         }
-        out.push_str("  grew or appeared at the peak, largest first:\n");
+        out.push_str(&format!("  {grew}, largest first:\n"));
         for g in &d.grew {
             let was = if g.before_bytes == 0 {
                 "new".to_string()
@@ -248,6 +260,9 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
         max_increase: parse_increase(&args.max_increase)?,
         limit: None,
     };
+    for path in [&args.before, &args.after] {
+        refuse_left_alive_from_json(path, config.metric)?;
+    }
     let before = measure(&args.before, 0).with_context(|| args.before.display().to_string())?;
     let after = measure(&args.after, 0).with_context(|| args.after.display().to_string())?;
     let (before_categories, after_categories) = (categories_by(&before), categories_by(&after));

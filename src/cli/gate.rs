@@ -12,7 +12,7 @@ use crate::report::gate_output;
 use crate::report::terminal_text::terminal_lines;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 /// Sites kept per device in measurements and baselines.
@@ -95,6 +95,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
             .map(|m: &Measurement| m.rank + 1)
             .max()
             .unwrap_or(0);
+        refuse_left_alive_from_json(path, config.metric)?;
         current.extend(measure(path, first_rank).with_context(|| shown.clone())?);
     }
     if let Some(out) = &args.write_baseline {
@@ -136,16 +137,34 @@ fn read_baseline(path: &Path) -> anyhow::Result<Baseline> {
     parse_baseline(&text)
 }
 
+/// `--metric left-alive` needs the trace: an analyze document given for it is refused (it would
+/// read 0 B and pass).
+pub(super) fn refuse_left_alive_from_json(path: &Path, metric: Metric) -> anyhow::Result<()> {
+    if matches!(metric, Metric::LeftAlive) && is_analyze_json(path) {
+        bail!(
+            "{}: an analyze --json document does not hold what the trace left alive; give \
+             --metric left-alive the snapshot or recording",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `path` holds JSON (its first byte a `{`): an analyze document, not a snapshot.
+fn is_analyze_json(path: &Path) -> bool {
+    let mut head = [0u8; 1];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| head[0] == b'{')
+}
+
 /// Measurements of one file: a snapshot (analyzed here) or an analyze JSON document.
 pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Measurement>> {
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let head = std::fs::read(path)
-        .map(|b| b.first().copied())
-        .unwrap_or(None);
-    if head == Some(b'{') {
+    if is_analyze_json(path) {
         let text = std::fs::read_to_string(path).context("cannot read")?;
         return parse_analyze_json(&text, &name, first_rank);
     }

@@ -24,6 +24,28 @@ const EMBEDDED_HASH: &str = env!("MEMPROF_EMBEDDED_SHIM_HASH");
 
 /// The absolute path of the shim to preload.
 pub fn find() -> anyhow::Result<PathBuf> {
+    preloadable(located()?)
+}
+
+/// `path`, unless LD_PRELOAD cannot carry it: the loader splits its value at spaces and colons,
+/// and would only warn that it cannot open the pieces while the program runs unrecorded.
+fn preloadable(path: PathBuf) -> anyhow::Result<PathBuf> {
+    let text = path.as_os_str().as_encoded_bytes();
+    if text
+        .iter()
+        .any(|b| matches!(b, b' ' | b'\t' | b'\n' | b':'))
+    {
+        bail!(
+            "the recording shim {} cannot be preloaded: LD_PRELOAD splits a path at spaces and \
+             colons (set MEMPROF_SHIM, or XDG_CACHE_HOME, to a path without them)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Where the shim is: `MEMPROF_SHIM`, beside the binary, else the cache.
+fn located() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("MEMPROF_SHIM") {
         let path = PathBuf::from(path);
         if !path.is_file() {
@@ -161,6 +183,23 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names.len(), 1, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn a_path_that_ld_preload_would_split_is_refused() {
+        let fine = PathBuf::from("/home/ada/.cache/memprof/libmemprof_shim-1.so");
+        assert_eq!(preloadable(fine.clone()).expect("allowed"), fine);
+        for split in [
+            "/home/Ada Lovelace/.cache/memprof/x.so",
+            "/data:1/memprof/x.so",
+        ] {
+            let err = preloadable(PathBuf::from(split)).expect_err("refused");
+            assert!(
+                err.to_string()
+                    .contains("LD_PRELOAD splits a path at spaces and colons"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub enum CalibrateError {
          measured configuration"
     )]
     TooSmall { measured: u64, head: f64 },
+    #[error(
+        "its trace frees nothing it allocates: record at least one whole training step \
+         (forward, backward and optimizer)"
+    )]
+    NothingFreed,
     #[error("no candidate to calibrate")]
     NoCandidate,
 }
@@ -67,13 +72,18 @@ pub fn measure(snapshot: &Snapshot) -> Result<Measured, CalibrateError> {
     for (i, e) in entries.iter().enumerate() {
         match e.action {
             Action::Alloc if freed[i] => live += e.size,
-            Action::FreeCompleted if closes[i].is_some() => live -= e.size,
+            // The size the alloc added: a free entry naming another size (a damaged trace)
+            // does not take more than that away.
+            Action::FreeCompleted => match closes[i] {
+                Some(at) => live -= entries[at].size,
+                None => continue,
+            },
             _ => continue,
         }
         most = most.max(live);
     }
     if most == 0 {
-        return Err(CalibrateError::NoTrace);
+        return Err(CalibrateError::NothingFreed);
     }
     Ok(Measured {
         device: device as u32,
@@ -335,5 +345,33 @@ mod tests {
             annotations: Vec::new(),
         };
         assert_eq!(measure(&empty), Err(CalibrateError::NoTrace));
+    }
+
+    /// A trace whose free names a larger size than its alloc (a damaged file) neither panics
+    /// nor wraps around: the free takes away what the alloc added. A trace that frees nothing
+    /// says so, not that it has no trace.
+    #[test]
+    fn a_free_of_another_size_and_a_trace_that_frees_nothing() {
+        let s = StreamIndex(0);
+        let of = |entries: Vec<TraceEntry>| {
+            let n = entries.len();
+            Snapshot {
+                format: SnapshotFormat::Modern,
+                segments: Vec::new(),
+                timeline: Timeline::new(entries, std::iter::once(0..n).collect()),
+                stacks: StackTable::default(),
+                settings: None,
+                annotations: Vec::new(),
+            }
+        };
+        let damaged = of(vec![
+            TraceEntry::new(Action::Alloc, Some(0x1000), 512, s),
+            TraceEntry::new(Action::FreeCompleted, Some(0x1000), 4096, s),
+            TraceEntry::new(Action::Alloc, Some(0x2000), 1024, s),
+            TraceEntry::new(Action::FreeCompleted, Some(0x2000), 1024, s),
+        ]);
+        assert_eq!(measure(&damaged).expect("measured").step_bytes, 1024);
+        let kept = of(vec![TraceEntry::new(Action::Alloc, Some(0x1000), 512, s)]);
+        assert_eq!(measure(&kept), Err(CalibrateError::NothingFreed));
     }
 }

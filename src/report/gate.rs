@@ -280,6 +280,16 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
             ));
         }
     }
+    // From nothing, any growth is more than any allowed share: a test that left nothing alive
+    // and now leaks fails (no percentage to give).
+    if result.baseline == Some(0) && measured > 0 {
+        result.failures.push(format!(
+            "{} grew from 0 B to {}, more than the allowed +{:.1}%",
+            metric.label(),
+            crate::model::Bytes(measured),
+            config.max_increase * 100.0
+        ));
+    }
     if let (Some(before), Some(increase)) = (result.baseline, result.increase()) {
         if increase > config.max_increase {
             result.failures.push(format!(
@@ -387,6 +397,34 @@ mod tests {
             .map(|g| (g.frame.as_str(), g.after - g.before))
             .collect();
         assert_eq!(grew, [("b.py:2:g", 250), ("a.py:1:f", 50)]);
+    }
+
+    /// A baseline of 0 B (a test that left nothing alive) has no percentage to grow by: any
+    /// bytes now fail, none still pass.
+    #[test]
+    fn growth_from_nothing_fails_whatever_the_allowed_increase() {
+        let config = GateConfig {
+            metric: Metric::LeftAlive,
+            max_increase: 0.05,
+            limit: None,
+        };
+        let base = Baseline::new(vec![measurement(1000, &[])]);
+        let mut leaking = measurement(1000, &[]);
+        leaking.left_alive_bytes = 4096;
+        leaking.left_alive_sites = vec![SiteBytes {
+            frame: "a.py:1:f".into(),
+            bytes: 4096,
+            stack: vec!["a.py:1:f".into()],
+        }];
+        let checks = evaluate(&[leaking], Some(&base), &config).unwrap_or_default();
+        assert!(!checks[0].passed());
+        assert_eq!(
+            checks[0].failures,
+            ["left alive grew from 0 B to 4.00 KiB, more than the allowed +5.0%"]
+        );
+        assert_eq!(checks[0].grew[0].frame, "a.py:1:f");
+        let clean = evaluate(&[measurement(1000, &[])], Some(&base), &config).unwrap_or_default();
+        assert!(clean[0].passed(), "{:?}", clean[0].failures);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What the gate prints and writes: the text verdict, a Markdown summary for pull-request
 //! comments, and JUnit XML for CI test reports.
 
-use super::gate::{Check, Metric};
+use super::gate::{Check, Growth, Metric};
 use super::terminal_text::{code_fence, code_span, terminal_text};
 use crate::analysis::is_user_label;
 use crate::model::{count, Bytes};
@@ -24,6 +24,19 @@ fn change(check: &Check) -> String {
         ),
         (Some(base), None) => format!("{} -> {}", Bytes(base), Bytes(check.measured)),
         (None, _) => Bytes(check.measured).to_string(),
+    }
+}
+
+/// What a site did: how it grew against the baseline, or without one what it holds.
+fn site_change(check: &Check, g: &Growth) -> String {
+    match check.baseline {
+        Some(_) => format!(
+            "grew by {} ({} -> {})",
+            Bytes(g.after - g.before),
+            Bytes(g.before),
+            Bytes(g.after)
+        ),
+        None => format!("holds {}", Bytes(g.after)),
     }
 }
 
@@ -67,14 +80,18 @@ pub fn text(checks: &[Check]) -> String {
             };
             let _ = writeln!(out, "       {title}");
             for g in &c.grew {
-                let _ = writeln!(
-                    out,
-                    "         +{:>11}  {}  ({} -> {})",
-                    Bytes(g.after - g.before).to_string(),
-                    terminal_text(&g.frame),
-                    Bytes(g.before),
-                    Bytes(g.after)
-                );
+                let frame = terminal_text(&g.frame);
+                let _ = match c.baseline {
+                    Some(_) => writeln!(
+                        out,
+                        "         +{:>11}  {frame}  ({} -> {})",
+                        Bytes(g.after - g.before).to_string(),
+                        Bytes(g.before),
+                        Bytes(g.after)
+                    ),
+                    // Nothing to grow from: the site's bytes alone.
+                    None => writeln!(out, "          {:>11}  {frame}", Bytes(g.after).to_string()),
+                };
                 for frame in user_frames(&g.stack) {
                     let _ = writeln!(out, "                      {}", terminal_text(frame));
                 }
@@ -126,14 +143,7 @@ pub fn markdown(checks: &[Check]) -> String {
             let _ = writeln!(out, "- {}", markdown_cell(why));
         }
         for g in &c.grew {
-            let _ = writeln!(
-                out,
-                "- {} grew by {} ({} -> {})",
-                code_span(&g.frame),
-                Bytes(g.after - g.before),
-                Bytes(g.before),
-                Bytes(g.after)
-            );
+            let _ = writeln!(out, "- {} {}", code_span(&g.frame), site_change(c, g));
             // The stack folds away in a pull-request comment; a fenced block keeps it verbatim.
             let frames: Vec<String> = user_frames(&g.stack)
                 .map(|f| terminal_text(f).to_string())
@@ -196,14 +206,7 @@ pub fn junit(checks: &[Check]) -> String {
         let message = xml_escape(&c.failures.join("; "));
         let mut details = String::new();
         for g in &c.grew {
-            let _ = writeln!(
-                details,
-                "{} grew by {} ({} -> {})",
-                g.frame,
-                Bytes(g.after - g.before),
-                Bytes(g.before),
-                Bytes(g.after)
-            );
+            let _ = writeln!(details, "{} {}", g.frame, site_change(c, g));
             for frame in user_frames(&g.stack) {
                 let _ = writeln!(details, "    {frame}");
             }
@@ -222,7 +225,6 @@ pub fn junit(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::gate::Growth;
 
     fn failing() -> Check {
         Check {
@@ -269,6 +271,25 @@ mod tests {
         assert_eq!(
             xml.matches("<testcase").count(),
             xml.matches("</testcase>").count()
+        );
+    }
+
+    /// Without a baseline a site did not grow from 0 B: it holds its bytes.
+    #[test]
+    fn without_a_baseline_a_site_holds_its_bytes() {
+        let mut check = failing();
+        check.baseline = None;
+        check.grew[0].before = 0;
+        let site = "/w/model.py:42:forward";
+        assert!(text(std::slice::from_ref(&check))
+            .contains(&format!("             2.00 GiB  {site}\n")));
+        assert!(markdown(std::slice::from_ref(&check))
+            .contains(&format!("- `{site}` holds 2.00 GiB\n")));
+        let xml = junit(&[check]);
+        assert!(xml.contains(&format!("{site} holds 2.00 GiB")), "{xml}");
+        assert!(
+            !xml.contains("0 B -&gt;") && !xml.contains("0 B ->"),
+            "{xml}"
         );
     }
 

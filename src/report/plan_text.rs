@@ -171,6 +171,10 @@ fn term_bytes(c: &Candidate, name: &str) -> i64 {
     }
 }
 
+/// The per-layer coefficients a calibration takes without a word: the formulas' published
+/// errors stay well inside (eager attention's extra score matrices measured 1.37).
+const CALIBRATION_PLAUSIBLE: (f64, f64) = (0.5, 2.0);
+
 /// `plan train --calibrate`: the measured configuration's formula against the measurement,
 /// then the first candidate calibrated.
 pub fn calibration(r: &CalibrationReport, snapshot: &str) -> String {
@@ -181,11 +185,18 @@ pub fn calibration(r: &CalibrationReport, snapshot: &str) -> String {
         Recompute::Full => "full recompute",
         Recompute::PerOp => "per-operator recompute",
     };
+    // A coefficient this far from 1 says more about the run than about the formula.
+    let doubt = if (CALIBRATION_PLAUSIBLE.0..=CALIBRATION_PLAUSIBLE.1).contains(&r.coefficient) {
+        ""
+    } else {
+        "  far from 1: check that the snapshot is a training step of this model with these sizes, \
+         precision, attention and recompute\n"
+    };
     format!(
         "Calibration from {} (device {}, {}): {}, sequence {}, micro-batch {}, \
          {recompute}, one GPU\n  measured  {:>10}  most live at once of what the trace frees\n  formula   {:>10}  \
          = {} embedding and LM head + {} per-layer terms\n  per-layer coefficient {:.3} \
-         (measured less the head, over the formula's per-layer terms)\nCandidate {} calibrated: \
+         (measured less the head, over the formula's per-layer terms)\n{doubt}Candidate {} calibrated: \
          activations {} by formula, {} calibrated; estimate {}, with headroom {} of {}: {}\n\n",
         terminal_text(snapshot),
         r.device,

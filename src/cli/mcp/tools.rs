@@ -11,6 +11,7 @@ use crate::cli::simulate::SimulateArgs;
 use crate::cli::{analyze, diagnose, diff, simulate, AnalyzeArgs};
 use crate::plan::builtin;
 use crate::report::terminal_text::terminal_text;
+use anyhow::bail;
 use clap::{Args, FromArgMatches};
 use serde_json::{Map, Value};
 
@@ -192,16 +193,29 @@ impl Tool {
         mut arguments: Map<String, Value>,
     ) -> anyhow::Result<Map<String, Value>> {
         for (name, kind) in self.paths {
-            let Some(Value::String(given)) = arguments.get(*name) else {
-                continue;
+            let given = match arguments.get(*name) {
+                None | Some(Value::Null) => continue,
+                Some(Value::String(given)) => given,
+                // A number would reach the command as a path taken from the server's working
+                // folder, unchecked against the roots.
+                Some(other) => bail!("{name}: expected a path (a string), got {other}"),
             };
             let file = match kind {
                 PathKind::Model if builtin::find(given).is_some() => continue,
-                PathKind::Model => roots.file(given).or_else(|e| {
-                    roots
-                        .file(&format!("{}/config.json", given.trim_end_matches('/')))
-                        .map_err(|_| e)
-                })?,
+                PathKind::Model => roots
+                    .file(given)
+                    .or_else(|e| {
+                        roots
+                            .file(&format!("{}/config.json", given.trim_end_matches('/')))
+                            .map_err(|_| e)
+                    })
+                    .map_err(|e| {
+                        // A name with a typo: say which names there are, as `plan` does.
+                        anyhow::anyhow!(
+                            "{e:#}; nor is it a built-in model ({})",
+                            builtin::NAMES.join(", ")
+                        )
+                    })?,
                 PathKind::File => roots.file(given)?,
             };
             arguments.insert(name.to_string(), Value::String(file.display().to_string()));
@@ -267,6 +281,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_path_given_as_a_number_is_refused_not_read_from_the_working_folder() {
+        let root = tempfile::tempdir().expect("a scratch folder");
+        let roots = Roots::new(&[root.path().to_path_buf()]).expect("roots");
+        let tool = TOOLS.iter().find(|t| t.name == "diff").expect("diff");
+        let arguments = serde_json::json!({"before": 1, "after": 2});
+        let refused = tool
+            .call(&roots, arguments.as_object().expect("an object").clone())
+            .expect_err("refused");
+        assert_eq!(refused, "before: expected a path (a string), got 1");
+    }
+
+    #[test]
+    fn a_model_that_is_neither_a_file_nor_built_in_lists_the_built_in_names() {
+        let root = tempfile::tempdir().expect("a scratch folder");
+        let roots = Roots::new(&[root.path().to_path_buf()]).expect("roots");
+        let tool = TOOLS.iter().find(|t| t.name == "plan_kv").expect("plan_kv");
+        let arguments = serde_json::json!({"model": "llama-3-9b", "gpu_memory": "80GiB"});
+        let refused = tool
+            .call(&roots, arguments.as_object().expect("an object").clone())
+            .expect_err("refused");
+        assert!(
+            refused.starts_with("llama-3-9b: cannot open: ")
+                && refused.contains("nor is it a built-in model (")
+                && refused.contains("llama-3-8b"),
+            "{refused}"
+        );
     }
 
     #[test]
