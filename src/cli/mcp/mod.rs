@@ -17,6 +17,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use roots::Roots;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tools::TOOLS;
@@ -84,6 +85,12 @@ impl ServerHandler for Server {
 
 pub fn run(args: &McpArgs) -> anyhow::Result<Outcome> {
     let roots = Arc::new(Roots::new(&args.root)?);
+    if std::io::stdin().is_terminal() {
+        eprintln!(
+            "memprof mcp: serving the Model Context Protocol on stdin and stdout; an MCP client \
+             starts this command itself (docs/mcp.md). (Ctrl-C to stop)."
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
