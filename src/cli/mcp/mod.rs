@@ -88,7 +88,7 @@ pub fn run(args: &McpArgs) -> anyhow::Result<Outcome> {
     if std::io::stdin().is_terminal() {
         eprintln!(
             "memprof mcp: serving the Model Context Protocol on stdin and stdout; an MCP client \
-             starts this command itself (docs/mcp.md). (Ctrl-C to stop)."
+             starts this command itself (docs/mcp.md); Ctrl-C stops it."
         );
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
