@@ -22,6 +22,7 @@ mod plots;
 mod probe;
 mod real_snapshots;
 mod recording;
+mod scale;
 mod shim_preload;
 mod simulate;
 mod stacks;

@@ -30,7 +30,8 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
         analyze_in_parallel(&files, args)?
     };
     let report = AnalyzeReport::new(inputs);
-    let mut stdout = std::io::stdout().lock();
+    // Buffered: stdout writes at each newline, and JSON comes in many small pieces.
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if args.json {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;

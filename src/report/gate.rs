@@ -2,6 +2,7 @@
 //! the verdict of comparing a run against a baseline and a limit. Pure: no I/O.
 
 use crate::analysis::DeviceAnalysis;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 /// Version of the baseline file layout; bumped when a field changes meaning.
@@ -185,17 +186,20 @@ pub fn evaluate(
     baseline: Option<&Baseline>,
     config: &GateConfig,
 ) -> Result<Vec<Check>, GateError> {
+    // Keyed by (rank, device), so that many devices stay linear; the first of a key counts.
+    let key = |m: &Measurement| (m.rank, m.device);
+    let mut ran: FxHashSet<(usize, u32)> = FxHashSet::default();
+    ran.extend(current.iter().map(key));
+    let mut base_of: FxHashMap<(usize, u32), &Measurement> = FxHashMap::default();
     if let Some(base) = baseline {
         for b in &base.measurements {
-            if !current
-                .iter()
-                .any(|c| c.rank == b.rank && c.device == b.device)
-            {
+            if !ran.contains(&key(b)) {
                 return Err(GateError(format!(
                     "the baseline has rank {} device {} ({}), the current run does not",
                     b.rank, b.device, b.input
                 )));
             }
+            base_of.entry(key(b)).or_insert(b);
         }
     }
     current
@@ -203,17 +207,12 @@ pub fn evaluate(
         .map(|c| {
             let base = match baseline {
                 None => None,
-                Some(b) => Some(
-                    b.measurements
-                        .iter()
-                        .find(|m| m.rank == c.rank && m.device == c.device)
-                        .ok_or_else(|| {
-                            GateError(format!(
-                                "rank {} device {} ({}) is not in the baseline",
-                                c.rank, c.device, c.input
-                            ))
-                        })?,
-                ),
+                Some(_) => Some(base_of.get(&key(c)).copied().ok_or_else(|| {
+                    GateError(format!(
+                        "rank {} device {} ({}) is not in the baseline",
+                        c.rank, c.device, c.input
+                    ))
+                })?),
             };
             Ok(check(c, base, config))
         })

@@ -451,6 +451,16 @@ mod tests {
     }
 
     #[test]
+    fn damage_further_on_is_reported_before_an_impossible_device() {
+        let mut odd = rec(Kind::Alloc, 1, 2, 0);
+        odd.device = i32::MAX;
+        let mut bytes = file(&[odd, rec(Kind::Free, 1, 0, 0)]);
+        bytes[100] = 99;
+        let err = read(&bytes).map(|_| ()).expect_err("refused");
+        assert_eq!(err.to_string(), "at byte 100: record 1 has unknown kind 99");
+    }
+
+    #[test]
     fn a_cut_recording_is_read_as_far_as_it_goes() {
         let bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);
         let read = read(&bytes[..bytes.len() - 10]).expect("readable");
