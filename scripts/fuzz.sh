@@ -7,6 +7,7 @@
 # usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (default: 60 s, every target)
 # env:   FUZZ_SANITIZER=none (default: fastest, for volume) or address (the ASan pass)
 #        FUZZ_RSS_MB=2048    memory limit of one input
+#        FUZZ_SKIP_BUILD=1   run the targets as last built (`cargo fuzz build`)
 # needs: cargo-fuzz (cargo install cargo-fuzz); the stable toolchain works with
 #        RUSTC_BOOTSTRAP=1, which this script sets.
 set -euo pipefail
@@ -80,17 +81,23 @@ dict() { # TARGET -> libFuzzer dictionary flag, when there is one
     esac
 }
 
+if [[ -z "${FUZZ_SKIP_BUILD:-}" ]]; then
+    (cd fuzz && cargo fuzz build -s "$sanitizer")
+fi
+triple=$(rustc -vV | sed -n 's/^host: //p')
 mkdir -p fuzz/logs
 printf '%-11s %14s %9s %9s %s\n' target executions cov features findings
 for t in "${targets[@]}"; do
     log="fuzz/logs/$t.log"
-    before=$(find "fuzz/artifacts/$t" -type f 2>/dev/null | wc -l)
+    mkdir -p "fuzz/artifacts/$t"
+    before=$(find "fuzz/artifacts/$t" -type f | wc -l)
+    # One worker (fork mode, so a finding is kept and the run goes on); the parent is idle.
     # shellcheck disable=SC2046
-    cargo fuzz run -s "$sanitizer" "$t" "fuzz/corpus/$t" -- $(dict "$t") \
-        -max_total_time="$secs" -rss_limit_mb="$rss" -max_len=65536 -timeout=30 \
-        -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 -print_final_stats=1 \
-        > "$log" 2>&1 || true
-    after=$(find "fuzz/artifacts/$t" -type f 2>/dev/null | wc -l)
+    "fuzz/target/$triple/release/$t" "fuzz/corpus/$t" $(dict "$t") \
+        -artifact_prefix="fuzz/artifacts/$t/" -max_total_time="$secs" -rss_limit_mb="$rss" \
+        -max_len=65536 -timeout=30 -fork=1 -ignore_crashes=1 -ignore_ooms=1 \
+        -ignore_timeouts=1 -print_final_stats=1 > "$log" 2>&1 || true
+    after=$(find "fuzz/artifacts/$t" -type f | wc -l)
     execs=$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')
     cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2)
     ft=$(grep -oE 'ft: [0-9]+' "$log" | tail -n 1 | cut -d' ' -f2)

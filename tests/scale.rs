@@ -77,20 +77,21 @@ fn three_hundred_thousand_device_lists_are_analyzed_and_diagnosed_device_by_devi
         assert_eq!(diagnosis.reserved_bytes, 0);
     }
 
-    // What `diagnose` does: one replay per device, the diagnosis with its remedies.
+    // What `diagnose` does per device: a replay, the diagnosis with its remedies (on every
+    // 300th device: the remedies' replays make this the slow part in a debug build).
     let (config, _) = replay::recorded_config(snapshot);
     let recorded = Recorded {
         config: &config,
         conf: snapshot.alloc_conf(),
         version: VersionRange::default(),
     };
-    let mut diagnosed = 0;
-    for trace in DeviceTrace::all(snapshot) {
-        let prepared = replay::prepare(&trace, &config, None);
+    let traces = DeviceTrace::all(snapshot);
+    assert_eq!(traces.len(), LISTS);
+    for trace in traces.iter().step_by(300) {
+        let prepared = replay::prepare(trace, &config, None);
         let d = diagnose_device(snapshot, &prepared, &recorded, None, Depth::WithRemedies)
             .expect("a diagnosis for each OOM");
         assert_eq!((d.device, d.request_bytes), (trace.device, REQUEST));
-        diagnosed += 1;
+        assert!(!d.remedies.is_empty(), "device {}", trace.device);
     }
-    assert_eq!(diagnosed, LISTS);
 }

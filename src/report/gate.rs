@@ -314,6 +314,24 @@ mod tests {
         limit: None,
     };
 
+    /// 300k devices (an analyze document of a snapshot with that many trace lists) against a
+    /// baseline of the same, in reverse order: matched by key, each to its own.
+    #[test]
+    fn many_devices_are_matched_to_their_baseline() {
+        let run: Vec<Measurement> = (0..300_000u32)
+            .map(|d| Measurement {
+                device: d,
+                ..measurement(1000 + u64::from(d), &[])
+            })
+            .collect();
+        let base = Baseline::new(run.iter().rev().cloned().collect());
+        let checks = evaluate(&run, Some(&base), &FIVE_PERCENT).expect("all in the baseline");
+        assert_eq!(checks.len(), run.len());
+        assert!(checks
+            .iter()
+            .all(|c| c.passed() && c.baseline == Some(c.measured)));
+    }
+
     #[test]
     fn passes_within_the_allowed_increase_and_fails_beyond_it() {
         let base = Baseline::new(vec![measurement(
