@@ -25,6 +25,7 @@ mod plots;
 mod probe;
 mod real_snapshots;
 mod recording;
+mod scale;
 mod shim_local;
 mod shim_preload;
 mod simulate;

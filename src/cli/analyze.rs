@@ -21,7 +21,8 @@ use std::sync::Mutex;
 
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
     let report = report(args)?;
-    let mut stdout = std::io::stdout().lock();
+    // Buffered: stdout writes at each newline, and JSON comes in many small pieces.
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if args.json {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;

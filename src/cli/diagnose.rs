@@ -44,7 +44,8 @@ pub struct DiagnoseArgs {
 
 pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
     let (report, source) = report(args)?;
-    let mut stdout = std::io::stdout().lock();
+    // Buffered: stdout writes at each newline, and JSON comes in many small pieces.
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if args.json {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;
@@ -150,7 +151,8 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     }
     // Devices without a trace: only the final layout speaks.
     for device in snapshot.devices() {
-        if traced.contains(&device) {
+        // `traced` is in device order: a search, not a scan, per device.
+        if traced.binary_search(&device).is_ok() {
             continue;
         }
         let totals = layout_totals(snapshot.device_segments(device));

@@ -63,22 +63,26 @@ impl FromStr for Bytes {
         if number.is_empty() {
             return Err(err("expected a number"));
         }
-        let multiplier: u64 = match unit.trim() {
-            "" | "B" | "b" => 1,
-            "KiB" | "kiB" | "Ki" | "K" | "k" => 1 << 10,
-            "MiB" | "Mi" | "M" | "m" => 1 << 20,
-            "GiB" | "Gi" | "G" | "g" => 1 << 30,
-            "TiB" | "Ti" | "T" | "t" => 1 << 40,
-            "kB" | "KB" | "kb" => 1_000,
-            "MB" | "mb" => 1_000_000,
-            "GB" | "gb" => 1_000_000_000,
-            "TB" | "tb" => 1_000_000_000_000,
-            _ => {
-                return Err(err(
-                    "unknown unit (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)",
-                ))
-            }
-        };
+        let multiplier: u64 =
+            match unit.trim() {
+                "" | "B" | "b" => 1,
+                "KiB" | "kiB" | "Ki" | "K" | "k" => 1 << 10,
+                "MiB" | "Mi" | "M" | "m" => 1 << 20,
+                "GiB" | "Gi" | "G" | "g" => 1 << 30,
+                "TiB" | "Ti" | "T" | "t" => 1 << 40,
+                // What sizes print with (`Display`), so a printed size reads back.
+                "PiB" | "Pi" => 1 << 50,
+                "EiB" | "Ei" => 1 << 60,
+                "kB" | "KB" | "kb" => 1_000,
+                "MB" | "mb" => 1_000_000,
+                "GB" | "gb" => 1_000_000_000,
+                "TB" | "tb" => 1_000_000_000_000,
+                "PB" | "pb" => 1_000_000_000_000_000,
+                "EB" | "eb" => 1_000_000_000_000_000_000,
+                _ => return Err(err(
+                    "unknown unit (use B, KiB, MiB, GiB, TiB, PiB, EiB, kB, MB, GB, TB, PB, EB)",
+                )),
+            };
         if let Ok(whole) = number.parse::<u64>() {
             return whole
                 .checked_mul(multiplier)
@@ -103,6 +107,21 @@ mod tests {
         assert_eq!(count(1u32, "GPU", "GPUs"), "1 GPU");
         assert_eq!(count(0u32, "GPU", "GPUs"), "0 GPUs");
         assert_eq!(count(2u64, "process", "processes"), "2 processes");
+    }
+
+    /// Found by the `sizes` fuzz target: `Bytes` printed sizes of a PiB and up in units its
+    /// parser did not read, so a size memprof printed could not be given back to it.
+    #[test]
+    fn every_printed_size_reads_back() {
+        for n in [0, 1023, 1 << 50, 1_234_567_890_123_456_789, u64::MAX] {
+            let shown = Bytes(n).to_string();
+            let again: Bytes = shown.parse().expect("a printed size parses");
+            assert!(
+                again.0.abs_diff(n) as f64 <= n as f64 / 200.0,
+                "{n} {shown}"
+            );
+        }
+        assert_eq!("2PB".parse::<Bytes>(), Ok(Bytes(2_000_000_000_000_000)));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::analysis::pressure::Pressure;
 use crate::analysis::site_text;
 use crate::analysis::version::{Release, VersionRange};
 use crate::model::Bytes;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -68,12 +69,14 @@ impl DiagnoseReport {
         if self.diagnoses.is_empty() {
             let _ = writeln!(out, "{source}: no out-of-memory error found");
         }
+        // Looked up by device, so that many devices stay linear (the first of each device).
+        let mut by_device: FxHashMap<u32, &DevicePressure> = FxHashMap::default();
+        for p in &self.devices {
+            by_device.entry(p.device).or_insert(p);
+        }
+        let diagnosed: FxHashSet<u32> = self.diagnoses.iter().map(|d| d.device).collect();
         for d in &self.diagnoses {
-            let pressure = self
-                .devices
-                .iter()
-                .find(|p| p.device == d.device)
-                .and_then(|p| p.pressure.as_ref());
+            let pressure = (by_device.get(&d.device)).and_then(|p| p.pressure.as_ref());
             write_one(&mut out, d, pressure.map_or(0, |p| p.oom_retries));
             let old_name = d
                 .remedies
@@ -95,7 +98,7 @@ impl DiagnoseReport {
             }
         }
         for p in &self.devices {
-            if self.diagnoses.iter().any(|d| d.device == p.device) {
+            if diagnosed.contains(&p.device) {
                 continue;
             }
             write_device(&mut out, p);

@@ -3,6 +3,7 @@
 
 use crate::analysis::categories::CategoryBytes;
 use crate::analysis::DeviceAnalysis;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 /// Version of the baseline file layout; bumped when a field changes meaning.
@@ -218,17 +219,20 @@ pub fn evaluate(
     baseline: Option<&Baseline>,
     config: &GateConfig,
 ) -> Result<Vec<Check>, GateError> {
+    // Keyed by (rank, device), so that many devices stay linear; the first of a key counts.
+    let key = |m: &Measurement| (m.rank, m.device);
+    let mut ran: FxHashSet<(usize, u32)> = FxHashSet::default();
+    ran.extend(current.iter().map(key));
+    let mut base_of: FxHashMap<(usize, u32), &Measurement> = FxHashMap::default();
     if let Some(base) = baseline {
         for b in &base.measurements {
-            if !current
-                .iter()
-                .any(|c| c.rank == b.rank && c.device == b.device)
-            {
+            if !ran.contains(&key(b)) {
                 return Err(GateError(format!(
                     "the baseline has rank {} device {} ({}), the current run does not",
                     b.rank, b.device, b.input
                 )));
             }
+            base_of.entry(key(b)).or_insert(b);
         }
     }
     current
@@ -236,17 +240,12 @@ pub fn evaluate(
         .map(|c| {
             let base = match baseline {
                 None => None,
-                Some(b) => Some(
-                    b.measurements
-                        .iter()
-                        .find(|m| m.rank == c.rank && m.device == c.device)
-                        .ok_or_else(|| {
-                            GateError(format!(
-                                "rank {} device {} ({}) is not in the baseline",
-                                c.rank, c.device, c.input
-                            ))
-                        })?,
-                ),
+                Some(_) => Some(base_of.get(&key(c)).copied().ok_or_else(|| {
+                    GateError(format!(
+                        "rank {} device {} ({}) is not in the baseline",
+                        c.rank, c.device, c.input
+                    ))
+                })?),
             };
             Ok(check(c, base, config))
         })
@@ -363,6 +362,24 @@ mod tests {
         max_increase: 0.05,
         limit: None,
     };
+
+    /// 300k devices (an analyze document of a snapshot with that many trace lists) against a
+    /// baseline of the same, in reverse order: matched by key, each to its own.
+    #[test]
+    fn many_devices_are_matched_to_their_baseline() {
+        let run: Vec<Measurement> = (0..300_000u32)
+            .map(|d| Measurement {
+                device: d,
+                ..measurement(1000 + u64::from(d), &[])
+            })
+            .collect();
+        let base = Baseline::new(run.iter().rev().cloned().collect());
+        let checks = evaluate(&run, Some(&base), &FIVE_PERCENT).expect("all in the baseline");
+        assert_eq!(checks.len(), run.len());
+        assert!(checks
+            .iter()
+            .all(|c| c.passed() && c.baseline == Some(c.measured)));
+    }
 
     #[test]
     fn passes_within_the_allowed_increase_and_fails_beyond_it() {

@@ -222,3 +222,119 @@ impl<R: Read> RecordingReader<R> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_recording, encode_mapping, encode_stack, Recording, VERSION};
+
+    /// A reader that hands out at most `step` bytes a call, as a pipe or socket may.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.step).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    fn file() -> Vec<u8> {
+        let mut out = FileHeader {
+            pid: 9,
+            start_ns: 5,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(
+            &ProcessInfo {
+                host: Some("h".into()),
+                ..ProcessInfo::default()
+            }
+            .encode(),
+        );
+        out.extend_from_slice(&encode_mapping(&Mapping {
+            start: 0x1000,
+            len: 0x100,
+            file_offset: 0,
+            path: b"/lib/x.so".to_vec(),
+        }));
+        out.extend_from_slice(&encode_stack(3, &[0x1010, 0x1020]));
+        for i in 0..5u64 {
+            let mut r = Record::new(if i % 2 == 0 { Kind::Alloc } else { Kind::Free });
+            r.ptr = 0x100 * (i / 2 + 1);
+            r.size = 64;
+            r.stack = 3;
+            out.extend_from_slice(&r.encode());
+        }
+        out
+    }
+
+    /// Everything read item by item from `input`, gathered as `decode_recording` gathers it.
+    fn gather(input: impl Read) -> Result<(Vec<Item>, Ending), StreamError> {
+        let mut reader = RecordingReader::new(input)?;
+        assert_eq!(reader.version, VERSION);
+        let mut items = Vec::new();
+        while let Some(item) = reader.next_item()? {
+            items.push(item);
+        }
+        Ok((items, reader.ending().expect("ended")))
+    }
+
+    #[test]
+    fn a_recording_read_in_small_pieces_is_read_as_it_is_whole() {
+        let bytes = file();
+        for cut in [bytes.len(), bytes.len() - 1, bytes.len() - 70] {
+            let whole: Recording = decode_recording(&bytes[..cut]).expect("readable");
+            for step in [1, 3, 64, 1000] {
+                let input = Trickle {
+                    bytes: &bytes[..cut],
+                    step,
+                };
+                let (items, ending) = gather(input).expect("readable");
+                let events: Vec<(usize, Record)> = (items.iter())
+                    .filter_map(|i| match i {
+                        Item::Event { offset, record, .. } => Some((*offset, *record)),
+                        _ => None,
+                    })
+                    .collect();
+                let expected: Vec<(usize, Record)> = (whole.offsets.iter().copied())
+                    .zip(whole.records.iter().copied())
+                    .collect();
+                assert_eq!(events, expected, "cut {cut}, step {step}");
+                assert!(items.contains(&Item::Stack {
+                    id: 3,
+                    frames: vec![0x1010, 0x1020]
+                }));
+                assert_eq!(ending.trailing_bytes, whole.trailing_bytes, "cut {cut}");
+            }
+        }
+    }
+
+    /// A stream that fails after some bytes.
+    struct Failing(usize);
+
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let bytes = file();
+            if self.0 >= 200 {
+                return Err(std::io::Error::other("disk gone"));
+            }
+            let n = buf.len().min(200 - self.0);
+            buf[..n].copy_from_slice(&bytes[self.0..self.0 + n]);
+            self.0 += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_failing_stream_is_an_io_error_not_a_cut_recording() {
+        let err = gather(Failing(0)).map(|_| ()).expect_err("fails");
+        assert!(matches!(err, StreamError::Io(_)), "{err:?}");
+        assert_eq!(err.to_string(), "cannot read: disk gone");
+    }
+}

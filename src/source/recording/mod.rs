@@ -450,6 +450,38 @@ mod tests {
         );
     }
 
+    /// Found by the `recording` fuzz target: a mapping whose file offset is near 2^64 made
+    /// the symbolizer's file offset of an address overflow (a panic in a debug build).
+    #[test]
+    fn a_mapping_offset_past_any_file_gives_an_unknown_frame() {
+        let mut bytes = file(&[]);
+        bytes.extend_from_slice(&memprof_wire::encode_mapping(&Mapping {
+            start: 0x1000,
+            len: 0x1000,
+            file_offset: u64::MAX - 8,
+            path: b"/nonexistent/lib.so".to_vec(),
+        }));
+        bytes.extend_from_slice(&memprof_wire::encode_stack(1, &[0x1800]));
+        let mut alloc = rec(Kind::Alloc, 0x100, 10, 0);
+        alloc.stack = 1;
+        bytes.extend_from_slice(&alloc.encode());
+        let read = read(&bytes).expect("readable");
+        let s = &read.parsed.snapshot;
+        let stack = s.timeline.device(0)[0].stack.expect("a stack");
+        let names: Vec<&str> = s.stacks.frames(stack).map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["0x1800"]);
+    }
+
+    #[test]
+    fn damage_further_on_is_reported_before_an_impossible_device() {
+        let mut odd = rec(Kind::Alloc, 1, 2, 0);
+        odd.device = i32::MAX;
+        let mut bytes = file(&[odd, rec(Kind::Free, 1, 0, 0)]);
+        bytes[100] = 99;
+        let err = read(&bytes).map(|_| ()).expect_err("refused");
+        assert_eq!(err.to_string(), "at byte 100: record 1 has unknown kind 99");
+    }
+
     #[test]
     fn a_cut_recording_is_read_as_far_as_it_goes() {
         let bytes = file(&[rec(Kind::Alloc, 1, 2, 0), rec(Kind::Free, 1, 0, 0)]);

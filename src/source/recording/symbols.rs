@@ -95,6 +95,13 @@ impl<'a> Symbolizer<'a> {
 
     /// The frames of return address `addr`, innermost (inlined) first; at least one.
     pub fn frames(&mut self, addr: u64) -> Vec<Frame> {
+        let unknown = || {
+            vec![Frame {
+                filename: "??".into(),
+                line: 0,
+                name: format!("{addr:#x}"),
+            }]
+        };
         // The latest mapping wins: a library loaded where an unloaded one was.
         let Some(mapping) = self
             .mappings
@@ -102,13 +109,12 @@ impl<'a> Symbolizer<'a> {
             .rev()
             .find(|m| m.start <= addr && addr - m.start < m.len)
         else {
-            return vec![Frame {
-                filename: "??".into(),
-                line: 0,
-                name: format!("{addr:#x}"),
-            }];
+            return unknown();
         };
-        let at = addr - mapping.start + mapping.file_offset;
+        // A damaged mapping's file offset can put the address past any file.
+        let Some(at) = (addr - mapping.start).checked_add(mapping.file_offset) else {
+            return unknown();
+        };
         let path: &'a [u8] = &mapping.path;
         let file = self
             .files
