@@ -15,6 +15,7 @@ mod plot;
 mod probe;
 mod report;
 mod run;
+mod run_nvml;
 mod shim_file;
 mod simulate;
 mod top;
