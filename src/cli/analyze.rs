@@ -7,7 +7,9 @@ use super::{AnalyzeArgs, Outcome};
 use crate::analysis::{analyze_snapshot, version};
 use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
-use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
+use crate::report::analyze_json::{
+    AnalyzeReport, InputKind, InputReport, LedgerReport, ProcessReport,
+};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind};
 use crate::report::terminal_text::terminal_lines;
@@ -38,10 +40,17 @@ pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
     if plot_format.is_some() && files.len() > 1 {
         bail!("--plot draws one file; give one FILE (or use `memprof plot` per file)");
     }
+    let joined = super::ledger_join::pair(&files);
     let inputs = if files.len() == 1 {
-        vec![analyze_file(&files[0], args, plot_format, !args.json)?]
+        vec![analyze_file(
+            &files[0],
+            args,
+            plot_format,
+            !args.json,
+            None,
+        )?]
     } else {
-        analyze_in_parallel(&files, args)?
+        analyze_in_parallel(&files, args, joined.as_ref())?
     };
     Ok(AnalyzeReport::new(inputs))
 }
@@ -52,9 +61,21 @@ fn analyze_file(
     args: &AnalyzeArgs,
     plot_format: Option<Format>,
     progress: bool,
+    snapshot: Option<&Path>,
 ) -> anyhow::Result<InputReport> {
     let shown = path.display().to_string();
-    let loaded = load_snapshot(path, progress).with_context(|| shown.clone())?;
+    let mut loaded = load_snapshot(path, progress).with_context(|| shown.clone())?;
+    let ledger = match &loaded.recording {
+        Some(info) => {
+            let joined = super::ledger_join::ledger(path, info.pid, snapshot)?;
+            loaded.parsed.warnings.extend(joined.warning);
+            Some(LedgerReport {
+                snapshot: joined.snapshot.map(|p| p.display().to_string()),
+                devices: joined.ledger,
+            })
+        }
+        None => None,
+    };
     let snapshot = &loaded.parsed.snapshot;
     if let Some(d) = args.device {
         if !snapshot.devices().contains(&d) {
@@ -105,12 +126,18 @@ fn analyze_file(
             d
         })
         .collect(),
+        ledger,
         warnings: loaded.parsed.warnings,
     })
 }
 
 /// Analyzes several files at once, one worker per core, keeping their order.
-fn analyze_in_parallel(files: &[PathBuf], args: &AnalyzeArgs) -> anyhow::Result<Vec<InputReport>> {
+/// `pair` is a recording and the snapshot its ledger joins.
+fn analyze_in_parallel(
+    files: &[PathBuf],
+    args: &AnalyzeArgs,
+    pair: Option<&(PathBuf, PathBuf)>,
+) -> anyhow::Result<Vec<InputReport>> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(files.len())
@@ -124,7 +151,8 @@ fn analyze_in_parallel(files: &[PathBuf], args: &AnalyzeArgs) -> anyhow::Result<
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(path) = files.get(i) else { return };
-                let result = analyze_file(path, args, None, false);
+                let snapshot = pair.filter(|(r, _)| r == path).map(|(_, s)| s.as_path());
+                let result = analyze_file(path, args, None, false, snapshot);
                 if let Ok(mut done) = done.lock() {
                     done[i] = Some(result);
                 }

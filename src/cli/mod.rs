@@ -9,6 +9,7 @@ mod diff;
 mod export;
 mod gate;
 mod input;
+mod ledger_join;
 mod mcp;
 mod plan;
 mod plot;

@@ -10,6 +10,7 @@ pub mod gate;
 pub mod gate_input;
 pub mod gate_output;
 pub mod html;
+mod ledger_text;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;
