@@ -6,6 +6,7 @@
 
 use super::input::load_snapshot;
 use crate::analysis::ledger::{ledger_of, DeviceLedger, LedgerError, TorchSegment};
+use crate::model::Action;
 use anyhow::{bail, Context};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -44,16 +45,41 @@ fn beside(recording: &Path, pid: u32) -> PathBuf {
     recording.with_file_name(format!("{stem}.oom-{pid}.pickle"))
 }
 
+/// The snapshot's segments at the dump, then those its trace saw made (`segment_alloc`,
+/// `segment_map`) and gone by the dump, counted in the default pool (trace entries do not say).
 fn segments(snapshot: &Path) -> anyhow::Result<Vec<TorchSegment>> {
     let loaded = load_snapshot(snapshot, false).with_context(|| snapshot.display().to_string())?;
-    Ok((loaded.parsed.snapshot.segments.iter())
+    let s = &loaded.parsed.snapshot;
+    let mut out: Vec<TorchSegment> = (s.segments.iter())
         .map(|s| TorchSegment {
             device: s.device,
             address: s.address,
             size: s.total_size,
             pool_id: s.pool_id,
         })
-        .collect())
+        .collect();
+    let mut known: std::collections::HashSet<(u32, u64)> =
+        out.iter().map(|t| (t.device, t.address)).collect();
+    for index in 0..s.timeline.device_count() {
+        let Ok(device) = u32::try_from(index) else {
+            continue;
+        };
+        for e in s.timeline.device(index) {
+            let made = matches!(e.action, Action::SegmentAlloc | Action::SegmentMap);
+            let Some(address) = e.addr().filter(|_| made) else {
+                continue;
+            };
+            if known.insert((device, address)) {
+                out.push(TorchSegment {
+                    device,
+                    address,
+                    size: e.size,
+                    pool_id: (0, 0),
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The ledger of `recording` (process `pid`), joined with `given` or the snapshot beside it.
