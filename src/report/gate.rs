@@ -37,6 +37,11 @@ pub struct Measurement {
     /// Sites holding them, most bytes first.
     #[serde(default)]
     pub left_alive_sites: Vec<SiteBytes>,
+    /// The whole process's device memory at the peak of its driver total, from a memprof
+    /// recording's ledger: NVML's figure when the recording has NVML samples, else the driver's
+    /// total. `None` for a PyTorch snapshot, which sees only PyTorch's memory.
+    #[serde(default)]
+    pub process_peak_bytes: Option<u64>,
 }
 
 impl Measurement {
@@ -59,6 +64,7 @@ impl Measurement {
                 .collect(),
             left_alive_bytes: 0,
             left_alive_sites: Vec::new(),
+            process_peak_bytes: None,
         }
     }
 
@@ -67,13 +73,14 @@ impl Measurement {
             Metric::PeakActive => self.peak_active_bytes,
             Metric::PeakReserved => self.peak_reserved_bytes,
             Metric::LeftAlive => self.left_alive_bytes,
+            Metric::ProcessPeak => self.process_peak_bytes.unwrap_or(0),
         }
     }
 
     /// The sites behind a metric's value.
     fn sites_of(&self, metric: Metric) -> &[SiteBytes] {
         match metric {
-            Metric::PeakActive | Metric::PeakReserved => &self.sites,
+            Metric::PeakActive | Metric::PeakReserved | Metric::ProcessPeak => &self.sites,
             Metric::LeftAlive => &self.left_alive_sites,
         }
     }
@@ -127,6 +134,9 @@ pub enum Metric {
     /// Bytes allocated during the trace and alive at its end: what a test leaked, when the
     /// history was turned on at its start.
     LeftAlive,
+    /// The whole process's device memory at its peak (a memprof recording's ledger): PyTorch's
+    /// share and everything else, the CUDA context included when NVML was sampled.
+    ProcessPeak,
 }
 
 impl Metric {
@@ -135,6 +145,7 @@ impl Metric {
             Metric::PeakActive => "peak active",
             Metric::PeakReserved => "peak reserved",
             Metric::LeftAlive => "left alive",
+            Metric::ProcessPeak => "process peak",
         }
     }
 
@@ -144,6 +155,7 @@ impl Metric {
             Metric::PeakActive => "peak_active",
             Metric::PeakReserved => "peak_reserved",
             Metric::LeftAlive => "left_alive",
+            Metric::ProcessPeak => "process_peak",
         }
     }
 }
@@ -220,6 +232,15 @@ pub fn evaluate(
                     b.rank, b.device, b.input
                 )));
             }
+        }
+    }
+    if config.metric == Metric::ProcessPeak {
+        if let Some(c) = current.iter().find(|c| c.process_peak_bytes.is_none()) {
+            return Err(GateError(format!(
+                "{}: --metric process-peak needs a memprof recording (a PyTorch snapshot sees \
+                 only PyTorch's memory)",
+                c.input
+            )));
         }
     }
     current
@@ -335,6 +356,7 @@ mod tests {
                 .collect(),
             left_alive_bytes: 0,
             left_alive_sites: Vec::new(),
+            process_peak_bytes: None,
         }
     }
 
