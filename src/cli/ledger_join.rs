@@ -1,5 +1,6 @@
 //! `analyze`'s ledger of a recording (`analysis::ledger`), joined with the PyTorch snapshot of
-//! the same process: the one given beside it (`analyze run.memprof run.oom-<pid>.pickle`), else
+//! the same process: the one given right after it (`analyze run.memprof run.oom-<pid>.pickle`;
+//! the files in the other order are only analyzed side by side), else
 //! the one `run --torch` wrote next to it (`<stem>.oom-<pid>.pickle`). A given snapshot that does
 //! not belong to the recording (no segment is one of its allocations) is refused; one found by
 //! its name only gets a warning.
@@ -26,14 +27,11 @@ fn is_recording(path: &Path) -> bool {
         .is_ok_and(|()| &head == memprof_wire::MAGIC)
 }
 
-/// `(recording, snapshot)` when the files are exactly one recording and one other file.
+/// `(recording, snapshot)` when the files are exactly a recording followed by a snapshot (the
+/// other order, or more files, are inputs analyzed side by side).
 pub fn pair(files: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
     let [a, b] = files else { return None };
-    match (is_recording(a), is_recording(b)) {
-        (true, false) => Some((a.clone(), b.clone())),
-        (false, true) => Some((b.clone(), a.clone())),
-        _ => None,
-    }
+    (is_recording(a) && !is_recording(b)).then(|| (a.clone(), b.clone()))
 }
 
 /// The snapshot `run --torch` writes beside `recording` for process `pid`.

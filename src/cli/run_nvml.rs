@@ -10,17 +10,17 @@ use memprof_wire::{decode_header, FileHeader, Kind, Record, HOST_VERSION, RECORD
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often NVML is asked: a few times a second, far below what a process-list query costs.
 const INTERVAL: Duration = Duration::from_millis(200);
 
-/// The sampling thread; [`NvmlWatch::stop`] ends it and returns its samples.
+/// The sampling thread; [`NvmlWatch::stop`] ends it and returns its samples without waiting
+/// for it (an NVML call that hangs cannot hold `memprof run` up).
 pub struct NvmlWatch {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<Record>>,
+    samples: Arc<Mutex<Vec<Record>>>,
 }
 
 /// `CLOCK_MONOTONIC` in ns, the clock of the shim's records.
@@ -42,8 +42,9 @@ impl NvmlWatch {
         let mut nvml = open_nvml(Box::new(SystemClock)).ok()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let mut out = Vec::new();
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&samples);
+        std::thread::spawn(move || {
             while !stopped.load(Ordering::Acquire) {
                 // A failed sample (a process list that changed between NVML's two queries) is
                 // skipped.
@@ -58,19 +59,23 @@ impl NvmlWatch {
                     r.pid = p.pid;
                     r.device = device;
                     r.size = used.0;
-                    out.push(r);
+                    if let Ok(mut kept) = kept.lock() {
+                        kept.push(r);
+                    }
                 }
                 std::thread::sleep(INTERVAL);
             }
-            out
         });
-        Some(NvmlWatch { stop, thread })
+        Some(NvmlWatch { stop, samples })
     }
 
     /// Ends sampling and returns every sample taken.
     pub fn stop(self) -> Vec<Record> {
         self.stop.store(true, Ordering::Release);
-        self.thread.join().unwrap_or_default()
+        self.samples
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
     }
 }
 
