@@ -5,6 +5,7 @@ mod agent;
 mod analyze;
 mod attach;
 mod diagnose;
+mod diagnose_ledger;
 mod diff;
 mod export;
 mod gate;
