@@ -74,8 +74,9 @@ struct Device {
     samples: Vec<(u64, u64)>,
 }
 
-struct Walk<'a> {
-    torch: &'a [TorchSegment],
+struct Walk {
+    /// The snapshot's segments by (device, address).
+    torch: Vec<TorchSegment>,
     pools: Vec<(i64, i64)>,
     libraries: Libraries,
     names: Vec<String>,
@@ -100,11 +101,25 @@ fn device_of(r: &Record) -> u32 {
         .unwrap_or(0)
 }
 
-impl<'a> Walk<'a> {
-    fn new(torch: &'a [TorchSegment]) -> Walk<'a> {
+impl Walk {
+    fn new(torch: &[TorchSegment]) -> Walk {
         let mut pools: Vec<(i64, i64)> = torch.iter().map(|s| s.pool_id).collect();
         pools.sort();
         pools.dedup();
+        let mut sorted = torch.to_vec();
+        sorted.sort_by_key(|s| (s.device, std::cmp::Reverse(s.size), s.address));
+        sorted.sort_by_key(|s| (s.device, s.address));
+        // A segment inside another (a mapping the trace saw within a segment) is left out, so
+        // that the last segment starting at or below an address is the only one to look at.
+        let mut torch: Vec<TorchSegment> = Vec::with_capacity(sorted.len());
+        for s in sorted {
+            let inside = torch.last().is_some_and(|o| {
+                o.device == s.device && s.address.saturating_sub(o.address) < o.size
+            });
+            if !inside {
+                torch.push(s);
+            }
+        }
         Walk {
             torch,
             pools,
@@ -142,10 +157,12 @@ impl<'a> Walk<'a> {
 
     /// The pool of the snapshot segment holding `addr` on `device`.
     fn torch_pool(&mut self, device: u32, addr: u64) -> Option<usize> {
-        let segment = self
+        let at = self
             .torch
-            .iter()
-            .find(|s| s.device == device && s.address <= addr && addr - s.address < s.size)?;
+            .partition_point(|s| (s.device, s.address) <= (device, addr));
+        let segment = self.torch[..at]
+            .last()
+            .filter(|s| s.device == device && addr - s.address < s.size)?;
         self.joined = true;
         self.pools.binary_search(&segment.pool_id).ok()
     }
@@ -524,5 +541,27 @@ mod tests {
         let alone = ledger_of(&bytes[..], &[]).expect("no snapshot");
         assert_eq!(alone[0].at_peak.torch, None);
         assert_eq!(alone[0].at_peak.unattributed_bytes, 1007);
+    }
+
+    #[test]
+    fn a_segment_nested_in_another_does_not_hide_it() {
+        let bytes = file(&[
+            rec(Kind::Alloc, 0x10_0000, 1000, 10, 0).encode().to_vec(),
+            rec(Kind::Alloc, 0x10_0300, 50, 20, 0).encode().to_vec(),
+        ]);
+        let segment = |address, size, pool_id| TorchSegment {
+            device: 0,
+            address,
+            size,
+            pool_id,
+        };
+        let torch = [
+            segment(0x10_0100, 16, (0, 0)),
+            segment(0x10_0000, 0x1000, (1, 0)),
+        ];
+        let ledger = ledger_of(&bytes[..], &torch).expect("joined");
+        let share = ledger[0].at_end.torch.as_ref().expect("a share");
+        assert_eq!(share.reserved_bytes, 1050);
+        assert_eq!(share.pools[1].bytes, 1050);
     }
 }
