@@ -44,6 +44,11 @@ CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
 CUresult cuMemAddressFree(CUdeviceptr, size_t);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemHostAlloc(void **, size_t, unsigned int);
+CUresult cuMemAllocHost_v2(void **, size_t);
+CUresult cuMemFreeHost(void *);
+CUresult cuMemHostRegister_v2(void *, size_t, unsigned int);
+CUresult cuMemHostUnregister(void *);
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 

@@ -62,6 +62,18 @@ if command -v nvcc >/dev/null; then
   step analyze-alloc-kinds "$bin/memprof" analyze --json "$out/alloc_kinds.memprof"
 fi
 
+# The whole-process ledger: an NCCL all-reduce's buffers outside PyTorch, named by library, and
+# the CUDA context from NVML.
+step run-nccl run -o "$out/nccl.memprof" -- python3 kernels/gpu/torch_nccl.py "$out/nccl.memprof"
+step analyze-nccl "$bin/memprof" analyze --json "$out/nccl.memprof"
+libs=$(json "$out/analyze-nccl.txt" "[l['library'] for l in d['inputs'][0]['ledger']['devices'][0]['at_peak']['outside_torch']]" 2>/dev/null)
+context=$(json "$out/analyze-nccl.txt" "d['inputs'][0]['ledger']['devices'][0]['at_peak']['context_bytes']" 2>/dev/null)
+reserved=$(json "$out/analyze-nccl.txt" "d['inputs'][0]['ledger']['devices'][0]['at_peak']['torch']['reserved_bytes']" 2>/dev/null)
+echo "   outside PyTorch: ${libs:-?}; context ${context:-?}; PyTorch reserved ${reserved:-?}"
+check "the ledger names libnccl, has the context and PyTorch's share" \
+  "$(echo "$libs" | grep -q libnccl && [ -n "$context" ] && [ "$context" != None ] && \
+    [ -n "$reserved" ] && [ "$reserved" != None ] && echo yes)"
+
 # The pytest plugin and memprof_gpu.record with real PyTorch (pytest needed): two tests fail on
 # purpose (over the limit, a leak), two pass.
 echo "== pytest-plugin: kernels/gpu/test_pytest_plugin.py"

@@ -251,3 +251,61 @@ fn diagnose_growth_and_free_the_accumulated_tensors_earlier() {
     assert!(text.contains("failed (growth)"), "{text}");
     assert!(text.contains("frees    72.00 MiB"), "{text}");
 }
+
+/// An OOM of the `ledger` fixture's process caused by memory outside the allocator: with the
+/// recording `run --torch` wrote beside the snapshot, diagnose names the library and the CUDA
+/// context holding it.
+#[test]
+fn an_oom_outside_the_allocator_names_the_library_from_the_recording_beside_it() {
+    if !crate::util::have("python3") {
+        return;
+    }
+    let dir = Scratch::new("diagnose-ledger");
+    let recording = dir.join("train.memprof");
+    std::fs::copy(fixture("recordings/ledger.memprof"), &recording).expect("copied");
+    let snapshot = dir.join("train.oom-29306.pickle");
+    // The fixture's snapshot with a request of 20 MiB that failed with 10 MiB free.
+    let made = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import pickle, sys\n\
+             s = pickle.load(open(sys.argv[1], 'rb'))\n\
+             s['device_traces'][0].append({'action': 'oom', 'size': 20 << 20, \
+             'device_free': 10 << 20, 'stream': 0, 'time_us': 200, 'frames': []})\n\
+             pickle.dump(s, open(sys.argv[2], 'wb'), protocol=4)\n",
+        )
+        .arg(fixture("recordings/ledger.oom-29306.pickle"))
+        .arg(&snapshot)
+        .output()
+        .expect("python3 runs");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let shown = snapshot.display().to_string();
+    let d = one_diagnosis(&[&shown, "--capacity", "400MiB"]);
+    assert_eq!(d["cause"], "outside_allocator", "{d}");
+    let held = format!(
+        "at the end of {}: libfakenccl.so 8.00 MiB, the CUDA context 312.00 MiB",
+        recording.display()
+    );
+    assert!(
+        d["evidence"].as_str().unwrap_or_default().contains(&held),
+        "{d}"
+    );
+    let remedy = d["remedies"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["kind"] == "outside_allocator"))
+        .expect("a remedy outside the allocator");
+    assert!(
+        remedy["action"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&held),
+        "{remedy}"
+    );
+    // Without the recording beside it, the diagnosis cannot name them.
+    std::fs::remove_file(&recording).expect("removed");
+    let d = one_diagnosis(&[&shown, "--capacity", "400MiB"]);
+    assert!(!d["evidence"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("libfakenccl"));
+}

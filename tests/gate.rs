@@ -189,6 +189,45 @@ fn absolute_limit_and_the_reserved_metric() {
 }
 
 #[test]
+fn process_peak_is_the_whole_process_from_a_recording_and_refused_for_a_snapshot() {
+    let recording = fixture("recordings/ledger.memprof").display().to_string();
+    // 48 MiB from the driver (PyTorch 32, the NCCL stand-in 16) and a 312 MiB context.
+    let over = memprof(&[
+        "gate",
+        &recording,
+        "--metric",
+        "process_peak",
+        "--limit",
+        "350MiB",
+    ]);
+    assert_eq!(over.status.code(), Some(1), "{}", stderr(&over));
+    assert!(
+        stdout(&over).contains("limited to 350.00 MiB but process peak was 360.00 MiB"),
+        "{}",
+        stdout(&over)
+    );
+    let under = memprof(&[
+        "gate",
+        &recording,
+        "--metric",
+        "process-peak",
+        "--limit",
+        "360MiB",
+    ]);
+    assert_eq!(under.status.code(), Some(0), "{}", stdout(&under));
+    let snapshot = memprof(&[
+        "gate",
+        &snapshot("v2_1_basic"),
+        "--metric",
+        "process-peak",
+        "--limit",
+        "1GiB",
+    ]);
+    assert_eq!(snapshot.status.code(), Some(2));
+    assert!(stderr(&snapshot).contains("needs a memprof recording"));
+}
+
+#[test]
 fn analyze_json_is_accepted_as_the_current_run() {
     let dir = Scratch::new("json");
     let base = dir.path("base.json");

@@ -16,6 +16,7 @@ mod frames;
 mod gate;
 mod gpu;
 mod json_reference;
+mod ledger;
 mod live;
 mod mcp;
 mod nvml_fake;

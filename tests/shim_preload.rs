@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-/// Calls alloc_free makes in its main thread and the shim records: 18 by symbol, 6 through
+/// Calls alloc_free makes in its main thread and the shim records: 24 by symbol, 10 through
 /// cuGetProcAddress, 2 through dlsym(handle).
-const MAIN_CALLS: usize = 26;
+const MAIN_CALLS: usize = 36;
 
 fn tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -185,6 +185,11 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::LiveDropped => "live_dropped",
         Kind::Stack => "stack",
         Kind::Mapping => "mapping",
+        Kind::HostAlloc => "host_alloc",
+        Kind::HostFree => "host_free",
+        Kind::HostRegister => "host_register",
+        Kind::HostUnregister => "host_unregister",
+        Kind::NvmlSample => "nvml_sample",
     }
 }
 
@@ -238,7 +243,7 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     // Every call that makes memory addressable carries a defined call stack, whichever way it
     // reached the driver (by symbol, cuGetProcAddress, dlsym; threads included); others none.
     for r in &recording.records {
-        let wants = r.kind.allocates() || r.kind == Kind::VmmMap;
+        let wants = r.kind.allocates() || r.kind.pins_host() || r.kind == Kind::VmmMap;
         assert_eq!(
             recording.stacks.contains_key(&r.stack),
             wants,
@@ -265,8 +270,8 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     let by_proc_address = seen("gpa ");
     // dlopen + dlsym(handle, "cuGetProcAddress_v2"), as libcudart does.
     let by_dlsym = seen("dlsym ");
-    assert_eq!(by_symbol.len(), 18);
-    assert_eq!(by_proc_address.len(), 6);
+    assert_eq!(by_symbol.len(), 24);
+    assert_eq!(by_proc_address.len(), 10);
     assert_eq!(by_dlsym.len(), 2);
     let recorded: Vec<String> = main.iter().map(|r| as_line(r)).collect();
     let expected: Vec<String> = by_symbol
@@ -278,7 +283,7 @@ fn preloaded_shim_records_every_call_the_workload_makes() {
     assert_eq!(recorded, expected);
 
     // Which path each call came through.
-    let (sym, gpa) = main.split_at(18);
+    let (sym, gpa) = main.split_at(24);
     assert!(sym.iter().all(|r| r.flags == 0), "{sym:?}");
     assert!(gpa.iter().all(|r| r.flags & FLAG_LOOKED_UP != 0));
     let ptsz: Vec<Kind> = gpa

@@ -9,6 +9,11 @@
  * of a preloaded library) calls cuMemGetInfo_v2 as found by dlsym(RTLD_DEFAULT), which a preloaded
  * interposer is.
  *
+ * Pinned host memory (cuMemHostAlloc, cuMemAllocHost_v2) is real memory, so programs may use it:
+ * a bump allocator over 64 MiB mapped at a fixed address (0x500000000000), so that addresses are
+ * the same in every run; cuMemFreeHost gives nothing back. cuMemHostRegister_v2 and
+ * cuMemHostUnregister check their arguments only. None of it counts against the device capacity.
+ *
  * Build it like the real driver, with -Bsymbolic, so its own references (the table that
  * cuGetProcAddress hands out) cannot be interposed:
  *   cc -shared -fPIC -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o libcuda.so.1 fake_cuda.c
@@ -20,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../cuda_driver.h"
@@ -205,6 +211,38 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     return CUDA_SUCCESS;
 }
 
+#define HOST_ARENA 0x500000000000ULL
+#define HOST_ARENA_LEN (64ULL << 20)
+static char *host_arena;
+static unsigned long long host_used;
+
+CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+    (void)flags;
+    if (!pp || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    CUresult result = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    if (!host_arena) {
+        void *at = mmap((void *)HOST_ARENA, HOST_ARENA_LEN, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (at != MAP_FAILED) host_arena = at;
+    }
+    unsigned long long rounded = (size + ALIGN - 1) / ALIGN * ALIGN;
+    if (host_arena && host_used + rounded <= HOST_ARENA_LEN) {
+        *pp = host_arena + host_used;
+        host_used += rounded;
+        result = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return result;
+}
+CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+CUresult cuMemFreeHost(void *p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
+    (void)flags;
+    return p && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMemHostUnregister(void *p) { return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
 /* Base name -> function, as the driver's table; `ptsz` for the per-thread-stream variant. */
 static void *lookup(const char *symbol, int version, unsigned long long flags) {
     int ptsz = (flags & 2) != 0;
@@ -226,6 +264,12 @@ static void *lookup(const char *symbol, int version, unsigned long long flags) {
     if (!strcmp(symbol, "cuMemRelease")) return (void *)cuMemRelease;
     if (!strcmp(symbol, "cuMemMap")) return (void *)cuMemMap;
     if (!strcmp(symbol, "cuMemUnmap")) return (void *)cuMemUnmap;
+    if (!strcmp(symbol, "cuMemHostAlloc")) return (void *)cuMemHostAlloc;
+    if (!strcmp(symbol, "cuMemAllocHost") && version >= 3020) return (void *)cuMemAllocHost_v2;
+    if (!strcmp(symbol, "cuMemFreeHost")) return (void *)cuMemFreeHost;
+    if (!strcmp(symbol, "cuMemHostRegister") && version >= 6050)
+        return (void *)cuMemHostRegister_v2;
+    if (!strcmp(symbol, "cuMemHostUnregister")) return (void *)cuMemHostUnregister;
     if (!strcmp(symbol, "cuGetProcAddress"))
         return version >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
     return NULL;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -110,9 +111,14 @@ static int parse_line(char *line) {
     return -1;
 }
 
+/* The scenario file as it was when last read: device, inode, size, modification time. */
+static struct stat loaded;
+
 static int load_scenario(void) {
     const char *path = getenv("FAKE_NVML_SCENARIO");
     if (path == NULL)
+        return -1;
+    if (stat(path, &loaded) != 0)
         return -1;
     FILE *f = fopen(path, "r");
     if (f == NULL)
@@ -266,6 +272,15 @@ static nvmlReturn_t list(void *device, int graphics, unsigned int *count, nvmlPr
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int index = (unsigned int)(d - devices);
     pthread_mutex_lock(&lock);
+    /* A count query reads the scenario again when its file changed (a program replaces it to
+     * change what NVML reports while it runs). */
+    struct stat now;
+    const char *path = getenv("FAKE_NVML_SCENARIO");
+    if ((*count == 0 || infos == NULL) && path && stat(path, &now) == 0 &&
+        (now.st_ino != loaded.st_ino || now.st_size != loaded.st_size ||
+         now.st_mtim.tv_sec != loaded.st_mtim.tv_sec ||
+         now.st_mtim.tv_nsec != loaded.st_mtim.tv_nsec))
+        load_scenario();
     unsigned int n = 0;
     for (unsigned int i = 0; i < process_count; i++)
         if (processes[i].device == index && processes[i].graphics == graphics)

@@ -223,6 +223,20 @@ int main(void) {
     line("sym", "address_reserve", va, 1ULL << 30, 0, 0, r);
     r = cuMemAddressFree(va, 1ULL << 30);
     line("sym", "address_free", va, 1ULL << 30, 0, 0, r);
+    /* Pinned host memory. */
+    void *host = NULL;
+    r = cuMemHostAlloc(&host, 4096, 1);
+    line("sym", "host_alloc", (unsigned long long)host, 4096, 0, 1, r);
+    r = cuMemFreeHost(host);
+    line("sym", "host_free", (unsigned long long)host, 0, 0, 0, r);
+    r = cuMemAllocHost_v2(&host, 1000);
+    line("sym", "host_alloc", (unsigned long long)host, 1000, 0, 0, r);
+    r = cuMemHostRegister_v2(host, 1000, 2);
+    line("sym", "host_register", (unsigned long long)host, 1000, 0, 2, r);
+    r = cuMemHostUnregister(host);
+    line("sym", "host_unregister", (unsigned long long)host, 0, 0, 0, r);
+    r = cuMemFreeHost(host);
+    line("sym", "host_free", (unsigned long long)host, 0, 0, 0, r);
 
     /* Through cuGetProcAddress_v2 reached by symbol, as the runtime would once it holds it. */
     gpa2_fn gpa2 = (gpa2_fn)must(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0);
@@ -240,6 +254,23 @@ int main(void) {
     alloc_fn alloc1 = (alloc_fn)fn;
     if (cuGetProcAddress("cuMemFree", &fn, 3020, 0) != 0) return 5;
     pair("gpa", alloc1, (free_fn)fn, 512);
+    /* Pinned host memory through the lookup, as libcudart reaches it. */
+    CUresult (*host_alloc)(void **, size_t, unsigned int) =
+        (CUresult(*)(void **, size_t, unsigned int))must(gpa2, "cuMemHostAlloc", 12000, 0);
+    CUresult (*host_free)(void *) = (CUresult(*)(void *))must(gpa2, "cuMemFreeHost", 12000, 0);
+    CUresult (*host_register)(void *, size_t, unsigned int) =
+        (CUresult(*)(void *, size_t, unsigned int))must(gpa2, "cuMemHostRegister", 12000, 0);
+    CUresult (*host_unregister)(void *) =
+        (CUresult(*)(void *))must(gpa2, "cuMemHostUnregister", 12000, 0);
+    void *pinned = NULL;
+    r = host_alloc(&pinned, 256, 0);
+    line("gpa", "host_alloc", (unsigned long long)pinned, 256, 0, 0, r);
+    r = host_register(pinned, 256, 1);
+    line("gpa", "host_register", (unsigned long long)pinned, 256, 0, 1, r);
+    r = host_unregister(pinned);
+    line("gpa", "host_unregister", (unsigned long long)pinned, 0, 0, 0, r);
+    r = host_free(pinned);
+    line("gpa", "host_free", (unsigned long long)pinned, 0, 0, 0, r);
 
     /* As libcudart does: a handle-scoped dlsym, which LD_PRELOAD alone does not see. */
     void *lib = dlopen("libcuda.so.1", RTLD_NOW);

@@ -9,6 +9,7 @@ pub mod growth;
 pub mod iterations;
 mod layout;
 mod layout_at;
+pub mod ledger;
 mod left_alive;
 pub mod oom;
 mod peak;

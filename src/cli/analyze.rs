@@ -8,7 +8,9 @@ use crate::analysis::categories::CategoryRules;
 use crate::analysis::{analyze_snapshot, version};
 use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
-use crate::report::analyze_json::{AnalyzeReport, InputKind, InputReport, ProcessReport};
+use crate::report::analyze_json::{
+    AnalyzeReport, InputKind, InputReport, LedgerReport, ProcessReport,
+};
 use crate::report::analyze_text;
 use crate::report::plot::{Format, Kind, Stacking};
 use crate::report::terminal_text::terminal_lines;
@@ -41,6 +43,7 @@ pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
     if plot_format.is_some() && files.len() > 1 {
         bail!("--plot draws one file; give one FILE (or use `memprof plot` per file)");
     }
+    let joined = super::ledger_join::pair(&files);
     let inputs = if files.len() == 1 {
         vec![analyze_file(
             &files[0],
@@ -48,9 +51,10 @@ pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
             &rules,
             plot_format,
             !args.json,
+            None,
         )?]
     } else {
-        analyze_in_parallel(&files, args, &rules)?
+        analyze_in_parallel(&files, args, &rules, joined.as_ref())?
     };
     Ok(AnalyzeReport::new(inputs))
 }
@@ -62,9 +66,21 @@ fn analyze_file(
     rules: &CategoryRules,
     plot_format: Option<Format>,
     progress: bool,
+    snapshot: Option<&Path>,
 ) -> anyhow::Result<InputReport> {
     let shown = path.display().to_string();
-    let loaded = load_snapshot(path, progress).with_context(|| shown.clone())?;
+    let mut loaded = load_snapshot(path, progress).with_context(|| shown.clone())?;
+    let ledger = match &loaded.recording {
+        Some(info) => {
+            let joined = super::ledger_join::ledger(path, info.pid, snapshot)?;
+            loaded.parsed.warnings.extend(joined.warning);
+            Some(LedgerReport {
+                snapshot: joined.snapshot.map(|p| p.display().to_string()),
+                devices: joined.ledger,
+            })
+        }
+        None => None,
+    };
     let snapshot = &loaded.parsed.snapshot;
     if let Some(d) = args.device {
         if !snapshot.devices().contains(&d) {
@@ -124,15 +140,18 @@ fn analyze_file(
             d
         })
         .collect(),
+        ledger,
         warnings: loaded.parsed.warnings,
     })
 }
 
 /// Analyzes several files at once, one worker per core, keeping their order.
+/// `pair` is a recording and the snapshot its ledger joins.
 fn analyze_in_parallel(
     files: &[PathBuf],
     args: &AnalyzeArgs,
     rules: &CategoryRules,
+    pair: Option<&(PathBuf, PathBuf)>,
 ) -> anyhow::Result<Vec<InputReport>> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -147,7 +166,8 @@ fn analyze_in_parallel(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(path) = files.get(i) else { return };
-                let result = analyze_file(path, args, rules, None, false);
+                let snapshot = pair.filter(|(r, _)| r == path).map(|(_, s)| s.as_path());
+                let result = analyze_file(path, args, rules, None, false, snapshot);
                 if let Ok(mut done) = done.lock() {
                     done[i] = Some(result);
                 }

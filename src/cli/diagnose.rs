@@ -168,5 +168,6 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         });
     }
     devices.sort_by_key(|d| d.device);
+    super::diagnose_ledger::name_outside_holders(path, &mut diagnoses);
     Ok(DiagnoseReport::new(diagnoses, devices, Some(version)))
 }

@@ -54,6 +54,10 @@ pub enum MetricArg {
     PeakReserved,
     /// Bytes allocated during the trace and alive at its end (what a test left behind).
     LeftAlive,
+    /// The whole process's device memory at its peak, PyTorch's share and the rest (a memprof
+    /// recording; with NVML samples, the CUDA context too).
+    #[value(alias = "process_peak")]
+    ProcessPeak,
 }
 
 impl From<MetricArg> for Metric {
@@ -62,6 +66,7 @@ impl From<MetricArg> for Metric {
             MetricArg::PeakActive => Metric::PeakActive,
             MetricArg::PeakReserved => Metric::PeakReserved,
             MetricArg::LeftAlive => Metric::LeftAlive,
+            MetricArg::ProcessPeak => Metric::ProcessPeak,
         }
     }
 }
@@ -179,6 +184,10 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
         bail!("no device has a segment or a trace entry");
     }
     let snapshot = &loaded.parsed.snapshot;
+    let ledger = match &loaded.recording {
+        Some(info) => super::ledger_join::ledger(path, info.pid, None)?.ledger,
+        None => Vec::new(),
+    };
     Ok(devices
         .iter()
         .map(|d| {
@@ -186,6 +195,8 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
             let (bytes, sites) = left_alive(snapshot, d.device, SITES_KEPT);
             m.left_alive_bytes = bytes;
             m.left_alive_sites = sites.iter().map(site_bytes).collect();
+            m.process_peak_bytes = (ledger.iter().find(|l| l.device == d.device))
+                .map(|l| l.at_peak.nvml_bytes.unwrap_or(l.at_peak.device_bytes));
             m
         })
         .collect())

@@ -13,6 +13,8 @@
 //! process than its name, or a start before this run's (a concurrent or earlier run's).
 //! SIGINT, SIGTERM and SIGHUP sent to memprof go on to CMD (`Forwarder`); memprof waits for it,
 //! prints the summary and exits with its status.
+//! When NVML is present, each process's device memory as NVML sees it is sampled while CMD runs
+//! and written into its recording (`run_nvml.rs`).
 //! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
 //! on PyTorch's memory history and dumps a snapshot next to the recording when the program runs
 //! out of memory.
@@ -21,6 +23,7 @@
 //! it runs; CMD's output then goes to a log file beside the recording and its input is empty, as
 //! the dashboard holds the terminal.
 
+use super::run_nvml::{add_samples, NvmlWatch};
 use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
 use super::Outcome;
 use crate::model::{count, Bytes};
@@ -140,6 +143,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     } else {
         None
     };
+    let nvml = NvmlWatch::start();
     // Caught from before CMD starts, so that none of them ends memprof while CMD runs.
     let signals = catch_forwarded().context("cannot catch signals")?;
     let status = if args.live {
@@ -174,6 +178,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         forwarder.wait(&mut child)?
     };
     drop(hook);
+    let samples = nvml.map_or_else(Vec::new, NvmlWatch::stop);
     let others: Vec<PathBuf> = other_recordings(&out)
         .into_iter()
         .filter(|(pid, path)| {
@@ -190,6 +195,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             terminal_text(&u.error),
             u.pid
         );
+    }
+    if !samples.is_empty() {
+        for path in std::iter::once(&out).chain(&others) {
+            if let Err(e) = add_samples(path, &samples) {
+                eprintln!(
+                    "memprof: warning: cannot add NVML samples to {}: {e}",
+                    path.display()
+                );
+            }
+        }
     }
     let reported = unwritten.iter().any(|u| Path::new(&u.path) == out);
     if (others.is_empty() || out.exists()) && !reported {
@@ -548,7 +563,7 @@ fn summary(path: &Path) -> String {
             format!(
                 "recorded {} to {} ({}, {}, {} out-of-memory); peak live device memory \
                  {}{dropped}",
-                count(recording.records.len() as u64, "call", "calls"),
+                count(s.calls, "call", "calls"),
                 path.display(),
                 count(s.allocations, "allocation", "allocations"),
                 count(s.frees, "free", "frees"),
@@ -564,6 +579,8 @@ fn summary(path: &Path) -> String {
 /// managed memory and reserved address space are not device memory and are left out of the peak).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Summary {
+    /// Driver calls recorded (NVML samples are not calls).
+    pub calls: u64,
     pub allocations: u64,
     pub frees: u64,
     pub ooms: u64,
@@ -576,6 +593,9 @@ impl Summary {
         let mut live: HashMap<(bool, u64), u64> = HashMap::new();
         let mut current = 0u64;
         for r in &recording.records {
+            if r.kind != Kind::NvmlSample {
+                s.calls += 1;
+            }
             if r.is_oom() {
                 s.ooms += 1;
             }

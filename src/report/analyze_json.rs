@@ -49,7 +49,18 @@ pub struct InputReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessReport>,
     pub devices: Vec<DeviceAnalysis>,
+    /// The whole-process ledger of a memprof recording (absent for a snapshot).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<LedgerReport>,
     pub warnings: Vec<String>,
+}
+
+/// A recording's ledger and the PyTorch snapshot joined with it.
+#[derive(Debug, Serialize)]
+pub struct LedgerReport {
+    /// The snapshot joined, `None` when there was none.
+    pub snapshot: Option<String>,
+    pub devices: Vec<crate::analysis::ledger::DeviceLedger>,
 }
 
 /// The process a memprof recording was made of.

@@ -84,6 +84,9 @@ fn render_input(input: &InputReport, out: &mut String) {
     for d in &input.devices {
         render_device(d, input.kind == InputKind::MemprofRecording, out);
     }
+    if let Some(ledger) = &input.ledger {
+        super::ledger_text::render(ledger, out);
+    }
 }
 
 /// One device's report; `driver_only` for a recording, whose diagnosis sees the driver's calls

@@ -42,6 +42,11 @@ pub struct Measurement {
     /// The categories alive at the peak, for `diff` (not kept in baselines).
     #[serde(skip)]
     pub categories: Vec<CategoryBytes>,
+    /// The whole process's device memory at the peak of its driver total, from a memprof
+    /// recording's ledger: NVML's figure when the recording has NVML samples, else the driver's
+    /// total. `None` for a PyTorch snapshot, which sees only PyTorch's memory.
+    #[serde(default)]
+    pub process_peak_bytes: Option<u64>,
 }
 
 impl Measurement {
@@ -69,6 +74,7 @@ impl Measurement {
                 .as_ref()
                 .map(|c| c.at_peak.clone())
                 .unwrap_or_default(),
+            process_peak_bytes: None,
         }
     }
 
@@ -77,13 +83,14 @@ impl Measurement {
             Metric::PeakActive => self.peak_active_bytes,
             Metric::PeakReserved => self.peak_reserved_bytes,
             Metric::LeftAlive => self.left_alive_bytes,
+            Metric::ProcessPeak => self.process_peak_bytes.unwrap_or(0),
         }
     }
 
     /// The sites behind a metric's value.
     fn sites_of(&self, metric: Metric) -> &[SiteBytes] {
         match metric {
-            Metric::PeakActive | Metric::PeakReserved => &self.sites,
+            Metric::PeakActive | Metric::PeakReserved | Metric::ProcessPeak => &self.sites,
             Metric::LeftAlive => &self.left_alive_sites,
         }
     }
@@ -137,6 +144,9 @@ pub enum Metric {
     /// Bytes allocated during the trace and alive at its end: what a test leaked, when the
     /// history was turned on at its start.
     LeftAlive,
+    /// The whole process's device memory at its peak (a memprof recording's ledger): PyTorch's
+    /// share and everything else, the CUDA context included when NVML was sampled.
+    ProcessPeak,
 }
 
 impl Metric {
@@ -145,6 +155,7 @@ impl Metric {
             Metric::PeakActive => "peak active",
             Metric::PeakReserved => "peak reserved",
             Metric::LeftAlive => "left alive",
+            Metric::ProcessPeak => "process peak",
         }
     }
 
@@ -154,6 +165,7 @@ impl Metric {
             Metric::PeakActive => "peak_active",
             Metric::PeakReserved => "peak_reserved",
             Metric::LeftAlive => "left_alive",
+            Metric::ProcessPeak => "process_peak",
         }
     }
 }
@@ -233,6 +245,15 @@ pub fn evaluate(
                 )));
             }
             base_of.entry(key(b)).or_insert(b);
+        }
+    }
+    if config.metric == Metric::ProcessPeak {
+        if let Some(c) = current.iter().find(|c| c.process_peak_bytes.is_none()) {
+            return Err(GateError(format!(
+                "{}: --metric process-peak needs a memprof recording (a PyTorch snapshot sees \
+                 only PyTorch's memory)",
+                c.input
+            )));
         }
     }
     current
@@ -354,6 +375,7 @@ mod tests {
             left_alive_bytes: 0,
             left_alive_sites: Vec::new(),
             categories: Vec::new(),
+            process_peak_bytes: None,
         }
     }
 

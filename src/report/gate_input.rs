@@ -83,8 +83,22 @@ pub fn parse_analyze_json(
                             .collect()
                     })
                     .unwrap_or_default(),
+                process_peak_bytes: process_peak(&input["ledger"], &d["device"]),
             });
         }
     }
     Ok(out)
+}
+
+/// A recording's process peak on `device` from its analyze document's ledger: NVML's figure at
+/// the peak, else the driver's total there.
+fn process_peak(ledger: &Value, device: &Value) -> Option<u64> {
+    let d = ledger["devices"]
+        .as_array()?
+        .iter()
+        .find(|d| &d["device"] == device)?;
+    let peak = &d["at_peak"];
+    peak["nvml_bytes"]
+        .as_u64()
+        .or_else(|| peak["device_bytes"].as_u64())
 }

@@ -12,6 +12,7 @@ pub mod gate_input;
 pub mod gate_output;
 pub mod html;
 mod html_categories;
+mod ledger_text;
 pub mod plan_json;
 pub mod plan_text;
 pub mod plot;

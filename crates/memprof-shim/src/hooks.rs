@@ -32,6 +32,10 @@ type ManagedFn = unsafe extern "C" fn(*mut u64, usize, u32) -> u32;
 type PoolAllocFn = unsafe extern "C" fn(*mut u64, usize, *mut c_void, *mut c_void) -> u32;
 type ReserveFn = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> u32;
 type AddressFreeFn = unsafe extern "C" fn(u64, usize) -> u32;
+type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> u32;
+type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> u32;
+type HostRegisterFn = unsafe extern "C" fn(*mut c_void, usize, u32) -> u32;
+type HostPtrFn = unsafe extern "C" fn(*mut c_void) -> u32;
 type GetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
 type CtxSetCurrentFn = unsafe extern "C" fn(*mut c_void) -> u32;
 type PrimaryCtxRetainFn = unsafe extern "C" fn(*mut *mut c_void, c_int) -> u32;
@@ -239,6 +243,73 @@ hook!(
     (ptr: u64, size: usize)
 );
 
+hook!(mem_host_alloc, cuMemHostAlloc, c"cuMemHostAlloc", HostAllocFn, host_alloc, 0,
+    (pp: *mut *mut c_void, size: usize, flags: u32));
+hook!(mem_alloc_host, cuMemAllocHost_v2, c"cuMemAllocHost_v2", AllocHostFn, alloc_host, 0,
+    (pp: *mut *mut c_void, size: usize));
+hook!(mem_free_host, cuMemFreeHost, c"cuMemFreeHost", HostPtrFn, free_host, 0,
+    (p: *mut c_void));
+hook!(mem_host_register, cuMemHostRegister_v2, c"cuMemHostRegister_v2", HostRegisterFn,
+    host_register, 0, (p: *mut c_void, size: usize, flags: u32));
+hook!(mem_host_unregister, cuMemHostUnregister, c"cuMemHostUnregister", HostPtrFn,
+    host_unregister, 0, (p: *mut c_void));
+
+fn host_alloc(real: HostAllocFn, flags: u16, pp: *mut *mut c_void, size: usize, f: u32) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(pp, size, f) };
+    emit(&guard, Kind::HostAlloc, flags, result, |event| {
+        event.size = size as u64;
+        event.aux = u64::from(f);
+        event.ptr = read_out(result, pp.cast::<u64>());
+    });
+    result
+}
+
+fn alloc_host(real: AllocHostFn, flags: u16, pp: *mut *mut c_void, size: usize) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(pp, size) };
+    emit(&guard, Kind::HostAlloc, flags, result, |event| {
+        event.size = size as u64;
+        event.ptr = read_out(result, pp.cast::<u64>());
+    });
+    result
+}
+
+fn host_register(real: HostRegisterFn, flags: u16, p: *mut c_void, size: usize, f: u32) -> u32 {
+    let guard = Guard::enter();
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(p, size, f) };
+    emit(&guard, Kind::HostRegister, flags, result, |event| {
+        event.ptr = p as u64;
+        event.size = size as u64;
+        event.aux = u64::from(f);
+    });
+    result
+}
+
+fn free_host(real: HostPtrFn, flags: u16, p: *mut c_void) -> u32 {
+    host_release(Kind::HostFree, real, flags, p)
+}
+
+fn host_unregister(real: HostPtrFn, flags: u16, p: *mut c_void) -> u32 {
+    host_release(Kind::HostUnregister, real, flags, p)
+}
+
+/// A call that gives pinned host memory back (`cuMemFreeHost`, `cuMemHostUnregister`): stamped,
+/// forwarded, then recorded as `kind`.
+fn host_release(kind: Kind, real: HostPtrFn, flags: u16, p: *mut c_void) -> u32 {
+    let guard = Guard::enter();
+    let before = stamp_before(&guard);
+    // SAFETY: forwards the caller's arguments unchanged to the real function.
+    let result = unsafe { real(p) };
+    emit_stamped(before, kind, flags, result, |event| {
+        event.ptr = p as u64;
+    });
+    result
+}
+
 fn alloc_pitch(
     real: PitchFn,
     flags: u16,
@@ -342,8 +413,33 @@ fn range_call(
 }
 
 /// The `cuGetProcAddress` names this shim wraps.
-fn entries() -> [Entry; 16] {
+fn entries() -> [Entry; 21] {
     [
+        Entry {
+            base: c"cuMemHostAlloc",
+            min_version: 0,
+            wrappers: mem_host_alloc::wrappers(),
+        },
+        Entry {
+            base: c"cuMemAllocHost",
+            min_version: 3020,
+            wrappers: mem_alloc_host::wrappers(),
+        },
+        Entry {
+            base: c"cuMemFreeHost",
+            min_version: 0,
+            wrappers: mem_free_host::wrappers(),
+        },
+        Entry {
+            base: c"cuMemHostRegister",
+            min_version: 6050,
+            wrappers: mem_host_register::wrappers(),
+        },
+        Entry {
+            base: c"cuMemHostUnregister",
+            min_version: 0,
+            wrappers: mem_host_unregister::wrappers(),
+        },
         Entry {
             base: c"cuCtxSetCurrent",
             min_version: 4000,
@@ -837,6 +933,19 @@ pub(crate) fn wrapper_for(name: &CStr, real: usize) -> Option<usize> {
             mem_address_free::wrappers(),
             0,
             mem_address_free::exported(),
+        ),
+        b"cuMemHostAlloc" => (mem_host_alloc::wrappers(), 0, mem_host_alloc::exported()),
+        b"cuMemAllocHost_v2" => (mem_alloc_host::wrappers(), 0, mem_alloc_host::exported()),
+        b"cuMemFreeHost" => (mem_free_host::wrappers(), 0, mem_free_host::exported()),
+        b"cuMemHostRegister_v2" => (
+            mem_host_register::wrappers(),
+            0,
+            mem_host_register::exported(),
+        ),
+        b"cuMemHostUnregister" => (
+            mem_host_unregister::wrappers(),
+            0,
+            mem_host_unregister::exported(),
         ),
         b"cuCtxSetCurrent" => (ctx_set_current::wrappers(), 0, ctx_set_current::exported()),
         b"cuDevicePrimaryCtxRetain" => (

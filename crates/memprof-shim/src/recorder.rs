@@ -193,9 +193,10 @@ fn pid() -> u32 {
     unsafe { libc::getpid() as u32 }
 }
 
-/// Whether events of this kind carry a call stack: the calls that make memory addressable.
+/// Whether events of this kind carry a call stack: the calls that make memory addressable
+/// (device memory, or pinned host memory).
 fn wants_stack(kind: Kind) -> bool {
-    kind.allocates() || kind == Kind::VmmMap
+    kind.allocates() || kind.pins_host() || kind == Kind::VmmMap
 }
 
 /// Records an event stamped now, after its call returned; fills in time, thread, process and

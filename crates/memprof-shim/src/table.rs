@@ -1,4 +1,4 @@
-//! What is alive, as the writer thread has drained it: device allocations, physical handles,
+//! What is alive, as the writer thread has drained it: device allocations and pinned host memory, physical handles,
 //! mappings and address reservations, and each device's last `cuMemGetInfo`. A live client that
 //! connects late gets these records first (flagged `FLAG_SNAPSHOT`), so it starts from the
 //! process's current state. Only the writer thread touches it, never a hook.
@@ -74,12 +74,16 @@ fn place(r: &Record) -> Option<(usize, u64)> {
         | Kind::AllocAsync
         | Kind::AllocFromPoolAsync
         | Kind::Free
-        | Kind::FreeAsync => Some((ALLOCATIONS, r.ptr)),
+        | Kind::FreeAsync
+        | Kind::HostAlloc
+        | Kind::HostRegister
+        | Kind::HostFree
+        | Kind::HostUnregister => Some((ALLOCATIONS, r.ptr)),
         Kind::VmmCreate | Kind::VmmRelease => Some((HANDLES, r.aux)),
         Kind::VmmMap | Kind::VmmUnmap => Some((MAPPINGS, r.ptr)),
         Kind::AddressReserve | Kind::AddressFree => Some((RESERVATIONS, r.ptr)),
         Kind::MemGetInfo => Some((INFO, device_key(r.device))),
-        Kind::Trailer | Kind::LiveDropped | Kind::Stack | Kind::Mapping => None,
+        Kind::Trailer | Kind::LiveDropped | Kind::Stack | Kind::Mapping | Kind::NvmlSample => None,
     }
 }
 
@@ -96,7 +100,12 @@ impl Table {
         };
         let map = &mut self.sections[section];
         match r.kind {
-            Kind::Free | Kind::FreeAsync | Kind::VmmRelease | Kind::AddressFree => {
+            Kind::Free
+            | Kind::FreeAsync
+            | Kind::HostFree
+            | Kind::HostUnregister
+            | Kind::VmmRelease
+            | Kind::AddressFree => {
                 map.remove(&key);
             }
             Kind::VmmUnmap => {

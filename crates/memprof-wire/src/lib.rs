@@ -25,9 +25,15 @@
 //! command-line argument (repeated, in order). Readers skip tags they do not know, so new tags
 //! need no version bump.
 //!
-//! Compatibility: this reader reads versions 1 (no process block), 2 (no stacks) and 3, and
-//! refuses a newer version with a message saying so. A definition record in a version 1 or 2
-//! recording is an unknown kind, as it was to the readers of those versions.
+//! Version 4 adds pinned host memory ([`Kind::HostAlloc`], [`Kind::HostFree`],
+//! [`Kind::HostRegister`], [`Kind::HostUnregister`]) and NVML samples of the process's device
+//! memory ([`Kind::NvmlSample`], written by `memprof run`, not the shim: after the shim's events,
+//! before the trailer).
+//!
+//! Compatibility: this reader reads versions 1 (no process block), 2 (no stacks), 3 (no host
+//! memory, no NVML samples) and 4, and refuses a newer version with a message saying so. A
+//! definition record in a version 1 or 2 recording, and a host-memory or NVML record in a
+//! version 1 to 3 one, is an unknown kind, as it was to the readers of those versions.
 //!
 //! A recording that was closed cleanly ends with one [`Kind::Trailer`] record carrying the number
 //! of events written and the number dropped. A recording without one was cut short (the program
@@ -49,7 +55,7 @@ pub use stream::{Ending, Item, RecordingReader, StreamError};
 pub const MAGIC: &[u8; 8] = b"MEMPROF\0";
 
 /// Version of the layout written after the magic.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// The oldest version this reader still reads.
 pub const OLDEST_VERSION: u32 = 1;
@@ -74,6 +80,9 @@ pub const MAX_PATH: usize = 4096;
 
 /// The first version with call stacks ([`Kind::Stack`], [`Kind::Mapping`], [`Record::stack`]).
 pub const STACKS_VERSION: u32 = 3;
+
+/// The first version with host memory and NVML samples ([`Kind::since`] says which kinds).
+pub const HOST_VERSION: u32 = 4;
 
 /// `CUDA_SUCCESS`.
 pub const CUDA_SUCCESS: u32 = 0;
@@ -323,6 +332,19 @@ pub enum Kind {
     Stack = 17,
     /// An executable file mapping, followed by its path (version 3; see the module docs).
     Mapping = 18,
+    /// `cuMemHostAlloc` or `cuMemAllocHost_v2` (version 4): pinned host memory; `ptr` (0 on
+    /// failure), `size`, `aux` = flags (0 for `cuMemAllocHost_v2`).
+    HostAlloc = 19,
+    /// `cuMemFreeHost` (version 4): `ptr`.
+    HostFree = 20,
+    /// `cuMemHostRegister_v2` (version 4): host memory pinned in place; `ptr`, `size`,
+    /// `aux` = flags.
+    HostRegister = 21,
+    /// `cuMemHostUnregister` (version 4): `ptr`.
+    HostUnregister = 22,
+    /// NVML's figure of the device memory process `pid` uses on device `device` (NVML's index),
+    /// in `size`, sampled at `ts_ns` by `memprof run` while the program ran (version 4).
+    NvmlSample = 23,
 }
 
 impl Kind {
@@ -347,8 +369,32 @@ impl Kind {
             16 => Kind::LiveDropped,
             17 => Kind::Stack,
             18 => Kind::Mapping,
+            19 => Kind::HostAlloc,
+            20 => Kind::HostFree,
+            21 => Kind::HostRegister,
+            22 => Kind::HostUnregister,
+            23 => Kind::NvmlSample,
             _ => return None,
         })
+    }
+
+    /// The first format version that has this kind.
+    pub fn since(self) -> u32 {
+        match self {
+            Kind::Stack | Kind::Mapping => STACKS_VERSION,
+            Kind::HostAlloc
+            | Kind::HostFree
+            | Kind::HostRegister
+            | Kind::HostUnregister
+            | Kind::NvmlSample => HOST_VERSION,
+            _ => OLDEST_VERSION,
+        }
+    }
+
+    /// Whether the call pins host memory (`cuMemHostAlloc`, `cuMemAllocHost_v2`,
+    /// `cuMemHostRegister_v2`).
+    pub fn pins_host(self) -> bool {
+        matches!(self, Kind::HostAlloc | Kind::HostRegister)
     }
 
     /// Whether the call asks for memory (and so can fail with out-of-memory).
@@ -808,7 +854,7 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips() {
-        for number in 0..=20u16 {
+        for number in 0..=30u16 {
             let Some(kind) = Kind::from_u16(number) else {
                 continue;
             };
@@ -911,8 +957,34 @@ mod tests {
         assert_eq!(decoded.process, Some(process()));
         assert_eq!(decoded.records, unstacked);
         assert_eq!(
-            decode_recording(&file_of(4, &records, None)).map(|_| ()),
-            Err(DecodeError::Header(HeaderError::UnknownVersion(4)))
+            decode_recording(&file_of(VERSION + 1, &records, None)).map(|_| ()),
+            Err(DecodeError::Header(HeaderError::UnknownVersion(
+                VERSION + 1
+            )))
+        );
+    }
+
+    #[test]
+    fn host_memory_and_nvml_records_are_version_4_kinds() {
+        let records = vec![
+            sample(Kind::HostAlloc),
+            sample(Kind::HostRegister),
+            sample(Kind::NvmlSample),
+            sample(Kind::HostUnregister),
+            sample(Kind::HostFree),
+        ];
+        let decoded = decode_recording(&file_of(4, &records, Some(0))).expect("decodes");
+        assert_eq!(decoded.records, records);
+        assert!(Kind::HostAlloc.pins_host() && !Kind::HostAlloc.allocates());
+        // In a version-3 recording they are kinds that version did not have.
+        let start = FILE_HEADER_LEN + process().encode().len();
+        assert_eq!(
+            decode_recording(&file_of(3, &records, Some(0))).map(|_| ()),
+            Err(DecodeError::Record {
+                index: 0,
+                offset: start,
+                error: RecordError::UnknownKind(Kind::HostAlloc as u16)
+            })
         );
     }
 

@@ -173,11 +173,10 @@ impl<R: Read> RecordingReader<R> {
             })
         };
         let mut record = Record::decode(&raw).map_err(fail)?;
-        let definition = matches!(record.kind, Kind::Stack | Kind::Mapping);
+        if self.version < record.kind.since() {
+            return Err(fail(RecordError::UnknownKind(record.kind as u16)));
+        }
         if self.version < STACKS_VERSION {
-            if definition {
-                return Err(fail(RecordError::UnknownKind(record.kind as u16)));
-            }
             // The reserved word: not a stack id before version 3.
             record.stack = 0;
         }

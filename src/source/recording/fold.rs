@@ -154,7 +154,12 @@ impl DriverFold {
             | Kind::Trailer
             | Kind::LiveDropped
             | Kind::Stack
-            | Kind::Mapping => {}
+            | Kind::Mapping
+            | Kind::HostAlloc
+            | Kind::HostFree
+            | Kind::HostRegister
+            | Kind::HostUnregister
+            | Kind::NvmlSample => {}
         }
     }
 

@@ -10,7 +10,8 @@
 //! - a `cuMemMap` is a `segment_map` followed by an `alloc` of the mapped range; a `cuMemUnmap`
 //!   ends every mapping inside its range (`free_completed`, then `segment_unmap`);
 //!   `cuMemCreate`, `cuMemRelease` and address reservations hold no addressable memory and make
-//!   no entry;
+//!   no entry; neither do pinned host memory (`cuMemHostAlloc` and the like) and the NVML
+//!   samples `memprof run` adds, which only the ledger (`ledger.rs`) reads;
 //! - an allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY` is an `oom` entry of the request,
 //!   with the free memory of the device's last `cuMemGetInfo` before it, when there was one.
 //!
