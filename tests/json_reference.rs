@@ -11,7 +11,7 @@ use crate::util::{
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Field names of a page: the backticked names in the first column of its tables.
@@ -160,13 +160,9 @@ fn every_documented_diff_field_is_in_real_output() {
     );
 }
 
-/// A temporary folder of this test run, made empty.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("json-ref-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    dir
+/// A temporary folder of this test, removed when it ends.
+fn temp_dir(name: &str) -> Scratch {
+    Scratch::new(&format!("json-ref-{name}"))
 }
 
 /// Every key of the JSON document in `path`.
@@ -211,8 +207,7 @@ fn every_documented_plan_pack_and_checkpoint_field_is_in_real_output() {
 
 #[test]
 fn every_documented_plan_field_is_in_real_output() {
-    let dir = std::env::temp_dir().join(format!("memprof-json-ref-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let dir = temp_dir("plan");
     let workload = dir.join("requests.jsonl");
     let lines: String = (0..40)
         .map(|i| format!("{{\"arrival\": {i}, \"prompt\": 300, \"output\": 50}}\n"))

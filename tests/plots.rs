@@ -2,21 +2,18 @@
 //! not blank, titled), the timeline stacked by category, `analyze --plot`, bad extensions, and
 //! a self-contained, escaped report.
 
-use crate::util::{fixture, memprof, real_fixtures, skip, stderr, stdout};
+use crate::util::{fixture, memprof, real_fixtures, skip, stderr, stdout, Scratch};
 use memprof::analysis::categories::CategoryRules;
 use memprof::report::plot::{device_series, Stacking};
 use memprof::source::torch_snapshot;
 use serde_json::json;
 use serde_json::Value;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A fresh scratch folder for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memprof-plots-{}-{name}", std::process::id()));
-    std::fs::remove_dir_all(&dir).ok();
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh scratch folder for one test, removed when it ends.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("plots-{name}"))
 }
 
 fn path_str(p: &Path) -> String {

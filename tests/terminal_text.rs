@@ -2,18 +2,17 @@
 //! whose host name, command line and mapping paths, carry terminal sequences and newlines;
 //! `analyze` and `gate` print them escaped, in text and in Markdown.
 
-use crate::util::{memprof, stderr, stdout};
+use crate::util::{memprof, stderr, stdout, Scratch};
 use memprof_wire::{encode_mapping, encode_stack, FileHeader, Kind, Mapping, ProcessInfo, Record};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Retitles the window, clears the screen, and starts a line of its own.
 const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m\r\nFAKE: all clear";
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memprof-tty-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh scratch folder for one test, removed when it ends.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("tty-{name}"))
 }
 
 /// No control character but line breaks, and no C1 control; the sequences are there, escaped.
