@@ -3,7 +3,7 @@
 //! allocations alive before the trace, and the runs of one part of the step (phase) that the
 //! trace falls into.
 
-use super::context::{context_of, Context};
+use super::context::{Context, ContextCache};
 use crate::analysis::peak::FollowReplay;
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
 use rustc_hash::FxHashMap;
@@ -32,7 +32,7 @@ pub struct Lifetimes<'a> {
     step_ends: Vec<usize>,
     /// The allocations alive after the last entry, by address.
     pub final_live: LiveSet,
-    contexts: FxHashMap<StackId, Context>,
+    contexts: ContextCache,
     /// For an allocation an optimizer step made and kept, the older allocation of the same
     /// size that the step freed (a parameter or state replaced rather than updated in place).
     replaces: FxHashMap<usize, (u64, Live)>,
@@ -48,7 +48,7 @@ pub struct LifetimesBuilder<'a> {
     ended_at: Vec<u32>,
     totals: Vec<u64>,
     runs: Vec<(usize, Context)>,
-    contexts: FxHashMap<StackId, Context>,
+    contexts: ContextCache,
     current: Context,
     run_start: usize,
     /// Older allocations each optimizer run freed, by (run start, size).
@@ -62,11 +62,7 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
         let e = &self.entries[i];
         if e.action == Action::Alloc {
             if let Some(id) = e.stack {
-                let stacks = self.stacks;
-                let c = *self
-                    .contexts
-                    .entry(id)
-                    .or_insert_with(|| context_of(stacks, id));
+                let c = self.contexts.get(self.stacks, id);
                 let next = c.phase().unwrap_or(self.current);
                 if next != self.current {
                     self.run_start = i;
@@ -132,7 +128,7 @@ impl<'a> Lifetimes<'a> {
             ended_at: vec![NEVER; entries.len()],
             totals: Vec::with_capacity(entries.len()),
             runs: vec![(0, Context::Unknown)],
-            contexts: FxHashMap::default(),
+            contexts: ContextCache::default(),
             current: Context::Unknown,
             run_start: 0,
             freed_in_step: FxHashMap::default(),
@@ -190,9 +186,7 @@ impl<'a> LifetimesBuilder<'a> {
                     .enumerate()
                     .filter(|(_, o)| {
                         !matches!(
-                            o.2.stack.map(|id| {
-                                *contexts.entry(id).or_insert_with(|| context_of(stacks, id))
-                            }),
+                            o.2.stack.map(|id| contexts.get(stacks, id)),
                             Some(Context::Backward | Context::AccumulateGrad)
                         )
                     })
@@ -228,10 +222,7 @@ impl<'a> Lifetimes<'a> {
     /// The context of a stack (cached).
     pub fn context(&mut self, stacks: &StackTable, stack: Option<StackId>) -> Context {
         match stack {
-            Some(id) => *self
-                .contexts
-                .entry(id)
-                .or_insert_with(|| context_of(stacks, id)),
+            Some(id) => self.contexts.get(stacks, id),
             None => Context::Unknown,
         }
     }
