@@ -1,12 +1,12 @@
 //! Everything `analyze` reports for one device of one snapshot.
 
-use super::categories::{categorize, Categories, CategoryRules, Phase};
+use super::categories::{categorize, Categories, CategoryRules, Lifetimes, Phase};
 use super::layout::{layout_totals, LayoutTotals, SegmentUse};
 use super::oom::{AtOom, Diagnosis};
-use super::peak::find_peak;
+use super::peak::{find_peak_followed, FollowReplay};
 use super::pressure::Pressure;
 use super::sites::{top_sites, Site};
-use crate::model::{Action, Snapshot};
+use crate::model::{Action, Replay, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -72,27 +72,13 @@ pub struct DeviceAnalysis {
     /// Whether the blocks of the final layout carry call stacks (memory history was recorded,
     /// even where the trace was not kept).
     pub blocks_have_stacks: bool,
-    /// What the live memory is at the peak, the OOM and the dump; filled by `add_categories`.
+    /// What the live memory is at the peak, the OOM and the dump; filled by
+    /// `analyze_snapshot_with_categories`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub categories: Option<Categories>,
-    /// Named ranges of the trace with their peaks; filled by `add_categories`.
+    /// Named ranges of the trace with their peaks; filled by `analyze_snapshot_with_categories`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phases: Option<Vec<Phase>>,
-}
-
-impl DeviceAnalysis {
-    /// Fills `categories` and `phases` (one more replay of the trace).
-    pub fn add_categories(&mut self, snapshot: &Snapshot, rules: &CategoryRules) {
-        let (categories, phases) = categorize(
-            snapshot,
-            self.device,
-            self.trace.peak_entry_index,
-            self.oom.as_ref().map(|o| o.entry_index),
-            rules,
-        );
-        self.categories = Some(categories);
-        self.phases = Some(phases);
-    }
 }
 
 const MOSTLY_FREE_SHOWN: usize = 16;
@@ -102,10 +88,44 @@ const COMPARISON_SITES: usize = 64;
 
 /// Analyzes one device; `top` limits the number of sites.
 pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAnalysis {
+    analyze_device_followed(snapshot, device, top, |_| ()).0
+}
+
+/// `analyze_device`, then the categories and phases, from the same replay of the trace.
+fn analyze_device_with_categories(
+    snapshot: &Snapshot,
+    device: u32,
+    top: usize,
+    rules: &CategoryRules,
+) -> DeviceAnalysis {
+    let entries = snapshot.timeline.device(device as usize);
+    let (mut d, lifetimes) = analyze_device_followed(snapshot, device, top, |replay| {
+        Lifetimes::follow(entries, &snapshot.stacks, replay)
+    });
+    let (categories, phases) = categorize(
+        snapshot,
+        device,
+        lifetimes.build(),
+        d.trace.peak_entry_index,
+        d.oom.as_ref().map(|o| o.entry_index),
+        rules,
+    );
+    d.categories = Some(categories);
+    d.phases = Some(phases);
+    d
+}
+
+/// `analyze_device`, with a follower of its replay of the trace.
+fn analyze_device_followed<'a, F: FollowReplay<'a>>(
+    snapshot: &'a Snapshot,
+    device: u32,
+    top: usize,
+    follow: impl FnOnce(&Replay<'a>) -> F,
+) -> (DeviceAnalysis, F) {
     let segments: Vec<_> = snapshot.device_segments(device).collect();
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
-    let peak = find_peak(entries, &segments);
+    let (peak, follower) = find_peak_followed(entries, &segments, follow);
     let mut counts = [0usize; Action::ALL.len()];
     for e in entries {
         counts[e.action as usize] += 1;
@@ -134,7 +154,7 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
     let mut mostly_free_segments = std::mem::take(&mut totals.mostly_free);
     let mostly_free_segment_count = mostly_free_segments.len();
     mostly_free_segments.truncate(MOSTLY_FREE_SHOWN);
-    DeviceAnalysis {
+    let analysis = DeviceAnalysis {
         device,
         layout: totals,
         trace: TraceSummary {
@@ -168,7 +188,8 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
             .any(|s| s.blocks.iter().any(|b| b.stack.is_some())),
         categories: None,
         phases: None,
-    }
+    };
+    (analysis, follower)
 }
 
 /// Analyzes every device that has a segment or a non-empty trace, or only `only` when given.
@@ -178,5 +199,20 @@ pub fn analyze_snapshot(snapshot: &Snapshot, top: usize, only: Option<u32>) -> V
         .into_iter()
         .filter(|d| only.is_none_or(|o| o == *d))
         .map(|d| analyze_device(snapshot, d, top))
+        .collect()
+}
+
+/// `analyze_snapshot` with the categories and phases of each device (`rules` first).
+pub fn analyze_snapshot_with_categories(
+    snapshot: &Snapshot,
+    top: usize,
+    only: Option<u32>,
+    rules: &CategoryRules,
+) -> Vec<DeviceAnalysis> {
+    snapshot
+        .devices()
+        .into_iter()
+        .filter(|d| only.is_none_or(|o| o == *d))
+        .map(|d| analyze_device_with_categories(snapshot, d, top, rules))
         .collect()
 }

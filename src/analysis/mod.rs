@@ -18,7 +18,10 @@ mod series;
 mod sites;
 pub mod version;
 
-pub use device::{analyze_device, analyze_snapshot, DeviceAnalysis, OomEntry, TraceSummary};
+pub use device::{
+    analyze_device, analyze_snapshot, analyze_snapshot_with_categories, DeviceAnalysis, OomEntry,
+    TraceSummary,
+};
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use layout_at::layout_at;
 pub use left_alive::left_alive;

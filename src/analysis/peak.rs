@@ -21,10 +21,35 @@ pub struct Peak {
     pub issue_count: usize,
 }
 
+/// Something that follows the replay `find_peak` makes, so that other analyses share it.
+pub trait FollowReplay<'a> {
+    /// After entry `i` has been applied.
+    fn step(&mut self, i: usize, replay: &Replay<'a>);
+    /// After the last entry.
+    fn finish(&mut self, replay: &Replay<'a>);
+}
+
+impl<'a> FollowReplay<'a> for () {
+    #[inline]
+    fn step(&mut self, _: usize, _: &Replay<'a>) {}
+    fn finish(&mut self, _: &Replay<'a>) {}
+}
+
 /// Replays the trace once, noting when each allocation ended, and rebuilds the live set at
 /// the peak from those notes instead of replaying again.
 pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
+    find_peak_followed(entries, segments, |_| ()).0
+}
+
+/// `find_peak`, with a follower (made by `follow` from the state before the first entry) shown
+/// every step of the same replay.
+pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
+    entries: &'a [TraceEntry],
+    segments: &[&Segment],
+    follow: impl FnOnce(&Replay<'a>) -> F,
+) -> (Peak, F) {
     let mut replay = Replay::new(entries, segments.iter().copied());
+    let mut follower = follow(&replay);
     let before: Vec<(u64, Live)> = replay.live().iter().map(|(a, l)| (a, *l)).collect();
     let before_trace_bytes = replay.live().total();
     // For each alloc entry, the index of the entry that ended it (NEVER while alive); u32 to
@@ -49,7 +74,9 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
             best = total;
             best_index = Some(i);
         }
+        follower.step(i, &replay);
     }
+    follower.finish(&replay);
     let (first_issue, issue_count) = {
         let (first, count) = replay.issues();
         (first.cloned(), count)
@@ -68,7 +95,7 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
             older.chain(made).collect()
         }
     };
-    Peak {
+    let peak = Peak {
         bytes: best,
         entry_index: best_index,
         live,
@@ -76,7 +103,8 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
         reserved_bytes: most_reserved,
         first_issue,
         issue_count,
-    }
+    };
+    (peak, follower)
 }
 
 /// `ended_at` of an allocation still alive at the end (indices past u32 read as never: a trace

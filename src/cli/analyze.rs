@@ -5,7 +5,7 @@ use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
 use crate::analysis::categories::CategoryRules;
-use crate::analysis::{analyze_snapshot, version};
+use crate::analysis::{analyze_snapshot_with_categories, version};
 use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{
@@ -129,11 +129,10 @@ fn analyze_file(
         devices: classify_ooms(
             snapshot,
             origin(loaded.recording.as_ref()),
-            analyze_snapshot(snapshot, args.top, args.device),
+            analyze_snapshot_with_categories(snapshot, args.top, args.device, rules),
         )
         .into_iter()
         .map(|mut d| {
-            d.add_categories(snapshot, rules);
             if !args.full_stacks {
                 d.top_sites.iter_mut().for_each(|s| s.full_stack.clear());
             }

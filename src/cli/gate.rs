@@ -4,7 +4,7 @@
 use super::input::load_snapshot;
 use super::Outcome;
 use crate::analysis::categories::CategoryRules;
-use crate::analysis::{analyze_snapshot, left_alive, Site};
+use crate::analysis::{analyze_snapshot_with_categories, left_alive, Site};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_input::{parse_analyze_json, parse_baseline};
@@ -175,11 +175,8 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
     }
     let loaded = load_snapshot(path, false)?;
     let snapshot = &loaded.parsed.snapshot;
-    let mut devices = analyze_snapshot(snapshot, SITES_KEPT, None);
-    let rules = CategoryRules::default();
-    devices
-        .iter_mut()
-        .for_each(|d| d.add_categories(snapshot, &rules));
+    let devices =
+        analyze_snapshot_with_categories(snapshot, SITES_KEPT, None, &CategoryRules::default());
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }

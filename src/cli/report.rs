@@ -3,7 +3,7 @@
 use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::analysis::analyze_snapshot;
+use crate::analysis::analyze_snapshot_with_categories;
 use crate::analysis::categories::CategoryRules;
 use crate::diagnose::classify_ooms;
 use crate::report::html;
@@ -40,16 +40,13 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
     let analyses = classify_ooms(
         snapshot,
         origin(loaded.recording.as_ref()),
-        analyze_snapshot(snapshot, args.top, args.device),
+        analyze_snapshot_with_categories(
+            snapshot,
+            args.top,
+            args.device,
+            &CategoryRules::default(),
+        ),
     );
-    let rules = CategoryRules::default();
-    let analyses: Vec<_> = analyses
-        .into_iter()
-        .map(|mut d| {
-            d.add_categories(snapshot, &rules);
-            d
-        })
-        .collect();
     let page = html::report(
         snapshot,
         &name.to_string_lossy(),

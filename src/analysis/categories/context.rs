@@ -179,3 +179,19 @@ mod tests {
         );
     }
 }
+
+/// The contexts of stacks, each worked out once, by stack index.
+#[derive(Default)]
+pub struct ContextCache(Vec<Option<Context>>);
+
+impl ContextCache {
+    /// The context of a stack.
+    #[inline]
+    pub fn get(&mut self, stacks: &StackTable, id: StackId) -> Context {
+        let i = id.0.get() as usize - 1;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, None);
+        }
+        *self.0[i].get_or_insert_with(|| context_of(stacks, id))
+    }
+}

@@ -1,10 +1,13 @@
-//! One replay of a device's trace that keeps what the categories need: when each allocation
-//! ended, the live total after each entry, the allocations alive before the trace, and the
-//! runs of one part of the step (phase) that the trace falls into.
+//! What the categories keep from a replay of a device's trace (the one `find_peak` makes, or
+//! one of their own): when each allocation ended, the live total after each entry, the
+//! allocations alive before the trace, and the runs of one part of the step (phase) that the
+//! trace falls into.
 
-use super::context::{context_of, Context};
+use super::context::{Context, ContextCache};
+use crate::analysis::peak::FollowReplay;
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
 use rustc_hash::FxHashMap;
+use std::ops::Range;
 
 /// `ended_at` of an allocation alive at the end.
 const NEVER: u32 = u32::MAX;
@@ -29,64 +32,128 @@ pub struct Lifetimes<'a> {
     step_ends: Vec<usize>,
     /// The allocations alive after the last entry, by address.
     pub final_live: LiveSet,
-    contexts: FxHashMap<StackId, Context>,
-    /// The replay before the first entry, for rebuilding many states in one pass.
-    initial: Replay<'a>,
+    contexts: ContextCache,
     /// For an allocation an optimizer step made and kept, the older allocation of the same
     /// size that the step freed (a parameter or state replaced rather than updated in place).
     replaces: FxHashMap<usize, (u64, Live)>,
 }
 
+/// What `Lifetimes` gathers while it follows a replay.
+pub struct LifetimesBuilder<'a> {
+    entries: &'a [TraceEntry],
+    stacks: &'a StackTable,
+    before: Vec<(u64, Live, u32)>,
+    before_total: u64,
+    before_ended: FxHashMap<u64, u32>,
+    ended_at: Vec<u32>,
+    totals: Vec<u64>,
+    runs: Vec<(usize, Context)>,
+    contexts: ContextCache,
+    current: Context,
+    run_start: usize,
+    /// Older allocations each optimizer run freed, by (run start, size).
+    freed_in_step: FxHashMap<(usize, u64), Vec<Freed>>,
+    final_live: LiveSet,
+}
+
+impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
+    #[inline]
+    fn step(&mut self, i: usize, replay: &Replay<'a>) {
+        let e = &self.entries[i];
+        if e.action == Action::Alloc {
+            if let Some(id) = e.stack {
+                let c = self.contexts.get(self.stacks, id);
+                let next = c.phase().unwrap_or(self.current);
+                if next != self.current {
+                    self.run_start = i;
+                    match self.runs.last_mut() {
+                        Some(last) if last.0 == i => last.1 = next,
+                        _ => self.runs.push((i, next)),
+                    }
+                }
+                self.current = next;
+            }
+        }
+        if let Some((addr, ended)) = replay.ended() {
+            let at = u32::try_from(i).unwrap_or(NEVER);
+            match ended.born() {
+                Some(born) => self.ended_at[born] = at,
+                None => {
+                    self.before_ended.entry(addr).or_insert(at);
+                }
+            }
+            if self.current == Context::Optimizer && ended.born().is_none_or(|b| b < self.run_start)
+            {
+                self.freed_in_step
+                    .entry((self.run_start, ended.size))
+                    .or_default()
+                    .push((i, addr, ended));
+            }
+        }
+        self.totals.push(replay.live().total());
+    }
+
+    fn finish(&mut self, replay: &Replay<'a>) {
+        self.final_live = replay.live().clone();
+    }
+}
+
 impl<'a> Lifetimes<'a> {
-    pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &StackTable) -> Self {
+    /// Replays the trace on its own (see `follow` to share a replay).
+    pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &'a StackTable) -> Self {
         let mut replay = Replay::new(entries, segments.iter().copied());
-        let initial = replay.clone();
+        let mut builder = Lifetimes::follow(entries, stacks, &replay);
+        while let Some(i) = replay.step() {
+            builder.step(i, &replay);
+        }
+        builder.finish(&replay);
+        builder.build()
+    }
+
+    /// Starts gathering from a replay before its first entry; `FollowReplay` feeds the rest.
+    pub fn follow(
+        entries: &'a [TraceEntry],
+        stacks: &'a StackTable,
+        replay: &Replay<'a>,
+    ) -> LifetimesBuilder<'a> {
         let mut before: Vec<(u64, Live, u32)> =
             replay.live().iter().map(|(a, l)| (a, *l, NEVER)).collect();
         before.sort_unstable_by_key(|b| b.0);
-        let before_total = replay.live().total();
-        let mut before_ended: FxHashMap<u64, u32> = FxHashMap::default();
-        let mut ended_at = vec![NEVER; entries.len()];
-        let mut totals = Vec::with_capacity(entries.len());
-        let mut runs = vec![(0, Context::Unknown)];
-        let mut contexts: FxHashMap<StackId, Context> = FxHashMap::default();
-        let mut current = Context::Unknown;
-        let mut run_start = 0;
-        // Older allocations each optimizer run freed, by (run start, size).
-        let mut freed_in_step: FxHashMap<(usize, u64), Vec<Freed>> = FxHashMap::default();
-        while let Some(i) = replay.step() {
-            let e = &entries[i];
-            if e.action == Action::Alloc {
-                if let Some(id) = e.stack {
-                    let c = *contexts.entry(id).or_insert_with(|| context_of(stacks, id));
-                    let next = c.phase().unwrap_or(current);
-                    if next != current {
-                        run_start = i;
-                        match runs.last_mut() {
-                            Some(last) if last.0 == i => last.1 = next,
-                            _ => runs.push((i, next)),
-                        }
-                    }
-                    current = next;
-                }
-            }
-            if let Some((addr, ended)) = replay.ended() {
-                let at = u32::try_from(i).unwrap_or(NEVER);
-                match ended.born() {
-                    Some(born) => ended_at[born] = at,
-                    None => {
-                        before_ended.entry(addr).or_insert(at);
-                    }
-                }
-                if current == Context::Optimizer && ended.born().is_none_or(|b| b < run_start) {
-                    freed_in_step
-                        .entry((run_start, ended.size))
-                        .or_default()
-                        .push((i, addr, ended));
-                }
-            }
-            totals.push(replay.live().total());
+        LifetimesBuilder {
+            entries,
+            stacks,
+            before,
+            before_total: replay.live().total(),
+            before_ended: FxHashMap::default(),
+            ended_at: vec![NEVER; entries.len()],
+            totals: Vec::with_capacity(entries.len()),
+            runs: vec![(0, Context::Unknown)],
+            contexts: ContextCache::default(),
+            current: Context::Unknown,
+            run_start: 0,
+            freed_in_step: FxHashMap::default(),
+            final_live: LiveSet::default(),
         }
+    }
+}
+
+impl<'a> LifetimesBuilder<'a> {
+    /// The lifetimes, once the replay has finished.
+    pub fn build(self) -> Lifetimes<'a> {
+        let LifetimesBuilder {
+            entries,
+            stacks,
+            mut before,
+            before_total,
+            before_ended,
+            ended_at,
+            totals,
+            runs,
+            mut contexts,
+            mut freed_in_step,
+            final_live,
+            ..
+        } = self;
         for b in &mut before {
             b.2 = before_ended.get(&b.0).copied().unwrap_or(NEVER);
         }
@@ -119,9 +186,7 @@ impl<'a> Lifetimes<'a> {
                     .enumerate()
                     .filter(|(_, o)| {
                         !matches!(
-                            o.2.stack.map(|id| {
-                                *contexts.entry(id).or_insert_with(|| context_of(stacks, id))
-                            }),
+                            o.2.stack.map(|id| contexts.get(stacks, id)),
                             Some(Context::Backward | Context::AccumulateGrad)
                         )
                     })
@@ -141,13 +206,14 @@ impl<'a> Lifetimes<'a> {
             before_total,
             runs,
             step_ends,
-            final_live: replay.live().clone(),
+            final_live,
             contexts,
-            initial,
             replaces,
         }
     }
+}
 
+impl<'a> Lifetimes<'a> {
     /// The older allocation that the one made at `born` replaced in an optimizer step.
     pub fn replaced_by(&self, born: usize) -> Option<(u64, Live)> {
         self.replaces.get(&born).copied()
@@ -156,10 +222,7 @@ impl<'a> Lifetimes<'a> {
     /// The context of a stack (cached).
     pub fn context(&mut self, stacks: &StackTable, stack: Option<StackId>) -> Context {
         match stack {
-            Some(id) => *self
-                .contexts
-                .entry(id)
-                .or_insert_with(|| context_of(stacks, id)),
+            Some(id) => self.contexts.get(stacks, id),
             None => Context::Unknown,
         }
     }
@@ -216,18 +279,40 @@ impl<'a> Lifetimes<'a> {
         self.runs[self.run_of(i)].1
     }
 
-    /// The allocations alive right after each of `indices` (before the first entry for
-    /// `None`), in one replay of the trace up to the last of them.
-    pub fn live_at_many(&self, indices: &[Option<usize>]) -> Vec<Vec<(u64, Live)>> {
-        let mut order: Vec<usize> = (0..indices.len()).collect();
-        order.sort_by_key(|&k| indices[k]);
-        let mut out = vec![Vec::new(); indices.len()];
-        let mut replay = self.initial.clone();
-        for k in order {
-            if let Some(i) = indices[k] {
-                replay.run_through(i);
+    /// The allocations alive at some of the moments `after` (sorted; 0 is before the first
+    /// entry, `i + 1` right after entry `i`), each with the range of `after` it is alive at.
+    /// An allocation alive at none of them is never looked at twice.
+    pub fn alive_at_any(&self, after: &[usize]) -> Vec<(u64, Live, Range<usize>)> {
+        let Some(&last) = after.last() else {
+            return Vec::new();
+        };
+        let n = self.entries.len();
+        let end_of = |end: u32| if end == NEVER { n } else { end as usize };
+        // Alive right after entry `p` when made at or before it and ended after it.
+        let mut out: Vec<_> = self
+            .before
+            .iter()
+            .map(|&(addr, live, end)| {
+                let end = end_of(end);
+                (addr, live, 0..after.partition_point(|&p| p <= end))
+            })
+            .filter(|(_, _, slots)| !slots.is_empty())
+            .collect();
+        let mut first = 0;
+        for (j, e) in self.entries[..last.min(n)].iter().enumerate() {
+            if e.action != Action::Alloc {
+                continue;
             }
-            out[k] = replay.live().iter().map(|(a, l)| (a, *l)).collect();
+            while after[first] <= j {
+                first += 1;
+            }
+            let end = end_of(self.ended_at[j]);
+            if after[first] > end {
+                continue;
+            }
+            let slots = first..first + after[first..].partition_point(|&p| p <= end);
+            // At the address the replay keeps it under (0 for an entry without one).
+            out.push((e.addr().unwrap_or(0), Live::from_alloc(e, j), slots));
         }
         out
     }

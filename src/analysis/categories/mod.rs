@@ -14,7 +14,7 @@ pub use rules::{CategoryRule, CategoryRules};
 use crate::analysis::{Grouping, StackBy};
 use crate::model::{BlockState, Live, Snapshot, StackId, StackTable};
 use context::Context;
-use lifetimes::Lifetimes;
+pub use lifetimes::Lifetimes;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
@@ -78,6 +78,16 @@ impl<'a> Classifier<'a> {
     pub fn new(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) -> Classifier<'a> {
         let segments: Vec<_> = snapshot.device_segments(device).collect();
         let entries = snapshot.timeline.device(device as usize);
+        let lifetimes = Lifetimes::new(entries, &segments, &snapshot.stacks);
+        Classifier::with_lifetimes(snapshot, lifetimes, rules)
+    }
+
+    /// A classifier over lifetimes already gathered (from a shared replay).
+    pub fn with_lifetimes(
+        snapshot: &'a Snapshot,
+        lifetimes: Lifetimes<'a>,
+        rules: &CategoryRules,
+    ) -> Classifier<'a> {
         let mut names: Vec<String> = BUILTIN.iter().map(|s| s.to_string()).collect();
         let rule_index = rules
             .rules()
@@ -96,7 +106,7 @@ impl<'a> Classifier<'a> {
             rules: rules.clone(),
             names,
             rule_index,
-            lifetimes: Lifetimes::new(entries, &segments, &snapshot.stacks),
+            lifetimes,
             parameter_sizes: FxHashSet::default(),
             by_rule: FxHashMap::default(),
         };
@@ -246,17 +256,53 @@ impl<'a> Classifier<'a> {
             sums[c].0 = sums[c].0.wrapping_add(l.size);
             sums[c].1 += 1;
         }
+        self.listed(&sums)
+    }
+
+    /// Bytes and counts by category index, as a list most bytes first.
+    fn listed(&self, sums: &[(u64, usize)]) -> Vec<CategoryBytes> {
         let mut out: Vec<CategoryBytes> = sums
-            .into_iter()
+            .iter()
             .enumerate()
             .filter(|(_, (_, count))| *count > 0)
-            .map(|(i, (bytes, count))| CategoryBytes {
+            .map(|(i, &(bytes, count))| CategoryBytes {
                 category: self.names[i].clone(),
                 bytes,
                 count,
             })
             .collect();
         out.sort_by_key(|c| std::cmp::Reverse(c.bytes));
+        out
+    }
+
+    /// The categories alive right after each of `indices` (before the first entry for `None`),
+    /// classifying each allocation once however many of the moments it is alive at.
+    pub fn at_entries(&mut self, indices: &[Option<usize>]) -> Vec<Vec<CategoryBytes>> {
+        let after_of = |i: Option<usize>| i.map_or(0, |i| i + 1);
+        let mut order: Vec<usize> = (0..indices.len()).collect();
+        order.sort_by_key(|&k| after_of(indices[k]));
+        let after: Vec<usize> = order.iter().map(|&k| after_of(indices[k])).collect();
+        // Per moment (in `after`'s order) and category: what starts being alive there, less
+        // what stops; sums wrap, as `breakdown`'s do, and come out the same.
+        let width = self.names.len();
+        let mut changes = vec![(0u64, 0usize); (after.len() + 1) * width];
+        for (addr, live, slots) in self.lifetimes.alive_at_any(&after) {
+            let c = self.category(addr, &live);
+            let (on, off) = (slots.start * width + c, slots.end * width + c);
+            changes[on].0 = changes[on].0.wrapping_add(live.size);
+            changes[on].1 = changes[on].1.wrapping_add(1);
+            changes[off].0 = changes[off].0.wrapping_sub(live.size);
+            changes[off].1 = changes[off].1.wrapping_sub(1);
+        }
+        let mut out = vec![Vec::new(); indices.len()];
+        let mut sums = vec![(0u64, 0usize); width];
+        for (slot, &k) in order.iter().enumerate() {
+            for (sum, change) in sums.iter_mut().zip(&changes[slot * width..]) {
+                sum.0 = sum.0.wrapping_add(change.0);
+                sum.1 = sum.1.wrapping_add(change.1);
+            }
+            out[k] = self.listed(&sums);
+        }
         out
     }
 
@@ -301,15 +347,17 @@ pub fn grouping<'a>(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) 
 }
 
 /// The categories at the peak (`peak_entry`, `None` for the state before the trace), at the
-/// OOM entry (when there is one) and at the dump, and the phases of the trace.
-pub fn categorize(
-    snapshot: &Snapshot,
+/// OOM entry (when there is one) and at the dump, and the phases of the trace, from the
+/// device's lifetimes.
+pub fn categorize<'a>(
+    snapshot: &'a Snapshot,
     device: u32,
+    lifetimes: Lifetimes<'a>,
     peak_entry: Option<usize>,
     oom_entry: Option<usize>,
     rules: &CategoryRules,
 ) -> (Categories, Vec<Phase>) {
-    let mut c = Classifier::new(snapshot, device, rules);
+    let mut c = Classifier::with_lifetimes(snapshot, lifetimes, rules);
     let at_peak = c.lifetimes.live_at(peak_entry);
     let at_peak = c.breakdown(at_peak);
     let at_oom = oom_entry.map(|i| {

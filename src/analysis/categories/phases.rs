@@ -53,8 +53,7 @@ pub(super) fn phases(c: &mut Classifier<'_>, snapshot: &Snapshot, device: u32) -
         .iter()
         .map(|p| p.peak_entry_index.or(p.start_entry.checked_sub(1)))
         .collect();
-    for (phase, live) in phases.iter_mut().zip(c.lifetimes.live_at_many(&at)) {
-        let mut top = c.breakdown(live);
+    for (phase, mut top) in phases.iter_mut().zip(c.at_entries(&at)) {
         top.truncate(TOP_CATEGORIES);
         phase.top_categories = top;
     }
@@ -112,6 +111,8 @@ fn from_stacks(c: &Classifier<'_>) -> Vec<(String, usize, usize)> {
             let iteration = l.steps_before(start) + 1;
             Some((format!("{what} (iteration {iteration})"), start, end))
         })
+        // Only the first are kept: the rest are not named.
+        .take(MOST)
         .collect()
 }
 
