@@ -1144,24 +1144,9 @@ fn calibration_snapshot(
     memprof::plan::activations::ActivationMemory,
 ) {
     use memprof::model::{Action, StackTable, StreamIndex, TraceEntry};
-    use memprof::plan::activations::{activation_memory, ActivationSettings, Attention, Recompute};
+    use memprof::plan::activations::{activation_memory, ActivationSettings};
     let model = memprof::plan::builtin::find("llama-3.1-8b").expect("built-in");
-    let formula = activation_memory(
-        &model,
-        &ActivationSettings {
-            seq_len: 1024,
-            micro_batch: 1,
-            tp: 1,
-            sp: false,
-            cp: 1,
-            pp: 1,
-            micro_batches: 1,
-            recompute: Recompute::None,
-            attention: Attention::Flash,
-            element_bytes: 2.0,
-            fused_loss: false,
-        },
-    );
+    let formula = activation_memory(&model, &ActivationSettings::one_gpu(1024, 1));
     let per_layer = formula.layers + formula.shape + formula.recompute_peak;
     let per_layer = (scale * per_layer / model.layers as f64).round() as u64;
     let s = StreamIndex(0);

@@ -60,6 +60,26 @@ pub struct ActivationSettings {
     pub fused_loss: bool,
 }
 
+impl ActivationSettings {
+    /// One GPU, one micro-batch, 16-bit elements, no recompute, flash attention and PyTorch's
+    /// loss: the plain single-GPU step that the other settings start from.
+    pub fn one_gpu(seq_len: u64, micro_batch: u64) -> ActivationSettings {
+        ActivationSettings {
+            seq_len,
+            micro_batch,
+            tp: 1,
+            sp: false,
+            cp: 1,
+            pp: 1,
+            micro_batches: 1,
+            recompute: Recompute::None,
+            attention: Attention::Flash,
+            element_bytes: 2.0,
+            fused_loss: false,
+        }
+    }
+}
+
 /// Activation bytes on the first pipeline stage, by term.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct ActivationMemory {

@@ -255,23 +255,10 @@ pub fn calibrate(
 mod tests {
     use super::*;
     use crate::model::{SnapshotFormat, StackTable, StreamIndex, Timeline, TraceEntry};
-    use crate::plan::activations::{Attention, Recompute};
     use crate::plan::builtin;
 
     fn settings(seq: u64, b: u64) -> ActivationSettings {
-        ActivationSettings {
-            seq_len: seq,
-            micro_batch: b,
-            tp: 1,
-            sp: false,
-            cp: 1,
-            pp: 1,
-            micro_batches: 1,
-            recompute: Recompute::None,
-            attention: Attention::Flash,
-            element_bytes: 2.0,
-            fused_loss: false,
-        }
+        ActivationSettings::one_gpu(seq, b)
     }
 
     /// A step as a trace: weights already there, then `layers` blocks of `per_layer` bytes kept

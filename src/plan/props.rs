@@ -64,17 +64,9 @@ fn zero() -> impl Strategy<Value = ZeroStage> {
 
 fn settings(seq: u64, b: u64, r: Recompute, a: Attention) -> ActivationSettings {
     ActivationSettings {
-        seq_len: seq,
-        micro_batch: b,
-        tp: 1,
-        sp: false,
-        cp: 1,
-        pp: 1,
-        micro_batches: 1,
         recompute: r,
         attention: a,
-        element_bytes: 2.0,
-        fused_loss: false,
+        ..ActivationSettings::one_gpu(seq, b)
     }
 }
 

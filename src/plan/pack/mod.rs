@@ -11,7 +11,7 @@ pub use bins::{best_fit_decreasing, first_fit_decreasing};
 pub use buckets::{bucket_edges, Bucketing};
 pub use lengths::{parse_lengths, LengthsError};
 
-use super::activations::{activation_memory, ActivationSettings, Attention, Recompute};
+use super::activations::{activation_memory, ActivationSettings};
 use super::model::ModelConfig;
 
 /// Longest `max_len` planned for (the packer keeps a count per length).
@@ -135,19 +135,7 @@ pub fn plan_packing(lengths: &[u64], s: &PackSettings) -> Result<PackReport, Pac
 /// (bf16, flash or varlen attention, no recompute, no model parallelism): what a packed,
 /// padded or bucketed micro-batch costs.
 pub fn micro_batch_activations(model: &ModelConfig, seq: u64, micro_batch: u64) -> u64 {
-    let settings = ActivationSettings {
-        seq_len: seq,
-        micro_batch,
-        tp: 1,
-        sp: false,
-        cp: 1,
-        pp: 1,
-        micro_batches: 1,
-        recompute: Recompute::None,
-        attention: Attention::Flash,
-        element_bytes: 2.0,
-        fused_loss: false,
-    };
+    let settings = ActivationSettings::one_gpu(seq, micro_batch);
     activation_memory(model, &settings).total().round() as u64
 }
 
