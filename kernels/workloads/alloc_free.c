@@ -139,8 +139,8 @@ static void *forker(void *arg) {
     return NULL;
 }
 
-/* Prints the signal mask of the thread named memprof-writer ("writer_sigblk none" if none). */
-static void print_writer_mask(void) {
+/* Prints the signal mask of the thread named memprof-writer; 1 once printed, else 0. */
+static int print_writer_mask_once(void) {
     DIR *tasks = opendir("/proc/self/task");
     struct dirent *task;
     char path[512], line[256];
@@ -158,9 +158,19 @@ static void print_writer_mask(void) {
         }
         if (status) fclose(status);
         closedir(tasks);
-        return;
+        return 1;
     }
     if (tasks) closedir(tasks);
+    return 0;
+}
+
+/* The writer names itself once it first runs, which on a busy machine can come after every
+ * call above: look for up to 10 s, then print "writer_sigblk none". */
+static void print_writer_mask(void) {
+    for (int tries = 0; tries < 1000; tries++) {
+        if (print_writer_mask_once()) return;
+        usleep(10000);
+    }
     printf("writer_sigblk none\n");
 }
 
