@@ -10,11 +10,14 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memprof::analysis::analyze_snapshot;
 use memprof::diagnose::{classify_ooms, Origin};
-use memprof::report::export::pickle::PickleWriter;
 use memprof::source::pickle::{decode, KeepAll};
 use memprof::source::torch_snapshot;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "../tests/scale_input.rs"]
+mod scale_input;
+use scale_input::shared_oom_lists;
 
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
@@ -114,41 +117,6 @@ fn parse(c: &mut Criterion) {
     group.finish();
 }
 
-/// `lists` device trace lists, all one list object holding one OOM entry (3.5 bytes a list).
-fn shared_oom_lists(lists: usize) -> std::io::Result<Vec<u8>> {
-    let mut w = PickleWriter::new(Vec::new())?;
-    w.begin_dict(2)?;
-    w.key("segments")?;
-    w.begin_list(0)?;
-    w.end()?;
-    w.key("device_traces")?;
-    w.begin_list(lists)?;
-    w.item()?;
-    let shared = w.begin_list(1)?;
-    w.item()?;
-    w.begin_dict(5)?;
-    for (key, value) in [
-        ("addr", 0),
-        ("size", 1 << 30),
-        ("stream", 0),
-        ("device_free", 0),
-    ] {
-        w.key(key)?;
-        w.int(value)?;
-    }
-    w.key("action")?;
-    w.str("oom")?;
-    w.end()?;
-    w.end()?;
-    for _ in 1..lists {
-        w.item()?;
-        w.get(shared)?;
-    }
-    w.end()?;
-    w.end()?;
-    w.finish()
-}
-
 /// What `analyze` does with a snapshot: read, analyze every device, classify every OOM.
 fn analyze_classified(bytes: &[u8]) -> usize {
     let Ok(parsed) = torch_snapshot::read(bytes) else {
@@ -164,7 +132,7 @@ fn analyze_classified(bytes: &[u8]) -> usize {
 
 fn many_device_lists(c: &mut Criterion) {
     const LISTS: usize = 300_000;
-    let Ok(bytes) = shared_oom_lists(LISTS) else {
+    let Ok(bytes) = shared_oom_lists(LISTS, 1 << 30) else {
         eprintln!("the many-lists pickle could not be written: skipped");
         return;
     };

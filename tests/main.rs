@@ -27,6 +27,7 @@ mod probe;
 mod real_snapshots;
 mod recording;
 mod scale;
+mod scale_input;
 mod shim_local;
 mod shim_preload;
 mod simulate;

@@ -7,52 +7,17 @@ use memprof::analysis::analyze_snapshot;
 use memprof::analysis::version::VersionRange;
 use memprof::diagnose::remedies::Recorded;
 use memprof::diagnose::{classify_ooms, diagnose_device, Depth, Origin};
-use memprof::report::export::pickle::PickleWriter;
 use memprof::sim::replay::{self, DeviceTrace};
 use memprof::source::torch_snapshot;
+
+use crate::scale_input::shared_oom_lists;
 
 const LISTS: usize = 300_000;
 const REQUEST: u64 = 1 << 30;
 
-/// `lists` device trace lists, all one list object (memoized, then referenced) holding one
-/// OOM entry of `REQUEST` bytes with nothing free on the device.
-fn shared_oom_lists(lists: usize) -> Vec<u8> {
-    let write = || -> std::io::Result<Vec<u8>> {
-        let mut w = PickleWriter::new(Vec::new())?;
-        w.begin_dict(2)?;
-        w.key("segments")?;
-        w.begin_list(0)?;
-        w.end()?;
-        w.key("device_traces")?;
-        w.begin_list(lists)?;
-        w.item()?;
-        let shared = w.begin_list(1)?;
-        w.item()?;
-        w.begin_dict(5)?;
-        for (key, value) in [("addr", 0), ("size", REQUEST as i128), ("stream", 0)] {
-            w.key(key)?;
-            w.int(value)?;
-        }
-        w.key("device_free")?;
-        w.int(0)?;
-        w.key("action")?;
-        w.str("oom")?;
-        w.end()?;
-        w.end()?;
-        for _ in 1..lists {
-            w.item()?;
-            w.get(shared)?;
-        }
-        w.end()?;
-        w.end()?;
-        w.finish()
-    };
-    write().expect("a pickle in memory")
-}
-
 #[test]
 fn three_hundred_thousand_device_lists_are_analyzed_and_diagnosed_device_by_device() {
-    let bytes = shared_oom_lists(LISTS);
+    let bytes = shared_oom_lists(LISTS, REQUEST).expect("a pickle in memory");
     assert!(bytes.len() < 2 << 20, "a small file: {} bytes", bytes.len());
     let parsed = torch_snapshot::read(&bytes[..]).expect("readable");
     let snapshot = &parsed.snapshot;
