@@ -4,7 +4,7 @@
 //! at the peak in each run. Exit 1 when a device's peak grew by more than `--max-increase`, as
 //! `memprof gate` does.
 
-use super::gate::{measure, parse_increase, refuse_left_alive_from_json, MetricArg};
+use super::gate::{measure, parse_increase, refuse_left_alive_from_json, MetricArg, Wanted};
 use super::Outcome;
 use crate::analysis::categories::CategoryBytes;
 use crate::model::Bytes;
@@ -263,8 +263,14 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
     for path in [&args.before, &args.after] {
         refuse_left_alive_from_json(path, config.metric)?;
     }
-    let before = measure(&args.before, 0).with_context(|| args.before.display().to_string())?;
-    let after = measure(&args.after, 0).with_context(|| args.after.display().to_string())?;
+    let wanted = Wanted {
+        categories: true,
+        ..Wanted::for_metric(config.metric)
+    };
+    let before =
+        measure(&args.before, 0, wanted).with_context(|| args.before.display().to_string())?;
+    let after =
+        measure(&args.after, 0, wanted).with_context(|| args.after.display().to_string())?;
     let (before_categories, after_categories) = (categories_by(&before), categories_by(&after));
     let checks = evaluate(&after, Some(&Baseline::new(before)), &config)?;
     Ok(DiffReport {

@@ -4,7 +4,7 @@
 use super::input::load_snapshot;
 use super::Outcome;
 use crate::analysis::categories::CategoryRules;
-use crate::analysis::{analyze_snapshot_with_categories, left_alive, Site};
+use crate::analysis::{analyze_snapshot, analyze_snapshot_with_categories, left_alive, Site};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_input::{parse_analyze_json, parse_baseline};
@@ -92,6 +92,11 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
         max_increase: parse_increase(&args.max_increase)?,
         limit: args.limit.map(|b| b.0),
     };
+    let wanted = if args.write_baseline.is_some() {
+        Wanted::baseline()
+    } else {
+        Wanted::for_metric(config.metric)
+    };
     let mut current = Vec::new();
     for path in &args.current {
         let shown = path.display().to_string();
@@ -101,7 +106,7 @@ pub fn run(args: &GateArgs) -> anyhow::Result<Outcome> {
             .max()
             .unwrap_or(0);
         refuse_left_alive_from_json(path, config.metric)?;
-        current.extend(measure(path, first_rank).with_context(|| shown.clone())?);
+        current.extend(measure(path, first_rank, wanted).with_context(|| shown.clone())?);
     }
     if let Some(out) = &args.write_baseline {
         let text = serde_json::to_string_pretty(&Baseline::new(current))?;
@@ -163,8 +168,42 @@ fn is_analyze_json(path: &Path) -> bool {
         .is_ok_and(|()| head[0] == b'{')
 }
 
+/// What `measure` works out beyond the peaks and their sites: each costs a pass of its own (the
+/// categories and what was left alive replay the trace, the process peak reads the recording
+/// again for its ledger).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Wanted {
+    pub categories: bool,
+    pub left_alive: bool,
+    pub process_peak: bool,
+}
+
+impl Wanted {
+    /// The figure `metric` compares.
+    pub(super) fn for_metric(metric: Metric) -> Wanted {
+        Wanted {
+            categories: false,
+            left_alive: metric == Metric::LeftAlive,
+            process_peak: metric == Metric::ProcessPeak,
+        }
+    }
+
+    /// Every figure a baseline file keeps, so that any metric can be checked against it later.
+    fn baseline() -> Wanted {
+        Wanted {
+            categories: false,
+            left_alive: true,
+            process_peak: true,
+        }
+    }
+}
+
 /// Measurements of one file: a snapshot (analyzed here) or an analyze JSON document.
-pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Measurement>> {
+pub(super) fn measure(
+    path: &Path,
+    first_rank: usize,
+    wanted: Wanted,
+) -> anyhow::Result<Vec<Measurement>> {
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -175,23 +214,29 @@ pub(super) fn measure(path: &Path, first_rank: usize) -> anyhow::Result<Vec<Meas
     }
     let loaded = load_snapshot(path, false)?;
     let snapshot = &loaded.parsed.snapshot;
-    let devices =
-        analyze_snapshot_with_categories(snapshot, SITES_KEPT, None, &CategoryRules::default());
+    let devices = if wanted.categories {
+        analyze_snapshot_with_categories(snapshot, SITES_KEPT, None, &CategoryRules::default())
+    } else {
+        analyze_snapshot(snapshot, SITES_KEPT, None)
+    };
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }
-    let snapshot = &loaded.parsed.snapshot;
     let ledger = match &loaded.recording {
-        Some(info) => super::ledger_join::ledger(path, info.pid, None)?.ledger,
-        None => Vec::new(),
+        Some(info) if wanted.process_peak => {
+            super::ledger_join::ledger(path, info.pid, None)?.ledger
+        }
+        _ => Vec::new(),
     };
     Ok(devices
         .iter()
         .map(|d| {
             let mut m = Measurement::of(first_rank, &name, d);
-            let (bytes, sites) = left_alive(snapshot, d.device, SITES_KEPT);
-            m.left_alive_bytes = bytes;
-            m.left_alive_sites = sites.iter().map(site_bytes).collect();
+            if wanted.left_alive {
+                let (bytes, sites) = left_alive(snapshot, d.device, SITES_KEPT);
+                m.left_alive_bytes = bytes;
+                m.left_alive_sites = sites.iter().map(site_bytes).collect();
+            }
             m.process_peak_bytes = (ledger.iter().find(|l| l.device == d.device))
                 .map(|l| l.at_peak.nvml_bytes.unwrap_or(l.at_peak.device_bytes));
             m
