@@ -8,6 +8,7 @@
 # env:   FUZZ_SANITIZER=none (default: fastest, for volume) or address (the ASan pass)
 #        FUZZ_RSS_MB=2048    memory limit of one input
 #        FUZZ_SKIP_BUILD=1   run the targets as last built (`cargo fuzz build`)
+#        FUZZ_MAX_LEN=65536  the longest input libFuzzer makes
 # needs: cargo-fuzz (cargo install cargo-fuzz); the stable toolchain works with
 #        RUSTC_BOOTSTRAP=1, which this script sets.
 set -euo pipefail
@@ -96,7 +97,7 @@ for t in "${targets[@]}"; do
     # shellcheck disable=SC2046
     "fuzz/target/$triple/release/$t" "fuzz/corpus/$t" $(dict "$t") \
         -artifact_prefix="fuzz/artifacts/$t/" -max_total_time="$secs" -rss_limit_mb="$rss" \
-        -max_len=65536 -timeout=30 -fork=1 -ignore_crashes=1 -ignore_ooms=1 \
+        -max_len="${FUZZ_MAX_LEN:-65536}" -timeout=30 -fork=1 -ignore_crashes=1 -ignore_ooms=1 \
         -ignore_timeouts=1 -print_final_stats=1 > "$log" 2>&1 || true
     after=$(find "fuzz/artifacts/$t" -type f | wc -l)
     execs=$(grep -oE '^#[0-9]+' "$log" | tail -n 1 | tr -d '#')

@@ -5,6 +5,7 @@ use super::layout::{layout_totals, LayoutTotals, SegmentUse};
 use super::oom::{AtOom, Diagnosis};
 use super::peak::{find_peak_followed, FollowReplay};
 use super::pressure::Pressure;
+use super::same_devices::SameDevices;
 use super::sites::{top_sites, Site};
 use crate::model::{Action, Replay, Snapshot};
 use serde::Serialize;
@@ -79,6 +80,9 @@ pub struct DeviceAnalysis {
     /// Named ranges of the trace with their peaks; filled by `analyze_snapshot_with_categories`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phases: Option<Vec<Phase>>,
+    /// The earlier device whose trace and segments this one's equal (its analysis is a copy).
+    #[serde(skip)]
+    pub twin_of: Option<u32>,
 }
 
 const MOSTLY_FREE_SHOWN: usize = 16;
@@ -188,18 +192,14 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
             .any(|s| s.blocks.iter().any(|b| b.stack.is_some())),
         categories: None,
         phases: None,
+        twin_of: None,
     };
     (analysis, follower)
 }
 
 /// Analyzes every device that has a segment or a non-empty trace, or only `only` when given.
 pub fn analyze_snapshot(snapshot: &Snapshot, top: usize, only: Option<u32>) -> Vec<DeviceAnalysis> {
-    snapshot
-        .devices()
-        .into_iter()
-        .filter(|d| only.is_none_or(|o| o == *d))
-        .map(|d| analyze_device(snapshot, d, top))
-        .collect()
+    analyze_each(snapshot, only, |d| analyze_device(snapshot, d, top))
 }
 
 /// `analyze_snapshot` with the categories and phases of each device (`rules` first).
@@ -209,10 +209,39 @@ pub fn analyze_snapshot_with_categories(
     only: Option<u32>,
     rules: &CategoryRules,
 ) -> Vec<DeviceAnalysis> {
-    snapshot
+    analyze_each(snapshot, only, |d| {
+        analyze_device_with_categories(snapshot, d, top, rules)
+    })
+}
+
+/// `analyze` on every device (or only `only`), once per distinct device: a twin's analysis is
+/// a copy of its first twin's.
+fn analyze_each(
+    snapshot: &Snapshot,
+    only: Option<u32>,
+    analyze: impl Fn(u32) -> DeviceAnalysis,
+) -> Vec<DeviceAnalysis> {
+    let devices: Vec<u32> = snapshot
         .devices()
         .into_iter()
         .filter(|d| only.is_none_or(|o| o == *d))
-        .map(|d| analyze_device_with_categories(snapshot, d, top, rules))
-        .collect()
+        .collect();
+    let twins = SameDevices::find(snapshot, &devices);
+    let mut done: Vec<DeviceAnalysis> = Vec::with_capacity(devices.len());
+    // Devices are in order and a twin comes first: its analysis is found by a search.
+    for &d in &devices {
+        let analysis = match twins.twin_of(d) {
+            Some(twin) => {
+                let i = done.partition_point(|a| a.device < twin);
+                DeviceAnalysis {
+                    device: d,
+                    twin_of: Some(twin),
+                    ..done[i].clone()
+                }
+            }
+            None => analyze(d),
+        };
+        done.push(analysis);
+    }
+    done
 }

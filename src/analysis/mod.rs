@@ -14,6 +14,7 @@ mod left_alive;
 pub mod oom;
 mod peak;
 pub mod pressure;
+pub mod same_devices;
 mod series;
 mod sites;
 pub mod version;

@@ -4,6 +4,8 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::analysis::oom::Diagnosis;
+use crate::analysis::same_devices::SameDevices;
 use crate::analysis::{layout_totals, version};
 use crate::diagnose::remedies::Recorded;
 use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, pressure, Depth};
@@ -14,6 +16,7 @@ use crate::sim::Backend;
 use crate::source::oom_log::parse_log;
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use rustc_hash::FxHashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -115,17 +118,35 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         conf: snapshot.alloc_conf(),
         version,
     };
-    let mut diagnoses = Vec::new();
-    let mut devices = Vec::new();
-    let traced: Vec<u32> = DeviceTrace::all(snapshot)
-        .iter()
-        .filter(|t| !t.entries.is_empty())
-        .map(|t| t.device)
+    let mut diagnoses: Vec<Diagnosis> = Vec::new();
+    let mut devices: Vec<DevicePressure> = Vec::new();
+    let traced: Vec<u32> = snapshot
+        .devices()
+        .into_iter()
+        .filter(|&d| !snapshot.timeline.device(d as usize).is_empty())
         .collect();
-    for trace in DeviceTrace::all(snapshot) {
-        if trace.entries.is_empty() {
+    // Twins (devices alike in every entry and segment) are diagnosed once: where each device's
+    // pressure and diagnosis went.
+    let twins = SameDevices::find(snapshot, &traced);
+    let mut done: FxHashMap<u32, (usize, Option<usize>)> = FxHashMap::default();
+    for &device in &traced {
+        if let Some(&(p, g)) = twins.twin_of(device).and_then(|t| done.get(&t)) {
+            let pressure = devices[p].pressure.clone();
+            devices.push(DevicePressure {
+                device,
+                pressure,
+                untraced: None,
+            });
+            if let Some(g) = g {
+                let copy = Diagnosis {
+                    device,
+                    ..diagnoses[g].clone()
+                };
+                diagnoses.push(copy);
+            }
             continue;
         }
+        let trace = DeviceTrace::of(snapshot, device);
         let has_oom = trace.entries.iter().any(|e| e.action == Action::Oom);
         if has_oom && config.backend == Backend::CudaMallocAsync {
             bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to diagnose");
@@ -135,10 +156,11 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         }
         let prepared = replay::prepare(&trace, &config, None);
         devices.push(DevicePressure {
-            device: trace.device,
+            device,
             pressure: Some(pressure(snapshot, &prepared)),
             untraced: None,
         });
+        let before = diagnoses.len();
         if has_oom {
             diagnoses.extend(diagnose_device(
                 snapshot,
@@ -148,6 +170,8 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
                 Depth::WithRemedies,
             ));
         }
+        let diagnosis = (diagnoses.len() > before).then_some(before);
+        done.insert(device, (devices.len() - 1, diagnosis));
     }
     // Devices without a trace: only the final layout speaks.
     for device in snapshot.devices() {

@@ -5,7 +5,9 @@
 
 use super::remedies::Recorded;
 use super::{diagnose_device, diagnose_recording_device, pressure, Depth};
+use crate::analysis::oom::Diagnosis;
 use crate::analysis::pressure::Pressure;
+use crate::analysis::same_devices::SameDevices;
 use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
 use crate::model::{Action, Snapshot};
@@ -67,16 +69,22 @@ pub fn classify_ooms(
         conf: snapshot.alloc_conf(),
         version: VersionRange::default(),
     };
-    // Where each device's analysis is, so that the loop over traces stays linear.
-    let by_device: FxHashMap<u32, usize> = devices
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (d.device, i))
-        .collect();
-    for trace in DeviceTrace::all(snapshot) {
-        let Some(&i) = by_device.get(&trace.device) else {
+    let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
+    // A twin comes earlier in `ids`, so its classification is done when a device needs it.
+    let twins = SameDevices::find(snapshot, &ids);
+    let index: FxHashMap<u32, usize> = ids.iter().enumerate().map(|(i, &d)| (d, i)).collect();
+    for (i, &device) in ids.iter().enumerate() {
+        if let Some(first) = twins.twin_of(device).and_then(|t| index.get(&t).copied()) {
+            let (pressure, oom) = (devices[first].pressure.clone(), devices[first].oom.clone());
+            let d = &mut devices[i];
+            d.pressure = pressure;
+            if let (Some(oom), Some(from)) = (d.oom.as_mut(), oom) {
+                oom.at_oom = from.at_oom;
+                oom.diagnosis = from.diagnosis.map(|g| Diagnosis { device, ..g });
+            }
             continue;
-        };
+        }
+        let trace = DeviceTrace::of(snapshot, device);
         let d = &mut devices[i];
         if trace.entries.is_empty() {
             continue;

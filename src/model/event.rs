@@ -91,7 +91,7 @@ pub struct PoolIndex(pub u16);
 pub struct ExtraId(pub NonZeroU32);
 
 /// One allocator trace entry, kept compact (40 bytes) because real traces hold millions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TraceEntry {
     /// The block or segment address; for `Oom` the `device_free` value.
     addr_or_free: u64,

@@ -38,6 +38,13 @@ impl Timeline {
         }
     }
 
+    /// The same entries and tables with other device ranges (ranges may share entries).
+    #[cfg(test)]
+    pub(crate) fn with_devices(self, devices: Vec<Range<usize>>) -> Timeline {
+        debug_assert!(devices.iter().all(|r| r.end <= self.entries.len()));
+        Timeline { devices, ..self }
+    }
+
     /// The number of devices with a trace list (possibly empty).
     pub fn device_count(&self) -> usize {
         self.devices.len()

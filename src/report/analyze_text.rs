@@ -81,8 +81,26 @@ fn render_input(input: &InputReport, out: &mut String) {
     if input.devices.is_empty() {
         let _ = writeln!(out, "  no device has a segment or a trace entry");
     }
-    for d in &input.devices {
-        render_device(d, input.kind == InputKind::MemprofRecording, out);
+    let mut devices = input.devices.iter().peekable();
+    while let Some(d) = devices.next() {
+        let Some(twin) = d.twin_of else {
+            render_device(d, input.kind == InputKind::MemprofRecording, out);
+            continue;
+        };
+        // A run of twins of one device in a row is one line.
+        let mut last = d.device;
+        while let Some(next) = devices.next_if(|n| n.twin_of == Some(twin)) {
+            last = next.device;
+        }
+        let which = if last == d.device {
+            format!("device {}", d.device)
+        } else {
+            format!("devices {} to {}", d.device, last)
+        };
+        let _ = writeln!(
+            out,
+            "{which}: the same trace and segments as device {twin}, so the same report"
+        );
     }
     if let Some(ledger) = &input.ledger {
         super::ledger_text::render(ledger, out);
@@ -384,7 +402,14 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
         .inputs
         .iter()
         .flat_map(|i| i.devices.iter().map(move |d| (i, d)))
+        .filter(|(_, d)| d.twin_of.is_none())
         .collect();
+    let twins = report
+        .inputs
+        .iter()
+        .flat_map(|i| &i.devices)
+        .filter(|d| d.twin_of.is_some())
+        .count();
     let width = rows
         .iter()
         .map(|(i, _)| terminal_text(&i.path).to_string().len())
@@ -406,6 +431,13 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
             Bytes(d.trace.peak_reserved_bytes).to_string(),
             Bytes(d.layout.reserved_bytes).to_string(),
             if d.oom.is_some() { "yes" } else { "-" }
+        );
+    }
+    if twins > 0 {
+        let _ = writeln!(
+            out,
+            "and {} with the same trace and segments as a device listed (named below)",
+            count(twins as u64, "device", "devices")
         );
     }
 }

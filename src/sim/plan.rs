@@ -11,7 +11,7 @@ use super::replay::DeviceTrace;
 use super::rounding::SMALL_SIZE;
 use super::validation::{compare, Validation};
 use crate::model::{Action, TraceEntry};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub(super) fn is_burst(a: Action) -> bool {
     matches!(a, Action::SegmentFree | Action::SegmentUnmap)
@@ -37,6 +37,8 @@ pub(super) fn plan_and_validate(
     let mut group_start = 0;
     let mut detached = false;
     let mut hint: Option<(u64, Option<u64>)> = None;
+    // What `reserved_by_ooms` finds, made at the first `oom` entry.
+    let mut oom_reserved: Option<FxHashMap<usize, u64>> = None;
     let mut i = 0;
     // Applies an op; the model's entries for it stay in `engine.model.events()`.
     let step = |op: Op, engine: &mut Engine, ops: &mut Vec<Op>| {
@@ -50,9 +52,10 @@ pub(super) fn plan_and_validate(
         match e.action {
             Action::Alloc | Action::Oom => {
                 let hint = match hint.take() {
-                    None if e.action == Action::Oom => {
-                        reserved_by_oom(trace, i, &engine.model.config).map(|a| (a, None))
-                    }
+                    None if e.action == Action::Oom => oom_reserved
+                        .get_or_insert_with(|| reserved_by_ooms(trace, &engine.model.config))
+                        .get(&i)
+                        .map(|&a| (a, None)),
                     taken => taken,
                 };
                 let op = Op::Malloc {
@@ -239,15 +242,8 @@ pub(super) fn request_pool(
         return (0, 0);
     }
     let mapped = model.pool_id_at(addr, true);
-    let recorded = || {
-        trace
-            .segments
-            .iter()
-            .find(|s| s.address <= addr && addr - s.address < s.total_size)
-            .map(|s| s.pool_id)
-    };
     mapped
-        .or_else(recorded)
+        .or_else(|| trace.segment_pool_at(addr))
         .or_else(|| model.pool_id_at(addr, false))
         .unwrap_or((0, 0))
 }
@@ -257,24 +253,32 @@ pub(super) fn request_pool(
 /// into it comes, at its base. That is the first later `segment_map` of the request's stream
 /// and pool (small requests map 2 MiB pages, large ones whole large pages; a private pool's
 /// maps are its own): offered as the address of the range the failing request reserves. Where
-/// the map falls in a range already reserved, the driver refuses the offer.
-fn reserved_by_oom(trace: &DeviceTrace<'_>, i: usize, config: &AllocatorConfig) -> Option<u64> {
+/// the map falls in a range already reserved, the driver refuses the offer. Found for every
+/// `oom` entry (by index) in one backward pass.
+fn reserved_by_ooms(trace: &DeviceTrace<'_>, config: &AllocatorConfig) -> FxHashMap<usize, u64> {
+    let mut found = FxHashMap::default();
     if !config.expandable_segments {
-        return None;
+        return found;
     }
-    let e = &trace.entries[i];
-    let stream = trace.stream(e);
-    let small = e.size <= SMALL_SIZE;
-    let pool = trace.pool(e).unwrap_or((0, 0));
-    trace.entries[i + 1..]
-        .iter()
-        .find(|m| {
-            m.action == Action::SegmentMap
-                && trace.stream(m) == stream
-                && m.size.is_multiple_of(config.large_segment_size) != small
-                && trace.map_pool(m) == pool
-        })
-        .and_then(TraceEntry::addr)
+    // The address of the next `segment_map` of each (stream, large pages, pool).
+    let mut next_map: FxHashMap<(u64, bool, (i64, i64)), Option<u64>> = FxHashMap::default();
+    for (i, e) in trace.entries.iter().enumerate().rev() {
+        match e.action {
+            Action::SegmentMap => {
+                let large = e.size.is_multiple_of(config.large_segment_size);
+                next_map.insert((trace.stream(e), large, trace.map_pool(e)), e.addr());
+            }
+            Action::Oom => {
+                let large = e.size > SMALL_SIZE;
+                let pool = trace.pool(e).unwrap_or((0, 0));
+                if let Some(&Some(addr)) = next_map.get(&(trace.stream(e), large, pool)) {
+                    found.insert(i, addr);
+                }
+            }
+            _ => {}
+        }
+    }
+    found
 }
 
 /// Where the releases of `entries[from..to]` stop being the model's `empty_cache()` (a proper

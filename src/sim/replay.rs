@@ -31,25 +31,30 @@ pub struct DeviceTrace<'a> {
     pub streams: &'a [u64],
     /// `pool_id` of each `PoolIndex` (empty when entries record none).
     pub pools: &'a [(i64, i64)],
-    /// Segments at the end of the trace.
+    /// Segments at the end of the trace, in address order.
     pub segments: Vec<Segment>,
 }
 
 impl<'a> DeviceTrace<'a> {
     /// Every device of a snapshot that has a trace or segments.
     pub fn all(snapshot: &'a Snapshot) -> Vec<DeviceTrace<'a>> {
-        let t = &snapshot.timeline;
         snapshot
             .devices()
             .into_iter()
-            .map(|device| DeviceTrace {
-                device,
-                entries: t.device(device as usize),
-                streams: t.streams(),
-                pools: t.pools(),
-                segments: snapshot.device_segments(device).cloned().collect(),
-            })
+            .map(|device| DeviceTrace::of(snapshot, device))
             .collect()
+    }
+
+    /// The trace and final segments of one device.
+    pub fn of(snapshot: &'a Snapshot, device: u32) -> DeviceTrace<'a> {
+        let t = &snapshot.timeline;
+        DeviceTrace {
+            device,
+            entries: t.device(device as usize),
+            streams: t.streams(),
+            pools: t.pools(),
+            segments: snapshot.device_segments(device).cloned().collect(),
+        }
     }
 
     pub(super) fn stream(&self, e: &TraceEntry) -> u64 {
@@ -66,14 +71,16 @@ impl<'a> DeviceTrace<'a> {
     /// else the default pool.
     pub(super) fn map_pool(&self, e: &TraceEntry) -> (i64, i64) {
         self.pool(e)
-            .or_else(|| {
-                let addr = e.addr()?;
-                self.segments
-                    .iter()
-                    .find(|s| s.address <= addr && addr - s.address < s.total_size)
-                    .map(|s| s.pool_id)
-            })
+            .or_else(|| self.segment_pool_at(e.addr()?))
             .unwrap_or((0, 0))
+    }
+
+    /// The pool of the snapshot's segment that holds `addr`, if one does (a search: the
+    /// segments are in address order).
+    pub(super) fn segment_pool_at(&self, addr: u64) -> Option<(i64, i64)> {
+        let after = self.segments.partition_point(|s| s.address <= addr);
+        let s = &self.segments[after.checked_sub(1)?];
+        (addr - s.address < s.total_size).then_some(s.pool_id)
     }
 }
 
