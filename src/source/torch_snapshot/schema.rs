@@ -109,8 +109,14 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
         ));
     }
 
+    // A list object that is also a device's trace (a pickle may share it) stays the device's.
+    let device_list = |list| {
+        traces_value
+            .and_then(|t| doc.as_seq(t))
+            .is_some_and(|lists| lists.contains(&list))
+    };
     let host_list = match host_traces {
-        Some(Value::Node(id)) => Some(id),
+        Some(list @ Value::Node(id)) if !device_list(list) => Some(id),
         _ => None,
     };
     let (entries, runs, host_entries) = host::take_entries(entries, runs, host_list);
