@@ -46,8 +46,10 @@ fn peak(host: &HostAllocator, at_dump: u64, delta: impl Fn(Action) -> i128) -> (
 
 /// The figures of `host`.
 pub fn host_pinned(host: &HostAllocator) -> HostPinnedReport {
-    let reserved: u64 = host.segments.iter().map(|s| s.size).sum();
-    let allocated: u64 = host.segments.iter().map(|s| s.allocated).sum();
+    let sum = |bytes: fn(&crate::model::HostSegment) -> u64| {
+        (host.segments.iter()).fold(0u64, |total, s| total.saturating_add(bytes(s)))
+    };
+    let (reserved, allocated) = (sum(|s| s.size), sum(|s| s.allocated));
     let traced = !host.trace.is_empty();
     let (peak_reserved, reserved_at) = peak(host, reserved, |a| match a {
         Action::SegmentAlloc | Action::SegmentMap => 1,
