@@ -263,7 +263,7 @@ fn an_oom_outside_the_allocator_names_the_library_from_the_recording_beside_it()
     let dir = Scratch::new("diagnose-ledger");
     let recording = dir.join("train.memprof");
     std::fs::copy(fixture("recordings/ledger.memprof"), &recording).expect("copied");
-    let snapshot = dir.join("train.oom-29306.pickle");
+    let snapshot = dir.join("train.oom-857.pickle");
     // The fixture's snapshot with a request of 20 MiB that failed with 10 MiB free.
     let made = std::process::Command::new("python3")
         .arg("-c")
@@ -274,7 +274,7 @@ fn an_oom_outside_the_allocator_names_the_library_from_the_recording_beside_it()
              'device_free': 10 << 20, 'stream': 0, 'time_us': 200, 'frames': []})\n\
              pickle.dump(s, open(sys.argv[2], 'wb'), protocol=4)\n",
         )
-        .arg(fixture("recordings/ledger.oom-29306.pickle"))
+        .arg(fixture("recordings/ledger.oom-857.pickle"))
         .arg(&snapshot)
         .output()
         .expect("python3 runs");

@@ -127,6 +127,7 @@ fn every_documented_analyze_field_is_in_real_output() {
             args(&["analyze", "--json", &f("snapshots/demo_oom.pickle")]),
             args(&["analyze", "--json", &f("recordings/peak_oom_v2.memprof")]),
             args(&["analyze", "--json", &f("recordings/ledger.memprof")]),
+            args(&["analyze", "--json", &f("recordings/ledger.oom-857.pickle")]),
             args(&["analyze", "--json", &f("snapshots/expandable.pickle")]),
             args(&["analyze", "--json", &f("snapshots/multi_device.pickle")]),
         ],

@@ -1,9 +1,12 @@
 //! The whole-process ledger without a GPU: `memprof run` records a Python program playing PyTorch
 //! (`kernels/workloads/torch_ledger.py`: its segments through the fake driver, a CUDA graph's
 //! private pool among them) that calls a library playing NCCL (`kernels/fake_nccl`: device
-//! buffers and pinned host memory), while the fake NVML reports the process's driver total plus
-//! a CUDA context; `analyze` must give the ledger exactly, byte for byte, with the snapshot the
-//! program wrote found by itself or given, and refuse a snapshot of another process.
+//! buffers and pinned host memory) and pins host memory as PyTorch's host allocator does, while
+//! the fake NVML reports the process's driver total plus a CUDA context; `analyze` must give the
+//! ledger exactly, byte for byte (PyTorch's host allocator apart from the libraries' pinned
+//! memory, by the snapshot's `host_segments`), with the snapshot the program wrote found by itself
+//! or given, and refuse a snapshot of another process; and report the host allocator from the
+//! snapshot alone.
 
 use crate::nvml_fake::fake_nvml;
 use crate::shim_preload::{check, runtime_dir, shim};
@@ -96,7 +99,9 @@ fn the_ledger_of_a_pytorch_and_nccl_process_is_exact() {
         ])
     };
     // Peak: 2 + 20 + 4 + 6 MiB of segments and 2 x 8 MiB of NCCL buffers; end: the 6 MiB segment
-    // and one NCCL buffer freed.
+    // and one NCCL buffer freed. PyTorch's host allocator pinned 2 + 1 + 4 MiB by the peak and
+    // gave the 4 MiB back before the end.
+    let torch_host = |bytes: u64| json!({"bytes": bytes, "peak_bytes": 7 * MIB});
     let want = json!({
         "snapshot": snapshot.display().to_string(),
         "devices": [{
@@ -106,6 +111,7 @@ fn the_ledger_of_a_pytorch_and_nccl_process_is_exact() {
                 "context_bytes": CONTEXT,
                 "torch": {"reserved_bytes": 32 * MIB, "pools": pools(28 * MIB)},
                 "outside_torch": nccl(16 * MIB, 2), "pinned_host": pinned,
+                "torch_pinned_host": torch_host(7 * MIB),
                 "managed_bytes": 0, "unattributed_bytes": 0,
             },
             "at_end": {
@@ -113,6 +119,7 @@ fn the_ledger_of_a_pytorch_and_nccl_process_is_exact() {
                 "context_bytes": CONTEXT,
                 "torch": {"reserved_bytes": 26 * MIB, "pools": pools(22 * MIB)},
                 "outside_torch": nccl(8 * MIB, 1), "pinned_host": pinned,
+                "torch_pinned_host": torch_host(3 * MIB),
                 "managed_bytes": 0, "unattributed_bytes": 0,
             },
         }],
@@ -134,6 +141,24 @@ fn the_ledger_of_a_pytorch_and_nccl_process_is_exact() {
     let text = stdout(&text);
     assert!(text.contains("ledger of device 0 (joined with"), "{text}");
     assert!(text.contains("pinned host: libfakenccl.so"), "{text}");
+    assert!(
+        text.contains("pinned host: PyTorch host allocator"),
+        "{text}"
+    );
+
+    // The snapshot alone: its host allocator at the dump and at its peak.
+    let alone = memprof(&["analyze", "--json", &snapshot.display().to_string()]);
+    assert!(alone.status.success(), "{}", stderr(&alone));
+    let doc: Value = serde_json::from_str(&stdout(&alone)).expect("JSON");
+    assert_eq!(
+        doc["inputs"][0]["pinned_host_allocator"],
+        json!({
+            "segments": 2, "reserved_bytes": 3 * MIB, "allocated_bytes": 2 * MIB,
+            "trace_entries": 11,
+            "peak_reserved_bytes": 7 * MIB, "peak_reserved_time_us": 220,
+            "peak_allocated_bytes": 7 * MIB, "peak_allocated_time_us": 221,
+        })
+    );
 
     // A snapshot of another process: refused with one line, exit 2.
     let refused = memprof(&["analyze", &shown, &other.display().to_string()]);

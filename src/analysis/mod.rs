@@ -6,6 +6,7 @@ pub mod categories;
 pub mod compare;
 mod device;
 pub mod growth;
+pub mod host_pinned;
 pub mod iterations;
 mod layout;
 mod layout_at;

@@ -5,6 +5,7 @@ use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
 use crate::analysis::categories::CategoryRules;
+use crate::analysis::host_pinned::host_pinned;
 use crate::analysis::{analyze_snapshot_with_categories, version};
 use crate::diagnose::{classify_ooms, Origin};
 use crate::model::SnapshotFormat;
@@ -140,6 +141,7 @@ fn analyze_file(
         })
         .collect(),
         ledger,
+        pinned_host_allocator: loaded.parsed.host.as_ref().map(host_pinned),
         warnings: loaded.parsed.warnings,
     })
 }

@@ -3,7 +3,8 @@
 //! the files in the other order are only analyzed side by side), else
 //! the one `run --torch` wrote next to it (`<stem>.oom-<pid>.pickle`). A given snapshot that does
 //! not belong to the recording (no segment is one of its allocations) is refused; one found by
-//! its name only gets a warning.
+//! its name only gets a warning. The snapshot's host segments (PyTorch's pinned host allocator,
+//! `host_segments`) name the pinned host ranges that are PyTorch's.
 
 use super::input::load_snapshot;
 use crate::analysis::ledger::{ledger_of, DeviceLedger, LedgerError, TorchSegment};
@@ -43,10 +44,24 @@ fn beside(recording: &Path, pid: u32) -> PathBuf {
     recording.with_file_name(format!("{stem}.oom-{pid}.pickle"))
 }
 
+/// What of a snapshot the ledger joins: its device segments and the addresses of its host
+/// segments.
+struct Torch {
+    segments: Vec<TorchSegment>,
+    host: Vec<u64>,
+}
+
 /// The snapshot's segments at the dump, then those its trace saw made (`segment_alloc`,
-/// `segment_map`) and gone by the dump, counted in the default pool (trace entries do not say).
-fn segments(snapshot: &Path) -> anyhow::Result<Vec<TorchSegment>> {
+/// `segment_map`) and gone by the dump, counted in the default pool (trace entries do not say);
+/// the same of its host segments and host trace.
+fn segments(snapshot: &Path) -> anyhow::Result<Torch> {
     let loaded = load_snapshot(snapshot, false).with_context(|| snapshot.display().to_string())?;
+    let host = loaded.parsed.host.as_ref().map_or_else(Vec::new, |h| {
+        let made = (h.trace.iter())
+            .filter(|e| e.action == Action::SegmentAlloc)
+            .filter_map(|e| e.addr());
+        h.segments.iter().map(|s| s.address).chain(made).collect()
+    });
     let s = &loaded.parsed.snapshot;
     let mut out: Vec<TorchSegment> = (s.segments.iter())
         .map(|s| TorchSegment {
@@ -77,7 +92,10 @@ fn segments(snapshot: &Path) -> anyhow::Result<Vec<TorchSegment>> {
             }
         }
     }
-    Ok(out)
+    Ok(Torch {
+        segments: out,
+        host,
+    })
 }
 
 /// The ledger of `recording` (process `pid`), joined with `given` or the snapshot beside it.
@@ -89,7 +107,7 @@ pub fn ledger(recording: &Path, pid: u32, given: Option<&Path>) -> anyhow::Resul
     };
     if let Some(snapshot) = given {
         let torch = segments(snapshot)?;
-        return match ledger_of(read()?, &torch) {
+        return match ledger_of(read()?, &torch.segments, &torch.host) {
             Ok(ledger) => Ok(Joined {
                 ledger,
                 snapshot: Some(snapshot.to_path_buf()),
@@ -105,7 +123,7 @@ pub fn ledger(recording: &Path, pid: u32, given: Option<&Path>) -> anyhow::Resul
     let mut warning = None;
     if found.is_file() {
         match segments(&found) {
-            Ok(torch) => match ledger_of(read()?, &torch) {
+            Ok(torch) => match ledger_of(read()?, &torch.segments, &torch.host) {
                 Ok(ledger) => {
                     return Ok(Joined {
                         ledger,
@@ -125,7 +143,7 @@ pub fn ledger(recording: &Path, pid: u32, given: Option<&Path>) -> anyhow::Resul
             Err(e) => warning = Some(format!("{e:#}; the ledger has no PyTorch share")),
         }
     }
-    let ledger = ledger_of(read()?, &[]).with_context(|| recording.display().to_string())?;
+    let ledger = ledger_of(read()?, &[], &[]).with_context(|| recording.display().to_string())?;
     Ok(Joined {
         ledger,
         snapshot: None,

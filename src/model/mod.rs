@@ -4,6 +4,7 @@
 
 mod event;
 mod frames;
+mod host;
 mod layout;
 mod ranges;
 mod snapshot;
@@ -14,6 +15,7 @@ mod units;
 
 pub use event::{Action, ExtraId, PoolIndex, StackId, StreamIndex, TraceEntry};
 pub use frames::FrameKind;
+pub use host::{HostAllocator, HostSegment};
 pub use layout::{Block, BlockState, PoolKind, Segment};
 pub use ranges::{fits_address_space, ranges_before, RangeRules, SegmentRange};
 pub use snapshot::{

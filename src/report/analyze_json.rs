@@ -52,6 +52,10 @@ pub struct InputReport {
     /// The whole-process ledger of a memprof recording (absent for a snapshot).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ledger: Option<LedgerReport>,
+    /// The pinned host memory of PyTorch's host allocator, for a snapshot that carries
+    /// `host_segments` or `host_traces` entries (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinned_host_allocator: Option<crate::analysis::host_pinned::HostPinnedReport>,
     pub warnings: Vec<String>,
 }
 

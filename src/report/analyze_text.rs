@@ -4,6 +4,7 @@ use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use super::pressure_text;
 use super::terminal_text::terminal_text;
 use crate::analysis::compare::{Comparison, RowRef, BALANCED_RATIO};
+use crate::analysis::host_pinned::HostPinnedReport;
 use crate::analysis::DeviceAnalysis;
 use crate::model::{count, Bytes};
 use std::fmt::Write;
@@ -102,8 +103,43 @@ fn render_input(input: &InputReport, out: &mut String) {
             "{which}: the same trace and segments as device {twin}, so the same report"
         );
     }
+    if let Some(host) = &input.pinned_host_allocator {
+        render_host_pinned(host, out);
+    }
     if let Some(ledger) = &input.ledger {
         super::ledger_text::render(ledger, out);
+    }
+}
+
+/// PyTorch's host allocator: what it held pinned at the dump, and its peaks over its trace.
+fn render_host_pinned(h: &HostPinnedReport, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "  pinned host memory of PyTorch's host allocator: {} reserved in {} {}, {} allocated at the dump",
+        Bytes(h.reserved_bytes),
+        h.segments,
+        if h.segments == 1 { "segment" } else { "segments" },
+        Bytes(h.allocated_bytes)
+    );
+    let when = |t: Option<i64>| match t {
+        Some(t) => format!("at time_us {t}"),
+        None => "before the trace began or untimed".to_string(),
+    };
+    if let (Some(reserved), Some(allocated)) = (h.peak_reserved_bytes, h.peak_allocated_bytes) {
+        let _ = writeln!(
+            out,
+            "    over its trace ({} {}): peak reserved {} {}, peak allocated {} {}",
+            h.trace_entries,
+            if h.trace_entries == 1 {
+                "entry"
+            } else {
+                "entries"
+            },
+            Bytes(reserved),
+            when(h.peak_reserved_time_us),
+            Bytes(allocated),
+            when(h.peak_allocated_time_us)
+        );
     }
 }
 

@@ -73,6 +73,12 @@ fn rows(d: &DeviceLedger) -> Vec<Row> {
         "managed (not device)".into(),
         Box::new(|v| Some(v.managed_bytes)),
     ));
+    if d.at_peak.torch_pinned_host.is_some() {
+        rows.push((
+            "pinned host: PyTorch host allocator".into(),
+            Box::new(|v| v.torch_pinned_host.as_ref().map(|h| h.bytes)),
+        ));
+    }
     let mut host: Vec<Option<String>> = d
         .at_peak
         .pinned_host

@@ -4,7 +4,8 @@
 //! (the allocations and mappings whose address lies in a segment of the PyTorch snapshot of the
 //! same process, by pool), the rest by the shared library that asked for it (`library.rs`), and
 //! what no stack attributes; NVML's figure of the process (the samples `memprof run` stores)
-//! minus the driver's total is the CUDA context and driver overhead. Pinned host memory (by
+//! minus the driver's total is the CUDA context and driver overhead. Pinned host memory (that of
+//! PyTorch's host allocator, the ranges holding a host segment of the snapshot, apart; the rest by
 //! library) and managed memory are listed beside it.
 //!
 //! The recording is read once more, streaming, for this: its stacks are needed raw, by address.
@@ -50,8 +51,12 @@ pub struct LedgerView {
     pub torch: Option<TorchShare>,
     /// Device memory outside PyTorch, by library, most first.
     pub outside_torch: Vec<LibraryBytes>,
-    /// Pinned host memory by library, most first.
+    /// Pinned host memory by library, most first (PyTorch's host allocator's apart).
     pub pinned_host: Vec<HostBytes>,
+    /// Pinned host memory of PyTorch's host allocator: the pinned ranges holding a host segment
+    /// of the snapshot; absent unless the joined snapshot carries host segments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torch_pinned_host: Option<TorchHostShare>,
     /// `cuMemAllocManaged` memory (not in `device_bytes`).
     pub managed_bytes: u64,
     /// Device memory outside PyTorch whose stack names no library (no stack recorded, or no
@@ -92,5 +97,13 @@ pub struct HostBytes {
     /// `None` when no frame outside the CUDA runtime and driver names one.
     pub library: Option<String>,
     pub bytes: u64,
+    pub peak_bytes: u64,
+}
+
+/// Pinned host memory of PyTorch's caching host allocator.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TorchHostShare {
+    pub bytes: u64,
+    /// The most it held (for the device whose context pinned it) at any moment.
     pub peak_bytes: u64,
 }

@@ -4,7 +4,8 @@
 
 use super::library::Libraries;
 use super::{
-    DeviceLedger, HostBytes, LedgerView, LibraryBytes, PoolBytes, TorchSegment, TorchShare,
+    DeviceLedger, HostBytes, LedgerView, LibraryBytes, PoolBytes, TorchHostShare, TorchSegment,
+    TorchShare,
 };
 use memprof_wire::{Item, Kind, Record, RecordingReader, StreamError, CUDA_SUCCESS};
 use rustc_hash::FxHashMap;
@@ -16,7 +17,8 @@ use std::io::Read;
 pub enum LedgerError {
     #[error("{0}")]
     Read(#[from] StreamError),
-    /// The snapshot names segments, none of which the recording's driver calls made.
+    /// The snapshot names segments (device or host), none of which the recording's driver
+    /// calls made.
     #[error(
         "none of the snapshot's {segments} segments is an allocation or mapping of the recorded \
          process: they are not of the same process"
@@ -32,6 +34,10 @@ enum Owner {
     /// The library of this index, or none.
     Library(Option<usize>),
 }
+
+/// The pinned host "library" of the ranges that hold a host segment of the snapshot: PyTorch's
+/// host allocator, listed apart from the libraries.
+const TORCH_HOST: usize = usize::MAX;
 
 #[derive(Clone, Copy, Debug)]
 struct Held {
@@ -78,6 +84,8 @@ struct Walk {
     /// The snapshot's segments by (device, address).
     torch: Vec<TorchSegment>,
     pools: Vec<(i64, i64)>,
+    /// The addresses of the snapshot's host segments, sorted.
+    torch_host: Vec<u64>,
     libraries: Libraries,
     names: Vec<String>,
     name_index: FxHashMap<String, usize>,
@@ -102,7 +110,10 @@ fn device_of(r: &Record) -> u32 {
 }
 
 impl Walk {
-    fn new(torch: &[TorchSegment]) -> Walk {
+    fn new(torch: &[TorchSegment], torch_host: &[u64]) -> Walk {
+        let mut host_segments = torch_host.to_vec();
+        host_segments.sort_unstable();
+        host_segments.dedup();
         let mut pools: Vec<(i64, i64)> = torch.iter().map(|s| s.pool_id).collect();
         pools.sort();
         pools.dedup();
@@ -123,6 +134,7 @@ impl Walk {
         Walk {
             torch,
             pools,
+            torch_host: host_segments,
             libraries: Libraries::new(),
             names: Vec::new(),
             name_index: FxHashMap::default(),
@@ -165,6 +177,14 @@ impl Walk {
             .filter(|s| s.device == device && addr - s.address < s.size)?;
         self.joined = true;
         self.pools.binary_search(&segment.pool_id).ok()
+    }
+
+    /// Whether the pinned range `[ptr, ptr + size)` holds a host segment of the snapshot.
+    fn holds_torch_host(&mut self, ptr: u64, size: u64) -> bool {
+        let at = self.torch_host.partition_point(|&a| a < ptr);
+        let held = (self.torch_host.get(at)).is_some_and(|&a| a - ptr < size.max(1));
+        self.joined |= held;
+        held
     }
 
     fn device(&mut self, device: u32) -> &mut Device {
@@ -298,7 +318,11 @@ impl Walk {
                 }
             }
             Kind::HostAlloc | Kind::HostRegister => {
-                let library = self.library(r.stack);
+                let library = if self.holds_torch_host(r.ptr, r.size) {
+                    Some(TORCH_HOST)
+                } else {
+                    self.library(r.stack)
+                };
                 if let Some((device, size, library)) =
                     self.host.insert(r.ptr, (device, r.size, library))
                 {
@@ -325,6 +349,7 @@ impl Walk {
 
     fn finish(self) -> Vec<DeviceLedger> {
         let with_torch = !self.torch.is_empty();
+        let with_torch_host = !self.torch_host.is_empty();
         let mut out = Vec::new();
         for (&device, d) in &self.devices {
             let end = &d.now;
@@ -354,6 +379,10 @@ impl Walk {
                 torch: with_torch.then(|| self.torch_share(t)),
                 outside_torch: self.outside(t, d),
                 pinned_host: self.pinned(t, d),
+                torch_pinned_host: with_torch_host.then(|| TorchHostShare {
+                    bytes: t.host.get(&Some(TORCH_HOST)).copied().unwrap_or(0),
+                    peak_bytes: d.host_peak.get(&Some(TORCH_HOST)).copied().unwrap_or(0),
+                }),
                 managed_bytes: t.managed,
                 unattributed_bytes: t.owners.get(&Owner::Library(None)).map_or(0, |t| t.bytes),
             };
@@ -401,7 +430,7 @@ impl Walk {
 
     fn pinned(&self, t: &Tallies, d: &Device) -> Vec<HostBytes> {
         let mut out: Vec<HostBytes> = (d.host_peak.iter())
-            .filter(|&(_, &peak)| peak > 0)
+            .filter(|&(&library, &peak)| peak > 0 && library != Some(TORCH_HOST))
             .map(|(&library, &peak)| HostBytes {
                 library: library.map(|i| self.names[i].clone()),
                 bytes: t.host.get(&library).copied().unwrap_or(0),
@@ -414,13 +443,15 @@ impl Walk {
 }
 
 /// The ledger of the recording read from `input`, joined with the snapshot's `torch` segments
-/// (empty: no snapshot). A snapshot none of whose segments the recording made is refused.
+/// and the addresses of its `torch_host` segments (both empty: no snapshot). A snapshot none of
+/// whose segments the recording made is refused.
 pub fn ledger_of(
     input: impl Read,
     torch: &[TorchSegment],
+    torch_host: &[u64],
 ) -> Result<Vec<DeviceLedger>, LedgerError> {
     let mut reader = RecordingReader::new(input)?;
-    let mut walk = Walk::new(torch);
+    let mut walk = Walk::new(torch, torch_host);
     while let Some(item) = reader.next_item()? {
         match item {
             Item::Event { record, .. } => walk.apply(&record),
@@ -430,9 +461,10 @@ pub fn ledger_of(
             Item::Mapping(m) => walk.libraries.add(&m),
         }
     }
-    if !torch.is_empty() && !walk.joined {
+    let named = !torch.is_empty() || !torch_host.is_empty();
+    if named && !walk.joined {
         return Err(LedgerError::NotJoined {
-            segments: torch.len(),
+            segments: torch.len() + torch_host.len(),
         });
     }
     Ok(walk.finish())
@@ -506,7 +538,7 @@ mod tests {
             size: 1000,
             pool_id: (0, 0),
         }];
-        let ledger = ledger_of(&bytes[..], &torch).expect("joined");
+        let ledger = ledger_of(&bytes[..], &torch, &[]).expect("joined");
         assert_eq!(ledger.len(), 1);
         let peak = &ledger[0].at_peak;
         assert_eq!(peak.device_bytes, 1307);
@@ -536,9 +568,9 @@ mod tests {
             address: 0x77_0000,
             ..torch[0]
         }];
-        let refused = ledger_of(&bytes[..], &elsewhere).expect_err("refused");
+        let refused = ledger_of(&bytes[..], &elsewhere, &[]).expect_err("refused");
         assert!(refused.to_string().contains("not of the same process"));
-        let alone = ledger_of(&bytes[..], &[]).expect("no snapshot");
+        let alone = ledger_of(&bytes[..], &[], &[]).expect("no snapshot");
         assert_eq!(alone[0].at_peak.torch, None);
         assert_eq!(alone[0].at_peak.unattributed_bytes, 1007);
     }
@@ -559,7 +591,7 @@ mod tests {
             segment(0x10_0100, 16, (0, 0)),
             segment(0x10_0000, 0x1000, (1, 0)),
         ];
-        let ledger = ledger_of(&bytes[..], &torch).expect("joined");
+        let ledger = ledger_of(&bytes[..], &torch, &[]).expect("joined");
         let share = ledger[0].at_end.torch.as_ref().expect("a share");
         assert_eq!(share.reserved_bytes, 1050);
         assert_eq!(share.pools[1].bytes, 1050);

@@ -252,6 +252,7 @@ fn finish(fold: DriverFold, rest: Rest) -> ReadRecording {
             snapshot: fold.into_snapshot(stacks, &ids),
             warnings,
             keys: FormatKeys::default(),
+            host: None,
         },
         info,
     }

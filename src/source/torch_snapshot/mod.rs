@@ -1,10 +1,11 @@
 //! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()`) into the model.
 
 mod fold;
+mod host;
 mod intern;
 mod schema;
 
-use crate::model::{FormatKeys, Snapshot};
+use crate::model::{FormatKeys, HostAllocator, Snapshot};
 use crate::source::pickle::{self, DecodeError, Refill};
 
 pub use schema::ShapeError;
@@ -25,6 +26,9 @@ pub struct Parsed {
     pub warnings: Vec<String>,
     /// The version-telling keys the file held (all false for a recording).
     pub keys: FormatKeys,
+    /// The pinned host memory of PyTorch's host allocator (`host_segments`, `host_traces`),
+    /// when the file carries some.
+    pub host: Option<HostAllocator>,
 }
 
 /// Reads a snapshot pickle from `reader` (any `Read`, or a `Refill` source such as `Prefetch`),
@@ -32,10 +36,11 @@ pub struct Parsed {
 pub fn read<R: Refill>(reader: R) -> Result<Parsed, SnapshotError> {
     let mut folder = fold::TraceFolder::new();
     let (doc, root) = pickle::decode(reader, &mut folder)?;
-    let (snapshot, warnings, keys) = schema::build(&doc, root, folder)?;
+    let (snapshot, warnings, keys, host) = schema::build(&doc, root, folder)?;
     Ok(Parsed {
         snapshot,
         warnings,
         keys,
+        host,
     })
 }

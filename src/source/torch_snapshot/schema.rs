@@ -2,10 +2,11 @@
 //! for every layout from PyTorch 2.0 (block `history`) to 2.11. Unknown keys are ignored.
 
 use super::fold::TraceFolder;
+use super::host;
 use super::intern::Interner;
 use crate::model::{
-    AllocatorSettings, Annotation, Block, BlockState, FormatKeys, PoolKind, Segment, SettingValue,
-    Snapshot, SnapshotFormat, Timeline, TraceEntry,
+    AllocatorSettings, Annotation, Block, BlockState, FormatKeys, HostAllocator, PoolKind, Segment,
+    SettingValue, Snapshot, SnapshotFormat, Timeline, TraceEntry,
 };
 use crate::source::pickle::{Document, NodeId, Value};
 use rustc_hash::FxHashMap;
@@ -20,13 +21,12 @@ fn shape<T>(message: impl Into<String>) -> Result<T, ShapeError> {
     Err(ShapeError(message.into()))
 }
 
-/// Reads the root value of a decoded snapshot. Returns the snapshot, warnings and which
-/// version-telling keys the file had.
-pub fn build(
-    doc: &Document,
-    root: Value,
-    folder: TraceFolder,
-) -> Result<(Snapshot, Vec<String>, FormatKeys), ShapeError> {
+/// What `build` read: the snapshot, warnings, which version-telling keys the file had, and
+/// the pinned host memory of PyTorch's host allocator when the file carries some.
+pub type Built = (Snapshot, Vec<String>, FormatKeys, Option<HostAllocator>);
+
+/// Reads the root value of a decoded snapshot.
+pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, ShapeError> {
     let mut warnings = Vec::new();
     let entry_keys = folder.entry_keys();
     let TraceFolder {
@@ -38,10 +38,13 @@ pub fn build(
         problems,
         ..
     } = folder;
+    let (mut host_segments, mut host_traces) = (None, None);
     let (segments_value, traces_value, settings_value, annotations_value) =
         if doc.as_seq(root).is_some() {
             (root, None, None, None)
         } else if let Some(top) = doc.as_dict(root) {
+            host_segments = doc.get(top, "host_segments");
+            host_traces = doc.get(top, "host_traces");
             let Some(segments) = doc.get(top, "segments") else {
                 let keys: Vec<String> = top.iter().map(|(k, _)| doc.render(*k)).collect();
                 return shape(format!(
@@ -85,6 +88,9 @@ pub fn build(
             .and_then(|lists| lists.iter().position(|&l| l == Value::Node(problem.list)));
         let place = match device {
             Some(d) => format!("device_traces[{d}][{}]", problem.position),
+            None if host_traces == Some(Value::Node(problem.list)) => {
+                format!("host_traces[{}]", problem.position)
+            }
             None => format!("trace entry {}", problem.position),
         };
         return shape(format!(
@@ -102,6 +108,22 @@ pub fn build(
             "skipped {count} trace entries with unknown action '{action}'"
         ));
     }
+
+    // A list object that is also a device's trace (a pickle may share it) stays the device's.
+    let device_list = |list| {
+        traces_value
+            .and_then(|t| doc.as_seq(t))
+            .is_some_and(|lists| lists.contains(&list))
+    };
+    let host_list = match host_traces {
+        Some(list @ Value::Node(id)) if !device_list(list) => Some(id),
+        _ => None,
+    };
+    let (entries, runs, host_entries) = host::take_entries(entries, runs, host_list);
+    let host = host::read(doc, host_segments, host_traces, host_entries, |v| {
+        describe(doc, v)
+    })
+    .map_err(ShapeError)?;
 
     let timeline = match traces_value {
         None | Some(Value::None) => Timeline::new(Vec::new(), Vec::new()),
@@ -183,7 +205,7 @@ pub fn build(
         settings,
         annotations,
     };
-    Ok((snapshot, warnings, keys))
+    Ok((snapshot, warnings, keys, host))
 }
 
 /// Each device's range of entries, from the runs of its list. A list of one run is that run,
