@@ -669,6 +669,13 @@ fn payload_len(record: &Record) -> Result<usize, RecordError> {
     }
 }
 
+/// For a record read from a stream: the bytes of payload that follow it (its payload's length,
+/// and that length padded to whole blocks, as in the stream); `(0, 0)` for an event. An error
+/// for a definition beyond the limits.
+pub fn payload_lengths(record: &Record) -> Result<(usize, usize), RecordError> {
+    payload_len(record).map(|len| (len, padded(len)))
+}
+
 /// Reads a recording. Records after a trailer are ignored; a partial last record (or
 /// definition) is counted in `trailing_bytes`, not an error, since a killed program leaves one.
 /// A reader that should not hold the whole recording uses [`RecordingReader`].
