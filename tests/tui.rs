@@ -356,7 +356,7 @@ mod attach {
 
     fn send(to: &Sender<Result<LiveEvent, String>>, events: &[LiveEvent]) {
         for e in events {
-            to.send(Ok(*e)).expect("the view listens");
+            to.send(Ok(e.clone())).expect("the view listens");
         }
     }
 
