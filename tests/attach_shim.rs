@@ -11,6 +11,7 @@ use crate::util::{memprof, repo, Within};
 use crate::view_tmux::Tmux;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// Kills the workload if the test fails before it ends.
@@ -52,8 +53,12 @@ pub fn workload(name: &str) -> (Guard, ChildStdin, Within) {
 /// `nccl_hold` (kernels/workloads/nccl_hold.c) under the shim, its device memory held by the
 /// library playing NCCL (two 8 MiB buffers and 3 MiB pinned) and 1 MiB by itself; returned once
 /// it has printed "ready", with its stdin (a line makes it free one NCCL buffer and print
-/// "shrunk", the next makes it end) and its stdout.
-pub fn nccl_workload(name: &str) -> (Guard, ChildStdin, BufReader<ChildStdout>, Within) {
+/// "shrunk", the next makes it end), its stdout and the runtime directory of its live socket
+/// (`runtime`, or one of its own).
+pub fn nccl_workload(
+    name: &str,
+    runtime: Option<&Path>,
+) -> (Guard, ChildStdin, BufReader<ChildStdout>, Within) {
     let dir = kernels(name);
     let lib = format!("-L{}", dir.display());
     let rpath = format!("-Wl,-rpath,{}", dir.display());
@@ -81,7 +86,7 @@ pub fn nccl_workload(name: &str) -> (Guard, ChildStdin, BufReader<ChildStdout>, 
         &dir.join("nccl_hold"),
         &["-lfakenccl"],
     );
-    let runtime = runtime_dir(&dir);
+    let runtime = runtime.map_or_else(|| runtime_dir(&dir), Path::to_path_buf);
     let mut child = Command::new(dir.join("nccl_hold"))
         .env("MEMPROF_OUT", dir.join("run.memprof"))
         .env("LD_PRELOAD", shim())
@@ -102,7 +107,7 @@ pub fn nccl_workload(name: &str) -> (Guard, ChildStdin, BufReader<ChildStdout>, 
 #[test]
 fn attach_json_splits_memory_by_library_for_a_client_that_connected_late() {
     const MIB: u64 = 1 << 20;
-    let (mut child, mut stdin, mut lines, runtime) = nccl_workload("attach-libraries");
+    let (mut child, mut stdin, mut lines, runtime) = nccl_workload("attach-libraries", None);
     let pid = child.0.id().to_string();
     let attach = |duration: &str| {
         Command::new(env!("CARGO_BIN_EXE_memprof"))
