@@ -193,11 +193,12 @@ fn render_libraries(t: &LiveTally, theme: &Theme, area: Rect, buf: &mut Buffer) 
 
 fn render_shim_body(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) {
     let t = &state.tally;
+    // The table takes what the counts and a few allocations leave, none when too little.
     let library_lines = (library_rows(t).len() + 1).min(LIBRARY_TABLE_MAX) as u16;
-    let libraries_height = if library_lines > 1 {
-        library_lines + 2
-    } else {
-        0
+    let room = area.height.saturating_sub(4 + 4);
+    let libraries_height = match (library_lines + 2).min(room) {
+        height if library_lines > 1 && height >= 4 => height,
+        _ => 0,
     };
     let [counts, libraries, largest] = Layout::vertical([
         Constraint::Length(4),
