@@ -20,22 +20,20 @@ pub struct ShimProcess {
     pub lost: u64,
     /// Per device, the memory held through the driver by library: the `TOP_LIBRARIES` that
     /// hold most, then `other` for the rest (named as in series: `live_libraries::label`).
-    pub libraries: BTreeMap<u32, Vec<(String, LibraryFigures)>>,
+    pub libraries: BTreeMap<u32, LibrarySplit>,
     /// Pinned host memory by library, the same way.
-    pub pinned: Vec<(String, LibraryFigures)>,
+    pub pinned: LibrarySplit,
 }
 
 /// Libraries with series of their own per process and device; the rest are summed as `other`,
 /// so that a process loading many libraries cannot make many series.
 pub const TOP_LIBRARIES: usize = 8;
 
-/// The library split of `tally`, as the agent serves it.
-fn split(
-    tally: &LiveTally,
-) -> (
-    BTreeMap<u32, Vec<(String, LibraryFigures)>>,
-    Vec<(String, LibraryFigures)>,
-) {
+/// Libraries by name, the top ones then `other` (`live_libraries::top_and_other`).
+pub type LibrarySplit = Vec<(String, LibraryFigures)>;
+
+/// The library split of `tally`, as the agent serves it: per device, and pinned.
+fn split(tally: &LiveTally) -> (BTreeMap<u32, LibrarySplit>, LibrarySplit) {
     let libs = &tally.libraries;
     let devices = (libs.devices().into_iter())
         .map(|d| (d, top_and_other(libs.on_device(d), TOP_LIBRARIES)))
