@@ -19,8 +19,10 @@ container set-ups).";
 pub const SHIM_NOTE: &str = "Shim mode: every CUDA driver allocation and mapping of the process \
 (cuMemAlloc*, cuMemMap) from the shim's live stream; `used` is the memory held through the \
 driver at each sample (what PyTorch's caching allocator reserved, without the CUDA context). \
-Tensors inside PyTorch's segments are not visible. Counts start when attach connected; what \
-was alive then is included in `used` but not counted as allocations.";
+Tensors inside PyTorch's segments are not visible. `shim.libraries` and `shim.pinned_host` split \
+device and pinned host memory by the library that asked for it (its stack's first frame outside \
+the CUDA runtime). Counts start when attach connected; what was alive then is included in `used` \
+but not counted as allocations.";
 
 /// The shim stream's counts at the last sample (shim mode only).
 #[derive(Debug, PartialEq, Eq, Serialize)]

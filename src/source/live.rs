@@ -209,7 +209,14 @@ impl<S: Read> LiveClient<S> {
         // A definition's payload (checked against the format's limits before it is read).
         let (len, padded) = payload_lengths(&record).map_err(fail)?;
         let mut payload = vec![0u8; padded];
-        self.stream.read_exact(&mut payload)?;
+        if let Err(e) = self.stream.read_exact(&mut payload) {
+            // Cut inside a definition: the process was killed as the shim wrote it.
+            if e.kind() == ErrorKind::UnexpectedEof {
+                self.ended = true;
+                return Ok(None);
+            }
+            return Err(e.into());
+        }
         payload.truncate(len);
         self.at += RECORD_LEN + padded;
         Ok(Some(match record.kind {
@@ -281,6 +288,70 @@ mod tests {
             matches!(got, Err(LiveError::Refused { .. })),
             "{:?}",
             got.err()
+        );
+    }
+
+    fn head() -> Vec<u8> {
+        let mut bytes = FileHeader {
+            pid: 7,
+            start_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        bytes.extend_from_slice(&ProcessInfo::default().encode());
+        bytes
+    }
+
+    fn events(bytes: &[u8]) -> Result<Vec<LiveEvent>, LiveError> {
+        let mut client = LiveClient::over(bytes, Path::new("test"))?;
+        let mut out = Vec::new();
+        while let Some(event) = client.next_event()? {
+            out.push(event);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn definitions_come_with_their_payloads_and_a_bad_one_names_its_offset() {
+        let mapping = Mapping {
+            start: 0x5000,
+            len: 0x1000,
+            file_offset: 0,
+            path: b"/lib/libnccl.so.2".to_vec(),
+        };
+        let mut alloc = Record::new(Kind::Alloc);
+        alloc.stack = 3;
+        let mut bytes = head();
+        bytes.extend_from_slice(&memprof_wire::encode_mapping(&mapping));
+        bytes.extend_from_slice(&memprof_wire::encode_stack(3, &[0x5010, 0x5020]));
+        bytes.extend_from_slice(&alloc.encode());
+        let got = events(&bytes).expect("reads");
+        assert_eq!(
+            got,
+            [
+                LiveEvent::Mapping(mapping),
+                LiveEvent::Stack {
+                    id: 3,
+                    frames: vec![0x5010, 0x5020]
+                },
+                LiveEvent::Record(alloc),
+            ]
+        );
+        // Cut inside the stack's payload: the stream ended, as a killed process leaves it.
+        let cut = bytes.len() - RECORD_LEN - 8;
+        assert_eq!(events(&bytes[..cut]).expect("reads").len(), 1);
+        // A stack of no frames is refused, at its offset (after the mapping's 128 bytes).
+        let mut bad = Record::new(Kind::Stack);
+        bad.aux = 4;
+        let mut damaged = head();
+        let at = damaged.len() + 128;
+        damaged.extend_from_slice(&bytes[head().len()..head().len() + 128]);
+        damaged.extend_from_slice(&bad.encode());
+        let err = events(&damaged).map(|_| ()).expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains(&format!("at byte {at}: record 1 defines a stack")),
+            "{err}"
         );
     }
 
