@@ -183,6 +183,11 @@ fn attach_in_tmux_streams_a_shim_workload_until_it_ends() {
     let c = screen.find("195.31 KiB  cuMemAlloc").expect("c listed");
     assert!(b < c, "{screen}");
     assert!(screen.contains("held 488.28 KiB"), "{screen}");
+    // By library: the program's own calls, named by the stacks the late client was sent.
+    assert!(
+        screen.contains("GPU 0     488.28 KiB   488.28 KiB  peak_oom"),
+        "{screen}"
+    );
 
     stdin.write_all(b"go\n").expect("written");
     drop(stdin);
@@ -240,6 +245,14 @@ fn attach_json_reads_the_shim_stream_until_the_process_ends() {
     assert_eq!(shim["oom_events"], 1, "{shim}");
     assert_eq!(shim["dropped"], 0, "{shim}");
     assert_eq!(shim["alive"], 2, "c and the mapping: {shim}");
+    // Every call came from the program itself.
+    assert_eq!(
+        shim["libraries"],
+        serde_json::json!([{"device": 0, "library": "peak_oom", "bytes": 232_768,
+                            "peak_bytes": 631_072}]),
+        "{shim}"
+    );
+    assert_eq!(shim["pinned_host"], serde_json::json!([]), "{shim}");
     let samples = doc["samples"].as_array().expect("samples");
     let first = &samples[0]["devices"];
     let last = &samples[samples.len() - 1]["devices"];
