@@ -11,6 +11,7 @@ use memprof::agent::{Cache, Exporter, ShimProcess};
 use memprof::model::Bytes;
 use memprof::report::prometheus::{render, AgentStatus};
 use memprof::source::gpu::{DeviceSample, ProcessSample, Sample};
+use memprof::source::live_libraries::LibraryFigures;
 use memprof::source::live_tally::DeviceFigures;
 use std::hint::black_box;
 use std::io::{Read, Write};
@@ -53,7 +54,28 @@ fn machine() -> Sample {
     }
 }
 
-/// 64 processes running the shim, one device each.
+/// The most library series a process gets per device (and pinned): 8 libraries and `other`.
+fn libraries(i: u32) -> Vec<(String, LibraryFigures)> {
+    (0..9u64)
+        .map(|l| {
+            let name = if l == 8 {
+                "other".to_owned()
+            } else {
+                format!("libext{l}.so.{i}")
+            };
+            let held = Bytes((u64::from(i) + l) << 20);
+            let figures = LibraryFigures {
+                library: Some(name.clone()),
+                held,
+                peak: held,
+            };
+            (name, figures)
+        })
+        .collect()
+}
+
+/// 64 processes running the shim, one device each, each with as many library series as it can
+/// have.
 fn shims() -> Vec<ShimProcess> {
     (0..64u32)
         .map(|i| ShimProcess {
@@ -71,6 +93,8 @@ fn shims() -> Vec<ShimProcess> {
             )]
             .into(),
             lost: 0,
+            libraries: [(i % DEVICES, libraries(i))].into(),
+            pinned: libraries(i),
         })
         .collect()
 }

@@ -34,6 +34,7 @@ import os, socket, statistics, struct, subprocess, sys, time
 work, shim, held, runs, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 RECORD = 64
 LIVE_DROPPED, SNAPSHOT = 16, 4
+STACK, MAPPING = 17, 18
 
 def connect(path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -64,12 +65,22 @@ def first_sample(path, limit=30.0):
                 if len(data) < at:
                     continue
                 data, at = data[at:], 0
-            whole = len(data) - len(data) % RECORD
-            for off in range(0, whole, RECORD):
+            off = 0
+            while off + RECORD <= len(data):
                 kind, flags = struct.unpack_from("<HH", data, off)
                 if kind == LIVE_DROPPED and flags & SNAPSHOT:
                     return time.monotonic() - start
-            data = data[whole:]
+                # Stack and mapping definitions carry a payload padded to whole records.
+                payload = 0
+                if kind == STACK:
+                    payload = struct.unpack_from("<Q", data, off + 24)[0] * 8
+                elif kind == MAPPING:
+                    payload = struct.unpack_from("<Q", data, off + 32)[0]
+                length = RECORD + -(-payload // RECORD) * RECORD
+                if off + length > len(data):
+                    break
+                off += length
+            data = data[off:]
     except OSError:
         return None
     finally:

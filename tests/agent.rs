@@ -4,7 +4,7 @@
 //! `contrib/prometheus/` through `promtool`. A workload running the shim gets driver-level
 //! series from its live stream.
 
-use crate::attach_shim::workload;
+use crate::attach_shim::{nccl_workload, workload};
 use crate::nvml_fake::{fake_nvml, scenario, GONE_PID};
 use crate::util::{memprof, repo, skip, stderr, Scratch};
 use memprof::agent::MAX_CONNECTIONS;
@@ -133,6 +133,10 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
     let scenario = scenario(&dir, own);
     // A workload running the shim, waiting with b and c alive, for the driver-level series.
     let (shim_child, _go, runtime) = workload("agent-prometheus");
+    // And one whose device and pinned memory a library playing NCCL holds, for the split by
+    // library; both allocated everything before the agent connects.
+    let (nccl_child, _nccl_go, _nccl_out, _nccl_build) =
+        nccl_workload("agent-prometheus-nccl", Some(&runtime));
     let (_agent, addr) = start_agent(
         &["--interval", "0.2"],
         &[
@@ -279,6 +283,45 @@ fn prometheus_scrapes_the_fake_nvml_figures() {
         ),
         0.0
     );
+    // By library: b and c from the program itself; NCCL's buffers and pinned memory.
+    let by_library = |pid: u32, library: &str| {
+        format!(
+            r#"memprof_process_driver_bytes{{pid="{pid}",gpu="0",host="testhost",library="{library}"}}"#
+        )
+    };
+    assert_eq!(
+        one(&web, &by_library(shim_child.0.id(), "peak_oom")),
+        500_000.0
+    );
+    let nccl = nccl_child.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(&web, &by_library(nccl, "libfakenccl.so")).is_empty() {
+        assert!(Instant::now() < deadline, "no NCCL series in Prometheus");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let series = query(
+        &web,
+        &format!(r#"memprof_process_driver_bytes{{pid="{nccl}"}}"#),
+    );
+    let mut split: Vec<(String, f64)> = (series.iter())
+        .map(|(m, v)| (m["library"].as_str().unwrap_or_default().to_owned(), *v))
+        .collect();
+    split.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        split,
+        [
+            ("libfakenccl.so".to_owned(), 16.0 * 1_048_576.0),
+            ("nccl_hold".to_owned(), 1_048_576.0),
+        ]
+    );
+    let pinned = query(
+        &web,
+        &format!(r#"memprof_process_pinned_host_bytes{{pid="{nccl}"}}"#),
+    );
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+    assert_eq!(pinned[0].0["library"], "libfakenccl.so");
+    assert_eq!(pinned[0].0["host"], "testhost");
+    assert_eq!(pinned[0].1, 3.0 * 1_048_576.0);
 
     // Processes: ours with its command line, the one NVML has no figure for absent, the
     // growing one growing.

@@ -6,12 +6,13 @@
 //! marks the workload as running the shim and opens the same view on Enter.
 
 use crate::nvml_fake::fake_nvml;
-use crate::shim_preload::{deep_runtime_dir, kernels, shim};
-use crate::util::{memprof, Within};
+use crate::shim_preload::{cc_with_driver, check, deep_runtime_dir, kernels, runtime_dir, shim};
+use crate::util::{memprof, repo, Within};
 use crate::view_tmux::Tmux;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// Kills the workload if the test fails before it ends.
 pub struct Guard(pub Child);
@@ -49,6 +50,116 @@ pub fn workload(name: &str) -> (Guard, ChildStdin, Within) {
     (guard, stdin, Within::new(dir, runtime))
 }
 
+/// `nccl_hold` (kernels/workloads/nccl_hold.c) under the shim, its device memory held by the
+/// library playing NCCL (two 8 MiB buffers and 3 MiB pinned) and 1 MiB by itself; returned once
+/// it has printed "ready", with its stdin (a line makes it free one NCCL buffer and print
+/// "shrunk", the next makes it end), its stdout and the runtime directory of its live socket
+/// (`runtime`, or one of its own).
+pub fn nccl_workload(
+    name: &str,
+    runtime: Option<&Path>,
+) -> (Guard, ChildStdin, BufReader<ChildStdout>, Within) {
+    let dir = kernels(name);
+    let lib = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let k = repo().join("kernels");
+    let built = Command::new("cc")
+        .args([
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            "-fno-omit-frame-pointer",
+        ])
+        .arg("-o")
+        .arg(dir.join("libfakenccl.so"))
+        .arg(k.join("fake_nccl/fake_nccl.c"))
+        .args([&lib, "-l:libcuda.so.1", &rpath])
+        .output()
+        .expect("cc runs");
+    check("cc fake_nccl.c", &built);
+    cc_with_driver(
+        &dir,
+        &["-O1", "-fno-omit-frame-pointer"],
+        &k.join("workloads/nccl_hold.c"),
+        &dir.join("nccl_hold"),
+        &["-lfakenccl"],
+    );
+    let runtime = runtime.map_or_else(|| runtime_dir(&dir), Path::to_path_buf);
+    let mut child = Command::new(dir.join("nccl_hold"))
+        .env("MEMPROF_OUT", dir.join("run.memprof"))
+        .env("LD_PRELOAD", shim())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("nccl_hold runs");
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
+    let guard = Guard(child);
+    let mut ready = String::new();
+    lines.read_line(&mut ready).expect("a line");
+    assert_eq!(ready, "ready\n");
+    (guard, stdin, lines, Within::new(dir, runtime))
+}
+
+#[test]
+fn attach_json_splits_memory_by_library_for_a_client_that_connected_late() {
+    const MIB: u64 = 1 << 20;
+    let (mut child, mut stdin, mut lines, runtime) = nccl_workload("attach-libraries", None);
+    let pid = child.0.id().to_string();
+    let attach = |duration: &str| {
+        Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .args(["attach", &pid, "--json", "--duration", duration])
+            .args(["--interval", "0.1"])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .output()
+            .expect("memprof runs")
+    };
+    let split = |out: &std::process::Output| -> (Value, Value) {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let shim = &doc["shim"];
+        (shim["libraries"].clone(), shim["pinned_host"].clone())
+    };
+    // Everything was allocated before attach connected: the stacks and mappings that name the
+    // libraries come to it with the snapshot.
+    let (libraries, pinned) = split(&attach("0.3"));
+    assert_eq!(
+        libraries,
+        serde_json::json!([
+            {"device": 0, "library": "libfakenccl.so", "bytes": 16 * MIB, "peak_bytes": 16 * MIB},
+            {"device": 0, "library": "nccl_hold", "bytes": MIB, "peak_bytes": MIB},
+        ])
+    );
+    let nccl_pinned = serde_json::json!([
+        {"library": "libfakenccl.so", "bytes": 3 * MIB, "peak_bytes": 3 * MIB},
+    ]);
+    assert_eq!(pinned, nccl_pinned);
+    stdin.write_all(b"shrink\n").expect("written");
+    let mut shrunk = String::new();
+    lines.read_line(&mut shrunk).expect("a line");
+    assert_eq!(shrunk, "shrunk\n");
+    let (libraries, pinned) = split(&attach("0.3"));
+    assert_eq!(
+        libraries,
+        serde_json::json!([
+            {"device": 0, "library": "libfakenccl.so", "bytes": 8 * MIB, "peak_bytes": 8 * MIB},
+            {"device": 0, "library": "nccl_hold", "bytes": MIB, "peak_bytes": MIB},
+        ])
+    );
+    assert_eq!(pinned, nccl_pinned);
+    stdin.write_all(b"end\n").expect("written");
+    drop(stdin);
+    assert!(child.0.wait().expect("exits").success());
+}
+
 #[test]
 fn attach_in_tmux_streams_a_shim_workload_until_it_ends() {
     let (mut child, mut stdin, runtime) = workload("attach-tmux");
@@ -72,6 +183,11 @@ fn attach_in_tmux_streams_a_shim_workload_until_it_ends() {
     let c = screen.find("195.31 KiB  cuMemAlloc").expect("c listed");
     assert!(b < c, "{screen}");
     assert!(screen.contains("held 488.28 KiB"), "{screen}");
+    // By library: the program's own calls, named by the stacks the late client was sent.
+    assert!(
+        screen.contains("GPU 0     488.28 KiB   488.28 KiB  peak_oom"),
+        "{screen}"
+    );
 
     stdin.write_all(b"go\n").expect("written");
     drop(stdin);
@@ -129,6 +245,14 @@ fn attach_json_reads_the_shim_stream_until_the_process_ends() {
     assert_eq!(shim["oom_events"], 1, "{shim}");
     assert_eq!(shim["dropped"], 0, "{shim}");
     assert_eq!(shim["alive"], 2, "c and the mapping: {shim}");
+    // Every call came from the program itself.
+    assert_eq!(
+        shim["libraries"],
+        serde_json::json!([{"device": 0, "library": "peak_oom", "bytes": 232_768,
+                            "peak_bytes": 631_072}]),
+        "{shim}"
+    );
+    assert_eq!(shim["pinned_host"], serde_json::json!([]), "{shim}");
     let samples = doc["samples"].as_array().expect("samples");
     let first = &samples[0]["devices"];
     let last = &samples[samples.len() - 1]["devices"];

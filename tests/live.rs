@@ -93,9 +93,20 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
     stdin.write_all(b"go\n").expect("written");
     drop(stdin);
     let (mut snapshot, mut stream) = (Vec::new(), Vec::new());
+    let (mut stacks, mut mappings) = (std::collections::BTreeMap::new(), Vec::new());
     let mut end = None;
     while let Some(event) = client.next_event().expect("the stream reads") {
+        if let LiveEvent::Record(r) = &event {
+            assert!(
+                r.stack == 0 || stacks.contains_key(&r.stack),
+                "{r:?} came before its stack"
+            );
+        }
         match event {
+            LiveEvent::Stack { id, frames } => {
+                assert!(stacks.insert(id, frames).is_none(), "stack {id} twice");
+            }
+            LiveEvent::Mapping(m) => mappings.push(m),
             LiveEvent::Record(r) if r.flags & FLAG_SNAPSHOT != 0 => {
                 assert!(stream.is_empty(), "the snapshot comes first");
                 snapshot.push(r);
@@ -118,6 +129,10 @@ fn a_client_connecting_mid_run_gets_the_live_state_then_every_record() {
 
     let file = decode_recording(&std::fs::read(&out).expect("written")).expect("decodes");
     assert_eq!(file.records.len(), 16);
+    // Connected late, the client still got every definition the file has, before their use.
+    assert!(!file.stacks.is_empty());
+    assert_eq!(stacks, file.stacks);
+    assert_eq!(mappings, file.mappings);
     // The five records drained before the client connected became the snapshot; everything
     // after reached the client as recorded.
     let before = file.records.len() - stream.len();
@@ -234,6 +249,8 @@ fn a_client_that_never_reads_is_dropped_after_the_timeout_and_a_reader_is_not() 
     loop {
         match reader.next_event().expect("reads") {
             Some(LiveEvent::Record(_)) => snapshot += 1,
+            // The definitions the snapshot's stacks need come before it.
+            Some(LiveEvent::Stack { .. } | LiveEvent::Mapping(_)) => {}
             Some(LiveEvent::CaughtUp) => break,
             other => panic!("{other:?} before the end of the snapshot"),
         }

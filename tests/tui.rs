@@ -356,7 +356,7 @@ mod attach {
 
     fn send(to: &Sender<Result<LiveEvent, String>>, events: &[LiveEvent]) {
         for e in events {
-            to.send(Ok(*e)).expect("the view listens");
+            to.send(Ok(e.clone())).expect("the view listens");
         }
     }
 
@@ -391,13 +391,35 @@ mod attach {
             Theme::colored(),
             "",
         );
+        // The libraries: NCCL's, and one whose file name would drive the terminal if shown raw.
+        let mapping = |start: u64, path: &str| {
+            LiveEvent::Mapping(memprof_wire::Mapping {
+                start,
+                len: 0x1000,
+                file_offset: 0,
+                path: path.as_bytes().to_vec(),
+            })
+        };
+        let stack = |id: u32, frame: u64| LiveEvent::Stack {
+            id,
+            frames: vec![frame],
+        };
+        let with_stack = |event: LiveEvent, id: u32| match event {
+            LiveEvent::Record(r) => LiveEvent::Record(Record { stack: id, ..r }),
+            other => other,
+        };
         send(
             &to,
             &[
-                record(Kind::Alloc, 0x7f10_0000_0000, 2048 * MIB, 0),
-                record(Kind::Alloc, 0x7f20_0000_0000, 256 * MIB, 1),
+                mapping(0x5000, "/opt/nccl/lib/libnccl.so.2"),
+                mapping(0x9000, "/tmp/ext\x1b[31m.so"),
+                stack(1, 0x5010),
+                stack(2, 0x9010),
+                with_stack(record(Kind::Alloc, 0x7f10_0000_0000, 2048 * MIB, 0), 1),
+                with_stack(record(Kind::Alloc, 0x7f20_0000_0000, 256 * MIB, 1), 2),
                 record(Kind::Alloc, 0x7f30_0000_0000, 64 * MIB, 0),
                 record(Kind::Free, 0x7f30_0000_0000, 0, 0),
+                with_stack(record(Kind::HostAlloc, 0x5555_0000, 3 * MIB, -1), 1),
             ],
         );
         let mut info = Record {
@@ -422,7 +444,13 @@ mod attach {
             screen.contains("allocations 3  frees 1  alive 3  OOM 1"),
             "the snapshot is alive but not counted:\n{screen}"
         );
-        assert!(screen.contains("events/s 2.0  records 7"), "{screen}");
+        assert!(screen.contains("events/s 2.0  records 8"), "{screen}");
+        assert!(
+            screen.contains("GPU 0       2.00 GiB     2.00 GiB  libnccl.so.2"),
+            "{screen}"
+        );
+        assert!(screen.contains("pinned      3.00 MiB     3.00 MiB  libnccl.so.2"));
+        assert!(screen.contains("ext\\x1b[31m.so"), "escaped:\n{screen}");
         assert_snapshot!("attach_shim_100x30", screen);
         send(&to, &[LiveEvent::End { dropped: 0 }]);
         drop(to);

@@ -3,6 +3,7 @@
 //! the figures out under a short lock, so a slow, stopped or silent process never delays it.
 
 use crate::source::live::{processes_in, LiveClient, LiveEvent};
+use crate::source::live_libraries::{top_and_other, LibraryFigures};
 use crate::source::live_tally::{DeviceFigures, LiveTally};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,6 +18,27 @@ pub struct ShimProcess {
     pub devices: BTreeMap<u32, DeviceFigures>,
     /// Records not sent to the agent because it read too slowly.
     pub lost: u64,
+    /// Per device, the memory held through the driver by library: the `TOP_LIBRARIES` that
+    /// hold most, then `other` for the rest (named as in series: `live_libraries::label`).
+    pub libraries: BTreeMap<u32, LibrarySplit>,
+    /// Pinned host memory by library, the same way.
+    pub pinned: LibrarySplit,
+}
+
+/// Libraries with series of their own per process and device; the rest are summed as `other`,
+/// so that a process loading many libraries cannot make many series.
+pub const TOP_LIBRARIES: usize = 8;
+
+/// Libraries by name, the top ones then `other` (`live_libraries::top_and_other`).
+pub type LibrarySplit = Vec<(String, LibraryFigures)>;
+
+/// The library split of `tally`, as the agent serves it: per device, and pinned.
+fn split(tally: &LiveTally) -> (BTreeMap<u32, LibrarySplit>, LibrarySplit) {
+    let libs = &tally.libraries;
+    let devices = (libs.devices().into_iter())
+        .map(|d| (d, top_and_other(libs.on_device(d), TOP_LIBRARIES)))
+        .collect();
+    (devices, top_and_other(libs.pinned(), TOP_LIBRARIES))
 }
 
 /// What the reader thread of one process shares with the sampling loop.
@@ -66,11 +88,14 @@ impl ShimWatch {
             .iter()
             .filter_map(|(&pid, shared)| {
                 let f = lock(shared);
+                let (libraries, pinned) = split(&f.tally);
                 Some(ShimProcess {
                     pid,
                     command: f.command.clone()?,
                     devices: f.tally.devices.clone(),
                     lost: f.tally.lost,
+                    libraries,
+                    pinned,
                 })
             })
             .collect()

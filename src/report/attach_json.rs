@@ -19,8 +19,10 @@ container set-ups).";
 pub const SHIM_NOTE: &str = "Shim mode: every CUDA driver allocation and mapping of the process \
 (cuMemAlloc*, cuMemMap) from the shim's live stream; `used` is the memory held through the \
 driver at each sample (what PyTorch's caching allocator reserved, without the CUDA context). \
-Tensors inside PyTorch's segments are not visible. Counts start when attach connected; what \
-was alive then is included in `used` but not counted as allocations.";
+Tensors inside PyTorch's segments are not visible. `shim.libraries` and `shim.pinned_host` split \
+device and pinned host memory by the library that asked for it (its stack's first frame outside \
+the CUDA runtime). Counts start when attach connected; what was alive then is included in `used` \
+but not counted as allocations.";
 
 /// The shim stream's counts at the last sample (shim mode only).
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -36,6 +38,29 @@ pub struct ShimCounts {
     pub not_sent: u64,
     /// The process ended during the series.
     pub ended: bool,
+    /// Device memory held through the driver by library, per device, most first.
+    pub libraries: Vec<LibraryShare>,
+    /// Pinned host memory by library, most first.
+    pub pinned_host: Vec<PinnedShare>,
+}
+
+/// The device memory one library holds through the driver on one device.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct LibraryShare {
+    pub device: u32,
+    /// The library's file name; null when no frame outside the CUDA runtime names one.
+    pub library: Option<String>,
+    pub bytes: Bytes,
+    /// The most it held at once since attach connected.
+    pub peak_bytes: Bytes,
+}
+
+/// The pinned host memory one library holds.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct PinnedShare {
+    pub library: Option<String>,
+    pub bytes: Bytes,
+    pub peak_bytes: Bytes,
 }
 
 #[derive(Debug, Serialize)]
@@ -142,6 +167,23 @@ impl AttachDocument {
             dropped: tally.dropped,
             not_sent: tally.lost,
             ended: tally.ended,
+            libraries: (tally.libraries.devices().into_iter())
+                .flat_map(|device| {
+                    (tally.libraries.on_device(device).into_iter()).map(move |f| LibraryShare {
+                        device,
+                        library: f.library,
+                        bytes: f.held,
+                        peak_bytes: f.peak,
+                    })
+                })
+                .collect(),
+            pinned_host: (tally.libraries.pinned().into_iter())
+                .map(|f| PinnedShare {
+                    library: f.library,
+                    bytes: f.held,
+                    peak_bytes: f.peak,
+                })
+                .collect(),
         });
     }
 

@@ -140,6 +140,8 @@ fn register_shims(registry: &mut Registry, sample: &Sample, shims: &[ShimProcess
     let frees = CounterFamily::default();
     let ooms = CounterFamily::default();
     let not_sent = CounterFamily::default();
+    let by_library = GaugeFamily::default();
+    let pinned = GaugeFamily::default();
     for process in shims {
         let with_process = |mut labels: Labels| {
             labels.push(("pid", process.pid.to_string()));
@@ -163,13 +165,30 @@ fn register_shims(registry: &mut Registry, sample: &Sample, shims: &[ShimProcess
             frees.get_or_create(&labels).inc_by(figures.frees);
             ooms.get_or_create(&labels).inc_by(figures.ooms);
         }
+        for (&gpu, libraries) in &process.libraries {
+            let labels = with_process(match sample.devices.iter().find(|d| d.index == gpu) {
+                Some(device) => device_labels(device, host),
+                None => base_labels(host, gpu),
+            });
+            for (library, figures) in libraries {
+                let mut labels = labels.clone();
+                labels.push(("library", library.clone()));
+                by_library
+                    .get_or_create(&labels)
+                    .set(gauge_bytes(figures.held));
+            }
+        }
         let mut labels = Vec::new();
         if !host.is_empty() {
             labels.push(("host", host.to_owned()));
         }
-        not_sent
-            .get_or_create(&with_process(labels))
-            .inc_by(process.lost);
+        let labels = with_process(labels);
+        for (library, figures) in &process.pinned {
+            let mut labels = labels.clone();
+            labels.push(("library", library.clone()));
+            pinned.get_or_create(&labels).set(gauge_bytes(figures.held));
+        }
+        not_sent.get_or_create(&labels).inc_by(process.lost);
     }
     registry.register_with_unit(
         "process_driver_reserved",
@@ -199,6 +218,21 @@ fn register_shims(registry: &mut Registry, sample: &Sample, shims: &[ShimProcess
         "Driver allocations of a shim process that failed with out-of-memory since the agent \
          connected",
         ooms,
+    );
+    registry.register_with_unit(
+        "process_driver",
+        "Device memory a shim process holds through the CUDA driver now, by the library that \
+         asked for it (the first frame of its native stack outside the CUDA runtime and driver): \
+         the 8 that hold most per device, the rest as library=\"other\"",
+        Unit::Bytes,
+        by_library,
+    );
+    registry.register_with_unit(
+        "process_pinned_host",
+        "Pinned host memory a shim process holds now (cuMemHostAlloc, cuMemAllocHost, \
+         cuMemHostRegister), by library as process_driver_bytes",
+        Unit::Bytes,
+        pinned,
     );
     registry.register(
         "process_shim_records_not_sent",
@@ -319,6 +353,15 @@ mod tests {
         assert!(!text.contains("host="));
     }
 
+    fn lib(name: &str, held: u64) -> (String, crate::source::live_libraries::LibraryFigures) {
+        let figures = crate::source::live_libraries::LibraryFigures {
+            library: Some(name.to_owned()),
+            held: Bytes(held),
+            peak: Bytes(held),
+        };
+        (name.to_owned(), figures)
+    }
+
     #[test]
     fn shim_processes_get_driver_series_per_device() {
         use crate::source::live_tally::DeviceFigures;
@@ -335,6 +378,8 @@ mod tests {
             command: Some("python train.py".into()),
             devices: [(0, figures), (3, DeviceFigures::default())].into(),
             lost: 7,
+            libraries: [(0, vec![lib("libnccl.so.2", 200), lib("a\"b\\c\nd", 100)])].into(),
+            pinned: vec![lib("unattributed", 5)],
         };
         let text = render(&sample(), &[shim], "node7", AgentStatus::default());
         let gpu0 = "host=\"node7\",gpu=\"0\",uuid=\"GPU-a\",name=\"NVIDIA H100 80GB HBM3\",pid=\"42\",command=\"python train.py\"";
@@ -347,6 +392,10 @@ mod tests {
             format!("memprof_process_driver_oom_events_total{{{gpu0}}} 2"),
             format!("memprof_process_driver_reserved_bytes{{{gpu3}}} 0"),
             "memprof_process_shim_records_not_sent_total{host=\"node7\",pid=\"42\",command=\"python train.py\"} 7".to_owned(),
+            format!("memprof_process_driver_bytes{{{gpu0},library=\"libnccl.so.2\"}} 200"),
+            // Escaped as the text format requires.
+            format!("memprof_process_driver_bytes{{{gpu0},library=\"a\\\"b\\\\c\\nd\"}} 100"),
+            "memprof_process_pinned_host_bytes{host=\"node7\",pid=\"42\",command=\"python train.py\",library=\"unattributed\"} 5".to_owned(),
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

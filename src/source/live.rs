@@ -1,11 +1,12 @@
 //! The live stream of a process recording under the shim: connects to the Unix socket the shim
 //! listens on (named after the process id, `crates/memprof-shim/src/live.rs`) and yields the
 //! records as the shim drains them. The stream holds the bytes of a recording: header, process
-//! block, records, and the trailer when the process ends.
+//! block, records with the stack and mapping definitions they name, and the trailer when the
+//! process ends.
 
 use memprof_wire::{
-    decode_header, DecodeError, FileHeader, HeaderError, Kind, ProcessInfo, Record,
-    FILE_HEADER_LEN, FLAG_SNAPSHOT, HEADER_LEN, MAX_PROCESS_BLOCK, RECORD_LEN,
+    decode_header, payload_lengths, DecodeError, FileHeader, HeaderError, Kind, Mapping,
+    ProcessInfo, Record, FILE_HEADER_LEN, FLAG_SNAPSHOT, HEADER_LEN, MAX_PROCESS_BLOCK, RECORD_LEN,
 };
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::MetadataExt;
@@ -39,9 +40,16 @@ pub enum LiveError {
 const HEADER_WAIT: Duration = Duration::from_secs(5);
 
 /// One thing the stream says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LiveEvent {
     Record(Record),
+    /// Call stack `id` (return addresses, innermost first), before the first record naming it.
+    Stack {
+        id: u32,
+        frames: Vec<u64>,
+    },
+    /// An executable file mapping of the process, before the first stack it covers.
+    Mapping(Mapping),
     /// The client read too slowly and this many records were not sent (they are in the file).
     Lost(u64),
     /// Every record of what was alive when the client connected has come (the flagged
@@ -91,9 +99,10 @@ pub struct LiveClient<S = UnixStream> {
     pub header: FileHeader,
     /// `None` from a shim that writes format version 1.
     pub process: Option<ProcessInfo>,
-    /// Records read so far, and the stream offset of the first (for error messages).
+    /// Records (and definitions) read so far, and the stream offset of the next (for error
+    /// messages).
     read: usize,
-    records_at: usize,
+    at: usize,
     ended: bool,
 }
 
@@ -171,7 +180,7 @@ impl<S: Read> LiveClient<S> {
             header,
             process,
             read: 0,
-            records_at,
+            at: records_at,
             ended: false,
         })
     }
@@ -189,14 +198,40 @@ impl<S: Read> LiveClient<S> {
             }
             return Err(e.into());
         }
-        let index = self.read;
+        let (index, offset) = (self.read, self.at);
         self.read += 1;
-        let record = Record::decode(&raw).map_err(|error| DecodeError::Record {
+        let fail = |error| DecodeError::Record {
             index,
-            offset: self.records_at + index * RECORD_LEN,
+            offset,
             error,
-        })?;
+        };
+        let record = Record::decode(&raw).map_err(fail)?;
+        // A definition's payload (checked against the format's limits before it is read).
+        let (len, padded) = payload_lengths(&record).map_err(fail)?;
+        let mut payload = vec![0u8; padded];
+        if let Err(e) = self.stream.read_exact(&mut payload) {
+            // Cut inside a definition: the process was killed as the shim wrote it.
+            if e.kind() == ErrorKind::UnexpectedEof {
+                self.ended = true;
+                return Ok(None);
+            }
+            return Err(e.into());
+        }
+        payload.truncate(len);
+        self.at += RECORD_LEN + padded;
         Ok(Some(match record.kind {
+            Kind::Stack => LiveEvent::Stack {
+                id: record.aux as u32,
+                frames: (payload.chunks_exact(8))
+                    .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+                    .collect(),
+            },
+            Kind::Mapping => LiveEvent::Mapping(Mapping {
+                start: record.ptr,
+                len: record.size,
+                file_offset: record.aux,
+                path: payload,
+            }),
             Kind::LiveDropped if record.flags & FLAG_SNAPSHOT != 0 => LiveEvent::CaughtUp,
             Kind::LiveDropped => LiveEvent::Lost(record.size),
             Kind::Trailer => {
@@ -253,6 +288,70 @@ mod tests {
             matches!(got, Err(LiveError::Refused { .. })),
             "{:?}",
             got.err()
+        );
+    }
+
+    fn head() -> Vec<u8> {
+        let mut bytes = FileHeader {
+            pid: 7,
+            start_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        bytes.extend_from_slice(&ProcessInfo::default().encode());
+        bytes
+    }
+
+    fn events(bytes: &[u8]) -> Result<Vec<LiveEvent>, LiveError> {
+        let mut client = LiveClient::over(bytes, Path::new("test"))?;
+        let mut out = Vec::new();
+        while let Some(event) = client.next_event()? {
+            out.push(event);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn definitions_come_with_their_payloads_and_a_bad_one_names_its_offset() {
+        let mapping = Mapping {
+            start: 0x5000,
+            len: 0x1000,
+            file_offset: 0,
+            path: b"/lib/libnccl.so.2".to_vec(),
+        };
+        let mut alloc = Record::new(Kind::Alloc);
+        alloc.stack = 3;
+        let mut bytes = head();
+        bytes.extend_from_slice(&memprof_wire::encode_mapping(&mapping));
+        bytes.extend_from_slice(&memprof_wire::encode_stack(3, &[0x5010, 0x5020]));
+        bytes.extend_from_slice(&alloc.encode());
+        let got = events(&bytes).expect("reads");
+        assert_eq!(
+            got,
+            [
+                LiveEvent::Mapping(mapping),
+                LiveEvent::Stack {
+                    id: 3,
+                    frames: vec![0x5010, 0x5020]
+                },
+                LiveEvent::Record(alloc),
+            ]
+        );
+        // Cut inside the stack's payload: the stream ended, as a killed process leaves it.
+        let cut = bytes.len() - RECORD_LEN - 8;
+        assert_eq!(events(&bytes[..cut]).expect("reads").len(), 1);
+        // A stack of no frames is refused, at its offset (after the mapping's 128 bytes).
+        let mut bad = Record::new(Kind::Stack);
+        bad.aux = 4;
+        let mut damaged = head();
+        let at = damaged.len() + 128;
+        damaged.extend_from_slice(&bytes[head().len()..head().len() + 128]);
+        damaged.extend_from_slice(&bad.encode());
+        let err = events(&damaged).map(|_| ()).expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains(&format!("at byte {at}: record 1 defines a stack")),
+            "{err}"
         );
     }
 

@@ -2,8 +2,10 @@
 //! peak, allocation/free/OOM counts, records lost or dropped, and the allocations alive now.
 //! Bounded memory (no history is kept), so a dashboard or the agent can follow a process for
 //! days. The mapping of calls to held memory is the recording reader's (`recording/mod.rs`).
+//! The split of held memory (and pinned host memory) by library is `live_libraries.rs`'s.
 
 use super::live::LiveEvent;
+use super::live_libraries::LiveLibraries;
 use crate::model::Bytes;
 use memprof_wire::{Kind, Record, CUDA_SUCCESS, FLAG_SNAPSHOT};
 use rustc_hash::FxHashMap;
@@ -60,6 +62,8 @@ pub struct LiveTally {
     pub dropped: Option<u64>,
     /// The stream ended with the process.
     pub ended: bool,
+    /// Device and pinned host memory by library.
+    pub libraries: LiveLibraries,
 }
 
 impl LiveTally {
@@ -67,6 +71,8 @@ impl LiveTally {
     pub fn apply(&mut self, event: &LiveEvent) {
         match *event {
             LiveEvent::Record(ref r) => self.record(r),
+            LiveEvent::Stack { id, ref frames } => self.libraries.stack(id, frames),
+            LiveEvent::Mapping(ref m) => self.libraries.mapping(m),
             LiveEvent::Lost(n) => self.lost = self.lost.saturating_add(n),
             LiveEvent::CaughtUp => {}
             LiveEvent::End { dropped } => {
@@ -116,7 +122,7 @@ impl LiveTally {
             | Kind::AllocPitch
             | Kind::AllocManaged
             | Kind::AllocAsync
-            | Kind::AllocFromPoolAsync => self.hold(r.ptr, device, r.size, false, counted),
+            | Kind::AllocFromPoolAsync => self.hold(r, device, false, counted),
             Kind::Free | Kind::FreeAsync if self.held.get(&r.ptr).is_some_and(|a| !a.mapped) => {
                 self.release(r.ptr, counted);
             }
@@ -125,7 +131,7 @@ impl LiveTally {
             }
             Kind::VmmMap => {
                 let device = self.handles.get(&r.aux).copied().unwrap_or(device);
-                self.hold(r.ptr, device, r.size, true, counted);
+                self.hold(r, device, true, counted);
             }
             Kind::VmmUnmap => {
                 let end = r.ptr.saturating_add(r.size);
@@ -139,6 +145,9 @@ impl LiveTally {
                     self.release(at, counted);
                 }
             }
+            Kind::HostAlloc | Kind::HostRegister | Kind::HostFree | Kind::HostUnregister => {
+                self.libraries.host(r);
+            }
             Kind::MemGetInfo => {
                 let d = self.devices.entry(device).or_default();
                 d.free = Some(Bytes(r.aux));
@@ -148,11 +157,14 @@ impl LiveTally {
         }
     }
 
-    fn hold(&mut self, address: u64, device: u32, size: u64, mapped: bool, counted: bool) {
+    /// Holds the memory `r` made addressable at its pointer (`r.size` bytes).
+    fn hold(&mut self, r: &Record, device: u32, mapped: bool, counted: bool) {
+        let (address, size) = (r.ptr, r.size);
         // An address still held was freed unrecorded: its old entry goes.
         if self.held.contains_key(&address) {
             self.release(address, false);
         }
+        self.libraries.hold(address, device, size, r.stack);
         self.held.insert(
             address,
             LiveAlloc {
@@ -173,6 +185,7 @@ impl LiveTally {
 
     fn release(&mut self, address: u64, counted: bool) {
         if let Some(a) = self.held.remove(&address) {
+            self.libraries.release(address);
             let d = self.devices.entry(a.device).or_default();
             d.held = Bytes(d.held.0.saturating_sub(a.size.0));
             if counted {

@@ -6,6 +6,7 @@ pub mod cuda_probe;
 pub mod gpu;
 pub mod live;
 pub mod live_feed;
+pub mod live_libraries;
 pub mod live_tally;
 pub mod oom_log;
 pub mod pickle;

@@ -25,8 +25,7 @@
 //! frame-pointer walk (`stack.rs`; x86_64 and aarch64; `MEMPROF_STACKS=0` turns it off); the writer
 //! thread gives each distinct stack an id and writes the executable mappings needed to symbolize it
 //! (`stacks.rs`). Not yet: `dlsym` on other architectures, context push/pop, context events in the
-//! recording, stacks of code built without frame pointers (partial), stack definitions on the live
-//! socket (its records carry ids it never defines). A program ending with `_exit` / `_Exit` is
+//! recording, stacks of code built without frame pointers (partial). A program ending with `_exit` / `_Exit` is
 //! flushed first (`exit.rs`).
 //!
 //! While it records, the shim also streams the same bytes to clients of a Unix socket named after
@@ -51,6 +50,7 @@
 
 mod buffers;
 mod context;
+mod definitions;
 #[cfg(all(target_arch = "x86_64", target_os = "linux", not(test)))]
 mod dlsym;
 mod driver;

@@ -10,19 +10,24 @@
 //! directory) is bound through a descriptor of its directory (`memprof_wire::at_socket_path`),
 //! so the socket is still where clients look. When no socket can be made the process says so
 //! once on stderr, and records to its file all the same. What a client gets: the header and
-//! process block, the records of what is alive (`table.rs`, flagged `FLAG_SNAPSHOT`; everything
+//! process block, every stack and mapping definition drained so far (`definitions.rs`, copied in
+//! pieces as the snapshot is, so that it can name the library of every record it gets), the
+//! records of what is alive (`table.rs`, flagged `FLAG_SNAPSHOT`; everything
 //! drained before it was accepted, which the writer does first each round) and a `LiveDropped`
 //! record of 0 flagged so that ends them, then the records drained after that, then the trailer
 //! when the process ends. The snapshot is copied in pieces as the client reads it (at most
 //! `ROUND_RECORDS` a writer round for all clients); records drained meanwhile that change what
 //! the client already has come unflagged among the snapshot's, so that at the mark it holds what
-//! is alive then. A client that reads too slowly loses whole records (never part of one); the
+//! is alive then. Definitions drained later come before the records that name them; they are
+//! never lost, only held back while the client's buffer is full (records are then lost instead:
+//! a record never comes before its definitions). A client that reads too slowly loses whole records (never part of one); the
 //! next thing it gets is a `LiveDropped` record counting them. A client with bytes to read that
 //! reads none for `STALL_TIMEOUT` is dropped; a client that connects while `MAX_CLIENTS` are
 //! connected takes the place of the one that has gone longest without reading what it has
 //! (refused only when every one has read everything). Each client holds at most
 //! `MAX_PENDING` bytes (`live_client.rs`). The socket file is removed at exit.
 
+use crate::definitions::Definitions;
 use crate::live_client::{Client, STALL_TIMEOUT};
 use crate::table::Table;
 use std::os::fd::AsRawFd;
@@ -55,8 +60,9 @@ pub struct Server {
     path: PathBuf,
     /// The header and process block every client gets first.
     head: Vec<u8>,
-    /// What is alive, for clients that connect later.
+    /// What is alive, and every definition so far, for clients that connect later.
     table: Table,
+    defs: Definitions,
     clients: Vec<Client>,
 }
 
@@ -70,6 +76,7 @@ impl Server {
                 path,
                 head,
                 table: Table::default(),
+                defs: Definitions::default(),
                 clients: Vec::new(),
             }),
             Err(why) => {
@@ -111,7 +118,7 @@ impl Server {
             self.clients.rotate_left(1);
         }
         for client in &mut self.clients {
-            more |= client.pump(&self.table, &mut budget, now);
+            more |= client.pump(&self.table, &self.defs, &mut budget, now);
         }
         self.clients.retain(Client::alive);
         more
@@ -138,12 +145,14 @@ impl Server {
         }
     }
 
-    /// Sends `batch` (whole records) to every client, without blocking.
-    pub fn send(&mut self, batch: &[u8]) {
+    /// Sends the definitions `defs` and the records of `batch` that may name them (both whole)
+    /// to every client, without blocking.
+    pub fn send(&mut self, defs: &[u8], batch: &[u8]) {
+        self.defs.append(defs);
         self.table.apply_all(batch);
         let now = Instant::now();
         for client in &mut self.clients {
-            client.send(batch, now);
+            client.send(batch, &self.defs, now);
         }
         self.clients.retain(Client::alive);
     }
@@ -156,9 +165,9 @@ impl Server {
             let now = Instant::now();
             let mut budget = usize::MAX;
             for (client, ended) in self.clients.iter_mut().zip(&mut ended) {
-                client.pump(&self.table, &mut budget, now);
-                if client.caught_up() && !*ended {
-                    client.send(trailer, now);
+                client.pump(&self.table, &self.defs, &mut budget, now);
+                if client.caught_up(&self.defs) && !*ended {
+                    client.send(trailer, &self.defs, now);
                     *ended = true;
                 }
             }

@@ -1,7 +1,9 @@
-//! One client of the live socket (`live.rs`): the bytes waiting for it, bounded, its snapshot's
-//! cursor while the snapshot is copied in pieces (`table.rs`), and when it last read, so that a
-//! client that stopped reading can be dropped. Never blocks: sends are non-blocking.
+//! One client of the live socket (`live.rs`): the bytes waiting for it, bounded, how far it has
+//! the definitions (`definitions.rs`) and its snapshot's cursor while both are copied in pieces
+//! (`table.rs`), and when it last read, so that a client that stopped reading can be dropped.
+//! Never blocks: sends are non-blocking.
 
+use crate::definitions::Definitions;
 use crate::table::{Cursor, Table};
 use memprof_wire::{Kind, Record, FLAG_SNAPSHOT, RECORD_LEN};
 use std::io::ErrorKind;
@@ -25,6 +27,8 @@ pub struct Client {
     pending: Vec<u8>,
     /// Records dropped for this client since the last `LiveDropped` it was sent.
     lost: u64,
+    /// Bytes of the definitions queued for it: it has them all when this is their length.
+    defined: usize,
     /// Where its snapshot stands; `None` once the snapshot and its end mark are queued.
     snapshot: Option<Cursor>,
     /// False once a send failed (the client is gone).
@@ -42,6 +46,7 @@ impl Client {
             stream,
             pending: head.to_vec(),
             lost: 0,
+            defined: 0,
             snapshot: Some(Cursor::default()),
             alive: true,
             unread_mark: 0,
@@ -53,9 +58,19 @@ impl Client {
         self.alive
     }
 
-    /// Whether the snapshot and its end mark are queued.
-    pub fn caught_up(&self) -> bool {
-        self.snapshot.is_none()
+    /// Whether the snapshot and its end mark, and every definition, are queued.
+    pub fn caught_up(&self, defs: &Definitions) -> bool {
+        self.snapshot.is_none() && self.defined == defs.len()
+    }
+
+    /// Queues the definitions it has not had, whole, as far as `MAX_PENDING` allows.
+    fn define(&mut self, defs: &Definitions) {
+        defs.copy(
+            &mut self.defined,
+            usize::MAX,
+            &mut self.pending,
+            |pending, len| pending + len <= MAX_PENDING,
+        );
     }
 
     /// Whether nothing waits to be sent to it.
@@ -133,38 +148,62 @@ impl Client {
         self.pending.extend_from_slice(batch);
     }
 
-    /// Queues the drained records of `batch` that the client must get: all of them once its
-    /// snapshot is queued; while it is being copied, those that change what it already has.
-    pub fn send(&mut self, batch: &[u8], now: Instant) {
-        match self.snapshot {
-            None => self.queue(batch, (batch.len() / RECORD_LEN) as u64),
-            Some(cursor) => {
-                let wanted: Vec<u8> = batch
-                    .chunks_exact(RECORD_LEN)
-                    .filter(|raw| {
-                        let mut record = [0u8; RECORD_LEN];
-                        record.copy_from_slice(raw);
-                        Record::decode(&record).is_ok_and(|r| cursor.has_sent(&r))
-                    })
-                    .flatten()
-                    .copied()
-                    .collect();
-                self.queue(&wanted, (wanted.len() / RECORD_LEN) as u64);
-            }
+    /// Queues the drained records of `batch` that the client must get (all of them once its
+    /// snapshot is queued; while it is being copied, those that change what it already has),
+    /// after the definitions they may name; when those do not all fit, the records are lost.
+    pub fn send(&mut self, batch: &[u8], defs: &Definitions, now: Instant) {
+        let wanted: std::borrow::Cow<[u8]> = match self.snapshot {
+            None => batch.into(),
+            Some(cursor) => batch
+                .chunks_exact(RECORD_LEN)
+                .filter(|raw| {
+                    let mut record = [0u8; RECORD_LEN];
+                    record.copy_from_slice(raw);
+                    Record::decode(&record).is_ok_and(|r| cursor.has_sent(&r))
+                })
+                .flatten()
+                .copied()
+                .collect::<Vec<u8>>()
+                .into(),
+        };
+        let count = (wanted.len() / RECORD_LEN) as u64;
+        // While the snapshot is copied, `pump` brings the definitions unless records need them now.
+        if self.snapshot.is_none() || count > 0 {
+            self.define(defs);
+        }
+        if self.defined < defs.len() {
+            self.lost += count;
+        } else {
+            self.queue(&wanted, count);
         }
         self.flush(now);
     }
 
-    /// Copies the next pieces of the snapshot from `table` (taking them from `budget`, records
-    /// this writer round may still copy) while the client takes them, and the end mark after
-    /// the last; true when it could take more at once.
-    pub fn pump(&mut self, table: &Table, budget: &mut usize, now: Instant) -> bool {
+    /// Copies the next pieces of the definitions, then of the snapshot from `table` (taking them
+    /// from `budget`, records and definitions this writer round may still copy) while the
+    /// client takes them, and the end mark after the last; true when it could take more at
+    /// once. After the snapshot, queues the definitions a full buffer held back.
+    pub fn pump(
+        &mut self,
+        table: &Table,
+        defs: &Definitions,
+        budget: &mut usize,
+        now: Instant,
+    ) -> bool {
         while let Some(mut cursor) = self.snapshot {
             if !self.flush(now) || self.pending.len() >= FILL_BELOW {
                 return false;
             }
             if *budget == 0 {
                 return true;
+            }
+            if self.defined < defs.len() {
+                // Definitions first: the snapshot's records name the stacks they define.
+                let max = PIECE.min(*budget);
+                *budget -= defs.copy(&mut self.defined, max, &mut self.pending, |pending, _| {
+                    pending < FILL_BELOW
+                });
+                continue;
             }
             let copied = table.fill(&mut cursor, PIECE.min(*budget), &mut self.pending);
             *budget -= copied;
@@ -176,6 +215,9 @@ impl Client {
             } else {
                 self.snapshot = Some(cursor);
             }
+        }
+        if self.defined < defs.len() {
+            self.define(defs);
         }
         self.flush(now);
         false
@@ -218,6 +260,87 @@ mod tests {
         let mut client = Client::new(ours, &[], now);
         client.snapshot = None;
         (client, peer)
+    }
+
+    /// Stack `id`'s definition (frames that make it this long) and an allocation naming it.
+    fn defined_alloc(id: u32) -> (Vec<u8>, Vec<u8>) {
+        let frames: Vec<u64> = (0..100).map(|f| u64::from(id) << 16 | f).collect();
+        let mut r = Record::new(Kind::Alloc);
+        r.ptr = u64::from(id) << 12;
+        r.size = 4096;
+        r.stack = id;
+        (memprof_wire::encode_stack(id, &frames), r.encode().to_vec())
+    }
+
+    #[test]
+    fn a_late_client_gets_every_definition_before_the_records_that_name_it() {
+        use memprof_wire::{FileHeader, Item, ProcessInfo, RecordingReader};
+        // 3000 stacks of 100 frames (2.6 MB of definitions, ten times what a client may have
+        // waiting), each with an allocation alive, before the client connects.
+        let (mut table, mut defs) = (Table::default(), Definitions::default());
+        let mut next = 1u32;
+        let mut drain = |table: &mut Table, defs: &mut Definitions, n: u32| {
+            let (mut d, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..n {
+                let (def, rec) = defined_alloc(next);
+                d.extend_from_slice(&def);
+                b.extend_from_slice(&rec);
+                next += 1;
+            }
+            defs.append(&d);
+            table.apply_all(&b);
+            b
+        };
+        drain(&mut table, &mut defs, 3000);
+        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        peer.set_nonblocking(true).expect("non-blocking");
+        let mut head = FileHeader {
+            pid: 1,
+            start_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        head.extend_from_slice(&ProcessInfo::default().encode());
+        let mut client = Client::new(ours, &head, Instant::now());
+        let mut bytes = Vec::new();
+        let mut buf = [0u8; 1 << 16];
+        // Writer rounds: a small budget, new stacks and records drained between pieces, the
+        // client reading what it gets, until it has the snapshot and every definition.
+        let mut rounds = 0;
+        while !client.caught_up(&defs) || !client.idle() {
+            let mut budget = 256;
+            client.pump(&table, &defs, &mut budget, Instant::now());
+            let batch = drain(&mut table, &mut defs, 3);
+            client.send(&batch, &defs, Instant::now());
+            if let Ok(n) = peer.read(&mut buf) {
+                bytes.extend_from_slice(&buf[..n]);
+            }
+            rounds += 1;
+            assert!(rounds < 100_000, "never caught up");
+        }
+        while let Ok(n) = peer.read(&mut buf) {
+            bytes.extend_from_slice(&buf[..n]);
+        }
+        let mut reader = RecordingReader::new(&bytes[..]).expect("a stream");
+        let mut known = std::collections::BTreeSet::new();
+        let (mut named, mut lost) = (0u32, 0);
+        while let Some(item) = reader.next_item().expect("whole items") {
+            match item {
+                Item::Stack { id, .. } => assert!(known.insert(id), "stack {id} twice"),
+                Item::Event { record, .. } if record.kind == Kind::LiveDropped => {
+                    lost += record.size;
+                }
+                Item::Event { record, .. } => {
+                    assert!(known.contains(&record.stack), "{record:?} before its stack");
+                    named += 1;
+                }
+                Item::Mapping(_) => {}
+            }
+        }
+        // Every stack drained before and while it connected, each once.
+        assert_eq!(known.len() as u32, next - 1);
+        assert!(named >= 3000, "{named} records, {lost} lost");
     }
 
     #[test]

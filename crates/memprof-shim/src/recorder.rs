@@ -56,8 +56,10 @@ pub(crate) struct Writer {
     stacks: Stacks,
     /// Entries taken from the buffers and not yet written.
     merge: Merged,
-    /// What a drain writes to the file, and to the live socket (kept to be reused).
+    /// What a drain writes to the file, and to the live socket: its definitions and its
+    /// records apart (kept to be reused).
     file_bytes: Vec<u8>,
+    live_defs: Vec<u8>,
     live_bytes: Vec<u8>,
 }
 
@@ -71,6 +73,7 @@ impl Writer {
             stacks: Stacks::new(),
             merge: Merged::new(),
             file_bytes: Vec::new(),
+            live_defs: Vec::new(),
             live_bytes: Vec::new(),
         }
     }
@@ -511,11 +514,14 @@ fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
         stacks,
         merge,
         file_bytes,
+        live_defs,
         live_bytes,
         ..
     } = writer;
-    // Definitions and records for the file; records alone for the live stream.
+    // Definitions and records for the file, in order; for the live stream the definitions
+    // apart (the socket keeps them for clients that connect later: `live.rs`), then the records.
     file_bytes.clear();
+    live_defs.clear();
     live_bytes.clear();
     let mut count = 0u64;
     let taken = merge.drain(now_ns(), all, |head, frames| {
@@ -523,9 +529,12 @@ fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
         for (bytes, word) in record.chunks_exact_mut(8).zip(&head[..RECORD_WORDS]) {
             bytes.copy_from_slice(&word.to_le_bytes());
         }
+        let defined = file_bytes.len();
         if let Some(id) = stacks.id(frames, file_bytes) {
             record[60..64].copy_from_slice(&id.to_le_bytes());
         }
+        // New definitions only (a stack's first use): most entries copy nothing here.
+        live_defs.extend_from_slice(&file_bytes[defined..]);
         file_bytes.extend_from_slice(&record);
         live_bytes.extend_from_slice(&record);
         count += 1;
@@ -542,7 +551,7 @@ fn drain(writer: &mut Writer, all: bool) -> (u64, bool) {
             DROPPED.fetch_add(count, Ordering::Relaxed);
         }
         if let Some(live) = live.as_mut() {
-            live.send(live_bytes);
+            live.send(live_defs, live_bytes);
         }
     }
     (taken as u64, false)

@@ -40,9 +40,11 @@
 //! was killed, or is still running).
 //!
 //! The live stream (the shim's Unix socket) carries the same bytes: header, process block, then
-//! records, with a [`Kind::LiveDropped`] record where the client fell behind, and the trailer
-//! when the process ends. A client that connects late first gets the records of what is still
-//! alive, flagged [`FLAG_SNAPSHOT`]; records made while those are sent that change what the
+//! records and definitions (each before the first record naming it), with a
+//! [`Kind::LiveDropped`] record where the client fell behind (records are lost then, never
+//! definitions), and the trailer when the process ends. A client that connects late first gets
+//! every definition written so far, then the records of what is still alive, flagged
+//! [`FLAG_SNAPSHOT`]; records made while those are sent that change what the
 //! client already got come among them, unflagged, so that at the end of the snapshot the client
 //! holds what is alive then.
 #![forbid(unsafe_code)]
@@ -667,6 +669,13 @@ fn payload_len(record: &Record) -> Result<usize, RecordError> {
         }
         _ => Ok(0),
     }
+}
+
+/// For a record read from a stream: the bytes of payload that follow it (its payload's length,
+/// and that length padded to whole blocks, as in the stream); `(0, 0)` for an event. An error
+/// for a definition beyond the limits.
+pub fn payload_lengths(record: &Record) -> Result<(usize, usize), RecordError> {
+    payload_len(record).map(|len| (len, padded(len)))
 }
 
 /// Reads a recording. Records after a trailer are ignored; a partial last record (or

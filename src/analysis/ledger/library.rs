@@ -16,6 +16,7 @@ fn file_name(path: &[u8]) -> String {
 }
 
 /// Finds mapped files by address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Libraries {
     /// (start, end, file name), by start.
     ranges: Vec<(u64, u64, String)>,

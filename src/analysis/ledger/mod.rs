@@ -10,7 +10,7 @@
 //!
 //! The recording is read once more, streaming, for this: its stacks are needed raw, by address.
 
-mod library;
+pub mod library;
 mod walk;
 
 pub use walk::{ledger_of, LedgerError};

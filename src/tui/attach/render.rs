@@ -1,9 +1,13 @@
 //! Draws the attach view: a header, memory over time per device (a sparkline and its
-//! figures), then in shim mode the counts and the largest live allocations, in NVML mode what
+//! figures), then in shim mode the counts, the memory by library and the largest live
+//! allocations, in NVML mode what
 //! NVML cannot see; the key line, or that the process has ended. Pure.
 
 use super::state::{AttachState, Mode};
 use crate::model::Bytes;
+use crate::report::terminal_text::terminal_text;
+use crate::source::live_libraries::{top_and_other, LibraryFigures};
+use crate::source::live_tally::LiveTally;
 use crate::tui::help;
 use crate::tui::theme::Theme;
 use crate::tui::top::render::clock_time;
@@ -26,6 +30,10 @@ pub const KEYS: [(&str, &str); 3] = [
 const SPARK_ROWS: u16 = 3;
 /// Rows kept below the chart for the counts and at least a few allocations.
 const BODY_MIN: u16 = 8;
+/// Libraries listed per device (and for pinned host memory); the rest are one `other` row.
+const LIBRARY_ROWS: usize = 4;
+/// Rows of the library table at most (its header included).
+const LIBRARY_TABLE_MAX: usize = 9;
 
 fn or_unknown(b: Option<Bytes>) -> String {
     b.map_or("unknown".into(), |b| b.to_string())
@@ -143,10 +151,64 @@ fn render_chart(state: &AttachState, theme: &Theme, spark_rows: u16, area: Rect,
     }
 }
 
+/// The rows of the library table: per device then for pinned host memory, (where, name,
+/// figures), the libraries holding most and `other` for the rest.
+fn library_rows(t: &LiveTally) -> Vec<(String, String, LibraryFigures)> {
+    let libs = &t.libraries;
+    let mut rows = Vec::new();
+    for device in libs.devices() {
+        for (name, f) in top_and_other(libs.on_device(device), LIBRARY_ROWS) {
+            rows.push((format!("GPU {device}"), name, f));
+        }
+    }
+    for (name, f) in top_and_other(libs.pinned(), LIBRARY_ROWS) {
+        rows.push(("pinned".to_owned(), name, f));
+    }
+    rows
+}
+
+fn render_libraries(t: &LiveTally, theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let block = Block::default().borders(Borders::ALL).title(Span::styled(
+        " Held by library (first frame outside CUDA) ",
+        theme.title(),
+    ));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let mut lines = vec![Line::styled(
+        format!("{:<7} {:>12} {:>12}  LIBRARY", "WHERE", "HELD", "PEAK"),
+        theme.title(),
+    )];
+    for (place, name, f) in library_rows(t) {
+        // A library's name comes from the process's file names: never shown raw.
+        lines.push(Line::raw(format!(
+            "{place:<7} {:>12} {:>12}  {}",
+            f.held.to_string(),
+            f.peak.to_string(),
+            terminal_text(&name)
+        )));
+    }
+    lines.truncate(inner.height as usize);
+    Paragraph::new(lines).render(inner, buf);
+}
+
 fn render_shim_body(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) {
-    let [counts, largest] =
-        Layout::vertical([Constraint::Length(4), Constraint::Min(0)]).areas(area);
     let t = &state.tally;
+    // The table takes what the counts and a few allocations leave, none when too little.
+    let library_lines = (library_rows(t).len() + 1).min(LIBRARY_TABLE_MAX) as u16;
+    let room = area.height.saturating_sub(4 + 4);
+    let libraries_height = match (library_lines + 2).min(room) {
+        height if library_lines > 1 && height >= 4 => height,
+        _ => 0,
+    };
+    let [counts, libraries, largest] = Layout::vertical([
+        Constraint::Length(4),
+        Constraint::Length(libraries_height),
+        Constraint::Min(0),
+    ])
+    .areas(area);
+    if libraries_height > 0 {
+        render_libraries(t, theme, libraries, buf);
+    }
     let rate = state.rate.map_or("?".into(), |r| format!("{r:.1}"));
     let dropped = t
         .dropped
