@@ -7,7 +7,7 @@
 # usage: scripts/fuzz.sh [SECONDS] [TARGET...]      (default: 60 s, every target)
 # env:   FUZZ_SANITIZER=none (default: fastest, for volume) or address (the ASan pass)
 #        FUZZ_RSS_MB=2048    memory limit of one input
-#        FUZZ_SKIP_BUILD=1   run the targets as last built (`cargo fuzz build`)
+#        FUZZ_SKIP_BUILD=1   run the targets as last built (fuzz/target/SANITIZER/, one build each)
 #        FUZZ_MAX_LEN=65536  the longest input libFuzzer makes
 #        FUZZ_FORK=1         0: no fork mode (faster; the run stops at the first finding)
 # needs: cargo-fuzz (cargo install cargo-fuzz); the stable toolchain works with
@@ -85,7 +85,7 @@ dict() { # TARGET -> libFuzzer dictionary flag, when there is one
 }
 
 if [[ -z "${FUZZ_SKIP_BUILD:-}" ]]; then
-    (cd fuzz && cargo fuzz build -s "$sanitizer")
+    (cd fuzz && cargo fuzz build -s "$sanitizer" --target-dir "target/$sanitizer")
 fi
 triple=$(rustc -vV | sed -n 's/^host: //p')
 mkdir -p fuzz/logs
@@ -99,7 +99,7 @@ for t in "${targets[@]}"; do
     fork=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
     [[ "${FUZZ_FORK:-1}" == 0 ]] && fork=()
     # shellcheck disable=SC2046
-    "fuzz/target/$triple/release/$t" "fuzz/corpus/$t" $(dict "$t") \
+    "fuzz/target/$sanitizer/$triple/release/$t" "fuzz/corpus/$t" $(dict "$t") \
         -artifact_prefix="fuzz/artifacts/$t/" -max_total_time="$secs" -rss_limit_mb="$rss" \
         -max_len="${FUZZ_MAX_LEN:-65536}" -timeout=30 "${fork[@]}" \
         -print_final_stats=1 > "$log" 2>&1 || true
