@@ -12,7 +12,7 @@
 mod library;
 mod walk;
 
-pub use walk::{ledger_of, LedgerError};
+pub use walk::{ledger_of, LedgerError, LedgerWalk};
 
 use serde::Serialize;
 

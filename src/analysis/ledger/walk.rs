@@ -1,12 +1,13 @@
-//! The walk over a recording's records that keeps the ledger's tallies: who holds each live
-//! allocation, handle and pinned host range, each device's tallies at its peak, and the NVML
-//! samples with the driver's total at their moment.
+//! The ledger's keeper of the one walk over driver records (`source::driver_state`, whose rule
+//! says what is held): who holds each live allocation, handle and pinned host range, each
+//! device's tallies at its peak, and the NVML samples with the driver's total at their moment.
 
 use super::library::Libraries;
 use super::{
     DeviceLedger, HostBytes, LedgerView, LibraryBytes, PoolBytes, TorchSegment, TorchShare,
 };
-use memprof_wire::{Item, Kind, Record, RecordingReader, StreamError, CUDA_SUCCESS};
+use crate::source::driver_state::{DriverState, End, Held, Keeper, Memory};
+use memprof_wire::{Item, Kind, Mapping, Record, RecordingReader, StreamError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -24,20 +25,13 @@ pub enum LedgerError {
     NotJoined { segments: usize },
 }
 
-/// Who holds some device memory.
+/// Who holds some memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Owner {
+pub enum Owner {
     /// PyTorch, in the pool of this index.
     Torch(usize),
     /// The library of this index, or none.
     Library(Option<usize>),
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    device: u32,
-    size: u64,
-    owner: Owner,
 }
 
 /// Bytes and count of one owner.
@@ -74,7 +68,8 @@ struct Device {
     samples: Vec<(u64, u64)>,
 }
 
-struct Walk {
+/// The ledger being made, fed by a walk over a recording's records.
+pub struct LedgerWalk {
     /// The snapshot's segments by (device, address).
     torch: Vec<TorchSegment>,
     pools: Vec<(i64, i64)>,
@@ -84,10 +79,6 @@ struct Walk {
     /// Frames of each stack id, until the first allocation using it resolves its library.
     frames: FxHashMap<u32, Vec<u64>>,
     library_of: FxHashMap<u32, Option<usize>>,
-    allocations: FxHashMap<u64, Held>,
-    handles: FxHashMap<u64, Held>,
-    managed: FxHashMap<u64, (u32, u64)>,
-    host: FxHashMap<u64, (u32, u64, Option<usize>)>,
     devices: BTreeMap<u32, Device>,
     /// Whether an allocation or mapping fell in a snapshot segment.
     joined: bool,
@@ -101,8 +92,60 @@ fn device_of(r: &Record) -> u32 {
         .unwrap_or(0)
 }
 
-impl Walk {
-    fn new(torch: &[TorchSegment]) -> Walk {
+impl Keeper for LedgerWalk {
+    type Tag = Owner;
+
+    fn record(&mut self, r: &Record) {
+        if r.kind == Kind::NvmlSample {
+            self.device(device_of(r)).samples.push((r.ts_ns, r.size));
+        }
+    }
+
+    /// A device allocation in a snapshot segment is PyTorch's; the rest (and handles, and
+    /// pinned host memory) belong to the library that asked.
+    fn tag(&mut self, r: &Record, memory: Memory, device: u32) -> Owner {
+        match memory {
+            Memory::Device => match self.torch_pool(device, r.ptr) {
+                Some(pool) => Owner::Torch(pool),
+                None => Owner::Library(self.library(r.stack)),
+            },
+            Memory::Handle | Memory::Host => Owner::Library(self.library(r.stack)),
+            Memory::Managed | Memory::Mapping => Owner::Library(None),
+        }
+    }
+
+    fn hold(&mut self, r: &Record, _key: u64, held: &Held<Owner>) {
+        self.change(r.ts_ns, held, true);
+    }
+
+    fn release(&mut self, r: &Record, _key: u64, held: &Held<Owner>, _end: End) {
+        self.change(r.ts_ns, held, false);
+    }
+
+    /// A handle mapped into one of PyTorch's segments is PyTorch's.
+    fn mapped(&mut self, r: &Record, handle: &mut Held<Owner>) {
+        if let Some(pool) = self.torch_pool(handle.device, r.ptr) {
+            let owner = Owner::Torch(pool);
+            if owner != handle.tag {
+                self.count(r.ts_ns, handle.device, handle.size, handle.tag, false);
+                self.count(r.ts_ns, handle.device, handle.size, owner, true);
+                handle.tag = owner;
+            }
+        }
+    }
+
+    fn stack(&mut self, id: u32, frames: &[u64]) {
+        self.frames.insert(id, frames.to_vec());
+    }
+
+    fn mapping(&mut self, m: &Mapping) {
+        self.libraries.add(m);
+    }
+}
+
+impl LedgerWalk {
+    /// A ledger joined with the snapshot's `torch` segments (empty: no snapshot).
+    pub fn new(torch: &[TorchSegment]) -> LedgerWalk {
         let mut pools: Vec<(i64, i64)> = torch.iter().map(|s| s.pool_id).collect();
         pools.sort();
         pools.dedup();
@@ -120,7 +163,7 @@ impl Walk {
                 torch.push(s);
             }
         }
-        Walk {
+        LedgerWalk {
             torch,
             pools,
             libraries: Libraries::new(),
@@ -128,10 +171,6 @@ impl Walk {
             name_index: FxHashMap::default(),
             frames: FxHashMap::default(),
             library_of: FxHashMap::default(),
-            allocations: FxHashMap::default(),
-            handles: FxHashMap::default(),
-            managed: FxHashMap::default(),
-            host: FxHashMap::default(),
             devices: BTreeMap::new(),
             joined: false,
         }
@@ -171,21 +210,46 @@ impl Walk {
         self.devices.entry(device).or_default()
     }
 
-    /// Adds (or with `add` false, takes away) `held` to its device's tallies.
-    fn count(&mut self, ts_ns: u64, held: Held, add: bool) {
-        let d = self.device(held.device);
-        let tally = d.now.owners.entry(held.owner).or_default();
+    /// Adds (or with `add` false, takes away) what the driver state held or released.
+    fn change(&mut self, ts_ns: u64, held: &Held<Owner>, add: bool) {
+        match held.memory {
+            Memory::Device | Memory::Handle => {
+                self.count(ts_ns, held.device, held.size, held.tag, add);
+            }
+            Memory::Managed => {
+                let d = self.device(held.device);
+                d.now.managed = if add {
+                    d.now.managed.saturating_add(held.size)
+                } else {
+                    d.now.managed.saturating_sub(held.size)
+                };
+                self.follow_peak(held.device);
+            }
+            Memory::Host => {
+                let Owner::Library(library) = held.tag else {
+                    return;
+                };
+                self.count_host(held.device, library, held.size, add);
+            }
+            Memory::Mapping => {}
+        }
+    }
+
+    /// Adds (or with `add` false, takes away) `size` bytes of `owner` to `device`'s tallies.
+    fn count(&mut self, ts_ns: u64, device: u32, size: u64, owner: Owner, add: bool) {
+        let d = self.device(device);
+        let tally = d.now.owners.entry(owner).or_default();
         if add {
-            tally.bytes = tally.bytes.saturating_add(held.size);
+            tally.bytes = tally.bytes.saturating_add(size);
             tally.count += 1;
-            d.now.total = d.now.total.saturating_add(held.size);
+            d.now.total = d.now.total.saturating_add(size);
         } else {
-            tally.bytes = tally.bytes.saturating_sub(held.size);
+            tally.bytes = tally.bytes.saturating_sub(size);
             tally.count = tally.count.saturating_sub(1);
-            d.now.total = d.now.total.saturating_sub(held.size);
+            d.now.total = d.now.total.saturating_sub(size);
         }
         let bytes = tally.bytes;
-        let peak = d.owner_peak.entry(held.owner).or_default();
+        let peak = d.owner_peak.entry(owner).or_default();
         *peak = (*peak).max(bytes);
         d.history.push((ts_ns, d.now.total));
         let peak = d.peak.as_ref().map_or(0, |p| p.total);
@@ -224,106 +288,27 @@ impl Walk {
         self.follow_peak(device);
     }
 
-    fn apply(&mut self, r: &Record) {
-        if r.kind == Kind::NvmlSample {
-            self.device(device_of(r)).samples.push((r.ts_ns, r.size));
-            return;
+    /// The ledger; refused when the snapshot had segments and none of them is one of the
+    /// recording's allocations or mappings.
+    pub fn finish(self) -> Result<Vec<DeviceLedger>, LedgerError> {
+        if !self.torch.is_empty() && !self.joined {
+            return Err(LedgerError::NotJoined {
+                segments: self.torch.len(),
+            });
         }
-        if r.result != CUDA_SUCCESS {
-            return;
-        }
-        let device = device_of(r);
-        match r.kind {
-            Kind::Alloc | Kind::AllocPitch | Kind::AllocAsync | Kind::AllocFromPoolAsync => {
-                let owner = match self.torch_pool(device, r.ptr) {
-                    Some(pool) => Owner::Torch(pool),
-                    None => Owner::Library(self.library(r.stack)),
-                };
-                let held = Held {
-                    device,
-                    size: r.size,
-                    owner,
-                };
-                if let Some(old) = self.allocations.insert(r.ptr, held) {
-                    self.count(r.ts_ns, old, false);
-                }
-                self.count(r.ts_ns, held, true);
-            }
-            Kind::Free | Kind::FreeAsync => {
-                if let Some(old) = self.allocations.remove(&r.ptr) {
-                    self.count(r.ts_ns, old, false);
-                } else if let Some((device, size)) = self.managed.remove(&r.ptr) {
-                    let d = self.device(device);
-                    d.now.managed = d.now.managed.saturating_sub(size);
-                    self.follow_peak(device);
-                }
-            }
-            Kind::AllocManaged => {
-                self.managed.insert(r.ptr, (device, r.size));
-                let d = self.device(device);
-                d.now.managed = d.now.managed.saturating_add(r.size);
-                self.follow_peak(device);
-            }
-            Kind::VmmCreate => {
-                let held = Held {
-                    device,
-                    size: r.size,
-                    owner: Owner::Library(self.library(r.stack)),
-                };
-                if let Some(old) = self.handles.insert(r.aux, held) {
-                    self.count(r.ts_ns, old, false);
-                }
-                self.count(r.ts_ns, held, true);
-            }
-            Kind::VmmMap => {
-                // A handle mapped into one of PyTorch's segments is PyTorch's.
-                let Some(held) = self.handles.get(&r.aux).copied() else {
-                    return;
-                };
-                if let Some(pool) = self.torch_pool(held.device, r.ptr) {
-                    let owned = Held {
-                        owner: Owner::Torch(pool),
-                        ..held
-                    };
-                    if owned.owner != held.owner {
-                        self.count(r.ts_ns, held, false);
-                        self.count(r.ts_ns, owned, true);
-                        self.handles.insert(r.aux, owned);
-                    }
-                }
-            }
-            Kind::VmmRelease => {
-                if let Some(old) = self.handles.remove(&r.aux) {
-                    self.count(r.ts_ns, old, false);
-                }
-            }
-            Kind::HostAlloc | Kind::HostRegister => {
-                let library = self.library(r.stack);
-                if let Some((device, size, library)) =
-                    self.host.insert(r.ptr, (device, r.size, library))
-                {
-                    self.count_host(device, library, size, false);
-                }
-                self.count_host(device, library, r.size, true);
-            }
-            Kind::HostFree | Kind::HostUnregister => {
-                if let Some((device, size, library)) = self.host.remove(&r.ptr) {
-                    self.count_host(device, library, size, false);
-                }
-            }
-            Kind::VmmUnmap
-            | Kind::MemGetInfo
-            | Kind::AddressReserve
-            | Kind::AddressFree
-            | Kind::Trailer
-            | Kind::LiveDropped
-            | Kind::Stack
-            | Kind::Mapping
-            | Kind::NvmlSample => {}
-        }
+        Ok(self.tallies())
     }
 
-    fn finish(self) -> Vec<DeviceLedger> {
+    /// The ledger without the snapshot's share: what walking without the snapshot gives when
+    /// it did not join (nothing was attributed to PyTorch then).
+    pub fn finish_alone(mut self) -> Vec<DeviceLedger> {
+        if !self.joined {
+            self.torch.clear();
+        }
+        self.tallies()
+    }
+
+    fn tallies(self) -> Vec<DeviceLedger> {
         let with_torch = !self.torch.is_empty();
         let mut out = Vec::new();
         for (&device, d) in &self.devices {
@@ -413,29 +398,24 @@ impl Walk {
     }
 }
 
-/// The ledger of the recording read from `input`, joined with the snapshot's `torch` segments
-/// (empty: no snapshot). A snapshot none of whose segments the recording made is refused.
+/// The ledger of the recording read from `input` alone (no model), joined with the snapshot's
+/// `torch` segments (empty: no snapshot). A snapshot none of whose segments the recording made
+/// is refused.
 pub fn ledger_of(
     input: impl Read,
     torch: &[TorchSegment],
 ) -> Result<Vec<DeviceLedger>, LedgerError> {
     let mut reader = RecordingReader::new(input)?;
-    let mut walk = Walk::new(torch);
+    let mut walk = LedgerWalk::new(torch);
+    let mut state = DriverState::default();
     while let Some(item) = reader.next_item()? {
         match item {
-            Item::Event { record, .. } => walk.apply(&record),
-            Item::Stack { id, frames } => {
-                walk.frames.insert(id, frames);
-            }
-            Item::Mapping(m) => walk.libraries.add(&m),
+            Item::Event { record, .. } => state.apply(&record, &mut walk),
+            Item::Stack { id, frames } => walk.stack(id, &frames),
+            Item::Mapping(m) => walk.mapping(&m),
         }
     }
-    if !torch.is_empty() && !walk.joined {
-        return Err(LedgerError::NotJoined {
-            segments: torch.len(),
-        });
-    }
-    Ok(walk.finish())
+    walk.finish()
 }
 
 #[cfg(test)]
