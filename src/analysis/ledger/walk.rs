@@ -288,20 +288,17 @@ impl LedgerWalk {
         self.follow_peak(device);
     }
 
-    /// The ledger; refused when the snapshot had segments and none of them is one of the
-    /// recording's allocations or mappings.
-    pub fn finish(self) -> Result<Vec<DeviceLedger>, LedgerError> {
-        if !self.torch.is_empty() && !self.joined {
-            return Err(LedgerError::NotJoined {
-                segments: self.torch.len(),
-            });
-        }
-        Ok(self.tallies())
+    /// Why the ledger cannot be joined with the snapshot: it had segments and none of them is
+    /// one of the recording's allocations or mappings.
+    pub fn refused(&self) -> Option<LedgerError> {
+        (!self.torch.is_empty() && !self.joined).then(|| LedgerError::NotJoined {
+            segments: self.torch.len(),
+        })
     }
 
-    /// The ledger without the snapshot's share: what walking without the snapshot gives when
-    /// it did not join (nothing was attributed to PyTorch then).
-    pub fn finish_alone(mut self) -> Vec<DeviceLedger> {
+    /// The ledger; without the snapshot's share when it did not join (nothing was attributed
+    /// to PyTorch then, so it is the ledger of a walk without the snapshot).
+    pub fn finish(mut self) -> Vec<DeviceLedger> {
         if !self.joined {
             self.torch.clear();
         }
@@ -415,7 +412,10 @@ pub fn ledger_of(
             Item::Mapping(m) => walk.mapping(&m),
         }
     }
-    walk.finish()
+    match walk.refused() {
+        Some(refused) => Err(refused),
+        None => Ok(walk.finish()),
+    }
 }
 
 #[cfg(test)]
