@@ -291,7 +291,7 @@ impl LedgerWalk {
     /// Why the ledger cannot be joined with the snapshot: it had segments and none of them is
     /// one of the recording's allocations or mappings.
     pub fn refused(&self) -> Option<LedgerError> {
-        (!self.torch.is_empty() && !self.joined).then(|| LedgerError::NotJoined {
+        (!self.torch.is_empty() && !self.joined).then_some(LedgerError::NotJoined {
             segments: self.torch.len(),
         })
     }
