@@ -7,7 +7,10 @@
 //! minus the driver's total is the CUDA context and driver overhead. Pinned host memory (by
 //! library) and managed memory are listed beside it.
 //!
-//! The recording is read once more, streaming, for this: its stacks are needed raw, by address.
+//! What is held follows the one walk over driver records (`source::driver_state`); the ledger is
+//! a keeper of it (`walk.rs`), fed by the same pass that reads the recording into the model
+//! (`analyze`, `gate`) or by a pass of its own (`ledger_of`). Its stacks are needed raw, by
+//! address.
 
 mod library;
 mod walk;
