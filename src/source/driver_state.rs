@@ -315,6 +315,7 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
             memory,
             tag: keeper.tag(r, memory, device),
         };
+        // (Mappings are made by `map`, never here.)
         let map = match memory {
             Memory::Device => &mut self.allocations,
             Memory::Handle => &mut self.handles,
@@ -456,6 +457,11 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
     /// Physical memory handles alive.
     pub fn handles(&self) -> usize {
         self.handles.len()
+    }
+
+    /// Device allocations and mappings alive (the address view).
+    pub fn addressed(&self) -> usize {
+        self.allocations.len() + self.mappings.len()
     }
 }
 

@@ -107,7 +107,7 @@ impl LiveTally {
 
     /// How many allocations and mappings are alive.
     pub fn alive(&self) -> usize {
-        self.state.allocations().count() + self.state.mappings().count()
+        self.state.addressed()
     }
 
     fn record(&mut self, r: &Record) {

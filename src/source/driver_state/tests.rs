@@ -123,4 +123,5 @@ fn keepers_are_told_each_change_in_order_and_counts_follow_the_rule() {
     );
     assert_eq!(c.first_unknown, Some(10));
     assert_eq!((state.total(), state.peak()), (20, 84));
+    assert_eq!((state.addressed(), state.handles()), (1, 0));
 }
