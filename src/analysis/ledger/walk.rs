@@ -523,6 +523,45 @@ mod tests {
         assert_eq!(alone[0].at_peak.unattributed_bytes, 1007);
     }
 
+    /// PyTorch's expandable segments: physical memory made by `cuMemCreate` is PyTorch's once
+    /// mapped into one of its segments, and held until it is released.
+    #[test]
+    fn a_handle_mapped_into_a_torch_segment_is_torchs_until_released() {
+        let vmm = |kind, ptr, size, aux, ts_ns| {
+            Record {
+                aux,
+                ..rec(kind, ptr, size, ts_ns, 0)
+            }
+            .encode()
+            .to_vec()
+        };
+        let bytes = file(&[
+            vmm(Kind::VmmCreate, 0, 2048, 1, 10),
+            vmm(Kind::VmmCreate, 0, 512, 2, 11),
+            vmm(Kind::VmmMap, 0x7000, 2048, 1, 12),
+            vmm(Kind::VmmMap, 0x9000, 512, 2, 13),
+            vmm(Kind::VmmUnmap, 0x7000, 2048, 0, 20),
+        ]);
+        let torch = [TorchSegment {
+            device: 0,
+            address: 0x7000,
+            size: 4096,
+            pool_id: (0, 0),
+        }];
+        let ledger = ledger_of(&bytes[..], &torch).expect("joined");
+        let end = &ledger[0].at_end;
+        assert_eq!(end.device_bytes, 2560, "unmapped, not released: still held");
+        assert_eq!(end.torch.as_ref().map(|t| t.reserved_bytes), Some(2048));
+        assert_eq!(end.unattributed_bytes, 512);
+        let mut released = bytes.clone();
+        released.truncate(released.len() - memprof_wire::RECORD_LEN);
+        released.extend_from_slice(&vmm(Kind::VmmRelease, 0, 0, 1, 30));
+        released.extend_from_slice(&Record::new(Kind::Trailer).encode());
+        let ledger = ledger_of(&released[..], &torch).expect("joined");
+        assert_eq!(ledger[0].at_end.device_bytes, 512);
+        assert_eq!(ledger[0].at_peak.device_bytes, 2560);
+    }
+
     #[test]
     fn a_segment_nested_in_another_does_not_hide_it() {
         let bytes = file(&[
