@@ -1,7 +1,6 @@
 //! `memprof analyze FILE...`: usage, peak, fragmentation and top sites of snapshots, and with
 //! `--plot` a picture of memory over time.
 
-use super::input::load_snapshot;
 use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
 use crate::analysis::categories::CategoryRules;
@@ -70,18 +69,15 @@ fn analyze_file(
     snapshot: Option<&Path>,
 ) -> anyhow::Result<InputReport> {
     let shown = path.display().to_string();
-    let mut loaded = load_snapshot(path, progress).with_context(|| shown.clone())?;
-    let ledger = match &loaded.recording {
-        Some(info) => {
-            let joined = super::ledger_join::ledger(path, info.pid, snapshot)?;
-            loaded.parsed.warnings.extend(joined.warning);
-            Some(LedgerReport {
-                snapshot: joined.snapshot.map(|p| p.display().to_string()),
-                devices: joined.ledger,
-            })
+    let (mut loaded, joined) = super::ledger_join::load_with_ledger(path, progress, snapshot)
+        .with_context(|| shown.clone())?;
+    let ledger = joined.transpose()?.map(|joined| {
+        loaded.parsed.warnings.extend(joined.warning);
+        LedgerReport {
+            snapshot: joined.snapshot.map(|p| p.display().to_string()),
+            devices: joined.ledger,
         }
-        None => None,
-    };
+    });
     let snapshot = &loaded.parsed.snapshot;
     if let Some(d) = args.device {
         if !snapshot.devices().contains(&d) {

@@ -12,8 +12,8 @@ use memprof_wire::FileHeader;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// The recording of process `pid` that `run --torch` wrote beside `snapshot`, with the pid.
-fn recording_beside(snapshot: &Path) -> Option<(PathBuf, u32)> {
+/// The recording of process `pid` that `run --torch` wrote beside `snapshot`.
+fn recording_beside(snapshot: &Path) -> Option<PathBuf> {
     let name = snapshot.file_name()?.to_str()?;
     let (stem, rest) = name.rsplit_once(".oom-")?;
     let pid: u32 = rest.strip_suffix(".pickle")?.parse().ok()?;
@@ -26,7 +26,7 @@ fn recording_beside(snapshot: &Path) -> Option<(PathBuf, u32)> {
             .read_exact(&mut head)
             .ok()?;
         let header = FileHeader::decode(&head).ok()?;
-        (header.pid == pid).then_some((path, pid))
+        (header.pid == pid).then_some(path)
     })
 }
 
@@ -51,10 +51,10 @@ pub fn name_outside_holders(snapshot: &Path, diagnoses: &mut [Diagnosis]) {
     if !diagnoses.iter().any(|d| d.cause == Cause::OutsideAllocator) {
         return;
     }
-    let Some((recording, pid)) = recording_beside(snapshot) else {
+    let Some(recording) = recording_beside(snapshot) else {
         return;
     };
-    let Ok(joined) = ledger_join::ledger(&recording, pid, Some(snapshot)) else {
+    let Ok(ledger) = ledger_join::ledger_with(&recording, snapshot) else {
         return;
     };
     let shown = recording.display().to_string();
@@ -62,7 +62,7 @@ pub fn name_outside_holders(snapshot: &Path, diagnoses: &mut [Diagnosis]) {
         .iter_mut()
         .filter(|d| d.cause == Cause::OutsideAllocator)
     {
-        let Some(l) = joined.ledger.iter().find(|l| l.device == d.device) else {
+        let Some(l) = ledger.iter().find(|l| l.device == d.device) else {
             continue;
         };
         let who = holders(&l.at_end);

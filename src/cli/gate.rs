@@ -212,7 +212,13 @@ pub(super) fn measure(
         let text = std::fs::read_to_string(path).context("cannot read")?;
         return parse_analyze_json(&text, &name, first_rank);
     }
-    let loaded = load_snapshot(path, false)?;
+    // The ledger, when wanted, comes from the same pass over a recording.
+    let (loaded, joined) = if wanted.process_peak {
+        let (loaded, joined) = super::ledger_join::load_with_ledger(path, false, None)?;
+        (loaded, joined.transpose()?)
+    } else {
+        (load_snapshot(path, false)?, None)
+    };
     let snapshot = &loaded.parsed.snapshot;
     let devices = if wanted.categories {
         analyze_snapshot_with_categories(snapshot, SITES_KEPT, None, &CategoryRules::default())
@@ -222,12 +228,7 @@ pub(super) fn measure(
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }
-    let ledger = match &loaded.recording {
-        Some(info) if wanted.process_peak => {
-            super::ledger_join::ledger(path, info.pid, None)?.ledger
-        }
-        _ => Vec::new(),
-    };
+    let ledger = joined.map_or_else(Vec::new, |joined| joined.ledger);
     Ok(devices
         .iter()
         .map(|d| {

@@ -1,6 +1,7 @@
 //! Opening input files: the one place `cli` turns a path into a snapshot (a PyTorch snapshot
 //! pickle or a memprof recording), with a progress bar on a terminal for big snapshots.
 
+use crate::source::driver_state::Keeper;
 use crate::source::prefetch::Prefetch;
 use crate::source::recording::{self, RecordingInfo};
 use crate::source::torch_snapshot::{self, Parsed};
@@ -29,6 +30,16 @@ pub struct Loaded {
 
 /// Reads a snapshot file. Errors name what went wrong; the caller adds the path.
 pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
+    load_with(path, progress, ()).map(|(loaded, _)| loaded)
+}
+
+/// Reads a snapshot file as [`load_snapshot`] does; a recording also feeds `extra` (the ledger)
+/// in the same pass, and gives it back.
+pub fn load_with<X: Keeper>(
+    path: &Path,
+    progress: bool,
+    extra: X,
+) -> anyhow::Result<(Loaded, Option<X>)> {
     let meta = std::fs::metadata(path).context("cannot open")?;
     if meta.is_dir() {
         bail!("is a directory, expected a snapshot file");
@@ -68,24 +79,26 @@ pub fn load_snapshot(path: &Path, progress: bool) -> anyhow::Result<Loaded> {
     };
     if recording {
         // Streamed record by record: memory holds the model, not the file.
-        let read = recording::read_from(BufReader::with_capacity(RECORDING_BUFFER, input));
+        let read = recording::read_with(BufReader::with_capacity(RECORDING_BUFFER, input), extra);
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        let read = read?;
-        return Ok(Loaded {
+        let (read, extra) = read?;
+        let loaded = Loaded {
             parsed: read.parsed,
             bytes,
             recording: Some(read.info),
-        });
+        };
+        return Ok((loaded, Some(extra)));
     }
     let parsed = torch_snapshot::read(Prefetch::new(input));
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    Ok(Loaded {
+    let loaded = Loaded {
         parsed: parsed?,
         bytes,
         recording: None,
-    })
+    };
+    Ok((loaded, None))
 }

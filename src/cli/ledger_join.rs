@@ -4,12 +4,14 @@
 //! the one `run --torch` wrote next to it (`<stem>.oom-<pid>.pickle`). A given snapshot that does
 //! not belong to the recording (no segment is one of its allocations) is refused; one found by
 //! its name only gets a warning. The snapshot's host segments (PyTorch's pinned host allocator,
-//! `host_segments`) name the pinned host ranges that are PyTorch's.
+//! `host_segments`) name the pinned host ranges that are PyTorch's. The ledger comes from the
+//! same pass over the recording as its model ([`load_with_ledger`]).
 
-use super::input::load_snapshot;
-use crate::analysis::ledger::{ledger_of, DeviceLedger, LedgerError, TorchSegment};
+use super::input::{load_snapshot, load_with, Loaded};
+use crate::analysis::ledger::{ledger_of, DeviceLedger, LedgerWalk, TorchSegment};
 use crate::model::Action;
-use anyhow::{bail, Context};
+use anyhow::Context;
+use memprof_wire::RecordingReader;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -98,55 +100,85 @@ fn segments(snapshot: &Path) -> anyhow::Result<Torch> {
     })
 }
 
-/// The ledger of `recording` (process `pid`), joined with `given` or the snapshot beside it.
-pub fn ledger(recording: &Path, pid: u32, given: Option<&Path>) -> anyhow::Result<Joined> {
-    let read = || -> anyhow::Result<_> {
-        let file = std::fs::File::open(recording)
-            .with_context(|| format!("{}: cannot open", recording.display()))?;
-        Ok(std::io::BufReader::new(file))
+/// Reads `path` (see `input::load_snapshot`; its errors name no file, the caller adds it); a
+/// recording comes with its ledger, made in the same pass, joined with `given` or the snapshot
+/// beside it, or the error that refused it (naming its files).
+pub fn load_with_ledger(
+    path: &Path,
+    progress: bool,
+    given: Option<&Path>,
+) -> anyhow::Result<(Loaded, Option<anyhow::Result<Joined>>)> {
+    // The header names the process, whose snapshot must be known before the walk.
+    let pid = is_recording(path)
+        .then(|| std::fs::File::open(path).ok())
+        .flatten()
+        .and_then(|file| RecordingReader::new(std::io::BufReader::new(file)).ok())
+        .map(|reader| reader.header.pid);
+    let Some(pid) = pid else {
+        return Ok((load_snapshot(path, progress)?, None));
     };
-    if let Some(snapshot) = given {
-        let torch = segments(snapshot)?;
-        return match ledger_of(read()?, &torch.segments, &torch.host) {
-            Ok(ledger) => Ok(Joined {
-                ledger,
-                snapshot: Some(snapshot.to_path_buf()),
-                warning: None,
-            }),
-            Err(e @ LedgerError::NotJoined { .. }) => {
-                bail!("{} and {}: {e}", snapshot.display(), recording.display())
-            }
-            Err(e) => Err(e).with_context(|| recording.display().to_string()),
-        };
-    }
-    let found = beside(recording, pid);
     let mut warning = None;
-    if found.is_file() {
-        match segments(&found) {
-            Ok(torch) => match ledger_of(read()?, &torch.segments, &torch.host) {
-                Ok(ledger) => {
-                    return Ok(Joined {
-                        ledger,
-                        snapshot: Some(found),
-                        warning: None,
-                    })
+    // A given snapshot that cannot be read is reported after the recording is read, as a
+    // recording that cannot be read is the first thing to say.
+    let mut unreadable = None;
+    let snapshot = match given {
+        Some(snapshot) => match segments(snapshot) {
+            Ok(torch) => Some((snapshot.to_path_buf(), torch)),
+            Err(e) => {
+                unreadable = Some(e);
+                None
+            }
+        },
+        None => {
+            let found = beside(path, pid);
+            match found.is_file().then(|| segments(&found)) {
+                Some(Ok(torch)) => Some((found, torch)),
+                Some(Err(e)) => {
+                    warning = Some(format!("{e:#}; the ledger has no PyTorch share"));
+                    None
                 }
-                Err(LedgerError::NotJoined { .. }) => {
-                    warning = Some(format!(
-                        "{} is not a snapshot of this process (none of its segments is an \
-                         allocation here); the ledger has no PyTorch share",
-                        found.display()
-                    ))
-                }
-                Err(e) => return Err(e).with_context(|| recording.display().to_string()),
-            },
-            Err(e) => warning = Some(format!("{e:#}; the ledger has no PyTorch share")),
+                None => None,
+            }
         }
+    };
+    let walk = match &snapshot {
+        Some((_, torch)) => LedgerWalk::new(&torch.segments, &torch.host),
+        None => LedgerWalk::new(&[], &[]),
+    };
+    let (loaded, walk) = load_with(path, progress, walk)?;
+    let Some(walk) = walk else {
+        return Ok((loaded, None));
+    };
+    if let Some(e) = unreadable {
+        return Ok((loaded, Some(Err(e))));
     }
-    let ledger = ledger_of(read()?, &[], &[]).with_context(|| recording.display().to_string())?;
-    Ok(Joined {
-        ledger,
-        snapshot: None,
+    let mut snapshot = snapshot.map(|(path, _)| path);
+    if let (Some(e), Some(found)) = (walk.refused(), &snapshot) {
+        if given.is_some() {
+            let refused = anyhow::anyhow!("{} and {}: {e}", found.display(), path.display());
+            return Ok((loaded, Some(Err(refused))));
+        }
+        warning = Some(format!(
+            "{} is not a snapshot of this process (none of its segments is an allocation \
+             here); the ledger has no PyTorch share",
+            found.display()
+        ));
+        snapshot = None;
+    }
+    let joined = Joined {
+        ledger: walk.finish(),
+        snapshot,
         warning,
-    })
+    };
+    Ok((loaded, Some(Ok(joined))))
+}
+
+/// The ledger of `recording` alone (not its model), joined with `snapshot`; refused when they
+/// are not of the same process.
+pub fn ledger_with(recording: &Path, snapshot: &Path) -> anyhow::Result<Vec<DeviceLedger>> {
+    let torch = segments(snapshot)?;
+    let file = std::fs::File::open(recording)
+        .with_context(|| format!("{}: cannot open", recording.display()))?;
+    ledger_of(std::io::BufReader::new(file), &torch.segments, &torch.host)
+        .with_context(|| format!("{} and {}", snapshot.display(), recording.display()))
 }

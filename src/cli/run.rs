@@ -28,6 +28,7 @@ use super::torch_hook::{snapshot_pattern, snapshots_written, TorchHook};
 use super::Outcome;
 use crate::model::{count, Bytes};
 use crate::report::terminal_text::terminal_text;
+use crate::source::driver_state::DriverState;
 use crate::source::gpu::SystemClock;
 use crate::source::live::{socket_path, LiveClient};
 use crate::source::live_feed::LiveFeed;
@@ -43,7 +44,6 @@ use memprof_wire::{
 use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -575,57 +575,38 @@ fn summary(path: &Path) -> String {
     }
 }
 
-/// Counts and peak of live driver allocations (device allocations and physical VMM memory;
-/// managed memory and reserved address space are not device memory and are left out of the peak).
+/// Counts and peak of a recording, by the one walk over driver records
+/// (`source::driver_state`): device memory is allocations and `cuMemCreate` physical memory;
+/// managed memory, mappings and reserved address space are not in the peak.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     /// Driver calls recorded (NVML samples are not calls).
     pub calls: u64,
+    /// Device and managed allocations and handles made, and those freed or released.
     pub allocations: u64,
     pub frees: u64,
     pub ooms: u64,
+    /// The most device memory held on all devices together.
     pub peak: u64,
 }
 
 impl Summary {
     pub fn of(recording: &Recording) -> Summary {
-        let mut s = Summary::default();
-        let mut live: HashMap<(bool, u64), u64> = HashMap::new();
-        let mut current = 0u64;
+        let mut state = DriverState::<()>::default();
+        let mut calls = 0;
         for r in &recording.records {
             if r.kind != Kind::NvmlSample {
-                s.calls += 1;
+                calls += 1;
             }
-            if r.is_oom() {
-                s.ooms += 1;
-            }
-            if r.result != 0 {
-                continue;
-            }
-            match r.kind {
-                Kind::AllocManaged => s.allocations += 1,
-                Kind::Alloc | Kind::AllocAsync | Kind::AllocPitch | Kind::AllocFromPoolAsync => {
-                    s.allocations += 1;
-                    current += r.size;
-                    live.insert((false, r.ptr), r.size);
-                }
-                Kind::VmmCreate => {
-                    s.allocations += 1;
-                    current += r.size;
-                    live.insert((true, r.aux), r.size);
-                }
-                Kind::Free | Kind::FreeAsync => {
-                    s.frees += 1;
-                    current -= live.remove(&(false, r.ptr)).unwrap_or(0);
-                }
-                Kind::VmmRelease => {
-                    s.frees += 1;
-                    current -= live.remove(&(true, r.aux)).unwrap_or(0);
-                }
-                _ => {}
-            }
-            s.peak = s.peak.max(current);
+            state.apply(r, &mut ());
         }
-        s
+        let counts = state.counts();
+        Summary {
+            calls,
+            allocations: counts.allocations,
+            frees: counts.frees,
+            ooms: counts.ooms,
+            peak: state.peak(),
+        }
     }
 }

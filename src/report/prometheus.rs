@@ -193,7 +193,7 @@ fn register_shims(registry: &mut Registry, sample: &Sample, shims: &[ShimProcess
     registry.register_with_unit(
         "process_driver_reserved",
         "Device memory a shim process holds through the CUDA driver now (cuMemAlloc* and \
-         cuMemMap alive: what PyTorch's caching allocator reserved, without the CUDA context)",
+         cuMemCreate alive: what PyTorch's caching allocator reserved, without the CUDA context)",
         Unit::Bytes,
         reserved,
     );
@@ -205,12 +205,12 @@ fn register_shims(registry: &mut Registry, sample: &Sample, shims: &[ShimProcess
     );
     registry.register(
         "process_driver_allocations",
-        "Driver allocations and mappings of a shim process since the agent connected",
+        "Driver allocations and cuMemCreate handles of a shim process since the agent connected",
         allocations,
     );
     registry.register(
         "process_driver_frees",
-        "Driver frees and unmaps of a shim process since the agent connected",
+        "Driver frees and cuMemRelease calls of a shim process since the agent connected",
         frees,
     );
     registry.register(

@@ -2,18 +2,20 @@
 //! the driver (per device) and pinned host memory, each split by the shared library that asked
 //! for it, named by the ledger's rule (`analysis::ledger::library`: the first frame of the native
 //! stack outside the shim and the CUDA runtime and driver), with each library's peak since the
-//! client connected. The live tally (`live_tally.rs`) calls it where it holds and releases an
-//! allocation; the stack and mapping definitions of the stream name the libraries.
+//! client connected. The live tally (`live_tally.rs`) tags everything the one walk over driver
+//! records holds with its library number (`tag`) and calls `hold` and `release` as it changes;
+//! the stack and mapping definitions of the stream name the libraries. A `cuMemCreate` handle's
+//! memory is its first mapping's library (the create call carries no stack), counted from then.
 //!
 //! Bounded memory, whatever the process does: stacks are kept as a library number (two bytes
 //! per stack id, ids up to `MAX_STACK_ID`; never their frames), mappings up to `MAX_MAPPINGS`
-//! (the process's executable files; more are ignored, their stacks unattributed), and one entry
-//! per allocation alive, as the tally keeps.
+//! (the process's executable files; more are ignored, their stacks unattributed); what is alive
+//! is the walk's, with a two-byte tag each.
 
+use super::driver_state::{Held, Memory};
 use crate::analysis::ledger::library::Libraries;
 use crate::model::Bytes;
 use memprof_wire::{Mapping, Record};
-use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 /// Stack ids beyond this are not remembered (their memory is unattributed). The shim numbers
@@ -23,6 +25,8 @@ const MAX_STACK_ID: usize = 1 << 22;
 const MAX_MAPPINGS: usize = 1 << 14;
 /// A stack (or allocation) whose library is not known.
 const NONE: u16 = u16::MAX;
+/// The tag of a `cuMemCreate` handle not mapped yet: not in the split until its first mapping.
+const UNMAPPED: u16 = u16::MAX - 1;
 
 /// What one library holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,14 +59,6 @@ impl Figures {
     }
 }
 
-/// One allocation alive: its library, device (`u32::MAX` for pinned host memory) and size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Held {
-    library: u16,
-    device: u32,
-    size: u64,
-}
-
 /// The split by library of one live stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveLibraries {
@@ -72,9 +68,6 @@ pub struct LiveLibraries {
     names: Vec<String>,
     /// The library number of each stack id (`NONE` when none or not defined).
     stacks: Vec<u16>,
-    /// Device memory alive by address, and pinned host memory by address.
-    device: FxHashMap<u64, Held>,
-    host: FxHashMap<u64, Held>,
     /// Figures by (device, library number), and by library number for pinned host memory.
     on_device: BTreeMap<(u32, u16), Figures>,
     pinned: BTreeMap<u16, Figures>,
@@ -116,52 +109,44 @@ impl LiveLibraries {
         self.stacks.get(stack as usize).copied().unwrap_or(NONE)
     }
 
-    /// Device memory held at `address` (an allocation or a mapping), asked for by `stack`.
-    pub fn hold(&mut self, address: u64, device: u32, size: u64, stack: u32) {
-        self.release(address);
-        let library = self.library_of(stack);
-        self.device.insert(
-            address,
-            Held {
-                library,
-                device,
-                size,
-            },
-        );
-        self.on_device
-            .entry((device, library))
-            .or_default()
-            .add(size);
-    }
-
-    /// Device memory at `address` given back.
-    pub fn release(&mut self, address: u64) {
-        if let Some(h) = self.device.remove(&address) {
-            if let Some(f) = self.on_device.get_mut(&(h.device, h.library)) {
-                f.sub(h.size);
-            }
+    /// The tag of what record `r` makes: the library number of its stack.
+    pub fn tag(&self, r: &Record, memory: Memory) -> u16 {
+        match memory {
+            Memory::Handle => UNMAPPED,
+            _ => self.library_of(r.stack),
         }
     }
 
-    /// A pinned host memory record: `cuMemHostAlloc` / `cuMemAllocHost` / `cuMemHostRegister`
-    /// pin `size` bytes at `ptr`, `cuMemFreeHost` / `cuMemHostUnregister` give them back.
-    pub fn host(&mut self, r: &Record) {
-        if let Some(h) = self.host.remove(&r.ptr) {
-            if let Some(f) = self.pinned.get_mut(&h.library) {
-                f.sub(h.size);
-            }
+    /// `held` (tagged by `tag`) is now held.
+    pub fn hold(&mut self, held: &Held<u16>) {
+        if let Some(f) = self.figures_of(held) {
+            f.add(held.size);
         }
-        if r.kind.pins_host() {
-            let library = self.library_of(r.stack);
-            self.host.insert(
-                r.ptr,
-                Held {
-                    library,
-                    device: u32::MAX,
-                    size: r.size,
-                },
-            );
-            self.pinned.entry(library).or_default().add(r.size);
+    }
+
+    /// `held` was given back.
+    pub fn release(&mut self, held: &Held<u16>) {
+        if let Some(f) = self.figures_of(held) {
+            f.sub(held.size);
+        }
+    }
+
+    /// `handle` was mapped by `r`: its first mapping names its library.
+    pub fn mapped(&mut self, r: &Record, handle: &mut Held<u16>) {
+        if handle.tag == UNMAPPED {
+            handle.tag = self.library_of(r.stack);
+            self.hold(handle);
+        }
+    }
+
+    /// The figures `held` counts in, if any.
+    fn figures_of(&mut self, held: &Held<u16>) -> Option<&mut Figures> {
+        match held.memory {
+            Memory::Device | Memory::Handle if held.tag != UNMAPPED => {
+                Some(self.on_device.entry((held.device, held.tag)).or_default())
+            }
+            Memory::Host => Some(self.pinned.entry(held.tag).or_default()),
+            _ => None,
         }
     }
 
@@ -239,6 +224,8 @@ pub fn label(library: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::live::LiveEvent;
+    use crate::source::live_tally::LiveTally;
     use memprof_wire::Kind;
 
     fn mapping(start: u64, path: &str) -> Mapping {
@@ -258,31 +245,45 @@ mod tests {
         }
     }
 
-    fn host(kind: Kind, ptr: u64, size: u64, stack: u32) -> Record {
-        Record {
+    fn record(kind: Kind, ptr: u64, size: u64, aux: u64, device: i32, stack: u32) -> LiveEvent {
+        LiveEvent::Record(Record {
             ptr,
             size,
+            aux,
+            device,
             stack,
             ..Record::new(kind)
-        }
+        })
     }
 
+    /// Through the live tally, as the stream feeds it.
     #[test]
     fn memory_is_split_by_the_library_of_its_stack_per_device_and_pinned() {
-        let mut libs = LiveLibraries::default();
-        libs.mapping(&mapping(0x1000, "/usr/lib/libcuda.so.1"));
-        libs.mapping(&mapping(0x5000, "/opt/nccl/lib/libnccl.so.2"));
-        libs.mapping(&mapping(0x8000, "/usr/bin/python3.12"));
-        libs.stack(1, &[0x1010, 0x5010, 0x8010]);
-        libs.stack(2, &[0x1010, 0x8020]);
-        libs.stack(3, &[0x1010]);
-        libs.hold(0xa000, 0, 100, 1);
-        libs.hold(0xb000, 0, 50, 1);
-        libs.hold(0xc000, 0, 70, 2);
-        libs.hold(0xd000, 1, 10, 3);
-        libs.hold(0xe000, 1, 5, 99);
-        libs.release(0xb000);
-        libs.release(0xf000);
+        let mut t = LiveTally::default();
+        for (start, path) in [
+            (0x1000, "/usr/lib/libcuda.so.1"),
+            (0x5000, "/opt/nccl/lib/libnccl.so.2"),
+            (0x8000, "/usr/bin/python3.12"),
+        ] {
+            t.apply(&LiveEvent::Mapping(mapping(start, path)));
+        }
+        for (id, frames) in [
+            (1, vec![0x1010, 0x5010, 0x8010]),
+            (2, vec![0x1010, 0x8020]),
+            (3, vec![0x1010]),
+        ] {
+            t.apply(&LiveEvent::Stack { id, frames });
+        }
+        t.apply(&record(Kind::Alloc, 0xa000, 100, 0, 0, 1));
+        t.apply(&record(Kind::Alloc, 0xb000, 50, 0, 0, 1));
+        t.apply(&record(Kind::Alloc, 0xc000, 70, 0, 0, 2));
+        t.apply(&record(Kind::Alloc, 0xd000, 10, 0, 1, 3));
+        t.apply(&record(Kind::Alloc, 0xe000, 5, 0, 1, 99));
+        t.apply(&record(Kind::Free, 0xb000, 0, 0, 0, 0));
+        t.apply(&record(Kind::Free, 0xf000, 0, 0, 0, 0));
+        // Managed memory is not device memory: in no split.
+        t.apply(&record(Kind::AllocManaged, 0x10_0000, 1000, 0, 0, 1));
+        let libs = &t.libraries;
         assert_eq!(
             libs.on_device(0),
             [
@@ -293,20 +294,38 @@ mod tests {
         assert_eq!(libs.on_device(1), [figures(None, 15, 15)]);
         assert_eq!(libs.devices(), [0, 1]);
         // An address held again was freed unrecorded: its old entry goes.
-        libs.hold(0xa000, 0, 20, 2);
+        t.apply(&record(Kind::Alloc, 0xa000, 20, 0, 0, 2));
         assert_eq!(
-            libs.on_device(0),
+            t.libraries.on_device(0),
             [
                 figures(Some("python3.12"), 90, 90),
                 figures(Some("libnccl.so.2"), 0, 150),
             ]
         );
-        libs.host(&host(Kind::HostAlloc, 0x70, 3 << 20, 1));
-        libs.host(&host(Kind::HostRegister, 0x80, 1 << 20, 2));
-        libs.host(&host(Kind::HostUnregister, 0x80, 0, 0));
-        libs.host(&host(Kind::HostFree, 0x90, 0, 0));
+        // A handle is its first mapping's library, counted once however often it is mapped.
+        t.apply(&record(Kind::VmmCreate, 0, 4096, 7, 1, 0));
+        assert_eq!(t.libraries.on_device(1), [figures(None, 15, 15)]);
+        t.apply(&record(Kind::VmmMap, 0x9000_0000, 4096, 7, -1, 1));
+        t.apply(&record(Kind::VmmMap, 0x9100_0000, 4096, 7, -1, 2));
         assert_eq!(
-            libs.pinned(),
+            t.libraries.on_device(1),
+            [
+                figures(Some("libnccl.so.2"), 4096, 4096),
+                figures(None, 15, 15),
+            ]
+        );
+        t.apply(&record(Kind::VmmUnmap, 0x9000_0000, 4096, 0, 1, 0));
+        t.apply(&record(Kind::VmmRelease, 0, 0, 7, 1, 0));
+        assert_eq!(
+            t.libraries.on_device(1)[1],
+            figures(Some("libnccl.so.2"), 0, 4096)
+        );
+        t.apply(&record(Kind::HostAlloc, 0x70, 3 << 20, 0, 0, 1));
+        t.apply(&record(Kind::HostRegister, 0x80, 1 << 20, 0, 0, 2));
+        t.apply(&record(Kind::HostUnregister, 0x80, 0, 0, 0, 0));
+        t.apply(&record(Kind::HostFree, 0x90, 0, 0, 0, 0));
+        assert_eq!(
+            t.libraries.pinned(),
             [
                 figures(Some("libnccl.so.2"), 3 << 20, 3 << 20),
                 figures(Some("python3.12"), 0, 1 << 20),
@@ -341,11 +360,14 @@ mod tests {
 
     #[test]
     fn stack_ids_beyond_the_bound_are_unattributed() {
-        let mut libs = LiveLibraries::default();
-        libs.mapping(&mapping(0x5000, "/lib/libx.so"));
-        libs.stack(u32::MAX, &[0x5010]);
-        libs.hold(0xa000, 0, 8, u32::MAX);
-        assert_eq!(libs.on_device(0), [figures(None, 8, 8)]);
-        assert!(libs.stacks.is_empty());
+        let mut t = LiveTally::default();
+        t.apply(&LiveEvent::Mapping(mapping(0x5000, "/lib/libx.so")));
+        t.apply(&LiveEvent::Stack {
+            id: u32::MAX,
+            frames: vec![0x5010],
+        });
+        t.apply(&record(Kind::Alloc, 0xa000, 8, 0, 0, u32::MAX));
+        assert_eq!(t.libraries.on_device(0), [figures(None, 8, 8)]);
+        assert!(t.libraries.stacks.is_empty());
     }
 }

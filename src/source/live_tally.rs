@@ -1,14 +1,16 @@
 //! Running figures of one process's live shim stream: driver memory held per device and its
 //! peak, allocation/free/OOM counts, records lost or dropped, and the allocations alive now.
 //! Bounded memory (no history is kept), so a dashboard or the agent can follow a process for
-//! days. The mapping of calls to held memory is the recording reader's (`recording/mod.rs`).
-//! The split of held memory (and pinned host memory) by library is `live_libraries.rs`'s.
+//! days. Records are applied by the one walk over driver records (`source::driver_state`, whose
+//! rule says what is held); the figures change at its hold and release points (`Figures`). The
+//! split of held memory (and pinned host memory) by library is `live_libraries.rs`'s, kept as
+//! the tag of each thing held.
 
+use super::driver_state::{DriverState, End, Held, Keeper, Memory};
 use super::live::LiveEvent;
 use super::live_libraries::LiveLibraries;
 use crate::model::Bytes;
-use memprof_wire::{Kind, Record, CUDA_SUCCESS, FLAG_SNAPSHOT};
-use rustc_hash::FxHashMap;
+use memprof_wire::{Record, FLAG_SNAPSHOT};
 use std::collections::BTreeMap;
 
 /// One allocation or mapping alive now.
@@ -24,13 +26,15 @@ pub struct LiveAlloc {
 /// Figures of one device, as the driver sees them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceFigures {
-    /// Bytes held through the driver now (allocations and mappings alive).
+    /// Device memory held through the driver now (allocations and `cuMemCreate` physical
+    /// memory alive).
     pub held: Bytes,
     /// The most `held` has been since the client connected.
     pub peak: Bytes,
     /// Allocations that failed with out-of-memory.
     pub ooms: u64,
-    /// Successful allocations and mappings, and frees and unmaps, after connecting.
+    /// Successful allocations (device, managed and `cuMemCreate` handles), and their frees and
+    /// releases, after connecting.
     pub allocations: u64,
     pub frees: u64,
     /// Total and free memory of the device at its last `cuMemGetInfo` (the whole device, every
@@ -42,13 +46,13 @@ pub struct DeviceFigures {
 /// The figures of one live stream so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveTally {
-    held: BTreeMap<u64, LiveAlloc>,
-    handles: FxHashMap<u64, u32>,
+    /// What is held, each with its library number.
+    state: DriverState<u16>,
     pub devices: BTreeMap<u32, DeviceFigures>,
-    /// Successful allocations and mappings seen after connecting (the snapshot of what was
+    /// Successful allocations and handles made after connecting (the snapshot of what was
     /// alive at connection is not counted).
     pub allocations: u64,
-    /// Frees and unmaps seen after connecting.
+    /// Frees and releases seen after connecting.
     pub frees: u64,
     /// Allocations that failed with out-of-memory, all devices.
     pub ooms: u64,
@@ -82,11 +86,21 @@ impl LiveTally {
         }
     }
 
-    /// The `n` largest allocations alive, largest first (ties: lower address first).
+    /// The `n` largest allocations and mappings alive, largest first (ties: lower address
+    /// first).
     pub fn largest(&self, n: usize) -> Vec<LiveAlloc> {
         let order =
             |a: &LiveAlloc, b: &LiveAlloc| b.size.cmp(&a.size).then(a.address.cmp(&b.address));
-        let mut all: Vec<LiveAlloc> = self.held.values().copied().collect();
+        let alive = |(address, h): (u64, &Held<u16>)| LiveAlloc {
+            address,
+            device: h.device,
+            size: Bytes(h.size),
+            mapped: h.memory == Memory::Mapping,
+        };
+        let mut all: Vec<LiveAlloc> = (self.state.allocations())
+            .chain(self.state.mappings())
+            .map(alive)
+            .collect();
         // Only the first `n` need sorting: a process may hold a million allocations.
         if n == 0 {
             return Vec::new();
@@ -101,105 +115,95 @@ impl LiveTally {
 
     /// How many allocations and mappings are alive.
     pub fn alive(&self) -> usize {
-        self.held.len()
+        self.state.addressed()
     }
 
     fn record(&mut self, r: &Record) {
         self.records += 1;
-        let counted = r.flags & FLAG_SNAPSHOT == 0;
-        let device = u32::try_from(r.device).unwrap_or(0);
-        if r.is_oom() {
-            self.ooms += 1;
-            self.devices.entry(device).or_default().ooms += 1;
-            return;
-        }
-        if r.result != CUDA_SUCCESS {
-            self.failed += 1;
-            return;
-        }
-        match r.kind {
-            Kind::Alloc
-            | Kind::AllocPitch
-            | Kind::AllocManaged
-            | Kind::AllocAsync
-            | Kind::AllocFromPoolAsync => self.hold(r, device, false, counted),
-            Kind::Free | Kind::FreeAsync if self.held.get(&r.ptr).is_some_and(|a| !a.mapped) => {
-                self.release(r.ptr, counted);
-            }
-            Kind::VmmCreate => {
-                self.handles.insert(r.aux, device);
-            }
-            Kind::VmmMap => {
-                let device = self.handles.get(&r.aux).copied().unwrap_or(device);
-                self.hold(r, device, true, counted);
-            }
-            Kind::VmmUnmap => {
-                let end = r.ptr.saturating_add(r.size);
-                let inside: Vec<u64> = self
-                    .held
-                    .range(r.ptr..end)
-                    .filter(|(_, a)| a.mapped)
-                    .map(|(&at, _)| at)
-                    .collect();
-                for at in inside {
-                    self.release(at, counted);
-                }
-            }
-            Kind::HostAlloc | Kind::HostRegister | Kind::HostFree | Kind::HostUnregister => {
-                self.libraries.host(r);
-            }
-            Kind::MemGetInfo => {
-                let d = self.devices.entry(device).or_default();
-                d.free = Some(Bytes(r.aux));
-                d.total = Some(Bytes(r.size));
-            }
-            _ => {}
-        }
+        let mut figures = Figures {
+            devices: &mut self.devices,
+            allocations: &mut self.allocations,
+            frees: &mut self.frees,
+            ooms: &mut self.ooms,
+            libraries: &mut self.libraries,
+        };
+        self.state.apply(r, &mut figures);
+        self.failed = self.state.counts().failed;
+    }
+}
+
+/// The tally's keeper: its figures, changed where the driver state holds or releases memory.
+struct Figures<'a> {
+    devices: &'a mut BTreeMap<u32, DeviceFigures>,
+    allocations: &'a mut u64,
+    frees: &'a mut u64,
+    ooms: &'a mut u64,
+    libraries: &'a mut LiveLibraries,
+}
+
+/// Whether `r` came after connecting (not in the snapshot of what was alive then).
+fn counted(r: &Record) -> bool {
+    r.flags & FLAG_SNAPSHOT == 0
+}
+
+impl Keeper for Figures<'_> {
+    type Tag = u16;
+
+    fn tag(&mut self, r: &Record, memory: Memory, _device: u32) -> u16 {
+        self.libraries.tag(r, memory)
     }
 
-    /// Holds the memory `r` made addressable at its pointer (`r.size` bytes).
-    fn hold(&mut self, r: &Record, device: u32, mapped: bool, counted: bool) {
-        let (address, size) = (r.ptr, r.size);
-        // An address still held was freed unrecorded: its old entry goes.
-        if self.held.contains_key(&address) {
-            self.release(address, false);
+    fn hold(&mut self, r: &Record, _key: u64, held: &Held<u16>) {
+        self.libraries.hold(held);
+        if held.memory == Memory::Mapping || held.memory == Memory::Host {
+            return;
         }
-        self.libraries.hold(address, device, size, r.stack);
-        self.held.insert(
-            address,
-            LiveAlloc {
-                address,
-                device,
-                size: Bytes(size),
-                mapped,
-            },
-        );
-        let d = self.devices.entry(device).or_default();
-        d.held = Bytes(d.held.0.saturating_add(size));
-        d.peak = d.peak.max(d.held);
-        if counted {
+        let d = self.devices.entry(held.device).or_default();
+        if held.memory.is_device() {
+            d.held = Bytes(d.held.0.saturating_add(held.size));
+            d.peak = d.peak.max(d.held);
+        }
+        if counted(r) {
             d.allocations += 1;
-            self.allocations += 1;
+            *self.allocations += 1;
         }
     }
 
-    fn release(&mut self, address: u64, counted: bool) {
-        if let Some(a) = self.held.remove(&address) {
-            self.libraries.release(address);
-            let d = self.devices.entry(a.device).or_default();
-            d.held = Bytes(d.held.0.saturating_sub(a.size.0));
-            if counted {
-                d.frees += 1;
-                self.frees += 1;
-            }
+    fn release(&mut self, r: &Record, _key: u64, held: &Held<u16>, end: End) {
+        self.libraries.release(held);
+        if held.memory == Memory::Mapping || held.memory == Memory::Host {
+            return;
         }
+        let d = self.devices.entry(held.device).or_default();
+        if held.memory.is_device() {
+            d.held = Bytes(d.held.0.saturating_sub(held.size));
+        }
+        if end == End::Freed && counted(r) {
+            d.frees += 1;
+            *self.frees += 1;
+        }
+    }
+
+    fn mapped(&mut self, r: &Record, handle: &mut Held<u16>) {
+        self.libraries.mapped(r, handle);
+    }
+
+    fn oom(&mut self, _r: &Record, device: u32, _free: Option<u64>) {
+        *self.ooms += 1;
+        self.devices.entry(device).or_default().ooms += 1;
+    }
+
+    fn info(&mut self, device: u32, free: u64, total: u64) {
+        let d = self.devices.entry(device).or_default();
+        d.free = Some(Bytes(free));
+        d.total = Some(Bytes(total));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memprof_wire::CUDA_ERROR_OUT_OF_MEMORY;
+    use memprof_wire::{Kind, CUDA_ERROR_OUT_OF_MEMORY};
 
     fn rec(kind: Kind, ptr: u64, size: u64, aux: u64, device: i32) -> LiveEvent {
         LiveEvent::Record(Record {
@@ -244,6 +248,12 @@ mod tests {
             [0x9000, 0x100]
         );
         t.apply(&rec(Kind::VmmUnmap, 0x8000, 0x2000, 0, 1));
+        assert_eq!(
+            t.devices.get(&1).map(|d| d.held),
+            Some(Bytes(5096)),
+            "the handle holds its memory until it is released"
+        );
+        t.apply(&rec(Kind::VmmRelease, 0, 0, 7, 1));
         t.apply(&rec(Kind::Free, 0x200, 0, 0, 0));
         assert_eq!(
             (t.allocations, t.frees, t.ooms),
@@ -259,6 +269,6 @@ mod tests {
         t.apply(&LiveEvent::Lost(5));
         t.apply(&LiveEvent::End { dropped: 2 });
         assert_eq!((t.lost, t.dropped, t.ended), (5, Some(2), true));
-        assert_eq!(t.records, 9);
+        assert_eq!(t.records, 10);
     }
 }

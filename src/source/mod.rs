@@ -3,6 +3,7 @@
 //! socket from its process id.
 
 pub mod cuda_probe;
+pub mod driver_state;
 pub mod gpu;
 pub mod live;
 pub mod live_feed;

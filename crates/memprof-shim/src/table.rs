@@ -160,6 +160,11 @@ impl Table {
     }
 }
 
+/// The shared table of driver record sequences (its tests check this table against it).
+#[cfg(test)]
+#[path = "../../memprof-wire/tests/data/driver_sequences.rs"]
+mod sequences;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +210,62 @@ mod tests {
                 Record::decode(&raw).expect("a record")
             })
             .collect()
+    }
+
+    /// The root crate's rule (`source::driver_state`), from what the table keeps: device memory
+    /// is allocations and handles, by the device the record names (none: device 0).
+    fn bytes(t: &Table, section: usize, kinds: &[Kind], device: u32) -> u64 {
+        t.sections[section]
+            .values()
+            .filter(|r| kinds.contains(&r.kind) && u32::try_from(r.device).unwrap_or(0) == device)
+            .map(|r| r.size)
+            .sum()
+    }
+
+    #[test]
+    fn every_sequence_of_the_shared_table_ends_in_its_expected_state() {
+        use super::sequences::{self, Expect, Step};
+        let allocations = [
+            Kind::Alloc,
+            Kind::AllocPitch,
+            Kind::AllocAsync,
+            Kind::AllocFromPoolAsync,
+        ];
+        for sequence in sequences::sequences() {
+            let mut t = Table::default();
+            for step in &sequence.steps {
+                let e = match *step {
+                    Step::Apply(r) => {
+                        t.apply(&r);
+                        continue;
+                    }
+                    Step::Expect(e) => e,
+                };
+                let got = match e {
+                    Expect::Held { device, .. } => Expect::Held {
+                        device,
+                        bytes: bytes(&t, ALLOCATIONS, &allocations, device)
+                            + bytes(&t, HANDLES, &[Kind::VmmCreate], device),
+                    },
+                    Expect::Managed { device, .. } => Expect::Managed {
+                        device,
+                        bytes: bytes(&t, ALLOCATIONS, &[Kind::AllocManaged], device),
+                    },
+                    Expect::Host { device, .. } => Expect::Host {
+                        device,
+                        bytes: bytes(
+                            &t,
+                            ALLOCATIONS,
+                            &[Kind::HostAlloc, Kind::HostRegister],
+                            device,
+                        ),
+                    },
+                    Expect::Handles(_) => Expect::Handles(t.sections[HANDLES].len()),
+                    Expect::Mappings(_) => Expect::Mappings(t.sections[MAPPINGS].len()),
+                };
+                assert_eq!(got, e, "{}", sequence.name);
+            }
+        }
     }
 
     #[test]

@@ -8,12 +8,15 @@
 //! PyTorch's host allocator, the ranges holding a host segment of the snapshot, apart; the rest by
 //! library) and managed memory are listed beside it.
 //!
-//! The recording is read once more, streaming, for this: its stacks are needed raw, by address.
+//! What is held follows the one walk over driver records (`source::driver_state`); the ledger is
+//! a keeper of it (`walk.rs`), fed by the same pass that reads the recording into the model
+//! (`analyze`, `gate`) or by a pass of its own (`ledger_of`). Its stacks are needed raw, by
+//! address.
 
 pub mod library;
 mod walk;
 
-pub use walk::{ledger_of, LedgerError};
+pub use walk::{ledger_of, LedgerError, LedgerWalk};
 
 use serde::Serialize;
 

@@ -1,13 +1,14 @@
-//! The walk over a recording's records that keeps the ledger's tallies: who holds each live
-//! allocation, handle and pinned host range, each device's tallies at its peak, and the NVML
-//! samples with the driver's total at their moment.
+//! The ledger's keeper of the one walk over driver records (`source::driver_state`, whose rule
+//! says what is held): who holds each live allocation, handle and pinned host range, each
+//! device's tallies at its peak, and the NVML samples with the driver's total at their moment.
 
 use super::library::Libraries;
 use super::{
     DeviceLedger, HostBytes, LedgerView, LibraryBytes, PoolBytes, TorchHostShare, TorchSegment,
     TorchShare,
 };
-use memprof_wire::{Item, Kind, Record, RecordingReader, StreamError, CUDA_SUCCESS};
+use crate::source::driver_state::{DriverState, End, Held, Keeper, Memory};
+use memprof_wire::{Item, Kind, Mapping, Record, RecordingReader, StreamError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -26,9 +27,9 @@ pub enum LedgerError {
     NotJoined { segments: usize },
 }
 
-/// Who holds some device memory.
+/// Who holds some memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Owner {
+pub enum Owner {
     /// PyTorch, in the pool of this index.
     Torch(usize),
     /// The library of this index, or none.
@@ -38,13 +39,6 @@ enum Owner {
 /// The pinned host "library" of the ranges that hold a host segment of the snapshot: PyTorch's
 /// host allocator, listed apart from the libraries.
 const TORCH_HOST: usize = usize::MAX;
-
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    device: u32,
-    size: u64,
-    owner: Owner,
-}
 
 /// Bytes and count of one owner.
 #[derive(Clone, Copy, Debug, Default)]
@@ -80,7 +74,8 @@ struct Device {
     samples: Vec<(u64, u64)>,
 }
 
-struct Walk {
+/// The ledger being made, fed by a walk over a recording's records.
+pub struct LedgerWalk {
     /// The snapshot's segments by (device, address).
     torch: Vec<TorchSegment>,
     pools: Vec<(i64, i64)>,
@@ -92,10 +87,6 @@ struct Walk {
     /// Frames of each stack id, until the first allocation using it resolves its library.
     frames: FxHashMap<u32, Vec<u64>>,
     library_of: FxHashMap<u32, Option<usize>>,
-    allocations: FxHashMap<u64, Held>,
-    handles: FxHashMap<u64, Held>,
-    managed: FxHashMap<u64, (u32, u64)>,
-    host: FxHashMap<u64, (u32, u64, Option<usize>)>,
     devices: BTreeMap<u32, Device>,
     /// Whether an allocation or mapping fell in a snapshot segment.
     joined: bool,
@@ -109,8 +100,64 @@ fn device_of(r: &Record) -> u32 {
         .unwrap_or(0)
 }
 
-impl Walk {
-    fn new(torch: &[TorchSegment], torch_host: &[u64]) -> Walk {
+impl Keeper for LedgerWalk {
+    type Tag = Owner;
+
+    fn record(&mut self, r: &Record) {
+        if r.kind == Kind::NvmlSample {
+            self.device(device_of(r)).samples.push((r.ts_ns, r.size));
+        }
+    }
+
+    /// A device allocation in a snapshot segment is PyTorch's; the rest (and handles, and
+    /// pinned host memory) belong to the library that asked.
+    fn tag(&mut self, r: &Record, memory: Memory, device: u32) -> Owner {
+        match memory {
+            Memory::Device => match self.torch_pool(device, r.ptr) {
+                Some(pool) => Owner::Torch(pool),
+                None => Owner::Library(self.library(r.stack)),
+            },
+            Memory::Host if self.holds_torch_host(r.ptr, r.size) => {
+                Owner::Library(Some(TORCH_HOST))
+            }
+            Memory::Handle | Memory::Host => Owner::Library(self.library(r.stack)),
+            Memory::Managed | Memory::Mapping => Owner::Library(None),
+        }
+    }
+
+    fn hold(&mut self, r: &Record, _key: u64, held: &Held<Owner>) {
+        self.change(r.ts_ns, held, true);
+    }
+
+    fn release(&mut self, r: &Record, _key: u64, held: &Held<Owner>, _end: End) {
+        self.change(r.ts_ns, held, false);
+    }
+
+    /// A handle mapped into one of PyTorch's segments is PyTorch's.
+    fn mapped(&mut self, r: &Record, handle: &mut Held<Owner>) {
+        if let Some(pool) = self.torch_pool(handle.device, r.ptr) {
+            let owner = Owner::Torch(pool);
+            if owner != handle.tag {
+                self.count(r.ts_ns, handle.device, handle.size, handle.tag, false);
+                self.count(r.ts_ns, handle.device, handle.size, owner, true);
+                handle.tag = owner;
+            }
+        }
+    }
+
+    fn stack(&mut self, id: u32, frames: &[u64]) {
+        self.frames.insert(id, frames.to_vec());
+    }
+
+    fn mapping(&mut self, m: &Mapping) {
+        self.libraries.add(m);
+    }
+}
+
+impl LedgerWalk {
+    /// A ledger joined with the snapshot's `torch` segments and the addresses of its
+    /// `torch_host` segments (both empty: no snapshot).
+    pub fn new(torch: &[TorchSegment], torch_host: &[u64]) -> LedgerWalk {
         let mut host_segments = torch_host.to_vec();
         host_segments.sort_unstable();
         host_segments.dedup();
@@ -131,7 +178,7 @@ impl Walk {
                 torch.push(s);
             }
         }
-        Walk {
+        LedgerWalk {
             torch,
             pools,
             torch_host: host_segments,
@@ -140,10 +187,6 @@ impl Walk {
             name_index: FxHashMap::default(),
             frames: FxHashMap::default(),
             library_of: FxHashMap::default(),
-            allocations: FxHashMap::default(),
-            handles: FxHashMap::default(),
-            managed: FxHashMap::default(),
-            host: FxHashMap::default(),
             devices: BTreeMap::new(),
             joined: false,
         }
@@ -191,21 +234,46 @@ impl Walk {
         self.devices.entry(device).or_default()
     }
 
-    /// Adds (or with `add` false, takes away) `held` to its device's tallies.
-    fn count(&mut self, ts_ns: u64, held: Held, add: bool) {
-        let d = self.device(held.device);
-        let tally = d.now.owners.entry(held.owner).or_default();
+    /// Adds (or with `add` false, takes away) what the driver state held or released.
+    fn change(&mut self, ts_ns: u64, held: &Held<Owner>, add: bool) {
+        match held.memory {
+            Memory::Device | Memory::Handle => {
+                self.count(ts_ns, held.device, held.size, held.tag, add);
+            }
+            Memory::Managed => {
+                let d = self.device(held.device);
+                d.now.managed = if add {
+                    d.now.managed.saturating_add(held.size)
+                } else {
+                    d.now.managed.saturating_sub(held.size)
+                };
+                self.follow_peak(held.device);
+            }
+            Memory::Host => {
+                let Owner::Library(library) = held.tag else {
+                    return;
+                };
+                self.count_host(held.device, library, held.size, add);
+            }
+            Memory::Mapping => {}
+        }
+    }
+
+    /// Adds (or with `add` false, takes away) `size` bytes of `owner` to `device`'s tallies.
+    fn count(&mut self, ts_ns: u64, device: u32, size: u64, owner: Owner, add: bool) {
+        let d = self.device(device);
+        let tally = d.now.owners.entry(owner).or_default();
         if add {
-            tally.bytes = tally.bytes.saturating_add(held.size);
+            tally.bytes = tally.bytes.saturating_add(size);
             tally.count += 1;
-            d.now.total = d.now.total.saturating_add(held.size);
+            d.now.total = d.now.total.saturating_add(size);
         } else {
-            tally.bytes = tally.bytes.saturating_sub(held.size);
+            tally.bytes = tally.bytes.saturating_sub(size);
             tally.count = tally.count.saturating_sub(1);
-            d.now.total = d.now.total.saturating_sub(held.size);
+            d.now.total = d.now.total.saturating_sub(size);
         }
         let bytes = tally.bytes;
-        let peak = d.owner_peak.entry(held.owner).or_default();
+        let peak = d.owner_peak.entry(owner).or_default();
         *peak = (*peak).max(bytes);
         d.history.push((ts_ns, d.now.total));
         let peak = d.peak.as_ref().map_or(0, |p| p.total);
@@ -244,110 +312,26 @@ impl Walk {
         self.follow_peak(device);
     }
 
-    fn apply(&mut self, r: &Record) {
-        if r.kind == Kind::NvmlSample {
-            self.device(device_of(r)).samples.push((r.ts_ns, r.size));
-            return;
-        }
-        if r.result != CUDA_SUCCESS {
-            return;
-        }
-        let device = device_of(r);
-        match r.kind {
-            Kind::Alloc | Kind::AllocPitch | Kind::AllocAsync | Kind::AllocFromPoolAsync => {
-                let owner = match self.torch_pool(device, r.ptr) {
-                    Some(pool) => Owner::Torch(pool),
-                    None => Owner::Library(self.library(r.stack)),
-                };
-                let held = Held {
-                    device,
-                    size: r.size,
-                    owner,
-                };
-                if let Some(old) = self.allocations.insert(r.ptr, held) {
-                    self.count(r.ts_ns, old, false);
-                }
-                self.count(r.ts_ns, held, true);
-            }
-            Kind::Free | Kind::FreeAsync => {
-                if let Some(old) = self.allocations.remove(&r.ptr) {
-                    self.count(r.ts_ns, old, false);
-                } else if let Some((device, size)) = self.managed.remove(&r.ptr) {
-                    let d = self.device(device);
-                    d.now.managed = d.now.managed.saturating_sub(size);
-                    self.follow_peak(device);
-                }
-            }
-            Kind::AllocManaged => {
-                self.managed.insert(r.ptr, (device, r.size));
-                let d = self.device(device);
-                d.now.managed = d.now.managed.saturating_add(r.size);
-                self.follow_peak(device);
-            }
-            Kind::VmmCreate => {
-                let held = Held {
-                    device,
-                    size: r.size,
-                    owner: Owner::Library(self.library(r.stack)),
-                };
-                if let Some(old) = self.handles.insert(r.aux, held) {
-                    self.count(r.ts_ns, old, false);
-                }
-                self.count(r.ts_ns, held, true);
-            }
-            Kind::VmmMap => {
-                // A handle mapped into one of PyTorch's segments is PyTorch's.
-                let Some(held) = self.handles.get(&r.aux).copied() else {
-                    return;
-                };
-                if let Some(pool) = self.torch_pool(held.device, r.ptr) {
-                    let owned = Held {
-                        owner: Owner::Torch(pool),
-                        ..held
-                    };
-                    if owned.owner != held.owner {
-                        self.count(r.ts_ns, held, false);
-                        self.count(r.ts_ns, owned, true);
-                        self.handles.insert(r.aux, owned);
-                    }
-                }
-            }
-            Kind::VmmRelease => {
-                if let Some(old) = self.handles.remove(&r.aux) {
-                    self.count(r.ts_ns, old, false);
-                }
-            }
-            Kind::HostAlloc | Kind::HostRegister => {
-                let library = if self.holds_torch_host(r.ptr, r.size) {
-                    Some(TORCH_HOST)
-                } else {
-                    self.library(r.stack)
-                };
-                if let Some((device, size, library)) =
-                    self.host.insert(r.ptr, (device, r.size, library))
-                {
-                    self.count_host(device, library, size, false);
-                }
-                self.count_host(device, library, r.size, true);
-            }
-            Kind::HostFree | Kind::HostUnregister => {
-                if let Some((device, size, library)) = self.host.remove(&r.ptr) {
-                    self.count_host(device, library, size, false);
-                }
-            }
-            Kind::VmmUnmap
-            | Kind::MemGetInfo
-            | Kind::AddressReserve
-            | Kind::AddressFree
-            | Kind::Trailer
-            | Kind::LiveDropped
-            | Kind::Stack
-            | Kind::Mapping
-            | Kind::NvmlSample => {}
-        }
+    /// Why the ledger cannot be joined with the snapshot: it had segments and none of them is
+    /// one of the recording's allocations or mappings.
+    pub fn refused(&self) -> Option<LedgerError> {
+        let named = !self.torch.is_empty() || !self.torch_host.is_empty();
+        (named && !self.joined).then_some(LedgerError::NotJoined {
+            segments: self.torch.len() + self.torch_host.len(),
+        })
     }
 
-    fn finish(self) -> Vec<DeviceLedger> {
+    /// The ledger; without the snapshot's share when it did not join (nothing was attributed
+    /// to PyTorch then, so it is the ledger of a walk without the snapshot).
+    pub fn finish(mut self) -> Vec<DeviceLedger> {
+        if !self.joined {
+            self.torch.clear();
+            self.torch_host.clear();
+        }
+        self.tallies()
+    }
+
+    fn tallies(self) -> Vec<DeviceLedger> {
         let with_torch = !self.torch.is_empty();
         let with_torch_host = !self.torch_host.is_empty();
         let mut out = Vec::new();
@@ -442,32 +426,28 @@ impl Walk {
     }
 }
 
-/// The ledger of the recording read from `input`, joined with the snapshot's `torch` segments
-/// and the addresses of its `torch_host` segments (both empty: no snapshot). A snapshot none of
-/// whose segments the recording made is refused.
+/// The ledger of the recording read from `input` alone (no model), joined with the snapshot's
+/// `torch` segments and the addresses of its `torch_host` segments (both empty: no snapshot).
+/// A snapshot none of whose segments the recording made is refused.
 pub fn ledger_of(
     input: impl Read,
     torch: &[TorchSegment],
     torch_host: &[u64],
 ) -> Result<Vec<DeviceLedger>, LedgerError> {
     let mut reader = RecordingReader::new(input)?;
-    let mut walk = Walk::new(torch, torch_host);
+    let mut walk = LedgerWalk::new(torch, torch_host);
+    let mut state = DriverState::default();
     while let Some(item) = reader.next_item()? {
         match item {
-            Item::Event { record, .. } => walk.apply(&record),
-            Item::Stack { id, frames } => {
-                walk.frames.insert(id, frames);
-            }
-            Item::Mapping(m) => walk.libraries.add(&m),
+            Item::Event { record, .. } => state.apply(&record, &mut walk),
+            Item::Stack { id, frames } => walk.stack(id, &frames),
+            Item::Mapping(m) => walk.mapping(&m),
         }
     }
-    let named = !torch.is_empty() || !torch_host.is_empty();
-    if named && !walk.joined {
-        return Err(LedgerError::NotJoined {
-            segments: torch.len() + torch_host.len(),
-        });
+    match walk.refused() {
+        Some(refused) => Err(refused),
+        None => Ok(walk.finish()),
     }
-    Ok(walk.finish())
 }
 
 #[cfg(test)]
@@ -573,6 +553,45 @@ mod tests {
         let alone = ledger_of(&bytes[..], &[], &[]).expect("no snapshot");
         assert_eq!(alone[0].at_peak.torch, None);
         assert_eq!(alone[0].at_peak.unattributed_bytes, 1007);
+    }
+
+    /// PyTorch's expandable segments: physical memory made by `cuMemCreate` is PyTorch's once
+    /// mapped into one of its segments, and held until it is released.
+    #[test]
+    fn a_handle_mapped_into_a_torch_segment_is_torchs_until_released() {
+        let vmm = |kind, ptr, size, aux, ts_ns| {
+            Record {
+                aux,
+                ..rec(kind, ptr, size, ts_ns, 0)
+            }
+            .encode()
+            .to_vec()
+        };
+        let bytes = file(&[
+            vmm(Kind::VmmCreate, 0, 2048, 1, 10),
+            vmm(Kind::VmmCreate, 0, 512, 2, 11),
+            vmm(Kind::VmmMap, 0x7000, 2048, 1, 12),
+            vmm(Kind::VmmMap, 0x9000, 512, 2, 13),
+            vmm(Kind::VmmUnmap, 0x7000, 2048, 0, 20),
+        ]);
+        let torch = [TorchSegment {
+            device: 0,
+            address: 0x7000,
+            size: 4096,
+            pool_id: (0, 0),
+        }];
+        let ledger = ledger_of(&bytes[..], &torch, &[]).expect("joined");
+        let end = &ledger[0].at_end;
+        assert_eq!(end.device_bytes, 2560, "unmapped, not released: still held");
+        assert_eq!(end.torch.as_ref().map(|t| t.reserved_bytes), Some(2048));
+        assert_eq!(end.unattributed_bytes, 512);
+        let mut released = bytes.clone();
+        released.truncate(released.len() - memprof_wire::RECORD_LEN);
+        released.extend_from_slice(&vmm(Kind::VmmRelease, 0, 0, 1, 30));
+        released.extend_from_slice(&Record::new(Kind::Trailer).encode());
+        let ledger = ledger_of(&released[..], &torch, &[]).expect("joined");
+        assert_eq!(ledger[0].at_end.device_bytes, 512);
+        assert_eq!(ledger[0].at_peak.device_bytes, 2560);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Folding driver-call records into trace entries and the segments left alive, one record at a
-//! time (the mapping is documented in `recording/mod.rs`). `from_recording` folds a whole file;
+//! time, as a keeper of the one walk over driver records (`source::driver_state`; the mapping
+//! is documented in `recording/mod.rs`). `from_recording` folds a whole file;
 //! a live client can fold as records arrive, ask what is held now, and take a model any time.
 //! Entries and held allocations carry the record's own stack id while folding (the stacks are
 //! symbolized once the whole recording is read); `into_snapshot` maps them into the table.
@@ -8,232 +9,90 @@ use crate::model::{
     Action, Block, BlockState, PoolKind, Segment, Snapshot, SnapshotFormat, StackId, StackTable,
     StreamIndex, Timeline, TraceEntry,
 };
-use memprof_wire::{Kind, Record, CUDA_SUCCESS};
+use crate::source::driver_state::{DriverState, End, Held, Keeper, Memory};
+use memprof_wire::{Kind, Record};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
-/// A driver allocation or mapping alive at some point of the recording.
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    device: u32,
-    size: u64,
-    stream: StreamIndex,
-    mapped: bool,
+/// What the fold attaches to each allocation and mapping: the recorded stack id and the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Origin {
     stack: Option<StackId>,
+    stream: StreamIndex,
 }
 
-/// The fold's state: entries so far and what is held.
+/// The fold's keeper: every trace entry so far and the streams they name.
 #[derive(Clone, Debug, Default)]
-pub struct DriverFold {
+struct Entries {
     /// (monotonic, wall clock) ns at the start, to give entries Unix times.
     clock: Option<(u64, u64)>,
     /// Time of the record being applied, µs since the Unix epoch.
     time_us: Option<i64>,
     entries: BTreeMap<u32, Vec<TraceEntry>>,
-    held: BTreeMap<u64, Held>,
-    /// Device of each `cuMemCreate` handle.
-    handles: FxHashMap<u64, u32>,
-    /// (free, total) of each device's last `cuMemGetInfo`.
-    info: FxHashMap<u32, (u64, u64)>,
     streams: Vec<u64>,
     stream_index: FxHashMap<u64, StreamIndex>,
-    /// Frees and unmaps of addresses no recorded call allocated.
-    unknown_frees: usize,
-    first_unknown: Option<usize>,
-    /// Calls that failed with another error than out-of-memory (they change nothing).
-    failed: usize,
-    /// Allocations at an address still held (its free was not recorded).
-    reused: usize,
-    /// Calls put on device 0 because they do not name a device.
-    guessed_device: usize,
-    /// Whether a call named a device other than 0 (then the guess may be wrong).
-    other_device: bool,
-    /// Index of the record being applied.
-    index: usize,
 }
 
-impl DriverFold {
-    /// A fold of a recording whose header has monotonic start `start_ns`; `wall_start_ns` (the
-    /// process block's wall clock) gives entries Unix times.
-    pub fn new(start_ns: u64, wall_start_ns: Option<u64>) -> DriverFold {
-        DriverFold {
-            clock: wall_start_ns.map(|wall| (start_ns, wall)),
-            ..DriverFold::default()
-        }
-    }
+impl Keeper for Entries {
+    type Tag = Origin;
 
-    /// Bytes held through the driver now (allocations and mappings), by device.
-    pub fn held_bytes(&self) -> BTreeMap<u32, u64> {
-        let mut out = BTreeMap::new();
-        for h in self.held.values() {
-            let total: &mut u64 = out.entry(h.device).or_default();
-            *total = total.saturating_add(h.size);
-        }
-        out
-    }
-
-    /// The total memory the last `cuMemGetInfo` of each device reported.
-    pub fn device_totals(&self) -> BTreeMap<u32, u64> {
-        self.info
-            .iter()
-            .map(|(&d, &(_, total))| (d, total))
-            .collect()
-    }
-
-    /// Applies the next record.
-    pub fn apply(&mut self, r: &Record) {
-        let index = self.index;
-        self.index += 1;
+    fn record(&mut self, r: &Record) {
         self.time_us = self.clock.and_then(|(mono, wall)| {
             let ns = wall.checked_add(r.ts_ns.checked_sub(mono)?)?;
             i64::try_from(ns / 1000).ok()
         });
-        // The recorded id, until `into_snapshot` maps it into the stack table.
-        let stack = NonZeroU32::new(r.stack).map(StackId);
-        if r.is_oom() {
-            let device = self.device_of(r);
-            let free = self.info.get(&device).map(|&(free, _)| free);
-            let stream = self.stream(r);
-            let mut entry = TraceEntry::oom(r.size, free, stream);
-            entry.stack = stack;
-            self.push(device, entry);
-            return;
-        }
-        if r.result != CUDA_SUCCESS {
-            self.failed += 1;
-            return;
-        }
-        match r.kind {
-            Kind::Alloc
-            | Kind::AllocPitch
-            | Kind::AllocManaged
-            | Kind::AllocAsync
-            | Kind::AllocFromPoolAsync => {
-                let device = self.device_of(r);
-                let stream = self.stream(r);
-                self.hold(r.ptr, device, r.size, stream, false, stack);
-            }
-            Kind::Free | Kind::FreeAsync => match self.held.get(&r.ptr).copied() {
-                Some(h) if !h.mapped => self.release(r.ptr, h),
-                _ => self.unknown(index),
+    }
+
+    fn tag(&mut self, r: &Record, memory: Memory, _device: u32) -> Origin {
+        Origin {
+            // The recorded id, until `into_snapshot` maps it into the stack table.
+            stack: NonZeroU32::new(r.stack).map(StackId),
+            stream: match memory {
+                Memory::Device => self.stream(r),
+                _ => StreamIndex(0),
             },
-            Kind::VmmCreate => {
-                let device = self.device_of(r);
-                self.handles.insert(r.aux, device);
-            }
-            Kind::VmmMap => {
-                let device = match self.handles.get(&r.aux) {
-                    Some(&d) => d,
-                    None => self.device_of(r),
-                };
-                self.hold(r.ptr, device, r.size, StreamIndex(0), true, stack);
-            }
-            Kind::VmmUnmap => {
-                let end = r.ptr.saturating_add(r.size);
-                let inside: Vec<(u64, Held)> = self
-                    .held
-                    .range(r.ptr..end)
-                    .filter(|(_, h)| h.mapped)
-                    .map(|(&a, &h)| (a, h))
-                    .collect();
-                if inside.is_empty() {
-                    self.unknown(index);
-                }
-                for (addr, h) in inside {
-                    self.release(addr, h);
-                }
-            }
-            Kind::MemGetInfo => {
-                let device = self.device_of(r);
-                self.info.insert(device, (r.aux, r.size));
-            }
-            Kind::VmmRelease
-            | Kind::AddressReserve
-            | Kind::AddressFree
-            | Kind::Trailer
-            | Kind::LiveDropped
-            | Kind::Stack
-            | Kind::Mapping
-            | Kind::HostAlloc
-            | Kind::HostFree
-            | Kind::HostRegister
-            | Kind::HostUnregister
-            | Kind::NvmlSample => {}
         }
     }
 
-    fn hold(
-        &mut self,
-        addr: u64,
-        device: u32,
-        size: u64,
-        stream: StreamIndex,
-        mapped: bool,
-        stack: Option<StackId>,
-    ) {
-        if let Some(old) = self.held.get(&addr).copied() {
-            // The driver handed out an address the recording still holds, so its free was not
-            // recorded (dropped): end the old one first so the totals stay right.
-            self.release(addr, old);
-            self.reused += 1;
+    /// An allocation is a `segment_alloc` and an `alloc`, a mapping a `segment_map` and an
+    /// `alloc`.
+    fn hold(&mut self, _r: &Record, key: u64, held: &Held<Origin>) {
+        let segment = match held.memory {
+            Memory::Device => Action::SegmentAlloc,
+            Memory::Mapping => Action::SegmentMap,
+            _ => return,
+        };
+        for action in [segment, Action::Alloc] {
+            self.push_held(action, key, held);
         }
-        let segment = if mapped {
-            Action::SegmentMap
-        } else {
-            Action::SegmentAlloc
-        };
-        let mut segment = TraceEntry::new(segment, Some(addr), size, stream);
-        segment.stack = stack;
-        self.push(device, segment);
-        let mut alloc = TraceEntry::new(Action::Alloc, Some(addr), size, stream);
-        alloc.stack = stack;
-        self.push(device, alloc);
-        let held = Held {
-            device,
-            size,
-            stream,
-            mapped,
-            stack,
-        };
-        self.held.insert(addr, held);
     }
 
-    fn release(&mut self, addr: u64, h: Held) {
-        self.held.remove(&addr);
-        let segment = if h.mapped {
-            Action::SegmentUnmap
-        } else {
-            Action::SegmentFree
+    fn release(&mut self, _r: &Record, key: u64, held: &Held<Origin>, _end: End) {
+        let segment = match held.memory {
+            Memory::Device => Action::SegmentFree,
+            Memory::Mapping => Action::SegmentUnmap,
+            _ => return,
         };
         // A free carries the stack of the allocation it ends, as PyTorch's trace entries do.
-        let mut free = TraceEntry::new(Action::FreeCompleted, Some(addr), h.size, h.stream);
-        free.stack = h.stack;
-        self.push(h.device, free);
-        let mut segment = TraceEntry::new(segment, Some(addr), h.size, h.stream);
-        segment.stack = h.stack;
-        self.push(h.device, segment);
-    }
-
-    fn unknown(&mut self, index: usize) {
-        self.unknown_frees += 1;
-        self.first_unknown.get_or_insert(index);
-    }
-
-    /// The record's device; an unknown one (no current context, or a number no machine has,
-    /// which only a damaged record carries) is counted and taken as device 0, so the fold never
-    /// builds per-device tables for billions of devices whoever feeds it.
-    fn device_of(&mut self, r: &Record) -> u32 {
-        match u32::try_from(r.device) {
-            Ok(d) if r.device < super::MAX_DEVICES => {
-                self.other_device |= d != 0;
-                d
-            }
-            _ => {
-                self.guessed_device += 1;
-                0
-            }
+        for action in [Action::FreeCompleted, segment] {
+            self.push_held(action, key, held);
         }
+    }
+
+    fn oom(&mut self, r: &Record, device: u32, free: Option<u64>) {
+        let stream = self.stream(r);
+        let mut entry = TraceEntry::oom(r.size, free, stream);
+        entry.stack = NonZeroU32::new(r.stack).map(StackId);
+        self.push(device, entry);
+    }
+}
+
+impl Entries {
+    fn push_held(&mut self, action: Action, addr: u64, held: &Held<Origin>) {
+        let mut entry = TraceEntry::new(action, Some(addr), held.size, held.tag.stream);
+        entry.stack = held.tag.stack;
+        self.push(held.device, entry);
     }
 
     fn stream(&mut self, r: &Record) -> StreamIndex {
@@ -263,50 +122,113 @@ impl DriverFold {
         let entry = entry.with_time(self.time_us);
         self.entries.entry(device).or_default().push(entry);
     }
+}
+
+/// The fold's state: what is held (`driver_state`), the entries so far, and `X`, another
+/// keeper fed by the same walk (the ledger, when `analyze` reads a recording).
+#[derive(Clone, Debug)]
+pub struct DriverFold<X: Keeper = ()> {
+    state: DriverState<(Origin, X::Tag)>,
+    keepers: (Entries, X),
+}
+
+impl DriverFold {
+    /// A fold of a recording whose header has monotonic start `start_ns`; `wall_start_ns` (the
+    /// process block's wall clock) gives entries Unix times.
+    pub fn new(start_ns: u64, wall_start_ns: Option<u64>) -> DriverFold {
+        DriverFold::with(start_ns, wall_start_ns, ())
+    }
+}
+
+impl<X: Keeper> DriverFold<X> {
+    /// A fold that also feeds `extra` every change (see [`DriverFold::new`]).
+    pub fn with(start_ns: u64, wall_start_ns: Option<u64>, extra: X) -> DriverFold<X> {
+        let entries = Entries {
+            clock: wall_start_ns.map(|wall| (start_ns, wall)),
+            ..Entries::default()
+        };
+        DriverFold {
+            state: DriverState::default(),
+            keepers: (entries, extra),
+        }
+    }
+
+    /// Device memory held now (allocations and physical memory handles), by device.
+    pub fn held_bytes(&self) -> BTreeMap<u32, u64> {
+        (self.state.devices().iter())
+            .filter(|(_, d)| d.held > 0)
+            .map(|(&device, d)| (device, d.held))
+            .collect()
+    }
+
+    /// The total memory the last `cuMemGetInfo` of each device reported.
+    pub fn device_totals(&self) -> BTreeMap<u32, u64> {
+        (self.state.devices().iter())
+            .filter_map(|(&device, d)| d.info.map(|(_, total)| (device, total)))
+            .collect()
+    }
+
+    /// Applies the next record.
+    pub fn apply(&mut self, r: &Record) {
+        self.state.apply(r, &mut self.keepers);
+    }
+
+    /// The other keeper, to feed it what is not a record (stack and mapping definitions).
+    pub fn extra(&mut self) -> &mut X {
+        &mut self.keepers.1
+    }
 
     /// What was odd so far, one line each.
     pub fn warnings(&self) -> Vec<String> {
+        let c = self.state.counts();
         let mut out = Vec::new();
-        if let Some(first) = self.first_unknown {
+        if let Some(first) = c.first_unknown {
             out.push(format!(
                 "{} frees or unmaps of addresses no recorded call allocated were skipped (first: \
                  record {first})",
-                self.unknown_frees
+                c.unknown_frees
             ));
         }
-        if self.reused > 0 {
+        if c.reused > 0 {
             out.push(format!(
                 "{} allocations reused an address still held, whose free was not recorded; it \
                  is taken as freed there",
-                self.reused
+                c.reused
             ));
         }
-        if self.failed > 0 {
+        if c.failed > 0 {
             out.push(format!(
                 "{} calls failed with an error other than out-of-memory and change nothing",
-                self.failed
+                c.failed
             ));
         }
-        if self.guessed_device > 0 && self.other_device {
+        if c.guessed_device > 0 && c.other_device {
             out.push(format!(
                 "{} driver calls do not name their device; they are reported under device 0",
-                self.guessed_device
+                c.guessed_device
             ));
         }
         out
     }
 
-    /// The model: every entry so far and the segments held now, with the recording's call
-    /// stacks: `ids` maps a record's stack id into `stacks` (an id it does not map is no
-    /// stack). The entries are moved, not copied, where they can be (one device's are).
+    /// The model (see [`DriverFold::into_parts`]).
     pub fn into_snapshot(self, stacks: StackTable, ids: &FxHashMap<u32, StackId>) -> Snapshot {
+        self.into_parts(stacks, ids).0
+    }
+
+    /// The model: every entry so far and the allocations and mappings held now, with the
+    /// recording's call stacks: `ids` maps a record's stack id into `stacks` (an id it does not
+    /// map is no stack). The entries are moved, not copied, where they can be (one device's
+    /// are). And the other keeper.
+    pub fn into_parts(self, stacks: StackTable, ids: &FxHashMap<u32, StackId>) -> (Snapshot, X) {
         let mapped = |s: Option<StackId>| s.and_then(|s| ids.get(&s.0.get()).copied());
-        let devices = self
+        let (log, extra) = self.keepers;
+        let devices = log
             .entries
             .keys()
             .next_back()
             .map_or(0, |&d| d as usize + 1);
-        let mut lists = self.entries;
+        let mut lists = log.entries;
         let mut entries: Vec<TraceEntry> = Vec::new();
         let mut ranges = Vec::with_capacity(devices);
         for device in 0..devices {
@@ -324,42 +246,45 @@ impl DriverFold {
             ranges.push(start..entries.len());
         }
         let mut timeline = Timeline::new(entries, ranges);
-        let streams = if self.streams.is_empty() {
+        let streams = if log.streams.is_empty() {
             vec![0]
         } else {
-            self.streams
+            log.streams
         };
-        let mut segments: Vec<Segment> = self
-            .held
-            .iter()
-            .map(|(&address, h)| Segment {
-                device: h.device,
-                address,
-                total_size: h.size,
-                stream: streams[h.stream.0 as usize],
-                pool: PoolKind::Large,
-                pool_id: (0, 0),
-                is_expandable: h.mapped,
-                stack: mapped(h.stack),
-                blocks: vec![Block {
+        let mut segments: Vec<Segment> = (self.state.allocations())
+            .chain(self.state.mappings())
+            .map(|(address, h)| {
+                let stack = mapped(h.tag.0.stack);
+                Segment {
+                    device: h.device,
                     address,
-                    size: h.size,
-                    requested_size: h.size,
-                    state: BlockState::ActiveAllocated,
-                    stack: mapped(h.stack),
-                }],
+                    total_size: h.size,
+                    stream: streams[h.tag.0.stream.0 as usize],
+                    pool: PoolKind::Large,
+                    pool_id: (0, 0),
+                    is_expandable: h.memory == Memory::Mapping,
+                    stack,
+                    blocks: vec![Block {
+                        address,
+                        size: h.size,
+                        requested_size: h.size,
+                        state: BlockState::ActiveAllocated,
+                        stack,
+                    }],
+                }
             })
             .collect();
         segments.sort_by_key(|s| (s.device, s.address));
         timeline.set_tables(streams, Vec::new());
-        Snapshot {
+        let snapshot = Snapshot {
             format: SnapshotFormat::Recording,
             segments,
             timeline,
             stacks,
             settings: None,
             annotations: Vec::new(),
-        }
+        };
+        (snapshot, extra)
     }
 }
 
@@ -418,6 +343,12 @@ mod tests {
 
         fold.apply(&rec(Kind::Free, 0x100, 0, 0, -1));
         fold.apply(&rec(Kind::VmmUnmap, 0x7000, 32, 0, -1));
+        assert_eq!(
+            fold.held_bytes(),
+            BTreeMap::from([(2, 32)]),
+            "the handle holds it"
+        );
+        fold.apply(&rec(Kind::VmmRelease, 0, 0, 5, -1));
         assert_eq!(fold.held_bytes(), BTreeMap::new());
         let end = fold.into_snapshot(StackTable::default(), &FxHashMap::default());
         assert!(end.segments.is_empty());

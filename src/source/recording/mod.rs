@@ -1,17 +1,20 @@
 //! memprof recordings (the shim's driver calls, `memprof-wire`) into the model.
 //!
 //! A recording sees the CUDA driver, not PyTorch's caching allocator, so it is mapped at that
-//! level (`design/CLI.md`, "For a memprof recording"):
+//! level (`design/CLI.md`, "For a memprof recording"), following the one rule of what the driver
+//! holds (`source::driver_state`, which every reader of driver records walks them through):
 //!
-//! - a successful device allocation (`cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocManaged`,
-//!   `cuMemAllocAsync`, `cuMemAllocFromPoolAsync`) is a `segment_alloc` followed by an `alloc`
-//!   of the same address and size; its free (`cuMemFree`, `cuMemFreeAsync`) is a
-//!   `free_completed` followed by a `segment_free`;
+//! - a successful device allocation (`cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocAsync`,
+//!   `cuMemAllocFromPoolAsync`) is a `segment_alloc` followed by an `alloc` of the same address
+//!   and size; its free (`cuMemFree`, `cuMemFreeAsync`) is a `free_completed` followed by a
+//!   `segment_free`;
 //! - a `cuMemMap` is a `segment_map` followed by an `alloc` of the mapped range; a `cuMemUnmap`
-//!   ends every mapping inside its range (`free_completed`, then `segment_unmap`);
-//!   `cuMemCreate`, `cuMemRelease` and address reservations hold no addressable memory and make
-//!   no entry; neither do pinned host memory (`cuMemHostAlloc` and the like) and the NVML
-//!   samples `memprof run` adds, which only the ledger (`ledger.rs`) reads;
+//!   ends every mapping inside its range (`free_completed`, then `segment_unmap`): the model is
+//!   the address view, as PyTorch's expandable segments are. `cuMemCreate` and `cuMemRelease`
+//!   (the physical memory behind mappings), address reservations, managed memory
+//!   (`cuMemAllocManaged`, not device memory), pinned host memory (`cuMemHostAlloc` and the
+//!   like) and the NVML samples `memprof run` adds make no entry; the ledger
+//!   (`analysis::ledger`) shows them;
 //! - an allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY` is an `oom` entry of the request,
 //!   with the free memory of the device's last `cuMemGetInfo` before it, when there was one.
 //!
@@ -25,6 +28,8 @@
 //! is the one the shim saw (`cuMemCreate`'s property, else the calling thread's current context);
 //! a map takes its handle's. Calls whose device the shim did not know are put on device 0; when
 //! some call names another device, a warning says how many were put there.
+//!
+//! [`read_with`] feeds another keeper (the ledger) from the same pass over the file.
 
 mod fold;
 mod symbols;
@@ -33,6 +38,7 @@ pub use fold::DriverFold;
 use symbols::Symbolizer;
 
 use crate::model::{FormatKeys, StackId, StackTable};
+use crate::source::driver_state::Keeper;
 use crate::source::torch_snapshot::Parsed;
 use memprof_wire::{
     DecodeError, Ending, Item, Mapping, ProcessInfo, Recording, RecordingReader, StreamError,
@@ -139,9 +145,18 @@ pub fn read(bytes: &[u8]) -> Result<ReadRecording, RecordingError> {
 /// holds the model, never the file or its records. A recording cut short (no trailer, a partial
 /// last record) is read as far as it goes, with a warning.
 pub fn read_from(input: impl Read) -> Result<ReadRecording, RecordingError> {
+    read_with(input, ()).map(|(read, ())| read)
+}
+
+/// Reads a recording from `input` as [`read_from`] does, feeding `extra` every change of the
+/// driver state and the recording's stack and mapping definitions in the same pass.
+pub fn read_with<X: Keeper>(
+    input: impl Read,
+    extra: X,
+) -> Result<(ReadRecording, X), RecordingError> {
     let mut reader = RecordingReader::new(input)?;
     let wall = reader.process.as_ref().and_then(|p| p.wall_start_ns);
-    let mut fold = DriverFold::new(reader.header.start_ns, wall);
+    let mut fold = DriverFold::with(reader.header.start_ns, wall, extra);
     let mut stacks = BTreeMap::new();
     let mut mappings = Vec::new();
     // The first record naming an impossible device; the rest is still decoded, so that damage
@@ -168,9 +183,13 @@ pub fn read_from(input: impl Read) -> Result<ReadRecording, RecordingError> {
                 fold.apply(&record);
             }
             Item::Stack { id, frames } => {
+                fold.extra().stack(id, &frames);
                 stacks.insert(id, frames);
             }
-            Item::Mapping(m) => mappings.push(m),
+            Item::Mapping(m) => {
+                fold.extra().mapping(&m);
+                mappings.push(m);
+            }
         }
     }
     if let Some(bad) = bad_device {
@@ -217,11 +236,12 @@ pub fn from_recording(recording: &Recording) -> Result<ReadRecording, RecordingE
         },
         events: recording.records.len(),
     };
-    Ok(finish(fold, rest))
+    Ok(finish(fold, rest).0)
 }
 
-/// The model and the recording's information from a fold of all its events.
-fn finish(fold: DriverFold, rest: Rest) -> ReadRecording {
+/// The model and the recording's information from a fold of all its events, and the fold's
+/// other keeper.
+fn finish<X: Keeper>(fold: DriverFold<X>, rest: Rest) -> (ReadRecording, X) {
     let mut warnings = fold.warnings();
     match rest.ending.dropped {
         Some(0) => {}
@@ -247,15 +267,17 @@ fn finish(fold: DriverFold, rest: Rest) -> ReadRecording {
         dropped: rest.ending.dropped,
     };
     let (stacks, ids) = stack_table(&rest.stacks, &rest.mappings);
-    ReadRecording {
+    let (snapshot, extra) = fold.into_parts(stacks, &ids);
+    let read = ReadRecording {
         parsed: Parsed {
-            snapshot: fold.into_snapshot(stacks, &ids),
+            snapshot,
             warnings,
             keys: FormatKeys::default(),
             host: None,
         },
         info,
-    }
+    };
+    (read, extra)
 }
 
 #[cfg(test)]
