@@ -75,12 +75,15 @@ pub fn classify_ooms(
     let index: FxHashMap<u32, usize> = ids.iter().enumerate().map(|(i, &d)| (d, i)).collect();
     for (i, &device) in ids.iter().enumerate() {
         if let Some(first) = twins.twin_of(device).and_then(|t| index.get(&t).copied()) {
-            let (pressure, oom) = (devices[first].pressure.clone(), devices[first].oom.clone());
+            let pressure = devices[first].pressure.clone();
+            let from = devices[first].oom.as_ref();
+            let at_oom = from.and_then(|o| o.at_oom);
+            let diagnosis = from.and_then(|o| o.diagnosis.clone());
             let d = &mut devices[i];
             d.pressure = pressure;
-            if let (Some(oom), Some(from)) = (d.oom.as_mut(), oom) {
-                oom.at_oom = from.at_oom;
-                oom.diagnosis = from.diagnosis.map(|g| Diagnosis { device, ..g });
+            if let Some(oom) = d.oom.as_mut() {
+                oom.at_oom = at_oom;
+                oom.diagnosis = diagnosis.map(|g| Diagnosis { device, ..g });
             }
             continue;
         }
