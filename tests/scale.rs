@@ -60,3 +60,40 @@ fn three_hundred_thousand_device_lists_are_analyzed_and_diagnosed_device_by_devi
         assert!(!d.remedies.is_empty(), "device {}", trace.device);
     }
 }
+
+/// The commands a user runs on such a file: the text says each group of devices alike once, the
+/// JSON keeps every device in full.
+#[test]
+fn devices_alike_are_one_line_of_text_and_every_device_in_json() {
+    const DEVICES: usize = 1000;
+    let scratch = crate::util::Scratch::new("scale-twins");
+    let path = scratch.join("twins.pickle");
+    let bytes = shared_oom_lists(DEVICES, REQUEST).expect("a pickle in memory");
+    std::fs::write(&path, bytes).expect("written");
+    let file = path.to_str().expect("a UTF-8 path");
+    let said = "devices 1 to 999: the same trace and segments as device 0, so the same";
+    for command in ["analyze", "diagnose"] {
+        let out = crate::util::memprof(&[command, file]);
+        let text = crate::util::stdout(&out);
+        assert!(text.contains(said), "{command}:\n{text}");
+        assert_eq!(
+            text.matches("OUT OF MEMORY").count(),
+            1,
+            "{command}:\n{text}"
+        );
+        assert!(text.lines().count() < 40, "{command}:\n{text}");
+    }
+    let doc = crate::util::analyze_json(std::slice::from_ref(&path));
+    let devices = crate::util::devices(&doc);
+    assert_eq!(devices.len(), DEVICES);
+    for (i, d) in devices.iter().enumerate() {
+        assert_eq!(d["device"], i);
+        assert_eq!(d["oom"]["diagnosis"]["device"], i);
+        assert_eq!(d["oom"]["diagnosis"]["cause"], "oversized_request");
+    }
+    let out = crate::util::memprof(&["diagnose", "--json", file]);
+    let doc: serde_json::Value = serde_json::from_str(&crate::util::stdout(&out)).expect("JSON");
+    let diagnoses = doc["diagnoses"].as_array().expect("diagnoses");
+    assert_eq!(diagnoses.len(), DEVICES);
+    assert!(diagnoses.iter().enumerate().all(|(i, d)| d["device"] == i));
+}

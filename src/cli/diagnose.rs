@@ -136,6 +136,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
                 device,
                 pressure,
                 untraced: None,
+                twin_of: twins.twin_of(device),
             });
             if let Some(g) = g {
                 let copy = Diagnosis {
@@ -159,6 +160,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
             device,
             pressure: Some(pressure(snapshot, &prepared)),
             untraced: None,
+            twin_of: None,
         });
         let before = diagnoses.len();
         if has_oom {
@@ -189,6 +191,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
                 free_in_cache_bytes: totals.fragmentation.external_bytes,
                 largest_free_block_bytes: totals.fragmentation.largest_free_block_bytes,
             }),
+            twin_of: None,
         });
     }
     devices.sort_by_key(|d| d.device);

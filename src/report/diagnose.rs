@@ -32,6 +32,10 @@ pub struct DevicePressure {
     /// For a device without a trace: the state at the dump.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untraced: Option<UntracedState>,
+    /// The earlier device whose trace and segments this one's equal (its figures and diagnosis
+    /// are copies): the text names it instead of repeating them.
+    #[serde(skip)]
+    pub twin_of: Option<u32>,
 }
 
 /// The whole document.
@@ -75,7 +79,14 @@ impl DiagnoseReport {
             by_device.entry(p.device).or_insert(p);
         }
         let diagnosed: FxHashSet<u32> = self.diagnoses.iter().map(|d| d.device).collect();
+        let twin_of = |device: u32| by_device.get(&device).and_then(|p| p.twin_of);
+        let mut twins = TwinRuns::default();
         for d in &self.diagnoses {
+            if let Some(twin) = twin_of(d.device) {
+                twins.add(&mut out, d.device, twin);
+                continue;
+            }
+            twins.end(&mut out);
             let pressure = (by_device.get(&d.device)).and_then(|p| p.pressure.as_ref());
             write_one(&mut out, d, pressure.map_or(0, |p| p.oom_retries));
             let old_name = d
@@ -97,13 +108,54 @@ impl DiagnoseReport {
                 }
             }
         }
+        twins.end(&mut out);
         for p in &self.devices {
             if diagnosed.contains(&p.device) {
                 continue;
             }
+            if let Some(twin) = p.twin_of {
+                twins.add(&mut out, p.device, twin);
+                continue;
+            }
+            twins.end(&mut out);
             write_device(&mut out, p);
         }
+        twins.end(&mut out);
         out
+    }
+}
+
+/// Devices in a row that are twins of one device, said in one line.
+#[derive(Default)]
+struct TwinRuns {
+    /// (first device, last device, their twin)
+    run: Option<(u32, u32, u32)>,
+}
+
+impl TwinRuns {
+    fn add(&mut self, out: &mut String, device: u32, twin: u32) {
+        match &mut self.run {
+            Some((_, last, of)) if *of == twin && device == *last + 1 => *last = device,
+            _ => {
+                self.end(out);
+                self.run = Some((device, device, twin));
+            }
+        }
+    }
+
+    fn end(&mut self, out: &mut String) {
+        let Some((first, last, twin)) = self.run.take() else {
+            return;
+        };
+        let which = if first == last {
+            format!("device {first}")
+        } else {
+            format!("devices {first} to {last}")
+        };
+        let _ = writeln!(
+            out,
+            "{which}: the same trace and segments as device {twin}, so the same as above"
+        );
     }
 }
 
