@@ -11,6 +11,12 @@ pub const ROUNDUP_INTERVALS: usize = 16;
 /// Default large-pool segment size and expandable page (`kLargeBuffer`).
 pub const LARGE_BUFFER: u64 = 20 * MIB;
 
+/// `mb` MiB in bytes; a size past what 64 bits hold is capped at the most whole MiB they do,
+/// as PyTorch caps `max_split_size_mb` (so the setting writes back as it reads).
+fn mib(mb: u64) -> u64 {
+    mb.min(u64::MAX / MIB) * MIB
+}
+
 /// Which allocator backend the settings select.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -109,21 +115,21 @@ impl AllocatorConfig {
                 if mb < LARGE_BUFFER / MIB {
                     return Err(bad(key, value, "must be at least 20"));
                 }
-                self.max_split_size = Some(mb.saturating_mul(MIB));
+                self.max_split_size = Some(mib(mb));
             }
             "max_non_split_rounding_mb" => {
                 let mb = parse_u64(key, value)?;
                 if mb < LARGE_BUFFER / MIB {
                     return Err(bad(key, value, "must be at least 20"));
                 }
-                self.max_non_split_rounding = mb.saturating_mul(MIB);
+                self.max_non_split_rounding = mib(mb);
             }
             "large_segment_size_mb" => {
                 let mb = parse_u64(key, value)?;
                 if mb <= 10 {
                     return Err(bad(key, value, "must be greater than 10"));
                 }
-                self.large_segment_size = mb.saturating_mul(MIB);
+                self.large_segment_size = mib(mb);
             }
             "garbage_collection_threshold" => {
                 let t = parse_f64(key, value)?;
@@ -446,6 +452,22 @@ mod tests {
         assert_eq!(c.roundup_power2_divisions[0], 4);
         assert_eq!(c.roundup_power2_divisions[8], 8);
         assert_eq!(c.roundup_power2_divisions[1], 0);
+        Ok(())
+    }
+
+    /// Found by the `alloc_conf` fuzz target (ASan pass): a size in MiB past 64 bits was kept as
+    /// `u64::MAX` bytes, which wrote back as a whole number of MiB that read as less.
+    #[test]
+    fn a_size_past_64_bits_is_capped_and_writes_back_as_it_reads() -> Result<(), ConfError> {
+        let huge = "max_split_size_mb:666666666666666126,max_non_split_rounding_mb:99999999999999999,large_segment_size_mb:18446744073709551615";
+        let c = AllocatorConfig::parse(huge)?;
+        let most = (u64::MAX / MIB) * MIB;
+        assert_eq!(c.max_split_size, Some(most));
+        assert_eq!(
+            (c.max_non_split_rounding, c.large_segment_size),
+            (most, most)
+        );
+        assert_eq!(AllocatorConfig::parse(&c.to_conf_string())?, c);
         Ok(())
     }
 }
