@@ -24,6 +24,23 @@ impl Drop for Guard {
     }
 }
 
+/// Spawns `command` (a workload under the shim) with piped stdin and stdout and waits for its
+/// "ready" line; `name` names it in a failure.
+fn spawn_ready(command: &mut Command, name: &str) -> (Guard, ChildStdin, BufReader<ChildStdout>) {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{name} runs: {e}"));
+    let stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
+    let guard = Guard(child);
+    let mut ready = String::new();
+    lines.read_line(&mut ready).expect("a line");
+    assert_eq!(ready, "ready\n");
+    (guard, stdin, lines)
+}
+
 /// Starts `peak_oom wait` under the shim with a runtime directory of its own, deeper than a
 /// socket address holds (as under a deep checkout: the live view must work there too); returns
 /// it once it has printed "ready" (b and c alive), with its stdin to let it go on. The runtime
@@ -31,22 +48,14 @@ impl Drop for Guard {
 pub fn workload(name: &str) -> (Guard, ChildStdin, Within) {
     let dir = kernels(name);
     let runtime = deep_runtime_dir(&dir);
-    let mut child = Command::new(dir.join("peak_oom"))
+    let mut command = Command::new(dir.join("peak_oom"));
+    command
         .arg("wait")
         .env("FAKE_CUDA_CAPACITY", "1048576")
         .env("MEMPROF_OUT", dir.join("run.memprof"))
         .env("LD_PRELOAD", shim())
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("peak_oom runs");
-    let stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
-    let guard = Guard(child);
-    let mut ready = String::new();
-    lines.read_line(&mut ready).expect("a line");
-    assert_eq!(ready, "ready\n");
+        .env("XDG_RUNTIME_DIR", &runtime);
+    let (guard, stdin, _) = spawn_ready(&mut command, "peak_oom");
     (guard, stdin, Within::new(dir, runtime))
 }
 
@@ -87,20 +96,12 @@ pub fn nccl_workload(
         &["-lfakenccl"],
     );
     let runtime = runtime.map_or_else(|| runtime_dir(&dir), Path::to_path_buf);
-    let mut child = Command::new(dir.join("nccl_hold"))
+    let mut command = Command::new(dir.join("nccl_hold"));
+    command
         .env("MEMPROF_OUT", dir.join("run.memprof"))
         .env("LD_PRELOAD", shim())
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("nccl_hold runs");
-    let stdin = child.stdin.take().expect("stdin");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout"));
-    let guard = Guard(child);
-    let mut ready = String::new();
-    lines.read_line(&mut ready).expect("a line");
-    assert_eq!(ready, "ready\n");
+        .env("XDG_RUNTIME_DIR", &runtime);
+    let (guard, stdin, lines) = spawn_ready(&mut command, "nccl_hold");
     (guard, stdin, lines, Within::new(dir, runtime))
 }
 
