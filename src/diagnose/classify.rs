@@ -7,7 +7,6 @@ use super::remedies::Recorded;
 use super::{diagnose_device, diagnose_recording_device, pressure, Depth};
 use crate::analysis::oom::Diagnosis;
 use crate::analysis::pressure::Pressure;
-use crate::analysis::same_devices::SameDevices;
 use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
 use crate::model::{Action, Snapshot};
@@ -70,11 +69,12 @@ pub fn classify_ooms(
         version: VersionRange::default(),
     };
     let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
-    // A twin comes earlier in `ids`, so its classification is done when a device needs it.
-    let twins = SameDevices::find(snapshot, &ids);
+    // A twin (`analysis::same_devices`, found by the analysis) comes earlier in `ids`, so its
+    // classification is done when a device needs it.
     let index: FxHashMap<u32, usize> = ids.iter().enumerate().map(|(i, &d)| (d, i)).collect();
     for (i, &device) in ids.iter().enumerate() {
-        if let Some(first) = twins.twin_of(device).and_then(|t| index.get(&t).copied()) {
+        let twin = devices[i].twin_of.and_then(|t| index.get(&t).copied());
+        if let Some(first) = twin {
             let pressure = devices[first].pressure.clone();
             let from = devices[first].oom.as_ref();
             let at_oom = from.and_then(|o| o.at_oom);
