@@ -15,6 +15,7 @@
 //! `agent/` runs `memprof agent`: a thread samples the GPUs (`source/gpu`) into a cache of
 //! rendered metrics (`report/prometheus`) that its HTTP server answers scrapes from.
 
+pub mod account;
 pub mod agent;
 pub mod analysis;
 pub mod cli;

@@ -4,8 +4,9 @@
 
 use crate::util::{fixture, real_fixtures};
 use insta::assert_snapshot;
-use memprof::analysis::{analyze_snapshot, DeviceAnalysis};
-use memprof::diagnose::{classify_ooms, Origin};
+use memprof::account::{DeviceReport, Options};
+use memprof::analysis::categories::CategoryRules;
+use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
 use memprof::source::torch_snapshot;
 use memprof::tui::keys::Key;
@@ -21,13 +22,19 @@ fn load(name: &str) -> Snapshot {
     torch_snapshot::read(file).expect("parses").snapshot
 }
 
-/// What `memprof view` analyses: every device, with the OOM diagnosed (as `analyze` does).
-fn analyses(snapshot: &Snapshot) -> Vec<DeviceAnalysis> {
-    classify_ooms(
+/// What `memprof view` shows: the account of every device (as `analyze` builds it).
+fn analyses(snapshot: &Snapshot) -> Vec<DeviceReport> {
+    let rules = CategoryRules::default();
+    memprof::account::build(
         snapshot,
-        Origin::TorchSnapshot,
-        analyze_snapshot(snapshot, 10, None),
+        &Options {
+            top: 10,
+            only: None,
+            rules: &rules,
+            origin: Origin::TorchSnapshot,
+        },
     )
+    .devices
 }
 
 /// Draws `app` on a `width` x `height` terminal after `keys`.

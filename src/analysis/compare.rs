@@ -11,13 +11,13 @@ const DIFFERENCES: usize = 5;
 /// Below this ratio of the highest peak to the median the devices are balanced.
 pub const BALANCED_RATIO: f64 = 1.1;
 
-/// One device of one input.
+/// One device of one input. A peak the input cannot tell (no trace) is `None`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PeakRow {
     pub input: String,
     pub device: u32,
-    pub peak_active_bytes: u64,
-    pub peak_reserved_bytes: u64,
+    pub peak_active_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
 }
 
 /// Which row.
@@ -35,51 +35,75 @@ pub struct SiteDifference {
     pub bytes_median: u64,
 }
 
-/// The comparison of two or more devices (names fixed by the JSON reference).
+/// The comparison of two or more devices (names fixed by the JSON reference). The outlier,
+/// the median and the spread are over the devices whose peak is known; they are `None` when
+/// fewer than two are.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
-    /// Every device, in input and device order.
+    /// Every device that holds memory, in input and device order.
     pub peaks: Vec<PeakRow>,
-    /// The device with the highest peak of active memory.
-    pub outlier: RowRef,
+    /// The device with the highest peak of requested memory.
+    pub outlier: Option<RowRef>,
     /// The device at the median peak (the lower of the two middle ones for an even count).
-    pub median: RowRef,
-    pub median_peak_bytes: u64,
+    pub median: Option<RowRef>,
+    pub median_peak_bytes: Option<u64>,
     /// Highest peak over the median peak; 1.0 when they are equal.
-    pub spread_ratio: f64,
+    pub spread_ratio: Option<f64>,
     /// Sites holding more on the outlier than on the median device at their peaks, largest
     /// difference first.
     pub differences: Vec<SiteDifference>,
 }
 
-/// Compares `rows` (input name and device analysis); `None` for fewer than two.
-pub fn compare(rows: &[(&str, &DeviceAnalysis)]) -> Option<Comparison> {
+/// One device offered for comparison: its input's name, its analysis and its peaks as the
+/// account tells them.
+pub struct Candidate<'a> {
+    pub input: &'a str,
+    pub analysis: &'a DeviceAnalysis,
+    pub peak_bytes: Option<u64>,
+    pub peak_reserved_bytes: Option<u64>,
+}
+
+/// Compares `rows`; `None` for fewer than two.
+pub fn compare(rows: &[Candidate<'_>]) -> Option<Comparison> {
     if rows.len() < 2 {
         return None;
     }
     let peaks: Vec<PeakRow> = rows
         .iter()
-        .map(|(input, d)| PeakRow {
-            input: input.to_string(),
-            device: d.device,
-            peak_active_bytes: d.trace.peak_active_bytes,
-            peak_reserved_bytes: d.trace.peak_reserved_bytes,
+        .map(|c| PeakRow {
+            input: c.input.to_string(),
+            device: c.analysis.device,
+            peak_active_bytes: c.peak_bytes,
+            peak_reserved_bytes: c.peak_reserved_bytes,
         })
         .collect();
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&i| (peaks[i].peak_active_bytes, i));
-    let top = *order.last()?;
-    let mid = order[(order.len() - 1) / 2];
-    let (outlier, median) = (rows[top].1, rows[mid].1);
-    let median_peak = peaks[mid].peak_active_bytes;
+    let mut order: Vec<(u64, usize)> = peaks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((p.peak_active_bytes?, i)))
+        .collect();
+    if order.len() < 2 {
+        return Some(Comparison {
+            peaks,
+            outlier: None,
+            median: None,
+            median_peak_bytes: None,
+            spread_ratio: None,
+            differences: Vec::new(),
+        });
+    }
+    order.sort_unstable();
+    let (top_peak, top) = *order.last()?;
+    let (median_peak, mid) = order[(order.len() - 1) / 2];
+    let (outlier, median) = (rows[top].analysis, rows[mid].analysis);
     let spread_ratio = if median_peak == 0 {
-        if peaks[top].peak_active_bytes == 0 {
+        if top_peak == 0 {
             1.0
         } else {
             f64::INFINITY
         }
     } else {
-        peaks[top].peak_active_bytes as f64 / median_peak as f64
+        top_peak as f64 / median_peak as f64
     };
     let on_median = |site: &str| {
         median
@@ -109,10 +133,10 @@ pub fn compare(rows: &[(&str, &DeviceAnalysis)]) -> Option<Comparison> {
         device: peaks[i].device,
     };
     Some(Comparison {
-        outlier: row(top),
-        median: row(mid),
-        median_peak_bytes: median_peak,
-        spread_ratio,
+        outlier: Some(row(top)),
+        median: Some(row(mid)),
+        median_peak_bytes: Some(median_peak),
+        spread_ratio: Some(spread_ratio),
         differences,
         peaks,
     })

@@ -7,6 +7,7 @@ use super::peak::{find_peak_followed, FollowReplay};
 use super::pressure::Pressure;
 use super::same_devices::SameDevices;
 use super::sites::{top_sites, Site};
+use super::trace_states::{TraceStates, TraceStatesFollower};
 use crate::model::{Action, Replay, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -83,6 +84,13 @@ pub struct DeviceAnalysis {
     /// The earlier device whose trace and segments this one's equal (its analysis is a copy).
     #[serde(skip)]
     pub twin_of: Option<u32>,
+    /// Requested and reserved bytes at the entries an account speaks of.
+    #[serde(skip)]
+    pub trace_states: TraceStates,
+    /// The allocator replay with the recorded settings, where one was made (filled by
+    /// `diagnose::classify_ooms`).
+    #[serde(skip)]
+    pub replayed: Option<crate::sim::replay::Replayed>,
 }
 
 const MOSTLY_FREE_SHOWN: usize = 16;
@@ -129,7 +137,9 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     let segments: Vec<_> = snapshot.device_segments(device).collect();
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
-    let (peak, follower) = find_peak_followed(entries, &segments, follow);
+    let (peak, (follower, states)) = find_peak_followed(entries, &segments, |replay| {
+        (follow(replay), TraceStatesFollower::new(entries, replay))
+    });
     let mut counts = [0usize; Action::ALL.len()];
     for e in entries {
         counts[e.action as usize] += 1;
@@ -193,6 +203,8 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
         categories: None,
         phases: None,
         twin_of: None,
+        trace_states: states.build(),
+        replayed: None,
     };
     (analysis, follower)
 }

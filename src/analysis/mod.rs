@@ -18,6 +18,7 @@ pub mod pressure;
 pub mod same_devices;
 mod series;
 mod sites;
+pub mod trace_states;
 pub mod version;
 
 pub use device::{

@@ -35,6 +35,19 @@ impl<'a> FollowReplay<'a> for () {
     fn finish(&mut self, _: &Replay<'a>) {}
 }
 
+/// Two followers of one replay.
+impl<'a, A: FollowReplay<'a>, B: FollowReplay<'a>> FollowReplay<'a> for (A, B) {
+    #[inline]
+    fn step(&mut self, i: usize, replay: &Replay<'a>) {
+        self.0.step(i, replay);
+        self.1.step(i, replay);
+    }
+    fn finish(&mut self, replay: &Replay<'a>) {
+        self.0.finish(replay);
+        self.1.finish(replay);
+    }
+}
+
 /// Replays the trace once, noting when each allocation ended, and rebuilds the live set at
 /// the peak from those notes instead of replaying again.
 pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {

@@ -5,8 +5,8 @@ use super::plot::{pick_device, write_plot};
 use super::{AnalyzeArgs, Outcome};
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::host_pinned::host_pinned;
-use crate::analysis::{analyze_snapshot_with_categories, version};
-use crate::diagnose::{classify_ooms, Origin};
+use crate::analysis::version;
+use crate::diagnose::Origin;
 use crate::model::SnapshotFormat;
 use crate::report::analyze_json::{
     AnalyzeReport, InputKind, InputReport, LedgerReport, ProcessReport,
@@ -56,7 +56,9 @@ pub(super) fn report(args: &AnalyzeArgs) -> anyhow::Result<AnalyzeReport> {
     } else {
         analyze_in_parallel(&files, args, &rules, joined.as_ref())?
     };
-    Ok(AnalyzeReport::new(inputs))
+    // A recording and the snapshot its ledger joins are one run, not two ranks.
+    let one_run = files.len() == 2 && joined.is_some();
+    Ok(AnalyzeReport::new(inputs, one_run))
 }
 
 /// Reads and analyzes one file; `progress` shows a bar for a big file on a terminal.
@@ -97,6 +99,15 @@ fn analyze_file(
         )?;
         super::wrote_beside(out);
     }
+    let account = crate::account::build(
+        snapshot,
+        &crate::account::Options {
+            top: args.top,
+            only: args.device,
+            rules,
+            origin: origin(loaded.recording.as_ref()),
+        },
+    );
     Ok(InputReport {
         path: shown,
         kind: if loaded.recording.is_some() {
@@ -123,19 +134,17 @@ fn analyze_file(
                 snapshot.has_trace_entries(),
             )
         }),
-        devices: classify_ooms(
-            snapshot,
-            origin(loaded.recording.as_ref()),
-            analyze_snapshot_with_categories(snapshot, args.top, args.device, rules),
-        )
-        .into_iter()
-        .map(|mut d| {
-            if !args.full_stacks {
-                d.top_sites.iter_mut().for_each(|s| s.full_stack.clear());
-            }
-            d
-        })
-        .collect(),
+        time_origin_us: account.axis.origin_us,
+        devices: account
+            .devices
+            .into_iter()
+            .map(|mut d| {
+                if !args.full_stacks {
+                    d.top_sites.iter_mut().for_each(|s| s.full_stack.clear());
+                }
+                d
+            })
+            .collect(),
         ledger,
         pinned_host_allocator: loaded.parsed.host.as_ref().map(host_pinned),
         warnings: loaded.parsed.warnings,

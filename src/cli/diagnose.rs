@@ -4,12 +4,12 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::analysis::categories::CategoryRules;
 use crate::analysis::oom::Diagnosis;
-use crate::analysis::same_devices::SameDevices;
-use crate::analysis::{layout_totals, version};
+use crate::analysis::version;
 use crate::diagnose::remedies::Recorded;
-use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, pressure, Depth};
-use crate::model::{Action, Bytes};
+use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
+use crate::model::Bytes;
 use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState};
 use crate::sim::replay::{self, DeviceTrace};
 use crate::sim::Backend;
@@ -79,6 +79,7 @@ fn from_log(path: &Path) -> anyhow::Result<DiagnoseReport> {
         diagnose_log(&parse_log(&text)),
         Vec::new(),
         None,
+        None,
     ))
 }
 
@@ -102,7 +103,12 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
             let recorded = info.device_total.get(&device).copied();
             diagnose_recording_device(snapshot, device, total.or(recorded), true)
         });
-        return Ok(DiagnoseReport::new(diagnoses.collect(), Vec::new(), None));
+        return Ok(DiagnoseReport::new(
+            diagnoses.collect(),
+            Vec::new(),
+            None,
+            None,
+        ));
     }
     let (config, warning) = replay::recorded_config(snapshot);
     if let Some(w) = warning {
@@ -118,83 +124,73 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         conf: snapshot.alloc_conf(),
         version,
     };
+    // The account every output renders: the figures at each moment, the pressure, the
+    // findings. The diagnoses below add the remedies, replayed.
+    let rules = CategoryRules::default();
+    let account = crate::account::build(
+        snapshot,
+        &crate::account::Options {
+            top: 10,
+            only: None,
+            rules: &rules,
+            origin: crate::diagnose::Origin::TorchSnapshot,
+        },
+    );
     let mut diagnoses: Vec<Diagnosis> = Vec::new();
     let mut devices: Vec<DevicePressure> = Vec::new();
-    let traced: Vec<u32> = snapshot
-        .devices()
-        .into_iter()
-        .filter(|&d| !snapshot.timeline.device(d as usize).is_empty())
-        .collect();
-    // Twins (devices alike in every entry and segment) are diagnosed once: where each device's
-    // pressure and diagnosis went.
-    let twins = SameDevices::find(snapshot, &traced);
-    let mut done: FxHashMap<u32, (usize, Option<usize>)> = FxHashMap::default();
-    for &device in &traced {
-        if let Some(&(p, g)) = twins.twin_of(device).and_then(|t| done.get(&t)) {
-            let pressure = devices[p].pressure.clone();
-            devices.push(DevicePressure {
-                device,
-                pressure,
-                untraced: None,
-                twin_of: twins.twin_of(device),
-            });
-            if let Some(g) = g {
-                let copy = Diagnosis {
-                    device,
-                    ..diagnoses[g].clone()
-                };
-                diagnoses.push(copy);
-            }
+    // Twins (devices alike in every entry and segment) are diagnosed once: where each
+    // device's diagnosis went.
+    let mut done: FxHashMap<u32, usize> = FxHashMap::default();
+    for r in &account.devices {
+        let device = r.device;
+        let judged = crate::account::peak_is_known(r.trace.entries, r.trace.peak_entry_index);
+        let dump = r.account.dump();
+        devices.push(DevicePressure {
+            device,
+            pressure: r.pressure.clone().filter(|_| judged),
+            untraced: (r.trace.entries == 0).then(|| UntracedState {
+                reserved_bytes: dump.reserved_bytes.unwrap_or(0),
+                active_bytes: dump.active_bytes.unwrap_or(0),
+                free_in_cache_bytes: dump.cached_free_bytes.unwrap_or(0),
+                largest_free_block_bytes: dump.largest_free_block_bytes.unwrap_or(0),
+            }),
+            twin_of: r.twin_of,
+            account: r.account.clone(),
+        });
+        if r.oom.is_none() {
             continue;
         }
-        let trace = DeviceTrace::of(snapshot, device);
-        let has_oom = trace.entries.iter().any(|e| e.action == Action::Oom);
-        if has_oom && config.backend == Backend::CudaMallocAsync {
-            bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to diagnose");
+        if let Some(&g) = r.twin_of.and_then(|t| done.get(&t)) {
+            let copy = Diagnosis {
+                device,
+                ..diagnoses[g].clone()
+            };
+            diagnoses.push(copy);
+            continue;
         }
         if config.backend == Backend::CudaMallocAsync {
-            continue;
+            bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to diagnose");
         }
+        let trace = DeviceTrace::of(snapshot, device);
         let prepared = replay::prepare(&trace, &config, None);
-        devices.push(DevicePressure {
-            device,
-            pressure: Some(pressure(snapshot, &prepared)),
-            untraced: None,
-            twin_of: None,
-        });
         let before = diagnoses.len();
-        if has_oom {
-            diagnoses.extend(diagnose_device(
-                snapshot,
-                &prepared,
-                &recorded,
-                total,
-                Depth::WithRemedies,
-            ));
+        diagnoses.extend(diagnose_device(
+            snapshot,
+            &prepared,
+            &recorded,
+            total,
+            Depth::WithRemedies,
+        ));
+        if diagnoses.len() > before {
+            done.insert(device, before);
         }
-        let diagnosis = (diagnoses.len() > before).then_some(before);
-        done.insert(device, (devices.len() - 1, diagnosis));
-    }
-    // Devices without a trace: only the final layout speaks.
-    for device in snapshot.devices() {
-        // `traced` is in device order: a search, not a scan, per device.
-        if traced.binary_search(&device).is_ok() {
-            continue;
-        }
-        let totals = layout_totals(snapshot.device_segments(device));
-        devices.push(DevicePressure {
-            device,
-            pressure: None,
-            untraced: Some(UntracedState {
-                reserved_bytes: totals.reserved_bytes,
-                active_bytes: totals.active_bytes,
-                free_in_cache_bytes: totals.fragmentation.external_bytes,
-                largest_free_block_bytes: totals.fragmentation.largest_free_block_bytes,
-            }),
-            twin_of: None,
-        });
     }
     devices.sort_by_key(|d| d.device);
     super::diagnose_ledger::name_outside_holders(path, &mut diagnoses);
-    Ok(DiagnoseReport::new(diagnoses, devices, Some(version)))
+    Ok(DiagnoseReport::new(
+        diagnoses,
+        devices,
+        Some(version),
+        account.axis.origin_us,
+    ))
 }

@@ -1,11 +1,7 @@
 //! `memprof report FILE -o report.html`: the self-contained HTML report of a snapshot.
 
-use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::analysis::analyze_snapshot_with_categories;
-use crate::analysis::categories::CategoryRules;
-use crate::diagnose::classify_ooms;
 use crate::report::html;
 use anyhow::{bail, Context};
 use clap::Args;
@@ -37,21 +33,28 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
         }
     }
     let name = args.file.file_name().unwrap_or(args.file.as_os_str());
-    let analyses = classify_ooms(
-        snapshot,
-        origin(loaded.recording.as_ref()),
-        analyze_snapshot_with_categories(
-            snapshot,
-            args.top,
-            args.device,
-            &CategoryRules::default(),
-        ),
-    );
+    // The account, as `analyze` and `diagnose` build it and in their words.
+    let analyze = super::analyze::report(&super::AnalyzeArgs {
+        files: vec![args.file.clone()],
+        json: true,
+        top: args.top,
+        full_stacks: true,
+        device: args.device,
+        plot: None,
+        categories: Vec::new(),
+    })?;
+    let (diagnosis, _) = super::diagnose::report(&super::diagnose::DiagnoseArgs {
+        file: Some(args.file.clone()),
+        log: None,
+        capacity: None,
+        json: true,
+        fail_on_oom: false,
+    })?;
     let page = html::report(
         snapshot,
         &name.to_string_lossy(),
-        &analyses,
-        &loaded.parsed.warnings,
+        &analyze,
+        &diagnosis.text(&shown),
     )?;
     std::fs::write(&args.output, page)
         .with_context(|| format!("{}: cannot write", args.output.display()))?;

@@ -4,8 +4,7 @@
 use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::analysis::analyze_snapshot;
-use crate::diagnose::classify_ooms;
+use crate::analysis::categories::CategoryRules;
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
 use crate::tui::view::ViewApp;
@@ -30,17 +29,22 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, true).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
-    let analyses = classify_ooms(
+    let rules = CategoryRules::default();
+    let account = crate::account::build(
         snapshot,
-        origin(loaded.recording.as_ref()),
-        analyze_snapshot(snapshot, TOP_SITES, None),
+        &crate::account::Options {
+            top: TOP_SITES,
+            only: None,
+            rules: &rules,
+            origin: origin(loaded.recording.as_ref()),
+        },
     );
     let name = args
         .file
         .file_name()
         .map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
     let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
-    let Some(mut app) = ViewApp::new(name, snapshot, analyses, theme) else {
+    let Some(mut app) = ViewApp::new(name, snapshot, account.devices, theme) else {
         bail!("{shown}: the snapshot has no segments and no trace entries: nothing to view");
     };
     terminal::run(&mut app).context("terminal")?;

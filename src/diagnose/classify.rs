@@ -7,10 +7,11 @@ use super::remedies::Recorded;
 use super::{diagnose_device, diagnose_recording_device, pressure, Depth};
 use crate::analysis::oom::Diagnosis;
 use crate::analysis::pressure::Pressure;
+use crate::analysis::same_devices::SameDevices;
 use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
 use crate::model::{Action, Snapshot};
-use crate::sim::replay::{self, DeviceTrace};
+use crate::sim::replay::{self, DeviceTrace, Replayed};
 use crate::sim::Backend;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -26,90 +27,120 @@ pub enum Origin<'a> {
     },
 }
 
-/// Pressure of a trace without releases or `oom` entries: nothing hit the limit, and
-/// nothing bounds the capacity.
-fn quiet(peak_reserved_bytes: u64) -> Pressure {
-    Pressure {
-        oom_retries: 0,
-        empty_cache_bursts: 0,
-        capacity_bytes_min: None,
-        capacity_bytes_max: None,
-        capacity_source: "unknown",
-        headroom_at_peak_bytes: None,
-        peak_reserved_bytes,
-        retries: Vec::new(),
-        empty_cache_sites: Vec::new(),
-    }
+/// What the allocator replay of one device found: its pressure, the model's figures at the
+/// account's moments, and the cause of its OOM (without remedies).
+#[derive(Clone, Debug, Default)]
+pub struct DeviceReplay {
+    pub device: u32,
+    pub pressure: Option<Pressure>,
+    pub replayed: Option<Replayed>,
+    pub diagnosis: Option<Diagnosis>,
 }
 
-/// Fills `oom.diagnosis`, `oom.at_oom` and `pressure` of every device.
+/// Fills `oom.diagnosis`, `oom.at_oom`, `pressure` and `replayed` of every device.
 pub fn classify_ooms(
     snapshot: &Snapshot,
     origin: Origin<'_>,
-    mut devices: Vec<DeviceAnalysis>,
+    devices: Vec<DeviceAnalysis>,
 ) -> Vec<DeviceAnalysis> {
-    if let Origin::Recording { device_totals } = origin {
-        for d in &mut devices {
-            if let Some(oom) = d.oom.as_mut() {
-                let total = device_totals.get(&d.device).copied();
-                oom.diagnosis = diagnose_recording_device(snapshot, d.device, total, false);
-                oom.at_oom = oom.diagnosis.as_ref().map(|g| g.at_oom);
-            }
+    let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
+    let replays = replay_devices(snapshot, origin, &ids);
+    attach(devices, replays)
+}
+
+/// Puts each device's replay (`replay_devices`, in the same device order) into its analysis.
+pub fn attach(mut devices: Vec<DeviceAnalysis>, replays: Vec<DeviceReplay>) -> Vec<DeviceAnalysis> {
+    for (d, r) in devices.iter_mut().zip(replays) {
+        debug_assert_eq!(d.device, r.device);
+        if r.pressure.is_some() {
+            d.pressure = r.pressure;
         }
-        return devices;
+        d.replayed = r.replayed;
+        if let Some(oom) = d.oom.as_mut() {
+            oom.at_oom = r.diagnosis.as_ref().map(|g| g.at_oom);
+            oom.diagnosis = r.diagnosis;
+        }
+    }
+    devices
+}
+
+/// Replays each of `devices` (in order) through the allocator model with the recorded
+/// settings, once per distinct device (a twin's replay is a copy of its first twin's): a
+/// snapshot's every traced device, a recording's devices with a failed allocation (the driver
+/// calls alone, no model). Reads the snapshot only, so it can run beside the analysis.
+pub fn replay_devices(
+    snapshot: &Snapshot,
+    origin: Origin<'_>,
+    devices: &[u32],
+) -> Vec<DeviceReplay> {
+    let has_oom = |device: u32| {
+        snapshot
+            .timeline
+            .device(device as usize)
+            .iter()
+            .any(|e| e.action == Action::Oom)
+    };
+    let blank = |device| DeviceReplay {
+        device,
+        ..DeviceReplay::default()
+    };
+    if let Origin::Recording { device_totals } = origin {
+        return devices
+            .iter()
+            .map(|&device| DeviceReplay {
+                diagnosis: has_oom(device)
+                    .then(|| {
+                        let total = device_totals.get(&device).copied();
+                        diagnose_recording_device(snapshot, device, total, false)
+                    })
+                    .flatten(),
+                ..blank(device)
+            })
+            .collect();
     }
     let (config, _) = replay::recorded_config(snapshot);
     // The asynchronous allocator (cudaMallocAsync) is not modelled.
     if config.backend == Backend::CudaMallocAsync {
-        return devices;
+        return devices.iter().map(|&d| blank(d)).collect();
     }
     let recorded = Recorded {
         config: &config,
         conf: snapshot.alloc_conf(),
         version: VersionRange::default(),
     };
-    let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
-    // A twin (`analysis::same_devices`, found by the analysis) comes earlier in `ids`, so its
-    // classification is done when a device needs it.
-    let index: FxHashMap<u32, usize> = ids.iter().enumerate().map(|(i, &d)| (d, i)).collect();
-    for (i, &device) in ids.iter().enumerate() {
-        let twin = devices[i].twin_of.and_then(|t| index.get(&t).copied());
-        if let Some(first) = twin {
-            let pressure = devices[first].pressure.clone();
-            let from = devices[first].oom.as_ref();
-            let at_oom = from.and_then(|o| o.at_oom);
-            let diagnosis = from.and_then(|o| o.diagnosis.clone());
-            let d = &mut devices[i];
-            d.pressure = pressure;
-            if let Some(oom) = d.oom.as_mut() {
-                oom.at_oom = at_oom;
-                oom.diagnosis = diagnosis.map(|g| Diagnosis { device, ..g });
-            }
+    let twins = SameDevices::find(snapshot, devices);
+    // A twin comes earlier in `devices`, so its replay is done when a device needs it.
+    let index: FxHashMap<u32, usize> = devices.iter().enumerate().map(|(i, &d)| (d, i)).collect();
+    let mut done: Vec<DeviceReplay> = Vec::with_capacity(devices.len());
+    for &device in devices {
+        if let Some(&first) = twins.twin_of(device).and_then(|t| index.get(&t)) {
+            let copy = &done[first];
+            done.push(DeviceReplay {
+                device,
+                diagnosis: copy.diagnosis.clone().map(|g| Diagnosis { device, ..g }),
+                ..copy.clone()
+            });
             continue;
         }
         let trace = DeviceTrace::of(snapshot, device);
-        let d = &mut devices[i];
         if trace.entries.is_empty() {
-            continue;
-        }
-        let replayed = trace.entries.iter().any(|e| {
-            matches!(
-                e.action,
-                Action::Oom | Action::SegmentFree | Action::SegmentUnmap
-            )
-        });
-        if !replayed {
-            d.pressure = Some(quiet(d.trace.peak_reserved_bytes));
+            done.push(blank(device));
             continue;
         }
         let prepared = replay::prepare(&trace, &config, None);
-        d.pressure = Some(pressure(snapshot, &prepared));
-        if let Some(oom) = d.oom.as_mut() {
-            oom.diagnosis = diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify);
-            oom.at_oom = oom.diagnosis.as_ref().map(|g| g.at_oom);
-        }
+        let diagnosis = if has_oom(device) {
+            diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify)
+        } else {
+            None
+        };
+        done.push(DeviceReplay {
+            device,
+            pressure: Some(pressure(snapshot, &prepared)),
+            replayed: Some(Replayed::of(&prepared)),
+            diagnosis,
+        });
     }
-    devices
+    done
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! memprof recording (the driver calls alone) and of the OOM messages of a log (the numbers the
 //! message prints).
 
-mod classify;
+pub(crate) mod classify;
 mod free_earlier;
 mod log;
 mod pressure;

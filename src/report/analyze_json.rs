@@ -1,12 +1,12 @@
 //! The `analyze --json` document (`design/CLI.md`, `schema_version` 1).
 
-use crate::analysis::compare::{compare, Comparison};
+use crate::account::DeviceReport;
+use crate::analysis::compare::{compare, Candidate, Comparison};
 use crate::analysis::version::VersionRange;
-use crate::analysis::DeviceAnalysis;
 use serde::Serialize;
 
 /// Version of the JSON layout; bumped when a field changes meaning.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Serialize)]
 pub struct Tool {
@@ -48,7 +48,11 @@ pub struct InputReport {
     /// The recorded process, for a memprof recording (absent for a snapshot).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessReport>,
-    pub devices: Vec<DeviceAnalysis>,
+    /// The origin of the input's one time axis: the time of the first trace entry of any device
+    /// (µs since the Unix epoch); every `seconds` of the input counts from it. `None` when no
+    /// entry has a time.
+    pub time_origin_us: Option<i64>,
+    pub devices: Vec<DeviceReport>,
     /// The whole-process ledger of a memprof recording (absent for a snapshot).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ledger: Option<LedgerReport>,
@@ -91,12 +95,25 @@ pub struct AnalyzeReport {
 }
 
 impl AnalyzeReport {
-    pub fn new(inputs: Vec<InputReport>) -> AnalyzeReport {
-        let rows: Vec<(&str, &DeviceAnalysis)> = inputs
+    /// The document of `inputs`; `one_run` when they are one run seen twice (a recording and
+    /// the snapshot joined with it), which has no devices to compare.
+    pub fn new(inputs: Vec<InputReport>, one_run: bool) -> AnalyzeReport {
+        // Devices that held no memory at any moment are not ranks of the job.
+        let rows: Vec<Candidate<'_>> = inputs
             .iter()
-            .flat_map(|i| i.devices.iter().map(move |d| (i.path.as_str(), d)))
+            .flat_map(|i| {
+                i.devices
+                    .iter()
+                    .filter(|d| d.account.holds_memory())
+                    .map(move |d| Candidate {
+                        input: i.path.as_str(),
+                        analysis: &d.analysis,
+                        peak_bytes: d.account.peaks.requested.bytes,
+                        peak_reserved_bytes: d.account.peaks.reserved.bytes,
+                    })
+            })
             .collect();
-        let comparison = compare(&rows);
+        let comparison = if one_run { None } else { compare(&rows) };
         AnalyzeReport {
             schema_version: SCHEMA_VERSION,
             tool: Tool::this(),

@@ -3,9 +3,9 @@
 use super::analyze_json::{AnalyzeReport, InputKind, InputReport};
 use super::pressure_text;
 use super::terminal_text::terminal_text;
+use crate::account::{DeviceReport, Figures, FindingKind, MomentKind};
 use crate::analysis::compare::{Comparison, RowRef, BALANCED_RATIO};
 use crate::analysis::host_pinned::HostPinnedReport;
-use crate::analysis::DeviceAnalysis;
 use crate::model::{count, Bytes};
 use std::fmt::Write;
 
@@ -29,6 +29,20 @@ pub fn render(report: &AnalyzeReport) -> String {
         }
         render_input(input, &mut out);
     }
+    out
+}
+
+/// The text of one device of `input`, as `analyze` prints it.
+pub fn device_text(input: &InputReport, d: &DeviceReport) -> String {
+    let mut out = String::new();
+    render_device(d, input.kind == InputKind::MemprofRecording, &mut out);
+    out
+}
+
+/// The comparison of the devices of `report`, as `analyze` prints it.
+pub fn comparison_text(report: &AnalyzeReport, c: &Comparison) -> String {
+    let mut out = String::new();
+    render_comparison(report, c, &mut out);
     out
 }
 
@@ -143,50 +157,97 @@ fn render_host_pinned(h: &HostPinnedReport, out: &mut String) {
     }
 }
 
+/// A figure of the account, or "not known".
+pub fn figure(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "not known".to_string(), |b| Bytes(b).to_string())
+}
+
+/// Where a moment lies: its entry and its time on the input's axis.
+pub fn moment_place(entry: Option<usize>, seconds: Option<f64>, entries: usize) -> String {
+    match (entry, seconds) {
+        (Some(i), Some(s)) => format!("at entry {i} of {entries}, {s:.3} s"),
+        (Some(i), None) => format!("at entry {i} of {entries}"),
+        (None, _) => "before the trace began".to_string(),
+    }
+}
+
 /// One device's report; `driver_only` for a recording, whose diagnosis sees the driver's calls
-/// but not the allocator's cache. Every figure names its moment: the dump (the final layout),
-/// the peak over the trace, or the OOM.
-fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
-    let f = &d.layout.fragmentation;
+/// but not the allocator's cache. Every figure is the account's and names its moment: the dump
+/// (the final layout), a peak over the trace, or the OOM.
+fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
+    let d = &r.analysis;
+    let a = &r.account;
+    let dump = a.dump();
     let _ = writeln!(out, "device {}", d.device);
     let _ = writeln!(out, "  at the dump:");
     let _ = writeln!(
         out,
         "    reserved      {:>11}  in {}, {}",
-        Bytes(d.layout.reserved_bytes).to_string(),
+        figure(dump.reserved_bytes),
         count(d.layout.segments as u64, "segment", "segments"),
         count(d.layout.blocks as u64, "block", "blocks")
     );
+    let (allocated, requested) = (dump.allocated_bytes, dump.requested_bytes);
     let _ = writeln!(
         out,
         "    allocated     {:>11}  requested {}, {} lost to rounding (internal)",
-        Bytes(d.layout.allocated_bytes).to_string(),
-        Bytes(d.layout.requested_bytes),
-        Bytes(f.internal_bytes)
+        figure(allocated),
+        figure(requested),
+        figure(allocated.zip(requested).map(|(a, r)| a.saturating_sub(r)))
     );
-    if d.layout.active_bytes != d.layout.allocated_bytes {
-        let _ = writeln!(
-            out,
-            "    pending free  {:>11}  freed by the program, waiting on other streams (not in allocated)",
-            Bytes(
-                d.layout
-                    .active_bytes
-                    .saturating_sub(d.layout.allocated_bytes)
-            )
-            .to_string()
-        );
+    if let (Some(active), Some(allocated)) = (dump.active_bytes, allocated) {
+        if active != allocated {
+            let _ = writeln!(
+                out,
+                "    pending free  {:>11}  freed by the program, waiting on other streams (active {})",
+                Bytes(active.saturating_sub(allocated)).to_string(),
+                Bytes(active)
+            );
+        }
     }
+    let share = dump
+        .cached_free_share()
+        .map(|s| format!("{:.0}% of reserved", s * 100.0))
+        .unwrap_or_else(|| "0% of reserved".to_string());
     let _ = writeln!(
         out,
-        "    cached free   {:>11}  {} of reserved; largest free block {}",
-        Bytes(f.external_bytes).to_string(),
-        percent(f.external_bytes, d.layout.reserved_bytes),
-        Bytes(f.largest_free_block_bytes)
+        "    cached free   {:>11}  {share}; largest free block {}",
+        figure(dump.cached_free_bytes),
+        figure(dump.largest_free_block_bytes)
     );
-    render_trace(d, out);
+    if a.pools.len() > 1 {
+        for p in &a.pools {
+            let owner = p
+                .owner
+                .as_deref()
+                .map(|o| format!(", {o}"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    {:<13} {:>11}  reserved, {} allocated, {} cached free{owner}",
+                if p.is_default() {
+                    "default pool".to_string()
+                } else {
+                    format!("pool ({},{})", p.id.0, p.id.1)
+                },
+                Bytes(p.reserved_bytes).to_string(),
+                Bytes(p.allocated_bytes),
+                Bytes(p.cached_free_bytes)
+            );
+        }
+    }
+    render_trace(r, out);
+    for f in &a.findings {
+        if matches!(
+            f.kind,
+            FindingKind::NoTrace | FindingKind::AtLimit | FindingKind::IfThisWasAnOom
+        ) {
+            let _ = writeln!(out, "  {}", f.sentence);
+        }
+    }
     if !d.top_sites.is_empty() {
         let when = if d.trace.peak_entry_index.is_some() {
-            "at the peak of active memory"
+            "at the peak of requested memory"
         } else {
             "at the dump"
         };
@@ -247,26 +308,24 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
         let free = oom
             .device_free_bytes
             .map_or_else(|| "unknown".to_string(), |b| Bytes(b).to_string());
+        let moment = a.moment_at(MomentKind::Oom, oom.entry_index);
+        let when = moment
+            .and_then(|m| m.seconds())
+            .map(|s| format!(", {s:.3} s"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  OUT OF MEMORY at entry {}: a request of {} failed with {} free on the device; site {}",
+            "  OUT OF MEMORY at entry {}{when}: a request of {} failed with {} free on the device; site {}",
             oom.entry_index,
             Bytes(oom.request_bytes),
             free,
             oom.site
         );
-        if let Some(a) = &oom.at_oom {
-            let largest = match (driver_only, a.largest_free_block_bytes) {
-                (true, _) | (false, None) => "not visible in driver calls".to_string(),
-                (false, Some(l)) => Bytes(l).to_string(),
-            };
+        if let Some(m) = moment {
             let _ = writeln!(
                 out,
-                "    at the OOM: reserved {}, allocated {}, free in the cache {} (largest free block {})",
-                Bytes(a.reserved_bytes),
-                Bytes(a.allocated_bytes),
-                Bytes(a.free_in_cache_bytes),
-                largest
+                "    at the OOM: {}",
+                oom_figures(&m.figures, driver_only)
             );
         }
         if let Some(diag) = &oom.diagnosis {
@@ -279,7 +338,8 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
             );
         }
     }
-    if let Some(p) = &d.pressure {
+    let judged = crate::account::peak_is_known(d.trace.entries, d.trace.peak_entry_index);
+    if let Some(p) = d.pressure.as_ref().filter(|_| judged) {
         let quiet = p.oom_retries == 0 && p.empty_cache_bursts == 0;
         if !(quiet && d.oom.is_some()) {
             for line in pressure_text::lines(p, d.oom.is_some()) {
@@ -289,62 +349,74 @@ fn render_device(d: &DeviceAnalysis, driver_only: bool, out: &mut String) {
     }
 }
 
-fn render_trace(d: &DeviceAnalysis, out: &mut String) {
-    let t = &d.trace;
+/// The account's figures at an OOM, in one line; `driver_only` for a recording, whose calls
+/// do not show the allocator's free blocks.
+pub fn oom_figures(f: &Figures, driver_only: bool) -> String {
+    let largest = if driver_only {
+        "not visible in driver calls".to_string()
+    } else {
+        figure(f.largest_free_block_bytes)
+    };
+    format!(
+        "reserved {}, allocated {}, requested {}, active {}, cached free {} (largest free block {largest})",
+        figure(f.reserved_bytes),
+        figure(f.allocated_bytes),
+        figure(f.requested_bytes),
+        figure(f.active_bytes),
+        figure(f.cached_free_bytes),
+    )
+}
+
+fn render_trace(r: &DeviceReport, out: &mut String) {
+    let t = &r.analysis.trace;
+    let peaks = &r.account.peaks;
     if t.entries == 0 {
-        let why = if d.blocks_have_stacks {
-            "memory history was recorded (the blocks carry stacks) but the trace was not kept, \
-             as with `enabled=\"state\"`"
-        } else {
-            "memory history was not recorded"
-        };
-        let _ = writeln!(
-            out,
-            "  no trace: {why}; the peak is not known; active at the dump {} (requested sizes of the live blocks)",
-            Bytes(t.peak_active_bytes)
-        );
         return;
     }
-    let _ = writeln!(out, "  over the trace:");
-    if t.entries == 1 && t.peak_entry_index.is_none() {
-        let _ = writeln!(
-            out,
-            "    peak active   {:>11}  (the trace holds one entry; {} was alive before it)",
-            "not known",
-            Bytes(t.before_trace_bytes)
-        );
-    } else {
-        let at = match (t.peak_entry_index, t.peak_offset_us) {
-            (Some(i), Some(us)) => format!(
-                "at entry {i} of {}, {:.3} s into the trace",
-                t.entries,
-                us as f64 / 1e6
-            ),
-            (Some(i), None) => format!("at entry {i} of {}", t.entries),
-            (None, _) => "before the trace began".to_string(),
+    let _ = writeln!(
+        out,
+        "  over the trace (seconds from the input's first trace entry):"
+    );
+    if crate::account::peak_is_known(t.entries, t.peak_entry_index) {
+        let place = |p: &crate::account::PeakOf| {
+            moment_place(p.entry, p.offset_us.map(|us| us as f64 / 1e6), t.entries)
         };
         let _ = writeln!(
             out,
-            "    peak active   {:>11}  {at} ({} alive before the first entry)",
-            Bytes(t.peak_active_bytes).to_string(),
+            "    peak allocated {:>10}  {}",
+            figure(peaks.allocated.bytes),
+            match peaks.allocated.bytes {
+                Some(_) => format!(
+                    "{} (torch.cuda.max_memory_allocated(): block sizes)",
+                    place(&peaks.allocated)
+                ),
+                None => "(block sizes need the allocator replay, which this trace did not allow)"
+                    .to_string(),
+            }
+        );
+        let site = t
+            .peak_site
+            .as_deref()
+            .map(|s| format!("; reached by an allocation at {s}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "    peak requested {:>10}  {} ({} alive before the first entry){site}",
+            figure(peaks.requested.bytes),
+            place(&peaks.requested),
             Bytes(t.before_trace_bytes)
         );
         let _ = writeln!(
             out,
-            "    peak reserved {:>11}  (torch.cuda.max_memory_reserved() over the trace)",
-            Bytes(t.peak_reserved_bytes).to_string()
-        );
-    }
-    if let Some(site) = &t.peak_site {
-        let _ = writeln!(
-            out,
-            "                               the active peak reached by an allocation at {site}"
+            "    peak reserved  {:>10}  {} (torch.cuda.max_memory_reserved())",
+            figure(peaks.reserved.bytes),
+            place(&peaks.reserved)
         );
     }
     let counts: Vec<String> = t.actions.iter().map(|(a, n)| format!("{n} {a}")).collect();
     let _ = writeln!(
         out,
-        "    trace         {} {}: {}",
+        "    trace          {} {}: {}",
         t.entries,
         if t.entries == 1 { "entry" } else { "entries" },
         counts.join(", ")
@@ -359,7 +431,8 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
     }
 }
 
-/// One line naming the outlier and why, then one row per file and device.
+/// One line naming the outlier and why (or that peaks are not known), then one row per file
+/// and device that holds memory, each figure as the device's account gives it.
 fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
     let name = |r: &RowRef| {
         if report.inputs.len() > 1 {
@@ -368,83 +441,35 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
             format!("device {}", r.device)
         }
     };
-    let top = c
+    match (&c.outlier, &c.median, c.median_peak_bytes, c.spread_ratio) {
+        (Some(outlier), Some(median), Some(median_peak), Some(spread)) => {
+            render_verdict(c, &name, outlier, median, median_peak, spread, out)
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "no comparison of peaks: fewer than two devices have a trace that tells their peak"
+            );
+        }
+    }
+    let shown: Vec<(&str, u32)> = c
         .peaks
         .iter()
-        .find(|p| p.input == c.outlier.input && p.device == c.outlier.device)
-        .map_or(0, |p| p.peak_active_bytes);
-    let low = c.peaks.iter().min_by_key(|p| p.peak_active_bytes);
-    if c.spread_ratio < BALANCED_RATIO {
-        let within = (BALANCED_RATIO - 1.0) * 100.0;
-        match low
-            .filter(|l| (l.peak_active_bytes as f64) * BALANCED_RATIO < c.median_peak_bytes as f64)
-        {
-            None => {
-                let _ = writeln!(
-                    out,
-                    "balanced: every peak of active memory is within {within:.0}% of the median ({})",
-                    Bytes(c.median_peak_bytes)
-                );
-            }
-            Some(l) => {
-                let _ = writeln!(
-                    out,
-                    "no high outlier: the highest peak of active memory is within {within:.0}% of \
-                     the median ({}); the lowest is {}, {}",
-                    Bytes(c.median_peak_bytes),
-                    name(&RowRef {
-                        input: l.input.clone(),
-                        device: l.device
-                    }),
-                    Bytes(l.peak_active_bytes)
-                );
-            }
-        }
-    } else {
-        let ratio = if c.spread_ratio.is_finite() {
-            format!("{:.1}x the median", c.spread_ratio)
-        } else {
-            "the median is 0 B".to_string()
-        };
-        let why: Vec<String> = c
-            .differences
-            .iter()
-            .take(3)
-            .map(|d| {
-                format!(
-                    "{} (+{}: {} against {})",
-                    d.site,
-                    Bytes(d.bytes_outlier - d.bytes_median),
-                    Bytes(d.bytes_outlier),
-                    Bytes(d.bytes_median)
-                )
-            })
-            .collect();
-        let because = if why.is_empty() {
-            String::new()
-        } else {
-            format!("; at their peaks it holds more at {}", why.join(", "))
-        };
-        let _ = writeln!(
-            out,
-            "outlier: {}, peak active {}, {ratio} ({}, {}){because}",
-            name(&c.outlier),
-            Bytes(top),
-            name(&c.median),
-            Bytes(c.median_peak_bytes)
-        );
-    }
-    let rows: Vec<(&InputReport, &DeviceAnalysis)> = report
+        .map(|p| (p.input.as_str(), p.device))
+        .collect();
+    let rows: Vec<(&InputReport, &DeviceReport)> = report
         .inputs
         .iter()
         .flat_map(|i| i.devices.iter().map(move |d| (i, d)))
+        .filter(|(i, d)| shown.contains(&(i.path.as_str(), d.device)))
         .filter(|(_, d)| d.twin_of.is_none())
         .collect();
     let twins = report
         .inputs
         .iter()
-        .flat_map(|i| &i.devices)
-        .filter(|d| d.twin_of.is_some())
+        .flat_map(|i| i.devices.iter().map(move |d| (i, d)))
+        .filter(|(i, d)| shown.contains(&(i.path.as_str(), d.device)))
+        .filter(|(_, d)| d.twin_of.is_some())
         .count();
     let width = rows
         .iter()
@@ -454,18 +479,19 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
         .max(4);
     let _ = writeln!(
         out,
-        "{:<width$}  {:>3}  {:>11}  {:>13}  {:>16}  {:>4}",
-        "file", "dev", "peak active", "peak reserved", "reserved at dump", "oom"
+        "{:<width$}  {:>3}  {:>14}  {:>13}  {:>16}  {:>4}",
+        "file", "dev", "peak requested", "peak reserved", "reserved at dump", "oom"
     );
     for (input, d) in &rows {
+        let a = &d.account;
         let _ = writeln!(
             out,
-            "{:<width$}  {:>3}  {:>11}  {:>13}  {:>16}  {:>4}",
+            "{:<width$}  {:>3}  {:>14}  {:>13}  {:>16}  {:>4}",
             terminal_text(&input.path).to_string(),
             d.device,
-            Bytes(d.trace.peak_active_bytes).to_string(),
-            Bytes(d.trace.peak_reserved_bytes).to_string(),
-            Bytes(d.layout.reserved_bytes).to_string(),
+            figure(a.peaks.requested.bytes),
+            figure(a.peaks.reserved.bytes),
+            figure(a.dump().reserved_bytes),
             if d.oom.is_some() { "yes" } else { "-" }
         );
     }
@@ -476,4 +502,85 @@ fn render_comparison(report: &AnalyzeReport, c: &Comparison, out: &mut String) {
             count(twins as u64, "device", "devices")
         );
     }
+}
+
+/// The comparison's verdict: balanced, no high outlier, or the outlier and why.
+fn render_verdict(
+    c: &Comparison,
+    name: &dyn Fn(&RowRef) -> String,
+    outlier: &RowRef,
+    median: &RowRef,
+    median_peak: u64,
+    spread: f64,
+    out: &mut String,
+) {
+    let known = || {
+        c.peaks
+            .iter()
+            .filter_map(|p| Some((p, p.peak_active_bytes?)))
+    };
+    let top = known()
+        .find(|(p, _)| p.input == outlier.input && p.device == outlier.device)
+        .map_or(0, |(_, b)| b);
+    if spread < BALANCED_RATIO {
+        let within = (BALANCED_RATIO - 1.0) * 100.0;
+        let low = known()
+            .min_by_key(|&(_, b)| b)
+            .filter(|&(_, b)| (b as f64) * BALANCED_RATIO < median_peak as f64);
+        match low {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "balanced: every peak of requested memory is within {within:.0}% of the median ({})",
+                    Bytes(median_peak)
+                );
+            }
+            Some((l, bytes)) => {
+                let _ = writeln!(
+                    out,
+                    "no high outlier: the highest peak of requested memory is within {within:.0}% \
+                     of the median ({}); the lowest is {}, {}",
+                    Bytes(median_peak),
+                    name(&RowRef {
+                        input: l.input.clone(),
+                        device: l.device
+                    }),
+                    Bytes(bytes)
+                );
+            }
+        }
+        return;
+    }
+    let ratio = if spread.is_finite() {
+        format!("{spread:.1}x the median")
+    } else {
+        "the median is 0 B".to_string()
+    };
+    let why: Vec<String> = c
+        .differences
+        .iter()
+        .take(3)
+        .map(|d| {
+            format!(
+                "{} (+{}: {} against {})",
+                d.site,
+                Bytes(d.bytes_outlier - d.bytes_median),
+                Bytes(d.bytes_outlier),
+                Bytes(d.bytes_median)
+            )
+        })
+        .collect();
+    let because = if why.is_empty() {
+        String::new()
+    } else {
+        format!("; at their peaks it holds more at {}", why.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "outlier: {}, peak requested {}, {ratio} ({}, {}){because}",
+        name(outlier),
+        Bytes(top),
+        name(median),
+        Bytes(median_peak)
+    );
 }

@@ -3,7 +3,9 @@
 //! replay, what was tried and still fails, and the allocator pressure of every device).
 
 use super::analyze_json::SCHEMA_VERSION;
+use super::analyze_text::{figure, oom_figures};
 use super::pressure_text;
+use crate::account::{DeviceAccount, Figures, FindingKind, MomentKind};
 use crate::analysis::oom::{Diagnosis, Remedy, RemedyKind};
 use crate::analysis::pressure::Pressure;
 use crate::analysis::site_text;
@@ -36,6 +38,9 @@ pub struct DevicePressure {
     /// are copies): the text names it instead of repeating them.
     #[serde(skip)]
     pub twin_of: Option<u32>,
+    /// The device's account: its moments with their figures, peaks, pools and findings.
+    #[serde(flatten)]
+    pub account: DeviceAccount,
 }
 
 /// The whole document.
@@ -45,23 +50,23 @@ pub struct DiagnoseReport {
     /// The PyTorch releases that could have written the file (`None` for a log or a
     /// recording).
     pub torch_version: Option<VersionRange>,
+    /// The origin of the input's one time axis (as in `analyze --json`).
+    pub time_origin_us: Option<i64>,
     pub diagnoses: Vec<Diagnosis>,
     pub devices: Vec<DevicePressure>,
 }
-
-/// Below this share of reserved memory free in the cache, a dump is at the limit of what the
-/// allocator holds.
-const AT_LIMIT_FREE_SHARE: f64 = 0.05;
 
 impl DiagnoseReport {
     pub fn new(
         diagnoses: Vec<Diagnosis>,
         devices: Vec<DevicePressure>,
         torch_version: Option<VersionRange>,
+        time_origin_us: Option<i64>,
     ) -> DiagnoseReport {
         DiagnoseReport {
             schema_version: SCHEMA_VERSION,
             torch_version,
+            time_origin_us,
             diagnoses,
             devices,
         }
@@ -87,8 +92,13 @@ impl DiagnoseReport {
                 continue;
             }
             twins.end(&mut out);
-            let pressure = (by_device.get(&d.device)).and_then(|p| p.pressure.as_ref());
-            write_one(&mut out, d, pressure.map_or(0, |p| p.oom_retries));
+            let device = by_device.get(&d.device);
+            let pressure = device.and_then(|p| p.pressure.as_ref());
+            let figures = device
+                .zip(d.entry_index)
+                .and_then(|(p, i)| p.account.moment_at(MomentKind::Oom, i))
+                .map(|m| m.figures);
+            write_one(&mut out, d, figures, pressure.map_or(0, |p| p.oom_retries));
             let old_name = d
                 .remedies
                 .iter()
@@ -160,32 +170,47 @@ impl TwinRuns {
 }
 
 fn write_device(out: &mut String, p: &DevicePressure) {
-    if let Some(pressure) = &p.pressure {
-        let _ = writeln!(out, "device {}: allocator pressure", p.device);
-        for line in pressure_text::lines(pressure, false) {
-            let _ = writeln!(out, "  {line}");
+    let quiet = p
+        .pressure
+        .as_ref()
+        .is_none_or(|x| x.oom_retries == 0 && x.empty_cache_bursts == 0);
+    match &p.pressure {
+        Some(pressure) if !quiet => {
+            let _ = writeln!(out, "device {}: allocator pressure", p.device);
+            for line in pressure_text::lines(pressure, false) {
+                let _ = writeln!(out, "  {line}");
+            }
         }
-    }
-    if let Some(u) = &p.untraced {
-        let _ = writeln!(
-            out,
-            "device {}: no trace; at the dump {} reserved, {} of it allocated, {} free in the \
-             cache (largest free block {})",
-            p.device,
-            Bytes(u.reserved_bytes),
-            Bytes(u.active_bytes),
-            Bytes(u.free_in_cache_bytes),
-            Bytes(u.largest_free_block_bytes)
-        );
-        let share = u.free_in_cache_bytes as f64 / u.reserved_bytes.max(1) as f64;
-        if u.reserved_bytes > 0 && share < AT_LIMIT_FREE_SHARE {
+        Some(pressure) => {
+            let _ = writeln!(out, "device {}: no allocator pressure", p.device);
+            for line in pressure_text::lines(pressure, false) {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+        None => {
+            let dump = p.account.dump();
             let _ = writeln!(
                 out,
-                "  at the limit of what the allocator holds: {:.0}% of reserved is free, so if \
-                 this dump came from an OOM, live memory filled the device, not \
-                 fragmentation; cut live memory (the largest blocks are in `memprof analyze`)",
-                share * 100.0
+                "device {}: at the dump {} reserved, {} active ({} allocated), {} cached free \
+                 (largest free block {})",
+                p.device,
+                figure(dump.reserved_bytes),
+                figure(dump.active_bytes),
+                figure(dump.allocated_bytes),
+                figure(dump.cached_free_bytes),
+                figure(dump.largest_free_block_bytes)
             );
+        }
+    }
+    for f in &p.account.findings {
+        if matches!(
+            f.kind,
+            FindingKind::NoTrace
+                | FindingKind::AtLimit
+                | FindingKind::IfThisWasAnOom
+                | FindingKind::PrivatePool
+        ) {
+            let _ = writeln!(out, "  {}", f.sentence);
         }
     }
 }
@@ -202,8 +227,9 @@ fn shell_value(value: &str) -> String {
     }
 }
 
-/// One diagnosis; `retries` the device's OOM retries (they bracket the capacity too).
-fn write_one(out: &mut String, d: &Diagnosis, retries: usize) {
+/// One diagnosis with the account's `figures` at its OOM; `retries` the device's OOM retries
+/// (they bracket the capacity too).
+fn write_one(out: &mut String, d: &Diagnosis, figures: Option<Figures>, retries: usize) {
     let at = d
         .entry_index
         .map(|i| format!(" at entry {i}"))
@@ -236,16 +262,24 @@ fn write_one(out: &mut String, d: &Diagnosis, retries: usize) {
         );
     }
     let _ = writeln!(out, "  {}", d.evidence);
+    let mut figures = match figures {
+        Some(f) => format!("  at the OOM: {}", oom_figures(&f, false)),
+        // A log or a recording: the figures its message or driver calls give.
+        None => {
+            let a = &d.at_oom;
+            let mut line = format!(
+                "  at the OOM: reserved {}, allocated {}, free in the cache {}",
+                Bytes(a.reserved_bytes),
+                Bytes(a.allocated_bytes),
+                Bytes(a.free_in_cache_bytes)
+            );
+            if let Some(l) = a.largest_free_block_bytes {
+                let _ = write!(line, " (largest free block {})", Bytes(l));
+            }
+            line
+        }
+    };
     let a = &d.at_oom;
-    let mut figures = format!(
-        "  at the OOM: reserved {}, allocated {}, free in the cache {}",
-        Bytes(a.reserved_bytes),
-        Bytes(a.allocated_bytes),
-        Bytes(a.free_in_cache_bytes)
-    );
-    if let Some(l) = a.largest_free_block_bytes {
-        let _ = write!(figures, " (largest free block {})", Bytes(l));
-    }
     if let Some(f) = a.device_free_bytes {
         let _ = write!(figures, ", free on the device {}", Bytes(f));
     }

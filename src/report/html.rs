@@ -1,10 +1,13 @@
-//! `memprof report`: one self-contained HTML page (no script, no external file or font) with
-//! each device's summary, its plots as inline SVG (the timeline twice: by site and by category), the top sites with their stacks and the OOM.
-//! Every text that comes from the file is escaped.
+//! `memprof report`: one self-contained HTML page (no script, no external file or font): the
+//! account in the words `analyze` and `diagnose` print, then each device's plots as inline SVG
+//! (the timeline twice: by site and by category), its live memory by category and the top
+//! sites with their stacks. Every text that comes from the file is escaped.
 
+use super::analyze_json::AnalyzeReport;
+use super::terminal_text::terminal_lines;
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::{site_text, DeviceAnalysis};
-use crate::model::{count, Bytes, Snapshot};
+use crate::model::{Bytes, Snapshot};
 use crate::report::plot::{self, Format, Kind, PlotError, Stacking};
 use std::fmt::Write;
 
@@ -33,15 +36,17 @@ border-bottom:1px solid #eee}td.n{text-align:right;font-variant-numeric:tabular-
 .oom{background:#fde8e8;border-left:5px solid #d62728;padding:.6em 1em;margin:1em 0}\
 .plot svg{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0}\
 details pre{background:#f6f6f6;padding:.5em;overflow-x:auto;font-size:.85em}\
-code{font-size:.95em}.muted{color:#777}";
+code{font-size:.95em}.muted{color:#777}pre.text{white-space:pre-wrap}";
 
-/// The page for one snapshot: `name` is the file's name, `top` the sites listed per device,
-/// `only` one device.
+/// The page for one snapshot: `name` is the file's name. The words are the account's, as
+/// `memprof analyze` and `memprof diagnose` print them (`analyze` is the report of the file,
+/// `diagnosis` the text of `diagnose`), then per device its plots, the live memory by category
+/// and the sites with their stacks.
 pub fn report(
     snapshot: &Snapshot,
     name: &str,
-    analyses: &[DeviceAnalysis],
-    warnings: &[String],
+    analyze: &AnalyzeReport,
+    diagnosis: &str,
 ) -> Result<String, PlotError> {
     let mut page = String::new();
     let title = format!("memprof report: {}", escape(name));
@@ -50,21 +55,30 @@ pub fn report(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>\n\
          <p class=\"muted\">Written by memprof {}. Sizes in binary units (1 GiB = 2<sup>30</sup> \
-         bytes). Active memory is the requested size of live allocations; reserved is what the \
-         allocator holds from the driver.</p>\n",
+         bytes). The words are those of <code>memprof analyze</code> and <code>memprof \
+         diagnose</code> on the same file.</p>\n",
         env!("CARGO_PKG_VERSION")
     );
-    for warning in warnings {
+    page.push_str("<h2>Diagnosis</h2>\n");
+    text_block(&mut page, diagnosis);
+    if let Some(c) = &analyze.comparison {
+        page.push_str("<h2>Devices side by side</h2>\n");
+        text_block(&mut page, &super::analyze_text::comparison_text(analyze, c));
+    }
+    let Some(input) = analyze.inputs.first() else {
+        page.push_str("</body></html>\n");
+        return Ok(page);
+    };
+    for warning in &input.warnings {
         let _ = writeln!(page, "<p class=\"muted\">warning: {}</p>", escape(warning));
     }
-    if analyses.is_empty() {
+    if input.devices.is_empty() {
         page.push_str("<p>No device has segments or trace entries.</p>\n");
     }
-    for analysis in analyses {
-        let device = analysis.device;
+    for d in &input.devices {
+        let device = d.device;
         let _ = writeln!(page, "<h2>Device {device}</h2>");
-        summary(&mut page, analysis);
-        oom(&mut page, analysis);
+        text_block(&mut page, &super::analyze_text::device_text(input, d));
         let by_category = Stacking::Category(CategoryRules::default());
         let plots = Kind::ALL.into_iter().flat_map(|kind| match kind {
             Kind::Timeline => vec![(kind, &Stacking::Site), (kind, &by_category)],
@@ -78,134 +92,19 @@ pub fn report(
             page.push_str(&svg);
             page.push_str("</div>\n");
         }
-        sites(&mut page, analysis);
-        super::html_categories::section(&mut page, analysis);
+        super::html_categories::section(&mut page, &d.analysis);
+        sites(&mut page, &d.analysis);
     }
     page.push_str("</body></html>\n");
     Ok(page)
 }
 
-fn row(page: &mut String, label: &str, value: String) {
+/// Text as the terminal shows it, escaped, in a block that keeps its lines.
+fn text_block(page: &mut String, text: &str) {
     let _ = writeln!(
         page,
-        "<tr><th>{label}</th><td class=\"n\">{}</td></tr>",
-        escape(&value)
-    );
-}
-
-fn summary(page: &mut String, d: &DeviceAnalysis) {
-    let l = &d.layout;
-    let t = &d.trace;
-    page.push_str(
-        "<table><caption class=\"muted\">The layout at the snapshot (the end of the trace), \
-         then the trace's peaks</caption>\n",
-    );
-    row(
-        page,
-        "reserved",
-        format!(
-            "{} in {}, {}",
-            Bytes(l.reserved_bytes),
-            count(l.segments as u64, "segment", "segments"),
-            count(l.blocks as u64, "block", "blocks")
-        ),
-    );
-    row(page, "allocated", Bytes(l.allocated_bytes).to_string());
-    row(
-        page,
-        "active (allocated + pending free)",
-        Bytes(l.active_bytes).to_string(),
-    );
-    row(page, "requested", Bytes(l.requested_bytes).to_string());
-    let f = &l.fragmentation;
-    row(
-        page,
-        "lost to rounding (internal)",
-        Bytes(f.internal_bytes).to_string(),
-    );
-    row(
-        page,
-        "cached free (external)",
-        Bytes(f.external_bytes).to_string(),
-    );
-    row(
-        page,
-        "largest free block",
-        Bytes(f.largest_free_block_bytes).to_string(),
-    );
-    row(page, "trace entries", t.entries.to_string());
-    let at = match (t.peak_entry_index, t.peak_offset_us) {
-        (Some(i), Some(us)) => format!(" at entry {i}, {:.3} s into the trace", us as f64 / 1e6),
-        (Some(i), None) => format!(" at entry {i}"),
-        (None, _) => String::new(),
-    };
-    row(
-        page,
-        "peak active",
-        format!("{}{at}", Bytes(t.peak_active_bytes)),
-    );
-    if let Some(site) = &t.peak_site {
-        row(page, "peak reached by", site.clone());
-    }
-    row(
-        page,
-        "peak reserved",
-        Bytes(t.peak_reserved_bytes).to_string(),
-    );
-    row(
-        page,
-        "alive before the trace",
-        Bytes(t.before_trace_bytes).to_string(),
-    );
-    if t.inconsistencies > 0 {
-        let first = t.first_inconsistency.clone().unwrap_or_default();
-        row(
-            page,
-            "inconsistent entries",
-            format!("{} (first: {first})", t.inconsistencies),
-        );
-    }
-    page.push_str("</table>\n");
-}
-
-fn oom(page: &mut String, d: &DeviceAnalysis) {
-    let Some(oom) = &d.oom else { return };
-    let free = oom.device_free_bytes.map_or_else(
-        || "an unrecorded amount".to_string(),
-        |b| Bytes(b).to_string(),
-    );
-    // The state at the OOM (replayed), never the dump's: tensors freed by the exception
-    // before the dump would make the cache look free.
-    let state = match &oom.at_oom {
-        Some(a) => {
-            let largest = a
-                .largest_free_block_bytes
-                .map_or_else(|| "not known".to_string(), |l| Bytes(l).to_string());
-            format!(
-                " At the OOM the allocator held {} reserved, {} of it allocated, {} free in \
-                 its cache; the largest free block was {largest}.",
-                Bytes(a.reserved_bytes),
-                Bytes(a.allocated_bytes),
-                Bytes(a.free_in_cache_bytes)
-            )
-        }
-        None => " The state at the OOM could not be replayed.".to_string(),
-    };
-    let cause = oom
-        .diagnosis
-        .as_ref()
-        .map(|g| format!(" Cause: {}. {}", g.cause.name(), g.evidence))
-        .unwrap_or_default();
-    let _ = writeln!(
-        page,
-        "<div class=\"oom\"><strong>Out of memory</strong> at entry {}: a request of {} failed \
-         with {} free on the device.{}{}<br>Site: <code>{}</code></div>",
-        oom.entry_index,
-        Bytes(oom.request_bytes),
-        escape(&free),
-        escape(&state),
-        escape(&cause),
-        escape(&oom.site)
+        "<pre class=\"text\">{}</pre>",
+        escape(&terminal_lines(text))
     );
 }
 

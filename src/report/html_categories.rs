@@ -1,9 +1,9 @@
 //! The report's "what the live memory is" section: one stacked bar per moment (peak, OOM,
-//! dump) of the categories alive then, and the phase table. Plain HTML and CSS, no script;
+//! dump) of the categories alive then (the phase table is in the account's text above it). Plain HTML and CSS, no script;
 //! every name from the file or the command line is escaped.
 
 use super::html::escape;
-use crate::analysis::categories::{CategoryBytes, Phase};
+use crate::analysis::categories::CategoryBytes;
 use crate::analysis::DeviceAnalysis;
 use crate::model::Bytes;
 use std::fmt::Write;
@@ -67,39 +67,6 @@ fn bar(page: &mut String, when: &str, list: &[CategoryBytes], user: &mut Vec<Str
     page.push_str("</td></tr>\n");
 }
 
-fn phases(page: &mut String, phases: &[Phase]) {
-    let Some(first) = phases.first() else {
-        return;
-    };
-    let source = if first.source == "annotation" {
-        "record_function ranges"
-    } else {
-        "forward, backward and optimizer runs from the stacks"
-    };
-    let _ = writeln!(
-        page,
-        "<h3>Phases ({source})</h3>\n<table><tr><th>phase</th><th>peak</th><th>at entry</th>\
-         <th>top categories at the phase's peak</th></tr>"
-    );
-    for p in phases {
-        let top: Vec<String> = p
-            .top_categories
-            .iter()
-            .map(|c| format!("{} {}", escape(&c.category), Bytes(c.bytes)))
-            .collect();
-        let _ = writeln!(
-            page,
-            "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-            escape(&p.name),
-            Bytes(p.peak_bytes),
-            Bytes(p.at_entry_bytes),
-            top.join(", ")
-        );
-    }
-    page.push_str("</table>\n");
-}
-
-/// The section for one device; nothing when its categories were not worked out.
 pub fn section(page: &mut String, d: &DeviceAnalysis) {
     let Some(c) = &d.categories else { return };
     page.push_str(
@@ -116,5 +83,4 @@ pub fn section(page: &mut String, d: &DeviceAnalysis) {
     }
     bar(page, "at the dump", &c.at_dump, &mut user);
     page.push_str("</table>\n");
-    phases(page, d.phases.as_deref().unwrap_or_default());
 }

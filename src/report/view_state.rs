@@ -3,6 +3,8 @@
 //! own cursor model, the segments and their free blocks from the layout rebuilt at the entry,
 //! and the sites holding the live bytes.
 
+use crate::account::Figures;
+use crate::analysis::categories::CategoryRules;
 use crate::analysis::{layout_at, layout_totals, site_of, top_sites, Site};
 use crate::model::{Replay, Segment, Snapshot};
 use crate::report::analyze_json::SCHEMA_VERSION;
@@ -45,8 +47,12 @@ pub struct ViewStateReport {
     /// The entry the state follows; `None` for a file without a trace (its final state).
     pub index: Option<usize>,
     pub action: Option<String>,
+    /// Microseconds on the input's one time axis (from the first trace entry of any device).
     pub time_offset_us: Option<i64>,
-    pub allocated_bytes: u64,
+    /// The figures at the entry, as the view shows them: requested and reserved bytes from the
+    /// trace at any entry; the others where the account has a moment there (a peak, an OOM,
+    /// the dump), `null` elsewhere.
+    pub figures: Figures,
     pub reserved_bytes: u64,
     pub live_allocations: usize,
     pub segment_count: usize,
@@ -70,6 +76,27 @@ impl ViewStateReport {
     ) -> ViewStateReport {
         let summary = Summary::build(snapshot, device);
         let state = summary.state_at(index);
+        let rules = CategoryRules::default();
+        let account = crate::account::build(
+            snapshot,
+            &crate::account::Options {
+                top,
+                only: Some(device),
+                rules: &rules,
+                origin: crate::diagnose::Origin::TorchSnapshot,
+            },
+        );
+        let axis = account.axis;
+        let known = account
+            .devices
+            .first()
+            .and_then(|d| d.account.figures_at(state.index))
+            .unwrap_or_default();
+        let figures = Figures {
+            requested_bytes: Some(known.requested_bytes.unwrap_or(state.allocated)),
+            reserved_bytes: Some(known.reserved_bytes.unwrap_or(state.reserved)),
+            ..known
+        };
         let entries = snapshot.timeline.device(device as usize);
         let segments: Vec<Segment> = match state.index {
             Some(i) => layout_at(snapshot, device, i),
@@ -105,8 +132,8 @@ impl ViewStateReport {
                 .index
                 .and_then(|i| entries.get(i))
                 .map(|e| e.action.to_string()),
-            time_offset_us: state.index.and_then(|i| summary.offset_us(i)),
-            allocated_bytes: state.allocated,
+            time_offset_us: state.index.and_then(|i| axis.offset_of(entries, i)),
+            figures,
             reserved_bytes: state.reserved,
             live_allocations: state.live_count,
             segment_count: state.segment_count,

@@ -6,7 +6,7 @@ use super::alloc_conf::AllocatorConfig;
 use super::caching_allocator::CachingAllocator;
 use super::driver::Driver;
 use super::layout::LaterMap;
-use super::replay::{FragmentationAtPeak, OomAt, RunResult};
+use super::replay::{FragmentationAtPeak, OomAt, RunResult, StateAt};
 use crate::model::{ReplayIssue, Segment};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -70,6 +70,8 @@ pub(super) struct Engine {
     at: Option<usize>,
     pub(super) oom: Option<OomAt>,
     pub(super) issues: Vec<ReplayIssue>,
+    at_peak_allocated: StateAt,
+    at_peak_requested: StateAt,
 }
 
 impl Engine {
@@ -103,8 +105,12 @@ impl Engine {
             at: None,
             oom: None,
             issues: Vec::new(),
+            at_peak_allocated: StateAt::default(),
+            at_peak_requested: StateAt::default(),
         };
         engine.note_peak();
+        engine.at_peak_allocated = engine.state_at();
+        engine.at_peak_requested = engine.at_peak_allocated;
         engine
     }
 
@@ -113,6 +119,31 @@ impl Engine {
             entry_index,
             message,
         });
+    }
+
+    /// The model's figures now.
+    fn state_at(&self) -> StateAt {
+        let s = self.model.stats();
+        StateAt {
+            entry_index: self.at,
+            allocated_bytes: s.allocated_bytes,
+            active_bytes: s.active_bytes,
+            requested_bytes: s.requested_bytes,
+            reserved_bytes: self.model.reserved(),
+            largest_free_block_bytes: self.model.largest_free_block(),
+        }
+    }
+
+    /// Keeps the state at the first moment allocated, and requested, bytes reach a new high.
+    fn note_moments(&mut self) {
+        let s = self.model.stats();
+        let (allocated, requested) = (s.allocated_bytes, s.requested_bytes);
+        if allocated > self.at_peak_allocated.allocated_bytes {
+            self.at_peak_allocated = self.state_at();
+        }
+        if requested > self.at_peak_requested.requested_bytes {
+            self.at_peak_requested = self.state_at();
+        }
     }
 
     fn note_peak(&mut self) {
@@ -188,14 +219,17 @@ impl Engine {
                         if let Some(r) = recorded {
                             self.failed.insert(r);
                         }
-                        self.oom.get_or_insert(OomAt {
-                            entry_index: entry,
-                            request_bytes: oom.size,
-                            alloc_size_bytes: oom.alloc_size,
-                            reserved_bytes: oom.reserved,
-                            allocated_bytes: oom.allocated,
-                            largest_free_block_bytes: self.model.largest_free_block(),
-                        });
+                        if self.oom.is_none() {
+                            self.oom = Some(OomAt {
+                                entry_index: entry,
+                                request_bytes: oom.size,
+                                alloc_size_bytes: oom.alloc_size,
+                                reserved_bytes: oom.reserved,
+                                allocated_bytes: oom.allocated,
+                                largest_free_block_bytes: self.model.largest_free_block(),
+                                state: self.state_at(),
+                            });
+                        }
                     }
                 }
             }
@@ -239,12 +273,15 @@ impl Engine {
             Op::EmptyCache => self.model.empty_cache(),
         }
         self.note_peak();
+        self.note_moments();
     }
 
     pub(super) fn finish(self) -> RunResult {
         RunResult {
             peak_reserved_bytes: self.peak_reserved,
             peak_allocated_bytes: self.model.stats().peak_allocated_bytes,
+            at_peak_allocated: self.at_peak_allocated,
+            at_peak_requested: self.at_peak_requested,
             fragmentation_at_peak: self.fragmentation,
             oom: self.oom,
             issues: self.issues,

@@ -100,6 +100,18 @@ pub struct FragmentationAtPeak {
     pub largest_free_block_bytes: u64,
 }
 
+/// The model's `memory_stats()` figures just after one trace entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StateAt {
+    /// The trace entry; `None` for the state before the first entry.
+    pub entry_index: Option<usize>,
+    pub allocated_bytes: u64,
+    pub active_bytes: u64,
+    pub requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub largest_free_block_bytes: u64,
+}
+
 /// Where a run first ran out of memory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OomAt {
@@ -112,6 +124,8 @@ pub struct OomAt {
     pub allocated_bytes: u64,
     /// The largest free cached block after the allocator's releases.
     pub largest_free_block_bytes: u64,
+    /// Every figure of the model at the failed request, after its releases.
+    pub state: StateAt,
 }
 
 /// What one replay produced.
@@ -119,6 +133,10 @@ pub struct OomAt {
 pub struct RunResult {
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
+    /// The state when allocated bytes first reached their peak.
+    pub at_peak_allocated: StateAt,
+    /// The state when requested bytes first reached their peak.
+    pub at_peak_requested: StateAt,
     pub fragmentation_at_peak: FragmentationAtPeak,
     pub oom: Option<OomAt>,
     /// Requests that contradict the model's state (free of an unknown address, ...).
@@ -163,6 +181,48 @@ pub struct Prepared {
     pub recorded_run: RunResult,
     /// Problems met while rebuilding the state before the trace.
     pub issues: Vec<ReplayIssue>,
+}
+
+/// What an account takes from the replay with the recorded settings: the model's figures at
+/// its moments, and how far the replay can be trusted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub at_peak_allocated: StateAt,
+    pub at_peak_requested: StateAt,
+    /// The state at the first request the model could not serve.
+    pub oom: Option<StateAt>,
+    /// The first release of each `empty_cache()` call, in trace order.
+    pub empty_cache_entries: Vec<usize>,
+    /// The first entry where the model decided otherwise than the record (`None`: never); its
+    /// figures are the allocator's own only before it.
+    pub first_mismatch_entry: Option<usize>,
+}
+
+impl Replayed {
+    pub fn of(prepared: &Prepared) -> Replayed {
+        let run = &prepared.recorded_run;
+        Replayed {
+            at_peak_allocated: run.at_peak_allocated,
+            at_peak_requested: run.at_peak_requested,
+            oom: run.oom.as_ref().map(|o| o.state),
+            empty_cache_entries: prepared.empty_cache_bursts.clone(),
+            first_mismatch_entry: prepared
+                .validation
+                .first_mismatch
+                .as_ref()
+                .map(|m| m.entry_index),
+        }
+    }
+
+    /// Whether the model's figures just after `entry` are the allocator's: the replay had
+    /// reproduced every decision up to it.
+    pub fn trusted_at(&self, entry: Option<usize>) -> bool {
+        match (entry, self.first_mismatch_entry) {
+            (_, None) => true,
+            (None, Some(_)) => true,
+            (Some(e), Some(m)) => e < m,
+        }
+    }
 }
 
 /// The settings a snapshot's allocator ran with: the recorded ones, else the defaults with

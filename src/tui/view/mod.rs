@@ -9,6 +9,7 @@ pub mod summary;
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
+use crate::account::{DeviceAccount, DeviceReport};
 use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
 use crate::analysis::{shown_stack, DeviceAnalysis, ShownStack};
 use crate::model::Snapshot;
@@ -24,6 +25,8 @@ pub struct DeviceView<'a> {
     pub classifier: Classifier<'a>,
     /// Top sites at the peak, the OOM and its diagnosis.
     pub analysis: DeviceAnalysis,
+    /// The device's account: the figures at its moments, which the cursor shows there.
+    pub account: DeviceAccount,
 }
 
 /// The whole `view` dashboard over one file.
@@ -45,16 +48,17 @@ impl<'a> ViewApp<'a> {
     pub fn new(
         name: String,
         snapshot: &'a Snapshot,
-        analyses: Vec<DeviceAnalysis>,
+        reports: Vec<DeviceReport>,
         theme: Theme,
     ) -> Option<ViewApp<'a>> {
         let rules = CategoryRules::default();
-        let mut devices: Vec<DeviceView<'a>> = analyses
+        let mut devices: Vec<DeviceView<'a>> = reports
             .into_iter()
-            .map(|analysis| DeviceView {
-                summary: Summary::build(snapshot, analysis.device),
-                classifier: Classifier::new(snapshot, analysis.device, &rules),
-                analysis,
+            .map(|r| DeviceView {
+                summary: Summary::build(snapshot, r.analysis.device),
+                classifier: Classifier::new(snapshot, r.analysis.device, &rules),
+                analysis: r.analysis,
+                account: r.account,
             })
             .collect();
         // Open on the first device that ran out of memory: that is what the user came for.

@@ -218,7 +218,10 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         )),
         None => Line::raw("final layout (no trace)"),
     }];
-    let free = c.reserved.saturating_sub(c.allocated);
+    // Requested and reserved bytes come from the trace at every entry; the other figures
+    // need the allocator's block sizes, which the account holds at its moments (the peaks,
+    // each OOM, the dump) and which the cursor shows when it sits on one.
+    let known = app.device().account.figures_at(c.index);
     let percent = |part: u64| {
         if c.reserved == 0 {
             String::new()
@@ -226,30 +229,44 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             format!(" ({:.0}%)", part as f64 * 100.0 / c.reserved as f64)
         }
     };
-    // Live allocations at their requested sizes, pending-free ones included: what the
-    // trace says and `analyze` calls active (block sizes need the allocator's split).
+    let at_moment = |value: Option<u64>, with_share: bool| match value {
+        Some(b) if with_share => format!("{}{}", Bytes(b), percent(b)),
+        Some(b) => Bytes(b).to_string(),
+        None => "not known here (p: the peak, o: the OOM)".to_string(),
+    };
+    let figures = known.unwrap_or_default();
     lines.push(figure(
-        "active",
-        Bytes(c.allocated).to_string(),
+        "requested",
+        Bytes(figures.requested_bytes.unwrap_or(c.allocated)).to_string(),
         theme.allocated(),
     ));
     lines.push(figure(
         "reserved",
-        Bytes(c.reserved).to_string(),
+        Bytes(figures.reserved_bytes.unwrap_or(c.reserved)).to_string(),
         theme.reserved(),
     ));
     lines.push(figure(
+        "allocated",
+        at_moment(figures.allocated_bytes, false),
+        Style::new(),
+    ));
+    lines.push(figure(
         "cached free",
-        format!("{}{}", Bytes(free), percent(free)),
+        at_moment(figures.cached_free_bytes, true),
         Style::new(),
     ));
     lines.push(figure(
         "largest free",
+        at_moment(figures.largest_free_block_bytes, false),
+        Style::new(),
+    ));
+    lines.push(figure(
+        "largest gap",
         match c.largest_free {
             Some(b) => format!(
-                "{} in {}",
+                "{} in {} between live allocations",
                 Bytes(b),
-                count(c.free_runs as u64, "free run", "free runs")
+                count(c.free_runs as u64, "run", "runs")
             ),
             None => "unknown (no segments)".into(),
         },

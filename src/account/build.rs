@@ -1,0 +1,86 @@
+//! Builds the account of an input: the analysis's replay of each device's trace and the
+//! allocator replays run side by side (two cores), then each device's account from both.
+
+use super::{account_of, DeviceAccount, DeviceInput, TimeAxis};
+use crate::analysis::categories::CategoryRules;
+use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
+use crate::diagnose::classify::{attach, replay_devices};
+use crate::diagnose::Origin;
+use crate::model::Snapshot;
+use serde::Serialize;
+use std::ops::{Deref, DerefMut};
+
+/// What an account is built with.
+pub struct Options<'a> {
+    /// How many allocation sites each device lists.
+    pub top: usize,
+    /// Only this device, when given.
+    pub only: Option<u32>,
+    pub rules: &'a CategoryRules,
+    pub origin: Origin<'a>,
+}
+
+/// One device: its analysis (the figures the JSON reference has always had) and its account.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceReport {
+    #[serde(flatten)]
+    pub analysis: DeviceAnalysis,
+    #[serde(flatten)]
+    pub account: DeviceAccount,
+}
+
+impl Deref for DeviceReport {
+    type Target = DeviceAnalysis;
+    fn deref(&self) -> &DeviceAnalysis {
+        &self.analysis
+    }
+}
+
+impl DerefMut for DeviceReport {
+    fn deref_mut(&mut self) -> &mut DeviceAnalysis {
+        &mut self.analysis
+    }
+}
+
+/// The account of one input.
+#[derive(Clone, Debug)]
+pub struct InputAccount {
+    pub axis: TimeAxis,
+    pub devices: Vec<DeviceReport>,
+}
+
+/// Builds the account of `snapshot`'s devices.
+pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
+    let ids: Vec<u32> = snapshot
+        .devices()
+        .into_iter()
+        .filter(|d| options.only.is_none_or(|o| o == *d))
+        .collect();
+    let (analyses, replays) = std::thread::scope(|scope| {
+        let replays = scope.spawn(|| replay_devices(snapshot, options.origin, &ids));
+        let analyses =
+            analyze_snapshot_with_categories(snapshot, options.top, options.only, options.rules);
+        // A panic in the replay is a bug: raise it here, as if it had run on this thread.
+        let replays = replays
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (analyses, replays)
+    });
+    let analyses = attach(analyses, replays);
+    let axis = TimeAxis::of(snapshot);
+    let devices = analyses
+        .into_iter()
+        .map(|analysis| {
+            let segments: Vec<_> = snapshot.device_segments(analysis.device).collect();
+            let account = account_of(&DeviceInput {
+                analysis: &analysis,
+                segments: &segments,
+                entries: snapshot.timeline.device(analysis.device as usize),
+                snapshot,
+                axis,
+            });
+            DeviceReport { analysis, account }
+        })
+        .collect();
+    InputAccount { axis, devices }
+}

@@ -1,0 +1,141 @@
+//! The verdicts an account gives, each a sentence with its evidence, decided once here so
+//! that every output words them the same: what a dump without a usable trace can and cannot
+//! show, the OOM's cause, and what private pools keep to themselves.
+
+use super::{peak_is_known, DeviceAccount, MomentKind};
+use crate::analysis::DeviceAnalysis;
+use crate::model::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Below this share of reserved memory cached free, a dump is at the limit of what the
+/// allocator holds.
+pub const AT_LIMIT_FREE_SHARE: f64 = 0.05;
+
+/// What a finding is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// The trace cannot tell the peak or the pressure (none, or one entry).
+    NoTrace,
+    /// A dump without a usable trace whose cache is all but empty: live memory, not
+    /// fragmentation, filled the device if it ran out.
+    AtLimit,
+    /// A dump without a usable trace with memory cached free: what an OOM then would mean.
+    IfThisWasAnOom,
+    /// An out-of-memory error and its cause.
+    Oom,
+    /// A private pool's free blocks, which only that pool's requests can use.
+    PrivatePool,
+}
+
+/// One verdict: its kind, the moment it speaks of, and the sentence every output prints.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub moment: Option<MomentKind>,
+    pub sentence: String,
+}
+
+/// The findings of a device whose moments, peaks and pools `account` holds.
+pub fn findings(d: &DeviceAnalysis, account: &DeviceAccount, entries: usize) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let dump = account.dump();
+    if !peak_is_known(entries, d.trace.peak_entry_index) {
+        let why = match entries {
+            0 if d.blocks_have_stacks => {
+                "memory history was recorded (the blocks carry stacks) but the trace was not \
+                 kept, as with `enabled=\"state\"`"
+            }
+            0 => "memory history was not recorded",
+            _ => "the trace holds one entry",
+        };
+        out.push(Finding {
+            kind: FindingKind::NoTrace,
+            moment: None,
+            sentence: format!(
+                "no trace to judge: {why}, so the peak, OOM retries and empty_cache() calls \
+                 are not known; only the state at the dump speaks"
+            ),
+        });
+        out.extend(judge_dump(&dump));
+    }
+    if let Some(oom) = &d.oom {
+        if let Some(g) = &oom.diagnosis {
+            let when = account
+                .moment_at(MomentKind::Oom, oom.entry_index)
+                .and_then(|m| m.seconds())
+                .map(|s| format!(", {s:.3} s"))
+                .unwrap_or_default();
+            out.push(Finding {
+                kind: FindingKind::Oom,
+                moment: Some(MomentKind::Oom),
+                sentence: format!(
+                    "out of memory at entry {}{when}: a request of {} failed ({}). {}",
+                    oom.entry_index,
+                    Bytes(oom.request_bytes),
+                    g.cause.name(),
+                    g.evidence
+                ),
+            });
+        }
+    }
+    for p in account.pools.iter().filter(|p| !p.is_default()) {
+        let owner = p
+            .owner
+            .as_deref()
+            .map(|o| format!(" ({o})"))
+            .unwrap_or_default();
+        out.push(Finding {
+            kind: FindingKind::PrivatePool,
+            moment: Some(MomentKind::Dump),
+            sentence: format!(
+                "{}{owner} holds {} reserved, {} allocated; its {} cached free serves only \
+                 that pool's requests",
+                p.name(),
+                Bytes(p.reserved_bytes),
+                Bytes(p.allocated_bytes),
+                Bytes(p.cached_free_bytes)
+            ),
+        });
+    }
+    out
+}
+
+/// What the state at the dump alone says, for a device whose trace cannot say more.
+fn judge_dump(dump: &super::Figures) -> Option<Finding> {
+    let reserved = dump.reserved_bytes.filter(|&r| r > 0)?;
+    let free = dump.cached_free_bytes?;
+    let share = dump.cached_free_share()?;
+    if share < AT_LIMIT_FREE_SHARE {
+        let active = dump.active_bytes.unwrap_or(reserved - free);
+        return Some(Finding {
+            kind: FindingKind::AtLimit,
+            moment: Some(MomentKind::Dump),
+            sentence: format!(
+                "at the limit of what the allocator holds: {} of {} reserved is active and {} \
+                 ({:.0}%) cached free, so if this dump came from an OOM, live memory filled \
+                 the device, not fragmentation; cut live memory (its largest holders are \
+                 listed by site)",
+                Bytes(active),
+                Bytes(reserved),
+                Bytes(free),
+                share * 100.0
+            ),
+        });
+    }
+    let largest = dump.largest_free_block_bytes?;
+    Some(Finding {
+        kind: FindingKind::IfThisWasAnOom,
+        moment: Some(MomentKind::Dump),
+        sentence: format!(
+            "if this dump came from an OOM: {} ({:.0}% of reserved) sat cached free, the \
+             largest free block {}; a request above {} but within what the device had left \
+             failed for fragmentation (expandable_segments:True lets the allocator use such \
+             memory), a larger one for want of memory",
+            Bytes(free),
+            share * 100.0,
+            Bytes(largest),
+            Bytes(largest)
+        ),
+    })
+}
