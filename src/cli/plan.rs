@@ -14,10 +14,12 @@ use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, Pa
 use crate::plan::recipe::{Optimizer, Precision};
 use crate::plan::search::{search, Plan, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
 use crate::plan::serve::{
-    budget, solve, Ask, Room, ServeSetup, DEFAULT_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+    budget, solve, solve_on_gpu, Ask, Room, ServeSetup, DEFAULT_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
 };
 use crate::plan::states::ZeroStage;
 use crate::plan::train::{Headroom, TrainSetup};
+use crate::plan::verdict::Verdict;
 use crate::plan::{builtin, hf};
 use crate::report::{plan_json, plan_text, plot};
 use anyhow::{bail, Context};
@@ -224,6 +226,10 @@ pub struct TrainArgs {
     /// Memory kept for the CUDA context and library workspaces per GPU.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub cuda_context: u64,
+    /// Memory kept per GPU for NCCL and other communication buffers when the job has more
+    /// than one GPU.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub comm_buffers: u64,
     /// Share of the estimate kept free for allocator fragmentation (0.05-0.10 with
     /// expandable segments, more without).
     #[arg(long, value_name = "F", default_value_t = 0.10, value_parser = parse_fraction)]
@@ -476,6 +482,7 @@ fn train_plan(a: &TrainArgs) -> anyhow::Result<PlannedTraining> {
         gpu_memory: a.gpu_memory,
         headroom: Headroom {
             context_bytes: a.cuda_context,
+            comm_bytes: a.comm_buffers,
             fragmentation: a.fragmentation,
         },
     };
@@ -569,6 +576,15 @@ fn write_candidates_plot(
     std::fs::write(path, bytes).with_context(|| format!("{}: cannot write", path.display()))
 }
 
+/// Exit 0 when the answer fits (or nothing was judged), 1 when it is tight or does not fit.
+fn outcome_of(verdict: Option<Verdict>) -> Outcome {
+    if verdict.is_some_and(Verdict::is_finding) {
+        Outcome::Finding
+    } else {
+        Outcome::Ok
+    }
+}
+
 /// Most `--max-num-seqs` settings the workload is simulated at.
 const SWEEP_SETTINGS: usize = 6;
 
@@ -586,7 +602,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         }
     }
     stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok(outcome_of(doc.solve.as_ref().map(|s| s.verdict)))
 }
 
 /// The `plan kv` document `--json` prints (the MCP tool `plan_kv` returns it too).
@@ -622,15 +638,13 @@ fn kv_plan(a: &KvArgs) -> anyhow::Result<(ModelConfig, KvSettings, plan_json::Kv
     };
     let asked = a.max_model_len.is_some() || a.max_num_seqs.is_some();
     let (serving, solved) = match (a.gpu_memory, a.kv_memory) {
-        (Some(_), _) => {
-            let seqs = a.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
-            let b = budget(&model, &serve, a.tp, seqs)?;
-            let room = Room::Gpu {
-                setup: &serve,
-                budget: &b,
-            };
-            let s = solve(&model, &settings, room, ask)?;
+        (Some(_), _) if asked || model.max_positions.is_some() => {
+            let (b, s) = solve_on_gpu(&model, &settings, &serve, ask)?;
             (Some(b), Some(s))
+        }
+        (Some(_), _) => {
+            let b = budget(&model, &serve, a.tp, DEFAULT_MAX_NUM_SEQS)?;
+            (Some(b), None)
         }
         (None, Some(bytes)) if asked => {
             let s = solve(&model, &settings, Room::Given(bytes), ask)?;

@@ -24,6 +24,7 @@ pub mod search;
 pub mod serve;
 pub mod states;
 pub mod train;
+pub mod verdict;
 
 #[cfg(test)]
 mod props;

@@ -8,10 +8,11 @@ use crate::plan::deepspeed::Version;
 use crate::plan::explain::{label, terms, TermKind};
 use crate::plan::kv::KvSettings;
 use crate::plan::pack::PackReport;
-use crate::plan::search::{describe, explain, Plan};
+use crate::plan::search::{describe, explain, rules, runner_up, seconds, Plan};
 use crate::plan::train::{Candidate, TrainSetup};
+use crate::plan::verdict::Verdict;
 use crate::report::plan_json::{
-    CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
+    BudgetJson, CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
 };
 use crate::report::plot::CandidateBar;
 use crate::report::terminal_text::terminal_text;
@@ -247,12 +248,20 @@ pub fn train(
     );
     let _ = writeln!(
         out,
-        "{} of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% of the \
+        "{} of {}, sequence {}; headroom per GPU: {} for the CUDA context{} plus {:.0}% of the \
          estimate for allocator fragmentation",
         count(gpus, "GPU", "GPUs"),
         Bytes(setup.gpu_memory),
         setup.seq_len,
         Bytes(setup.headroom.context_bytes),
+        if gpus > 1 {
+            format!(
+                ", {} for communication buffers",
+                Bytes(setup.headroom.comm_bytes)
+            )
+        } else {
+            String::new()
+        },
         setup.headroom.fragmentation * 100.0,
     );
     let _ = writeln!(
@@ -268,7 +277,7 @@ pub fn train(
     );
     let _ = writeln!(
         out,
-        "\n  #   dp  tp  pp  cp zero recompute  mb x acc     params      grads  optimizer  activations      total  fits  comm/step"
+        "\n  #   dp  tp  pp  cp zero recompute  mb x acc     params      grads  optimizer  activations      total  fits   est. step"
     );
     for (i, c) in plan.candidates.iter().enumerate() {
         let l = &c.layout;
@@ -279,7 +288,7 @@ pub fn train(
         };
         let _ = writeln!(
             out,
-            "{mark}{i:>2} {:>4} {:>3} {:>3} {:>3} {:>4} {:<10} {:>3} x {:<4} {:>10} {:>10} {:>10} {:>12} {:>10}  {:<4} {:>10}",
+            "{mark}{i:>2} {:>4} {:>3} {:>3} {:>3} {:>4} {:<10} {:>3} x {:<4} {:>10} {:>10} {:>10} {:>12} {:>10}  {:<5} {:>10}",
             l.dp,
             l.tp,
             l.pp,
@@ -293,11 +302,21 @@ pub fn train(
             Bytes(c.memory.optimizer).to_string(),
             Bytes(c.memory.activations()).to_string(),
             Bytes(c.memory.total).to_string(),
-            if c.fits { "yes" } else { "no" },
-            Bytes(c.cost.comm_bytes.round() as u64).to_string(),
+            match c.verdict {
+                Verdict::Fit => "yes",
+                Verdict::Tight => "tight",
+                Verdict::NoFit => "no",
+            },
+            seconds(c.cost.step_s),
         );
     }
     let _ = writeln!(out, "\n{}", explain(plan, setup));
+    if let Some(line) = runner_up(plan) {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(best) = plan.recommended.and_then(|i| plan.candidates.get(i)) {
+        let _ = writeln!(out, "{}", rules(best));
+    }
     let shown = plan.recommended.or(if plan.candidates.is_empty() {
         None
     } else {
@@ -400,8 +419,7 @@ pub fn kv(model: &str, settings: &KvSettings, kv_memory: Option<u64>, doc: &KvJs
         }
     }
     if let Some(s) = &doc.solve {
-        let graphs = doc.budget.as_ref().map(|b| b.cuda_graph_bytes);
-        solve_lines(&mut out, graphs, s);
+        solve_lines(&mut out, doc.budget.as_ref(), s);
     }
     out
 }
@@ -416,12 +434,13 @@ fn label_of_serve_term(name: &str) -> &str {
     }
 }
 
-fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
+fn solve_lines(out: &mut String, budget: Option<&BudgetJson>, s: &SolveJson) {
+    let seqs = |n: u64| count(n, "sequence", "sequences");
     if s.fits {
         let _ = writeln!(
             out,
-            "max_model_len {} with max_num_seqs {} fits: every sequence at full length needs {} of \
-             the {} left for the cache",
+            "fits: max_model_len {} with max_num_seqs {}: every sequence at full length needs {} \
+             of the {} left for the cache",
             s.max_model_len,
             s.max_num_seqs,
             Bytes(s.kv_cache_bytes),
@@ -429,7 +448,7 @@ fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
         );
         let _ = writeln!(out, "vLLM flags:   {}", s.flags.vllm.join(" "));
         let _ = writeln!(out, "SGLang flags: {}", s.flags.sglang.join(" "));
-        if let Some(graphs) = cuda_graph_bytes.filter(|g| *g > 0) {
+        if let Some(graphs) = budget.map(|b| b.cuda_graph_bytes).filter(|g| *g > 0) {
             let _ = writeln!(
                 out,
                 "(--kv-cache-memory-bytes and --max-total-tokens cap the cache at what the \
@@ -438,20 +457,45 @@ fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
                 Bytes(graphs)
             );
         }
-    } else {
+        return;
+    }
+    let verdict = match s.verdict {
+        Verdict::Tight => "tight",
+        _ => "does not fit",
+    };
+    if s.largest_max_num_seqs == 0 && s.largest_max_model_len == 0 {
         let _ = writeln!(
             out,
-            "max_model_len {} with max_num_seqs {} does not fit in the {} left for the cache: at \
-             {} tokens at most {} sequences fit; {} sequences fit at most {} tokens each",
-            s.max_model_len,
-            s.max_num_seqs,
-            Bytes(s.kv_available_bytes),
-            s.max_model_len,
-            s.largest_max_num_seqs,
-            s.max_num_seqs.max(1),
-            s.largest_max_model_len
+            "{verdict}: {}; raise --tp or use a larger GPU",
+            match budget {
+                Some(b) => format!(
+                    "the weights, activation peak, non-PyTorch memory and CUDA graphs need {} of \
+                     the {} budget (--utilization x --gpu-memory), so nothing is left for the \
+                     KV cache",
+                    Bytes(b.used_bytes),
+                    Bytes(b.budget_bytes)
+                ),
+                None => format!(
+                    "the {} given holds not one block of the KV cache",
+                    Bytes(s.kv_available_bytes)
+                ),
+            }
         );
+        return;
     }
+    let _ = writeln!(
+        out,
+        "{verdict}: max_model_len {} with max_num_seqs {} needs {} for the cache, {} is left: \
+         at {} tokens at most {} fit; {} fit at most {} tokens each",
+        s.max_model_len,
+        s.max_num_seqs,
+        Bytes(s.kv_cache_bytes),
+        Bytes(s.kv_available_bytes),
+        s.max_model_len,
+        seqs(s.largest_max_num_seqs),
+        seqs(s.max_num_seqs.max(1)),
+        s.largest_max_model_len
+    );
 }
 
 fn activation_note(bytes: Option<u64>) -> String {
