@@ -363,17 +363,40 @@ fn plan_kv_text_and_errors() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("KV per token per GPU: 128.00 KiB"));
-    fails_with_one_line(
-        &[
-            "plan",
-            "kv",
-            "--model",
-            "llama-3-70b",
-            "--gpu-memory",
-            "80GiB",
-        ],
-        "nothing is left for the KV cache",
+    // No room is an answer, not an error: exit 1 with the verdict, and plurals that agree.
+    let out = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-70b",
+        "--gpu-memory",
+        "80GiB",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("does not fit: the weights"),
+        "{}",
+        stdout(&out)
     );
+    assert!(stdout(&out).contains("nothing is left for the KV cache"));
+    let one = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-70b",
+        "--gpu-memory",
+        "80GiB",
+        "--tp",
+        "2",
+        "--max-model-len",
+        "131072",
+        "--max-num-seqs",
+        "4",
+    ]);
+    assert_eq!(one.status.code(), Some(1), "{}", stderr(&one));
+    let text = stdout(&one);
+    assert!(!text.contains(" 1 sequences"), "{text}");
+    assert!(text.contains("4 sequences fit at most"), "{text}");
     fails_with_one_line(
         &[
             "plan",

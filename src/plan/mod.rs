@@ -10,6 +10,7 @@ pub mod compare;
 pub mod cost;
 pub mod deepspeed;
 pub mod explain;
+pub mod fit;
 pub mod hf;
 pub mod kv;
 pub mod kv_sim;

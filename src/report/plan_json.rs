@@ -4,10 +4,11 @@ use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
 use crate::plan::calibrate::CalibrationReport;
 use crate::plan::checkpoint::{CheckpointPlan, Choice};
-use crate::plan::compare::comparisons;
+use crate::plan::compare::{comparisons, megatron_side_by_side};
 use crate::plan::cost::StepCost;
 use crate::plan::deepspeed::Version;
 use crate::plan::explain::{terms, TermKind};
+use crate::plan::fit::{one_line, FitReport};
 use crate::plan::kv::KvPool;
 use crate::plan::kv_sim::SimResult;
 use crate::plan::model::ModelConfig;
@@ -110,6 +111,9 @@ pub struct CandidateJson {
     pub memory: MemoryJson,
     pub terms: Vec<TermJson>,
     pub published: Vec<PublishedJson>,
+    /// Megatron-LM's `report_theoretical_memory` term by term beside memprof's; null where
+    /// Megatron has no figure (ZeRO-2/3, CP).
+    pub megatron_terms: Option<Vec<MegatronTermJson>>,
     pub fits: bool,
     /// `fit`, `tight` or `no_fit`.
     pub verdict: Verdict,
@@ -174,6 +178,17 @@ impl CandidateJson {
                     additions: p.additions,
                 })
                 .collect(),
+            megatron_terms: megatron_side_by_side(setup, c).map(|rows| {
+                rows.into_iter()
+                    .map(|r| MegatronTermJson {
+                        term: r.term,
+                        formula: r.formula,
+                        megatron_bytes: r.megatron_bytes,
+                        memprof_bytes: r.memprof_bytes,
+                        reason: r.reason,
+                    })
+                    .collect()
+            }),
             fits: c.fits,
             verdict: c.verdict,
             step_time: StepTimeJson::new(&c.cost),
@@ -221,6 +236,36 @@ impl TrainJson {
             calibration: None,
         }
     }
+}
+
+/// `plan fit --json`: the report with the schema version.
+#[derive(Debug, Serialize)]
+pub struct FitJson<'a> {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub report: &'a FitReport,
+    /// The line `diagnose` can print; null without --micro-batch.
+    pub summary: Option<String>,
+}
+
+impl FitJson<'_> {
+    pub fn new(report: &FitReport) -> FitJson<'_> {
+        FitJson {
+            schema_version: SCHEMA_VERSION,
+            report,
+            summary: one_line(report),
+        }
+    }
+}
+
+/// One row of the Megatron comparison.
+#[derive(Debug, Serialize)]
+pub struct MegatronTermJson {
+    pub term: &'static str,
+    pub formula: String,
+    pub megatron_bytes: u64,
+    pub memprof_bytes: u64,
+    pub reason: String,
 }
 
 /// A candidate's estimated step time, seconds by term.

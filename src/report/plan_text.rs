@@ -3,9 +3,10 @@
 use crate::model::{count, Bytes};
 use crate::plan::activations::Recompute;
 use crate::plan::calibrate::CalibrationReport;
-use crate::plan::compare::comparisons;
+use crate::plan::compare::{comparisons, megatron_side_by_side};
 use crate::plan::deepspeed::Version;
 use crate::plan::explain::{label, terms, TermKind};
+use crate::plan::fit::{one_line, Answer, FitReport};
 use crate::plan::kv::KvSettings;
 use crate::plan::pack::PackReport;
 use crate::plan::search::{describe, explain, rules, runner_up, seconds, Plan};
@@ -112,6 +113,29 @@ fn more_or_less(difference: i128) -> String {
     }
 }
 
+/// Megatron-LM's terms beside memprof's, with the reason for each difference.
+fn megatron_lines(out: &mut String, setup: &TrainSetup, c: &Candidate) {
+    let Some(rows) = megatron_side_by_side(setup, c) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  {:<34} {:>11} {:>11}  why they differ",
+        "term", "Megatron", "memprof"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "  {:<34} {:>11} {:>11}  {} [{}]",
+            r.term,
+            Bytes(r.megatron_bytes).to_string(),
+            Bytes(r.memprof_bytes).to_string(),
+            r.reason,
+            r.formula
+        );
+    }
+}
+
 /// The published formulas' figures beside memprof's.
 fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspeed: Version) {
     for cmp in comparisons(setup, c, deepspeed) {
@@ -125,6 +149,9 @@ fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspee
                 Bytes(cmp.memprof_bytes),
                 more_or_less(cmp.difference())
             );
+            if cmp.source.starts_with("Megatron") {
+                megatron_lines(out, setup, c);
+            }
             continue;
         }
         let terms: Vec<&str> = cmp.terms.iter().map(|n| label(n)).collect();
@@ -692,6 +719,91 @@ pub fn workload(w: &WorkloadJson) -> String {
                 s.rejected
             );
         }
+    }
+    out
+}
+
+/// `plan fit` as text.
+pub fn fit(r: &FitReport) -> String {
+    let mut out = String::new();
+    let moment = match (r.at_oom, r.moment_entry) {
+        (true, Some(i)) => format!("at the OOM (entry {i}, with the failed request)"),
+        (false, Some(i)) => format!("at entry {i}, the moment that limits growth most"),
+        (_, None) => "before the trace".to_string(),
+    };
+    let _ = writeln!(out, "device {}, live memory {moment}:", r.device);
+    for p in &r.parts {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>11}  {}",
+            p.category,
+            Bytes(p.bytes).to_string(),
+            if p.scales {
+                "grows with micro-batch and sequence"
+            } else {
+                "fixed"
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "grows: {}, fixed: {}{}",
+        Bytes(r.scaling_bytes),
+        Bytes(r.fixed_bytes),
+        r.bytes_per_token
+            .map(|b| format!("; {} per token", Bytes(b.round() as u64)))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "allocator budget {} (capacity less CUDA context); the recorded run reserves {} at \
+         most, {:.1}% over what it allocates{}",
+        Bytes(r.budget_bytes),
+        Bytes(r.recorded_peak_reserved_bytes),
+        r.fragmentation * 100.0,
+        if r.recorded_fits {
+            ", and fits"
+        } else {
+            ", and does not fit"
+        }
+    );
+    let line = |what: &str, a: &Answer, unit: &str| {
+        if a.largest == 0 {
+            format!(
+                "{what}: none fits (what does not grow peaks at {} on its own)",
+                Bytes(r.fixed_peak_bytes)
+            )
+        } else {
+            format!(
+                "{what}: at most {}{unit} (the run used {}{unit}; straight-line estimate {}), \
+                 the replay reserves {} at most, {} to spare",
+                a.largest,
+                a.given,
+                a.estimated,
+                Bytes(a.replay_peak_reserved_bytes),
+                Bytes(a.spare_bytes.max(0) as u64)
+            )
+        }
+    };
+    if let Some(a) = &r.micro_batch {
+        let _ = writeln!(out, "{}", line("micro-batch", a, ""));
+    }
+    if let Some(a) = &r.seq_len {
+        let _ = writeln!(out, "{}", line("sequence length", a, " tokens"));
+    }
+    if r.micro_batch.is_none() && r.seq_len.is_none() {
+        let a = &r.factor_percent;
+        let _ = writeln!(
+            out,
+            "the growing part may be {:.2}x what it was (give --micro-batch and --seq-len to \
+             answer in those); the replay reserves {} at most, {} to spare",
+            a.largest as f64 / 100.0,
+            Bytes(a.replay_peak_reserved_bytes),
+            Bytes(a.spare_bytes.max(0) as u64)
+        );
+    }
+    if let Some(l) = one_line(r) {
+        let _ = writeln!(out, "{l}");
     }
     out
 }
