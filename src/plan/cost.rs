@@ -206,11 +206,9 @@ pub fn step_cost(inp: &CostInputs, layout: &Layout) -> StepCost {
         layout.micro_batch,
         t,
     );
-    let logits_fwd = if layout.pp <= 1 {
-        2.0 * b * local_seq * h * model.vocab as f64 / tf
-    } else {
-        0.0
-    };
+    // The output projection: on the last stage, which with its L/p layers is the slowest
+    // (the first stage's embedding lookup costs next to nothing).
+    let logits_fwd = 2.0 * b * local_seq * h * model.vocab as f64 / tf;
     let fwd = layers_here * layer_fwd + logits_fwd;
     let train_flops = 3.0 * fwd * m;
     let recompute_flops = m

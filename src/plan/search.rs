@@ -281,6 +281,12 @@ pub fn runner_up(plan: &Plan) -> Option<String> {
             SAME_SPEED * 100.0,
             slower * 100.0
         )
+    } else if slower.abs() < 1e-9 {
+        format!(
+            "the same estimated step time, and it needs {} per GPU against {}",
+            Bytes(second.memory.total),
+            Bytes(best.memory.total)
+        )
     } else {
         let (name, diff) = b
             .terms()

@@ -667,10 +667,13 @@ mod tests {
             .sglang
             .contains(&"--mem-fraction-static".to_string()));
         assert!(got.flags.sglang.contains(&"409600".to_string()));
-        let tiny = solve(&model, &kv(1), Room::Given(1 << 20), ask).expect_err("no block");
-        assert!(
-            tiny.to_string().contains("not one 2.00 MiB block"),
-            "{tiny}"
+        // Less than one block is a no-fit answer, not an error.
+        let tiny = solve(&model, &kv(1), Room::Given(1 << 20), ask).expect("an answer");
+        assert!(!tiny.fits);
+        assert_eq!(tiny.verdict, Verdict::NoFit);
+        assert_eq!(
+            (tiny.largest_max_num_seqs, tiny.largest_max_model_len),
+            (0, 0)
         );
     }
 }
