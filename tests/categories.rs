@@ -166,7 +166,7 @@ fn a_peak_in_backward_is_its_temporaries_and_the_saved_activations() {
 
 /// A model moved to the GPU (`Module.to`), then one attention function's intermediates
 /// allocated in forward until the device (`capacity`) is full.
-fn oom_in_attention(path: &std::path::Path, capacity: u64) {
+pub(crate) fn oom_in_attention(path: &std::path::Path, capacity: u64) {
     let torch = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py";
     let mut stacks = StackTable::default();
     let mut stack = |frames: &[(&str, &str)]| {

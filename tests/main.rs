@@ -21,6 +21,7 @@ mod live;
 mod mcp;
 mod nvml_fake;
 mod plan;
+mod plan_fit;
 mod plot_truth;
 mod plots;
 mod probe;

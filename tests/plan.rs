@@ -363,17 +363,40 @@ fn plan_kv_text_and_errors() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("KV per token per GPU: 128.00 KiB"));
-    fails_with_one_line(
-        &[
-            "plan",
-            "kv",
-            "--model",
-            "llama-3-70b",
-            "--gpu-memory",
-            "80GiB",
-        ],
-        "nothing is left for the KV cache",
+    // No room is an answer, not an error: exit 1 with the verdict, and plurals that agree.
+    let out = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-70b",
+        "--gpu-memory",
+        "80GiB",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("does not fit: the weights"),
+        "{}",
+        stdout(&out)
     );
+    assert!(stdout(&out).contains("nothing is left for the KV cache"));
+    let one = memprof(&[
+        "plan",
+        "kv",
+        "--model",
+        "llama-3-70b",
+        "--gpu-memory",
+        "80GiB",
+        "--tp",
+        "2",
+        "--max-model-len",
+        "131072",
+        "--max-num-seqs",
+        "4",
+    ]);
+    assert_eq!(one.status.code(), Some(1), "{}", stderr(&one));
+    let text = stdout(&one);
+    assert!(!text.contains(" 1 sequences"), "{text}");
+    assert!(text.contains("4 sequences fit at most"), "{text}");
     fails_with_one_line(
         &[
             "plan",
@@ -919,8 +942,13 @@ fn plan_kv_solves_both_directions() {
     let more = (seqs + 1).to_string();
     let mut check = by_len.clone();
     check.extend(["--max-num-seqs", &more]);
-    let over = json(&check);
+    // Not fitting is a finding: exit 1, with the same document.
+    let out = memprof(&check);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let over: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(over["solve"]["fits"], false);
+    // Over the utilization budget but within the GPU: tight.
+    assert_eq!(over["solve"]["verdict"], "tight");
     assert_eq!(over["solve"]["largest_max_num_seqs"].as_u64(), Some(seqs));
     assert!(over["solve"]["flags"]["vllm"]
         .as_array()
@@ -1024,7 +1052,15 @@ fn published_measured_peaks_accuracy() {
             .filter_map(Value::as_str)
             .collect();
         args.push("--json");
-        let out = json(&args);
+        // The run's own settings need not fit the planner's answer (exit 1): only its terms
+        // are compared.
+        let run = memprof(&args);
+        assert!(
+            matches!(run.status.code(), Some(0 | 1)),
+            "{id}: {}",
+            stderr(&run)
+        );
+        let out: Value = serde_json::from_slice(&run.stdout).expect("JSON");
         let bytes = match p["estimate"].as_str() {
             Some(kind @ ("train_reserved" | "train_device_used")) => {
                 let m = &out["candidates"][0]["memory"];

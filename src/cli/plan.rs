@@ -6,6 +6,7 @@ use crate::plan::activations::{ActivationSettings, Attention, Recompute};
 use crate::plan::calibrate::{calibrate, CalibrationReport, MeasuredRun};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints, LayerCost};
 use crate::plan::deepspeed::Version;
+use crate::plan::fit::{what_fits, FitAsk};
 use crate::plan::kv::{cache_shape, size_pool, KvDtype, KvSettings, DEFAULT_BLOCK_SIZE};
 use crate::plan::kv_sim::{parse_workload, simulate_contiguous, simulate_paged};
 use crate::plan::layer_costs::parse_layer_costs;
@@ -14,10 +15,12 @@ use crate::plan::pack::{micro_batch_activations, parse_lengths, plan_packing, Pa
 use crate::plan::recipe::{Optimizer, Precision};
 use crate::plan::search::{search, Plan, SearchSpace, MAX_MICRO_BATCH, MAX_SEQ};
 use crate::plan::serve::{
-    budget, solve, Ask, Room, ServeSetup, DEFAULT_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+    budget, solve, solve_on_gpu, Ask, Room, ServeSetup, DEFAULT_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
 };
 use crate::plan::states::ZeroStage;
 use crate::plan::train::{Headroom, TrainSetup};
+use crate::plan::verdict::Verdict;
 use crate::plan::{builtin, hf};
 use crate::report::{plan_json, plan_text, plot};
 use anyhow::{bail, Context};
@@ -41,6 +44,33 @@ pub enum Planner {
     Pack(PackArgs),
     /// KV-cache pool sizing for serving.
     Kv(KvArgs),
+    /// What would have fit: from a snapshot with its trace, the largest micro-batch and
+    /// sequence length whose activations fit a capacity, checked by the allocator replay.
+    Fit(FitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// A PyTorch memory snapshot (or memprof recording) with its allocation trace.
+    pub file: PathBuf,
+    /// Memory of the GPU to fit (80GiB, 24GB, plain bytes).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub capacity: u64,
+    /// The run's sequences per micro-batch, to answer in micro-batches.
+    #[arg(long)]
+    pub micro_batch: Option<u64>,
+    /// The run's tokens per sequence, to answer in tokens.
+    #[arg(long)]
+    pub seq_len: Option<u64>,
+    /// Memory outside PyTorch's allocator (CUDA context, libraries), taken off the capacity.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub cuda_context: u64,
+    /// The device to look at (default: the one with the longest trace).
+    #[arg(long)]
+    pub device: Option<u32>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Parses a size flag (`80GiB`, `1.5GB`, plain bytes).
@@ -224,6 +254,10 @@ pub struct TrainArgs {
     /// Memory kept for the CUDA context and library workspaces per GPU.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub cuda_context: u64,
+    /// Memory kept per GPU for NCCL and other communication buffers when the job has more
+    /// than one GPU.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
+    pub comm_buffers: u64,
     /// Share of the estimate kept free for allocator fragmentation (0.05-0.10 with
     /// expandable segments, more without).
     #[arg(long, value_name = "F", default_value_t = 0.10, value_parser = parse_fraction)]
@@ -386,6 +420,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<Outcome> {
         Planner::Checkpoint(a) => checkpoint(a),
         Planner::Pack(a) => pack(a),
         Planner::Kv(a) => kv(a),
+        Planner::Fit(a) => fit(a),
     }
 }
 
@@ -476,6 +511,7 @@ fn train_plan(a: &TrainArgs) -> anyhow::Result<PlannedTraining> {
         gpu_memory: a.gpu_memory,
         headroom: Headroom {
             context_bytes: a.cuda_context,
+            comm_bytes: a.comm_buffers,
             fragmentation: a.fragmentation,
         },
     };
@@ -569,6 +605,55 @@ fn write_candidates_plot(
     std::fs::write(path, bytes).with_context(|| format!("{}: cannot write", path.display()))
 }
 
+fn fit(a: &FitArgs) -> anyhow::Result<Outcome> {
+    let shown = a.file.display().to_string();
+    let loaded = super::input::load_snapshot(&a.file, false).with_context(|| shown.clone())?;
+    let snapshot = &loaded.parsed.snapshot;
+    let device = match a.device {
+        Some(d) => d,
+        None => snapshot
+            .devices()
+            .into_iter()
+            .max_by_key(|&d| {
+                (
+                    snapshot.timeline.device(d as usize).len(),
+                    std::cmp::Reverse(d),
+                )
+            })
+            .with_context(|| format!("{shown}: no device has segments or a trace"))?,
+    };
+    let ask = FitAsk {
+        capacity: a.capacity,
+        context_bytes: a.cuda_context,
+        micro_batch: a.micro_batch,
+        seq_len: a.seq_len,
+    };
+    let report = what_fits(snapshot, device, &ask).with_context(|| shown.clone())?;
+    let mut stdout = std::io::stdout().lock();
+    if a.json {
+        let doc = plan_json::FitJson::new(&report);
+        serde_json::to_writer(&mut stdout, &doc).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(plan_text::fit(&report).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(if report.recorded_fits {
+        Outcome::Ok
+    } else {
+        Outcome::Finding
+    })
+}
+
+/// Exit 0 when the answer fits (or nothing was judged), 1 when it is tight or does not fit.
+fn outcome_of(verdict: Option<Verdict>) -> Outcome {
+    if verdict.is_some_and(Verdict::is_finding) {
+        Outcome::Finding
+    } else {
+        Outcome::Ok
+    }
+}
+
 /// Most `--max-num-seqs` settings the workload is simulated at.
 const SWEEP_SETTINGS: usize = 6;
 
@@ -586,7 +671,7 @@ fn kv(a: &KvArgs) -> anyhow::Result<Outcome> {
         }
     }
     stdout.flush()?;
-    Ok(Outcome::Ok)
+    Ok(outcome_of(doc.solve.as_ref().map(|s| s.verdict)))
 }
 
 /// The `plan kv` document `--json` prints (the MCP tool `plan_kv` returns it too).
@@ -622,15 +707,13 @@ fn kv_plan(a: &KvArgs) -> anyhow::Result<(ModelConfig, KvSettings, plan_json::Kv
     };
     let asked = a.max_model_len.is_some() || a.max_num_seqs.is_some();
     let (serving, solved) = match (a.gpu_memory, a.kv_memory) {
-        (Some(_), _) => {
-            let seqs = a.max_num_seqs.unwrap_or(DEFAULT_MAX_NUM_SEQS);
-            let b = budget(&model, &serve, a.tp, seqs)?;
-            let room = Room::Gpu {
-                setup: &serve,
-                budget: &b,
-            };
-            let s = solve(&model, &settings, room, ask)?;
+        (Some(_), _) if asked || model.max_positions.is_some() => {
+            let (b, s) = solve_on_gpu(&model, &settings, &serve, ask)?;
             (Some(b), Some(s))
+        }
+        (Some(_), _) => {
+            let b = budget(&model, &serve, a.tp, DEFAULT_MAX_NUM_SEQS)?;
+            (Some(b), None)
         }
         (None, Some(bytes)) if asked => {
             let s = solve(&model, &settings, Room::Given(bytes), ask)?;

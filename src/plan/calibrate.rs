@@ -163,7 +163,7 @@ pub fn apply_to(setup: &TrainSetup, c: &Candidate, calibration: &Calibration) ->
     let activations = calibration.apply(&formula).max(0.0).round() as u64;
     let formula_activations = c.memory.activations();
     let total = c.memory.total - formula_activations + activations;
-    let required = total.saturating_add(setup.headroom.bytes_for(total).total());
+    let required = total.saturating_add(setup.headroom.bytes_for(total, c.layout.gpus()).total());
     Calibrated {
         formula_activations,
         activations,

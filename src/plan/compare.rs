@@ -104,13 +104,7 @@ pub fn comparisons(
         });
     }
     if l.zero <= ZeroStage::Optimizer && l.cp == 1 {
-        let mut a = MegatronArgs::from_model(&setup.model, l.tp, l.pp, l.dp);
-        a.distributed_optimizer = l.zero == ZeroStage::Optimizer;
-        a.seq = setup.seq_len;
-        a.micro_batch = l.micro_batch;
-        a.sequence_parallel = l.sp && l.tp > 1;
-        a.selective = l.recompute == Recompute::Selective;
-        a.num_microbatches = Some(l.grad_accum);
+        let a = megatron_args(setup, candidate);
         out.push(Comparison {
             source: "Megatron-LM theoretical_memory_usage",
             covers: "weights + optimizer + activations",
@@ -124,11 +118,184 @@ pub fn comparisons(
     out
 }
 
+/// One term of Megatron-LM's `report_theoretical_memory` beside memprof's matching terms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SideBySide {
+    pub term: &'static str,
+    /// Megatron's formula with this layout's numbers.
+    pub formula: String,
+    pub megatron_bytes: u64,
+    pub memprof_bytes: u64,
+    /// Why the two differ (or that they agree).
+    pub reason: String,
+}
+
+/// Megatron-LM's figure for `candidate`, term by term beside memprof's: weights and optimizer,
+/// the transformer layers' activations, embedding and output layer, and the 5% overhead of its
+/// path without sequence parallelism. The rows of each column add up to its total. `None`
+/// where Megatron has no figure (ZeRO-2/3, CP).
+pub fn megatron_side_by_side(setup: &TrainSetup, candidate: &Candidate) -> Option<Vec<SideBySide>> {
+    let l = &candidate.layout;
+    let m = &candidate.memory;
+    if l.zero > ZeroStage::Optimizer || l.cp != 1 {
+        return None;
+    }
+    let a = megatron_args(setup, candidate);
+    let weights = megatron::weight_and_optimizer_memory(&a);
+    let act = megatron::activation_terms(&a);
+    let counts = setup.model.param_counts();
+    let psi = l.params_per_gpu(&counts, setup.model.tied_embeddings);
+    let megatron_bpp = if a.distributed_optimizer {
+        6.0 + 12.0 / a.dp.max(1) as f64
+    } else {
+        18.0
+    };
+    let states = m.params() + m.all_grads() + m.optimizer;
+    let memprof_bpp = states as f64 / psi.max(1.0);
+    let weights_reason = if (megatron_bpp - memprof_bpp).abs() < 0.01 {
+        "the same bytes per parameter; the few KiB apart are the final norm, which Megatron \
+         spreads over the stages"
+            .to_string()
+    } else {
+        format!(
+            "Megatron always charges its bf16 recipe, {megatron_bpp:.2} B/param (bf16 weights, \
+             fp32 main grads, fp32 master and Adam moments{}); memprof charges the \
+             --precision/--optimizer recipe, {memprof_bpp:.2} B/param here (--precision \
+             megatron-bf16 is Megatron's)",
+            if a.distributed_optimizer {
+                ", the last 12 sharded by DP"
+            } else {
+                ""
+            }
+        )
+    };
+    let layers_memprof =
+        (m.activations_layers as i64 + m.activations_shape + m.activations_recompute as i64).max(0)
+            as u64;
+    let sp = l.sp && l.tp > 1;
+    let layers_reason = match (act.sp_path, sp, l.recompute) {
+        (true, _, _) => format!(
+            "Megatron's 18 + 4 ffn/h (= {:.1}) is Korthikanti's 34 with ffn = 4h and no GQA or \
+             gated-MLP adjustment (its own TODO); memprof counts this model's shapes: {} for \
+             the layer shapes",
+            18.0 + 4.0 * a.ffn as f64 / a.hidden as f64,
+            crate::model::Bytes(m.activations_shape.unsigned_abs())
+        ),
+        (false, true, r) => format!(
+            "Megatron uses its without-SP formula whenever recompute is not 'selective' (here \
+             {}), so with SP it still counts s b h (10 + 24/t): the 10 s b h that SP splits \
+             over TP are not divided by t = {}; memprof divides every layer term by t with SP",
+            match r {
+                Recompute::None => "none",
+                Recompute::Full => "full",
+                Recompute::PerOp => "per-operator",
+                Recompute::Selective => "selective",
+            },
+            l.tp
+        ),
+        (false, false, Recompute::Full) => "Megatron has no case for full recompute and counts \
+             every layer's activations; memprof counts each layer's input plus one layer \
+             rebuilt"
+            .to_string(),
+        (false, false, _) => "the same Korthikanti formula without SP (10 + 24/t, attention \
+             scores dropped); memprof adds this model's shapes (GQA, gated MLP)"
+            .to_string(),
+    };
+    let mut rows = vec![
+        SideBySide {
+            term: "weights and optimizer",
+            formula: format!(
+                "most loaded shard {:.3}B params x {megatron_bpp:.2} B",
+                weights / megatron_bpp / 1e9
+            ),
+            megatron_bytes: weights.round() as u64,
+            memprof_bytes: states,
+            reason: weights_reason,
+        },
+        SideBySide {
+            term: "transformer layers",
+            formula: format!(
+                "{} per layer x {} layers x schedule {:.3}{}",
+                crate::model::Bytes(act.per_layer.round() as u64),
+                a.layers,
+                act.schedule,
+                if act.sp_path {
+                    format!(" / TP {}", l.tp)
+                } else {
+                    String::new()
+                }
+            ),
+            megatron_bytes: act.layers.round() as u64,
+            memprof_bytes: layers_memprof,
+            reason: layers_reason,
+        },
+        SideBySide {
+            term: "embedding, output layer and loss",
+            formula: if l.pp > 1 {
+                "(8 s b p + s b h p) x schedule: input ids and embedding dropout".to_string()
+            } else if act.sp_path {
+                "(8 s b + s b h + 4 s b h (1 + v/h)) / t".to_string()
+            } else {
+                "8 s b + s b h + 2 (s b v / t + s b h)".to_string()
+            },
+            megatron_bytes: act.embedding_and_output.round() as u64,
+            memprof_bytes: m.activations_head,
+            reason: if l.pp > 1 {
+                "both keep embedding dropout for the micro-batches in flight; the output layer \
+                 is on the last stage; Megatron adds the 8-byte input ids"
+                    .to_string()
+            } else if setup.precision.fused_loss() || act.sp_path {
+                "the same output projection and fp32 logits; memprof also counts the loss's \
+                 backward where it is not fused"
+                    .to_string()
+            } else {
+                "Megatron's without-SP path keeps the logits in 2 bytes; memprof keeps fp32 \
+                 logits and the loss's backward (4 s b v / t and more)"
+                    .to_string()
+            },
+        },
+    ];
+    if act.overhead > 0.0 {
+        rows.push(SideBySide {
+            term: "overhead",
+            formula: "5% of the activations".to_string(),
+            megatron_bytes: act.overhead.round() as u64,
+            memprof_bytes: 0,
+            reason: format!(
+                "Megatron's without-SP path adds 5% for temporaries; memprof keeps {:.0}% of \
+                 its estimate as fragmentation headroom, outside the estimate",
+                setup.headroom.fragmentation * 100.0
+            ),
+        });
+    }
+    let rest = m.total as i128 - rows.iter().map(|r| r.memprof_bytes as i128).sum::<i128>();
+    if rest != 0 {
+        // Rounding of the separate activation terms: keep the column adding up to the total.
+        if let Some(last) = rows.get_mut(2) {
+            last.memprof_bytes = (last.memprof_bytes as i128 + rest).max(0) as u64;
+        }
+    }
+    Some(rows)
+}
+
+fn megatron_args(setup: &TrainSetup, candidate: &Candidate) -> MegatronArgs {
+    let l = &candidate.layout;
+    let mut a = MegatronArgs::from_model(&setup.model, l.tp, l.pp, l.dp);
+    a.distributed_optimizer = l.zero == ZeroStage::Optimizer;
+    a.seq = setup.seq_len;
+    a.micro_batch = l.micro_batch;
+    a.sequence_parallel = l.sp && l.tp > 1;
+    a.selective = l.recompute == Recompute::Selective;
+    a.num_microbatches = Some(l.grad_accum);
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::activations::Attention;
     use crate::plan::builtin;
+    use crate::plan::layout::Layout;
     use crate::plan::recipe::{Optimizer, Precision};
     use crate::plan::search::{search, SearchSpace};
     use crate::plan::train::Headroom;
@@ -213,5 +380,57 @@ mod tests {
         assert_eq!(acts.difference(), i128::from(added));
         assert!(added > 0);
         assert!(all.iter().any(|c| c.source.starts_with("Megatron")));
+    }
+
+    /// The issue's case: Llama-3-70B at TP 4 with SP, PP 16, no recompute, s = 8192. Megatron's
+    /// function takes its without-SP path there (recompute is not 'selective'), so its figure is
+    /// far above memprof's; the rows say so, and each column adds up to its total.
+    #[test]
+    fn megatron_terms_side_by_side() {
+        let setup = TrainSetup {
+            model: builtin::find("llama-3-70b").expect("built-in"),
+            precision: Precision::Mixed,
+            optimizer: Optimizer::AdamW,
+            seq_len: 8192,
+            attention: Attention::Flash,
+            gpu_memory: 80 << 30,
+            headroom: Headroom::default(),
+        };
+        let space = SearchSpace {
+            gpus: 64,
+            tp: Some(4),
+            pp: Some(16),
+            cp: Some(1),
+            zero: Some(ZeroStage::None),
+            recompute: Some(Recompute::None),
+            sp: true,
+            micro_batch: 1,
+            global_batch: Some(16),
+            ..SearchSpace::default()
+        };
+        let c = search(&setup, &space, 1).expect("a plan").candidates[0].clone();
+        let rows = megatron_side_by_side(&setup, &c).expect("rows");
+        let a = megatron_args(&setup, &c);
+        let theirs = megatron::weight_and_optimizer_memory(&a) + megatron::activation_memory(&a);
+        let sum: u64 = rows.iter().map(|r| r.megatron_bytes).sum();
+        assert!((sum as f64 - theirs).abs() <= rows.len() as f64);
+        assert_eq!(
+            rows.iter().map(|r| r.memprof_bytes).sum::<u64>(),
+            c.memory.total
+        );
+        assert!(rows[1].reason.contains("without-SP formula"));
+        assert!(rows[0].reason.contains("18.00 B/param"));
+        assert!(rows.iter().any(|r| r.term == "overhead"));
+        // With selective recompute Megatron takes the SP path: s b h (18 + 4 ffn / h) / t per
+        // layer, 32 for Llama-3-70B's ffn = 3.5 h, the hand evaluation of the issue.
+        let sel = Layout {
+            recompute: Recompute::Selective,
+            ..c.layout
+        };
+        let c2 = crate::plan::train::evaluate(&setup, &sel);
+        let rows = megatron_side_by_side(&setup, &c2).expect("rows");
+        let per_layer = 8192.0 * 8192.0 * 32.0;
+        assert_eq!(rows[1].megatron_bytes, (per_layer * 80.0 / 4.0) as u64);
+        assert!(rows[1].reason.contains("18 + 4 ffn/h (= 32.0)"));
     }
 }

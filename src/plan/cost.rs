@@ -1,11 +1,15 @@
-//! Estimated cost of a training step for ranking layouts: bytes each GPU moves (ring
-//! collectives for DP / ZeRO, TP, CP and point-to-point PP), recompute FLOPs and the 1F1B
-//! bubble, turned into seconds per sample with stated nominal hardware figures.
+//! Estimated time of a training step, for ranking layouts, as a sum of named terms:
+//! compute (6 FLOPs per parameter and token plus the attention core), the pipeline bubble at
+//! the micro-batch count the global batch allows ((p - 1) / m of the compute; Narayanan et al.
+//! 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+//! §2.2), recompute (the forward FLOPs done again), TP collectives on the critical path inside
+//! or across a node, CP key/value exchange, PP point-to-point transfers, and the data-parallel
+//! or sharded-gradient traffic that the last micro-batch's backward pass does not hide.
 //!
-//! Assumptions (deliberately simple, used only to order candidates): 8 GPUs per node, a group
-//! that fits in a node talks at 200 GB/s per GPU (NVLink), one that spans nodes at 25 GB/s
-//! (a 200 Gb/s NIC per GPU), the GPUs sustain 400 TFLOP/s, and communication does not
-//! overlap compute.
+//! Hardware figures (a DGX H100 node, NVIDIA's datasheet): 8 GPUs per node, NVLink 4 at
+//! 450 GB/s per direction per GPU inside a node, one 400 Gb/s ConnectX-7 NIC (50 GB/s) per GPU
+//! across nodes; 400 TFLOP/s sustained, about 40% of the 989 TFLOP/s dense bf16 peak. Used only
+//! to order candidates, never shown as a promise of speed.
 
 use super::activations::Recompute;
 use super::layout::Layout;
@@ -14,23 +18,36 @@ use super::recipe::StateBytes;
 use super::states::ZeroStage;
 
 pub const GPUS_PER_NODE: u64 = 8;
-pub const INTRA_NODE_BYTES_PER_S: f64 = 200e9;
-pub const INTER_NODE_BYTES_PER_S: f64 = 25e9;
+pub const INTRA_NODE_BYTES_PER_S: f64 = 450e9;
+pub const INTER_NODE_BYTES_PER_S: f64 = 50e9;
 pub const SUSTAINED_FLOPS: f64 = 400e12;
 
-/// The estimated cost of one optimizer step on one GPU.
+/// The estimated cost of one optimizer step on one GPU, by term (seconds).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct StepCost {
     /// Bytes this GPU sends in collectives and pipeline transfers per step.
     pub comm_bytes: f64,
-    /// Seconds spent communicating (by link speed of each group).
-    pub comm_seconds: f64,
     /// Forward and backward FLOPs without recompute.
     pub train_flops: f64,
     /// Extra forward FLOPs spent recomputing.
     pub recompute_flops: f64,
     /// Idle fraction of the 1F1B schedule: (pp - 1) / micro-batches.
     pub bubble: f64,
+    /// Forward and backward compute.
+    pub compute_s: f64,
+    /// Pipeline idle time: `bubble` x (compute + recompute).
+    pub bubble_s: f64,
+    pub recompute_s: f64,
+    /// Tensor-parallel collectives (not overlapped).
+    pub tp_s: f64,
+    /// Context-parallel key/value exchange (not overlapped).
+    pub cp_s: f64,
+    /// Pipeline activations and their gradients between stages.
+    pub pp_s: f64,
+    /// Data-parallel / sharded traffic left after what backward hides.
+    pub dp_s: f64,
+    /// The sum of the terms.
+    pub step_s: f64,
     /// Estimated step time divided by the samples the step trains on.
     pub seconds_per_sample: f64,
 }
@@ -43,6 +60,19 @@ impl StepCost {
         } else {
             0.0
         }
+    }
+
+    /// The terms by name, in the order they are printed.
+    pub fn terms(&self) -> [(&'static str, f64); 7] {
+        [
+            ("compute", self.compute_s),
+            ("pipeline bubble", self.bubble_s),
+            ("recompute", self.recompute_s),
+            ("TP communication", self.tp_s),
+            ("CP communication", self.cp_s),
+            ("PP transfers", self.pp_s),
+            ("DP / sharded-gradient traffic", self.dp_s),
+        ]
     }
 }
 
@@ -176,11 +206,9 @@ pub fn step_cost(inp: &CostInputs, layout: &Layout) -> StepCost {
         layout.micro_batch,
         t,
     );
-    let logits_fwd = if layout.pp <= 1 {
-        2.0 * b * local_seq * h * model.vocab as f64 / tf
-    } else {
-        0.0
-    };
+    // The output projection: on the last stage, which with its L/p layers is the slowest
+    // (the first stage's embedding lookup costs next to nothing).
+    let logits_fwd = 2.0 * b * local_seq * h * model.vocab as f64 / tf;
     let fwd = layers_here * layer_fwd + logits_fwd;
     let train_flops = 3.0 * fwd * m;
     let recompute_flops = m
@@ -193,20 +221,38 @@ pub fn step_cost(inp: &CostInputs, layout: &Layout) -> StepCost {
             Recompute::PerOp => (layer_fwd - core_fwd) / 2.0,
         };
     let bubble = (layout.pp.max(1) - 1) as f64 / m;
-    let compute_seconds = (train_flops + recompute_flops) / SUSTAINED_FLOPS * (1.0 + bubble);
-    let comm_seconds = dp_bytes / link(shard_span)
-        + hybrid_bytes / INTER_NODE_BYTES_PER_S
-        + tp_bytes / link(spans.tp)
-        + cp_bytes / link(spans.cp)
-        + pp_bytes / link(spans.pp);
+    let compute_s = train_flops / SUSTAINED_FLOPS;
+    let recompute_s = recompute_flops / SUSTAINED_FLOPS;
+    let bubble_s = bubble * (compute_s + recompute_s);
+    let tp_s = tp_bytes / link(spans.tp);
+    let cp_s = cp_bytes / link(spans.cp);
+    let pp_s = pp_bytes / link(spans.pp);
+    // Gradient reduction runs bucket by bucket under the last micro-batch's backward pass
+    // (PyTorch DDP and FSDP, Megatron's overlap_grad_reduce); ZeRO-3's gathers are prefetched
+    // under every micro-batch's compute. Only what exceeds that window is on the step's path.
+    let dp_total = dp_bytes / link(shard_span) + hybrid_bytes / INTER_NODE_BYTES_PER_S;
+    let window = if layout.zero == ZeroStage::Parameters {
+        compute_s + recompute_s
+    } else {
+        (compute_s + recompute_s) / m * 2.0 / 3.0
+    };
+    let dp_s = (dp_total - window).max(0.0);
+    let step_s = compute_s + bubble_s + recompute_s + tp_s + cp_s + pp_s + dp_s;
     let samples = b * layout.dp as f64 * m;
     StepCost {
         comm_bytes: dp_bytes + hybrid_bytes + tp_bytes + cp_bytes + pp_bytes,
-        comm_seconds,
         train_flops,
         recompute_flops,
         bubble,
-        seconds_per_sample: (compute_seconds + comm_seconds) / samples,
+        compute_s,
+        bubble_s,
+        recompute_s,
+        tp_s,
+        cp_s,
+        pp_s,
+        dp_s,
+        step_s,
+        seconds_per_sample: step_s / samples,
     }
 }
 

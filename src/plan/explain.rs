@@ -45,10 +45,12 @@ const HEAD: &str = "Korthikanti et al. 2022, section 4.1 (embedding dropout, fin
                     computes it (log-softmax kept, its gradient and the logits' gradient in \
                     fp32); memprof's addition to the per-layer formula";
 const CONTEXT: &str = "memprof default (--cuda-context): CUDA context and library workspaces";
+const COMM: &str = "memprof default (--comm-buffers), counted with more than one GPU: NCCL \
+                    buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer of each communicator)";
 const FRAGMENTATION: &str = "memprof default (--fragmentation): caching-allocator fragmentation, \
                              5-10% with expandable segments, more without";
 
-const LABELS: [(&str, &str); 11] = [
+const LABELS: [(&str, &str); 12] = [
     ("params_sharded_bytes", "this GPU's share of the weights"),
     ("params_gathered_bytes", "weights gathered for ZeRO-3 units"),
     ("grads_bytes", "gradients"),
@@ -65,6 +67,7 @@ const LABELS: [(&str, &str); 11] = [
     ("activations_recompute_bytes", "the layer being recomputed"),
     ("activations_head_bytes", "embedding and LM head"),
     ("context_bytes", "headroom: CUDA context"),
+    ("comm_buffers_bytes", "headroom: communication buffers"),
     ("fragmentation_bytes", "headroom: fragmentation"),
 ];
 
@@ -335,8 +338,20 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             source: CONTEXT,
         },
         Term {
-            name: "fragmentation_bytes",
+            name: "comm_buffers_bytes",
             label: LABELS[10].1,
+            kind: TermKind::Headroom,
+            bytes: signed(c.headroom.comm),
+            formula: if c.layout.gpus() > 1 {
+                "fixed per GPU of a multi-GPU job".to_string()
+            } else {
+                "0: one GPU talks to no other".to_string()
+            },
+            source: COMM,
+        },
+        Term {
+            name: "fragmentation_bytes",
+            label: LABELS[11].1,
             kind: TermKind::Headroom,
             bytes: signed(c.headroom.fragmentation),
             formula: format!(

@@ -10,6 +10,7 @@ pub mod compare;
 pub mod cost;
 pub mod deepspeed;
 pub mod explain;
+pub mod fit;
 pub mod hf;
 pub mod kv;
 pub mod kv_sim;
@@ -24,6 +25,7 @@ pub mod search;
 pub mod serve;
 pub mod states;
 pub mod train;
+pub mod verdict;
 
 #[cfg(test)]
 mod props;

@@ -1,8 +1,10 @@
 //! The `plan train` search: every layout of the GPUs that the fixed settings allow, evaluated,
-//! what does not fit dropped, the rest ranked by estimated step cost (communication, recompute
-//! and pipeline bubble per sample), and the choice explained in a sentence.
+//! what does not fit with its headroom dropped, the rest ranked by estimated step time
+//! (`plan::cost`) at one global batch for all, with the published rules of thumb as the
+//! tie-break, and the choice and its runner-up explained in a line each.
 
 use super::activations::Recompute;
+use super::cost::GPUS_PER_NODE;
 use super::layout::Layout;
 use super::recipe::Optimizer;
 use super::states::ZeroStage;
@@ -31,8 +33,8 @@ pub struct SearchSpace {
     pub shard_group: Option<u64>,
     pub sp: bool,
     pub micro_batch: u64,
-    /// Samples per optimizer step; sets gradient accumulation. Without it each layout
-    /// accumulates `pp` micro-batches, the fewest that fill a 1F1B pipeline.
+    /// Samples per optimizer step; sets gradient accumulation. Without it,
+    /// `default_global_batch`.
     pub global_batch: Option<u64>,
 }
 
@@ -47,6 +49,24 @@ pub enum SearchError {
     NoLayout { gpus: u64, why: String },
 }
 
+/// Tokens per optimizer step assumed when no global batch is given: 4M, as Llama 2 was trained
+/// (Touvron et al. 2023, §2.2: "a global batch-size of 4M tokens").
+pub const DEFAULT_STEP_TOKENS: u64 = 1 << 22;
+
+/// Estimated step times within this share of the fastest count as equal, and the rules of
+/// thumb decide among them.
+pub const SAME_SPEED: f64 = 0.03;
+
+/// The global batch assumed without `--global-batch`: about `DEFAULT_STEP_TOKENS` tokens, a
+/// multiple of micro-batch x GPUs so every layout can reach it.
+pub fn default_global_batch(seq_len: u64, gpus: u64, micro_batch: u64) -> u64 {
+    let per_round = gpus.saturating_mul(micro_batch).max(1);
+    let rounds = (DEFAULT_STEP_TOKENS as f64 / seq_len.max(1) as f64 / per_round as f64)
+        .round()
+        .max(1.0) as u64;
+    rounds.saturating_mul(per_round)
+}
+
 /// The ranked result.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -58,6 +78,10 @@ pub struct Plan {
     pub evaluated: usize,
     /// Layouts that fit.
     pub fitting: usize,
+    /// Samples per optimizer step every layout was costed at.
+    pub global_batch: u64,
+    /// Whether `global_batch` was assumed (`default_global_batch`) rather than given.
+    pub global_batch_assumed: bool,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -80,6 +104,9 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
         return Err(SearchError::TooLarge);
     }
     let model = &setup.model;
+    let global_batch = space
+        .global_batch
+        .unwrap_or_else(|| default_global_batch(setup.seq_len, space.gpus, space.micro_batch));
     let all = divisors(space.gpus);
     let tps = options(space.tp, &all, |t| {
         t <= MAX_SEARCHED_TP && model.heads.is_multiple_of(t)
@@ -103,16 +130,11 @@ pub fn layouts(setup: &TrainSetup, space: &SearchSpace) -> Result<Vec<Layout>, S
                 if space.dp.is_some_and(|d| d != dp) {
                     continue;
                 }
-                let grad_accum = match space.global_batch {
-                    None => pp,
-                    Some(g) => {
-                        let per_step = space.micro_batch * dp;
-                        if !g.is_multiple_of(per_step) {
-                            continue;
-                        }
-                        g / per_step
-                    }
-                };
+                let per_step = space.micro_batch * dp;
+                if !global_batch.is_multiple_of(per_step) {
+                    continue;
+                }
+                let grad_accum = global_batch / per_step;
                 if space
                     .shard_group
                     .is_some_and(|f| f == 0 || !(dp * cp).is_multiple_of(f))
@@ -181,12 +203,7 @@ pub fn search(setup: &TrainSetup, space: &SearchSpace, top: usize) -> Result<Pla
     let fitting = candidates.iter().filter(|c| c.fits).count();
     if fitting > 0 {
         candidates.retain(|c| c.fits);
-        candidates.sort_by(|a, b| {
-            a.cost
-                .seconds_per_sample
-                .total_cmp(&b.cost.seconds_per_sample)
-                .then(a.memory.total.cmp(&b.memory.total))
-        });
+        rank(&mut candidates);
     } else {
         candidates.sort_by_key(|c| c.memory.total);
     }
@@ -196,7 +213,148 @@ pub fn search(setup: &TrainSetup, space: &SearchSpace, top: usize) -> Result<Pla
         candidates,
         evaluated,
         fitting,
+        global_batch: space
+            .global_batch
+            .unwrap_or_else(|| default_global_batch(setup.seq_len, space.gpus, space.micro_batch)),
+        global_batch_assumed: space.global_batch.is_none(),
     })
+}
+
+/// How far a layout strays from the published rules of thumb, least first: pipeline stages
+/// only when needed and a model-parallel group (TP x PP x CP) just large enough to fit
+/// (Narayanan et al. 2021, takeaways 1 and 2), then no recompute where memory allows.
+fn rule_order(c: &Candidate) -> (u64, u64, bool) {
+    let l = &c.layout;
+    (l.pp, l.tp * l.cp, l.recompute != Recompute::None)
+}
+
+/// Orders fitting candidates: by estimated step time, except that among those within
+/// `SAME_SPEED` of the fastest the rules of thumb decide.
+fn rank(candidates: &mut [Candidate]) {
+    candidates.sort_by(|a, b| {
+        a.cost
+            .step_s
+            .total_cmp(&b.cost.step_s)
+            .then(a.memory.total.cmp(&b.memory.total))
+    });
+    let Some(fastest) = candidates.first().map(|c| c.cost.step_s) else {
+        return;
+    };
+    let same = candidates
+        .iter()
+        .take_while(|c| c.cost.step_s <= fastest * (1.0 + SAME_SPEED))
+        .count();
+    candidates[..same].sort_by(|a, b| {
+        rule_order(a)
+            .cmp(&rule_order(b))
+            .then(a.cost.step_s.total_cmp(&b.cost.step_s))
+    });
+}
+
+/// One line on why the runner-up (the second candidate) lost to the first.
+pub fn runner_up(plan: &Plan) -> Option<String> {
+    let (Some(0), [best, second, ..]) = (plan.recommended, plan.candidates.as_slice()) else {
+        return None;
+    };
+    let (a, b) = (&best.cost, &second.cost);
+    let slower = b.step_s / a.step_s - 1.0;
+    let why = if slower <= SAME_SPEED && rule_order(second) > rule_order(best) {
+        let (lb, ls) = (&best.layout, &second.layout);
+        let rule = if ls.pp > lb.pp {
+            format!(
+                "it uses {} pipeline stages where {} do (PP only when needed: Narayanan et al. \
+                 2021, takeaway 2)",
+                ls.pp, lb.pp
+            )
+        } else if ls.tp * ls.cp > lb.tp * lb.cp {
+            format!(
+                "it splits each layer {} ways where {} do (a model-parallel group just large \
+                 enough to fit: Narayanan et al. 2021, takeaway 2)",
+                ls.tp * ls.cp,
+                lb.tp * lb.cp
+            )
+        } else {
+            "it recomputes where the winner need not".to_string()
+        };
+        format!(
+            "within {:.0}% of the estimate ({:+.1}%), {rule}",
+            SAME_SPEED * 100.0,
+            slower * 100.0
+        )
+    } else if slower.abs() < 1e-9 {
+        format!(
+            "the same estimated step time, and it needs {} per GPU against {}",
+            Bytes(second.memory.total),
+            Bytes(best.memory.total)
+        )
+    } else {
+        let (name, diff) = b
+            .terms()
+            .iter()
+            .zip(a.terms())
+            .map(|((name, x), (_, y))| (*name, x - y))
+            .fold(("", f64::MIN), |m, t| if t.1 > m.1 { t } else { m });
+        format!(
+            "{:.1}% slower by the estimate, mostly {name} (+{})",
+            slower * 100.0,
+            seconds(diff)
+        )
+    };
+    Some(format!("Runner-up: {} - {why}.", describe(&second.layout)))
+}
+
+/// Seconds in a short human form (`1.23 s`, `45 ms`).
+pub fn seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.0} ms", s * 1000.0)
+    }
+}
+
+/// The estimated step time of a candidate by term, in one line.
+pub fn step_terms(c: &Candidate) -> String {
+    let parts: Vec<String> = c
+        .cost
+        .terms()
+        .iter()
+        .filter(|(_, s)| *s > 0.0)
+        .map(|(name, s)| format!("{name} {}", seconds(*s)))
+        .collect();
+    format!("{} ({})", seconds(c.cost.step_s), parts.join(" + "))
+}
+
+/// The rules of thumb the ranking follows, with where each comes from, checked against `c`.
+pub fn rules(c: &Candidate) -> String {
+    let l = &c.layout;
+    let m = l.grad_accum;
+    let mut out = vec![format!(
+        "TP {} within a node of {GPUS_PER_NODE} (Narayanan et al. 2021, takeaway 1: TP up to \
+         the GPUs of a server, PP across servers)",
+        l.tp
+    )];
+    out.push(if l.pp > 1 {
+        format!(
+            "PP {} because no faster or equally fast layout with fewer stages fits (takeaway 2; \
+             Ultra-Scale Playbook: PP when the model does not fit otherwise)",
+            l.pp
+        )
+    } else {
+        "no PP (takeaway 2: only when needed)".to_string()
+    });
+    if l.pp > 1 {
+        out.push(format!(
+            "{m} micro-batches for {} stages{} (GPipe, Huang et al. 2019: the bubble is \
+             negligible from 4 micro-batches per stage)",
+            l.pp,
+            if m >= 4 * l.pp {
+                ""
+            } else {
+                ", fewer than 4 per stage"
+            }
+        ));
+    }
+    format!("Rules of thumb: {}.", out.join("; "))
 }
 
 /// The candidates less each one that differs from a lower ZeRO stage's only in the stage and
@@ -263,15 +421,21 @@ pub fn explain(plan: &Plan, setup: &TrainSetup) -> String {
             };
             let spare = best.spare_bytes(gpu_memory).max(0) as u64;
             format!(
-                "Recommended: {} - it fits with {} to spare after headroom and has the lowest \
-                 estimated cost per sample of the {} ({} communicated per step \
-                 per GPU, recompute +{:.1}% FLOPs, pipeline bubble {:.0}%).",
+                "Recommended: {} - estimated step {} at a global batch of {}{}; the fastest of \
+                 the {} with the rules of thumb breaking near-ties. It fits: {} estimate, {} \
+                 headroom kept free, {} more to spare.",
                 describe(&best.layout),
-                Bytes(spare),
+                step_terms(best),
+                count(plan.global_batch, "sequence", "sequences"),
+                if plan.global_batch_assumed {
+                    " (assumed: about 4M tokens per step; give --global-batch)"
+                } else {
+                    ""
+                },
                 count(plan.fitting as u64, "fitting layout", "fitting layouts"),
-                Bytes(best.cost.comm_bytes.round() as u64),
-                best.cost.recompute_fraction() * 100.0,
-                best.cost.bubble * 100.0,
+                Bytes(best.memory.total),
+                Bytes(best.headroom.total()),
+                Bytes(spare),
             )
         }
         (None, Some(smallest)) => format!(

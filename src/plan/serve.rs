@@ -6,7 +6,7 @@
 
 use super::kv::{cache_shape, KvDtype, KvError, KvSettings, DEFAULT_BLOCK_SIZE, WEIGHT_BYTES};
 use super::model::ModelConfig;
-use crate::model::Bytes;
+use super::verdict::Verdict;
 
 /// What the serving instance is given besides the model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -180,6 +180,8 @@ pub struct Solve {
     pub kv_cache_bytes: u64,
     pub kv_available_bytes: u64,
     pub fits: bool,
+    /// Fit, tight (only within `1 - utilization` of the GPU) or no fit (`plan::verdict`).
+    pub verdict: Verdict,
     /// At `max_model_len`, the most sequences that fit.
     pub largest_max_num_seqs: u64,
     /// At `max_num_seqs`, the longest sequence that fits (capped at the model's maximum).
@@ -195,22 +197,16 @@ pub struct Flags {
 }
 
 /// Why nothing can be solved.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SolveError {
     #[error(
         "give --max-model-len or --max-num-seqs (the model does not state its maximum length)"
     )]
     NothingAsked,
-    #[error(
-        "the weights, activation peak, non-PyTorch memory and CUDA graphs need {need}, more \
-         than the {budget} budget (--utilization x --gpu-memory): nothing is left for the KV \
-         cache; raise --tp or use a larger GPU"
-    )]
-    NoRoom { need: Bytes, budget: Bytes },
-    #[error("--kv-memory {given} holds not one {block} block")]
-    NoBlock { given: Bytes, block: Bytes },
     #[error(transparent)]
     Kv(#[from] KvError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
 }
 
 fn flag(out: &mut Vec<String>, name: &str, value: impl ToString) {
@@ -247,18 +243,6 @@ pub fn solve(
 ) -> Result<Solve, SolveError> {
     let (_, block_bytes) = cache_shape(model, kv)?;
     let available = room.available();
-    if available < block_bytes {
-        return Err(match room {
-            Room::Gpu { budget, .. } => SolveError::NoRoom {
-                need: Bytes(budget.used_bytes()),
-                budget: Bytes(budget.budget_bytes),
-            },
-            Room::Given(bytes) => SolveError::NoBlock {
-                given: Bytes(bytes),
-                block: Bytes(block_bytes),
-            },
-        });
-    }
     let blocks = available / block_bytes;
     let block = kv.block_size;
     let model_max = model.max_positions.unwrap_or(u64::MAX);
@@ -278,8 +262,23 @@ pub fn solve(
         },
     };
     let need_blocks = seqs.saturating_mul(len.div_ceil(block));
-    let fits = seqs > 0 && len > 0 && need_blocks <= blocks;
+    let fits = blocks > 0 && seqs > 0 && len > 0 && need_blocks <= blocks;
     let kv_cache_bytes = need_blocks.saturating_mul(block_bytes);
+    let judged = match room {
+        // The budget is the GPU less the `1 - utilization` the instance leaves free: that share
+        // is the headroom.
+        Room::Gpu { setup, budget } => Verdict::judge(
+            budget.used_bytes().saturating_add(kv_cache_bytes),
+            setup.gpu_memory.saturating_sub(budget.budget_bytes),
+            setup.gpu_memory,
+        ),
+        Room::Given(bytes) => Verdict::judge(kv_cache_bytes, 0, bytes),
+    };
+    let verdict = match (fits, judged) {
+        (true, _) => Verdict::Fit,
+        (false, Verdict::Fit) => Verdict::NoFit,
+        (false, v) => v,
+    };
     let flags = if fits {
         flags_for(kv, room, len, seqs, kv_cache_bytes, need_blocks * block)
     } else {
@@ -291,10 +290,62 @@ pub fn solve(
         kv_cache_bytes,
         kv_available_bytes: available,
         fits,
+        verdict,
         largest_max_num_seqs: seqs_at(len),
         largest_max_model_len: len_at(seqs),
         flags,
     })
+}
+
+/// The solve on a GPU, where the budget itself depends on the answer: the profile run samples
+/// `max_num_seqs` rows of logits, so the more sequences, the less is left for the cache. Given
+/// `max_num_seqs` (or both settings) the budget is that count's. Given only the length, the
+/// answer is the fixed point: the largest count n whose own budget holds n sequences at that
+/// length, so asking that count back gives the same length.
+pub fn solve_on_gpu(
+    model: &ModelConfig,
+    kv: &KvSettings,
+    setup: &ServeSetup,
+    ask: Ask,
+) -> Result<(ServeBudget, Solve), SolveError> {
+    let at = |seqs: u64, ask: Ask| -> Result<(ServeBudget, Solve), SolveError> {
+        let b = budget(model, setup, kv.tp, seqs)?;
+        let s = solve(model, kv, Room::Gpu { setup, budget: &b }, ask)?;
+        Ok((b, s))
+    };
+    if let Some(seqs) = ask.max_num_seqs {
+        return at(seqs, ask);
+    }
+    let Some(len) = ask.max_model_len.or(model.max_positions) else {
+        return Err(SolveError::NothingAsked);
+    };
+    let len_only = Ask {
+        max_model_len: Some(len),
+        max_num_seqs: None,
+    };
+    // Sequences of `len` that `seqs`'s budget holds: never more as `seqs` grows.
+    let holds = |seqs: u64| at(seqs, len_only).map(|(_, s)| s.largest_max_num_seqs);
+    let (mut lo, mut hi) = (0, holds(1)?.min(MAX_SETTING));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if mid <= holds(mid)? {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let (b, mut s) = at(
+        lo.max(1),
+        Ask {
+            max_model_len: Some(len),
+            max_num_seqs: Some(lo.max(1)),
+        },
+    )?;
+    s.largest_max_num_seqs = lo;
+    if !s.fits {
+        s.flags = Flags::default();
+    }
+    Ok((b, s))
 }
 
 /// The vLLM and SGLang arguments for settings that fit.
@@ -526,13 +577,39 @@ mod tests {
     }
 
     /// A 70B model does not fit one 80 GiB GPU: nothing is left for the cache.
+    /// The round trip the fixed point promises, on the issue's kind of case (Llama-3-70B on
+    /// two 80 GiB GPUs): 64 sequences give a length L; asking L gives back at least 64, and
+    /// exactly the count whose own budget holds it, which gives L back again.
     #[test]
-    fn no_room_is_an_error() {
+    fn the_solve_is_a_round_trip() {
+        let model = builtin::find("llama-3-70b").expect("built-in");
+        let s = setup(80 * GIB);
+        let ask = |len, seqs| Ask {
+            max_model_len: len,
+            max_num_seqs: seqs,
+        };
+        let (_, by_seqs) = solve_on_gpu(&model, &kv(2), &s, ask(None, Some(64))).expect("ok");
+        assert!(by_seqs.fits);
+        let len = by_seqs.largest_max_model_len;
+        let (_, by_len) = solve_on_gpu(&model, &kv(2), &s, ask(Some(len), None)).expect("ok");
+        assert!(by_len.fits);
+        let n = by_len.max_num_seqs;
+        assert!(n >= 64, "{n}");
+        assert_eq!(by_len.largest_max_num_seqs, n);
+        let (_, back) = solve_on_gpu(&model, &kv(2), &s, ask(None, Some(n))).expect("ok");
+        assert_eq!(back.largest_max_model_len, len);
+        // One more sequence than the answer does not fit its own budget at that length.
+        let (_, over) = solve_on_gpu(&model, &kv(2), &s, ask(Some(len), Some(n + 1))).expect("ok");
+        assert!(!over.fits);
+    }
+
+    #[test]
+    fn no_room_is_a_no_fit() {
         let model = builtin::find("llama-3-70b").expect("built-in");
         let s = setup(80 * GIB);
         let b = budget(&model, &s, 1, DEFAULT_MAX_NUM_SEQS).expect("a budget");
         assert_eq!(b.kv_available_bytes, 0);
-        let err = solve(
+        let got = solve(
             &model,
             &kv(1),
             Room::Gpu {
@@ -544,8 +621,10 @@ mod tests {
                 max_num_seqs: None,
             },
         )
-        .expect_err("no room");
-        assert!(matches!(err, SolveError::NoRoom { .. }));
+        .expect("an answer");
+        assert!(!got.fits);
+        assert_eq!(got.verdict, Verdict::NoFit);
+        assert_eq!(got.largest_max_num_seqs, 0);
         let bad = ServeSetup {
             utilization: 1.5,
             ..s
@@ -588,10 +667,13 @@ mod tests {
             .sglang
             .contains(&"--mem-fraction-static".to_string()));
         assert!(got.flags.sglang.contains(&"409600".to_string()));
-        let tiny = solve(&model, &kv(1), Room::Given(1 << 20), ask).expect_err("no block");
-        assert!(
-            tiny.to_string().contains("not one 2.00 MiB block"),
-            "{tiny}"
+        // Less than one block is a no-fit answer, not an error.
+        let tiny = solve(&model, &kv(1), Room::Given(1 << 20), ask).expect("an answer");
+        assert!(!tiny.fits);
+        assert_eq!(tiny.verdict, Verdict::NoFit);
+        assert_eq!(
+            (tiny.largest_max_num_seqs, tiny.largest_max_model_len),
+            (0, 0)
         );
     }
 }

@@ -7,13 +7,18 @@ use super::layout::Layout;
 use super::model::ModelConfig;
 use super::recipe::{Optimizer, Precision};
 use super::states::model_states;
+use super::verdict::Verdict;
 
-/// Memory kept free besides the estimate: the CUDA context and library workspaces, and a
-/// fraction of the estimate for the caching allocator's fragmentation (5-10% with expandable
-/// segments, more without; `reference/planner-math.md` §5).
+/// Memory kept free besides the estimate: the CUDA context and library workspaces, the
+/// communication libraries' buffers when a job spans GPUs (NCCL keeps `NCCL_BUFFSIZE`, 4 MiB by
+/// default, per channel and peer of each communicator), and a fraction of the estimate for the
+/// caching allocator's fragmentation (5-10% with expandable segments, more without). A layout
+/// is ranked first only when it fits with all of it kept free (`plan::verdict`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Headroom {
     pub context_bytes: u64,
+    /// Counted when the job has more than one GPU.
+    pub comm_bytes: u64,
     pub fragmentation: f64,
 }
 
@@ -21,16 +26,18 @@ impl Default for Headroom {
     fn default() -> Self {
         Headroom {
             context_bytes: 1 << 30,
+            comm_bytes: 1 << 30,
             fragmentation: 0.10,
         }
     }
 }
 
 impl Headroom {
-    /// Bytes to keep free next to an estimate of `total` bytes.
-    pub fn bytes_for(&self, total: u64) -> HeadroomBytes {
+    /// Bytes to keep free next to an estimate of `total` bytes on one of `gpus` GPUs.
+    pub fn bytes_for(&self, total: u64, gpus: u64) -> HeadroomBytes {
         HeadroomBytes {
             context: self.context_bytes,
+            comm: if gpus > 1 { self.comm_bytes } else { 0 },
             fragmentation: (total as f64 * self.fragmentation).round() as u64,
         }
     }
@@ -99,12 +106,13 @@ impl MemoryBreakdown {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct HeadroomBytes {
     pub context: u64,
+    pub comm: u64,
     pub fragmentation: u64,
 }
 
 impl HeadroomBytes {
     pub fn total(&self) -> u64 {
-        self.context + self.fragmentation
+        self.context + self.comm + self.fragmentation
     }
 }
 
@@ -115,7 +123,9 @@ pub struct Candidate {
     pub memory: MemoryBreakdown,
     /// Bytes kept free next to `memory.total`.
     pub headroom: HeadroomBytes,
+    /// `verdict == Verdict::Fit`.
     pub fits: bool,
+    pub verdict: Verdict,
     pub cost: StepCost,
 }
 
@@ -177,7 +187,8 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         total: 0,
     };
     memory.total = memory.params() + memory.all_grads() + memory.optimizer + memory.activations();
-    let headroom = setup.headroom.bytes_for(memory.total);
+    let headroom = setup.headroom.bytes_for(memory.total, layout.gpus());
+    let verdict = Verdict::judge(memory.total, headroom.total(), setup.gpu_memory);
     let cost = step_cost(
         &CostInputs {
             model,
@@ -193,7 +204,8 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         layout: *layout,
         memory,
         headroom,
-        fits: memory.total.saturating_add(headroom.total()) <= setup.gpu_memory,
+        fits: verdict == Verdict::Fit,
+        verdict,
         cost,
     }
 }

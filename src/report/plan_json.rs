@@ -4,16 +4,19 @@ use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;
 use crate::plan::calibrate::CalibrationReport;
 use crate::plan::checkpoint::{CheckpointPlan, Choice};
-use crate::plan::compare::comparisons;
+use crate::plan::compare::{comparisons, megatron_side_by_side};
+use crate::plan::cost::StepCost;
 use crate::plan::deepspeed::Version;
 use crate::plan::explain::{terms, TermKind};
+use crate::plan::fit::{one_line, FitReport};
 use crate::plan::kv::KvPool;
 use crate::plan::kv_sim::SimResult;
 use crate::plan::model::ModelConfig;
 use crate::plan::pack::{PackReport, PackSettings};
-use crate::plan::search::Plan;
+use crate::plan::search::{runner_up, Plan};
 use crate::plan::serve::{ServeBudget, Solve};
 use crate::plan::train::{Candidate, TrainSetup};
+use crate::plan::verdict::Verdict;
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
@@ -65,6 +68,7 @@ pub struct MemoryJson {
     pub activations_head_bytes: u64,
     pub total_bytes: u64,
     pub context_bytes: u64,
+    pub comm_buffers_bytes: u64,
     pub fragmentation_bytes: u64,
     /// `total_bytes` plus the headroom: what the GPU must have.
     pub required_bytes: u64,
@@ -107,8 +111,15 @@ pub struct CandidateJson {
     pub memory: MemoryJson,
     pub terms: Vec<TermJson>,
     pub published: Vec<PublishedJson>,
+    /// Megatron-LM's `report_theoretical_memory` term by term beside memprof's; null where
+    /// Megatron has no figure (ZeRO-2/3, CP).
+    pub megatron_terms: Option<Vec<MegatronTermJson>>,
     pub fits: bool,
+    /// `fit`, `tight` or `no_fit`.
+    pub verdict: Verdict,
     pub comm_bytes_per_step: u64,
+    /// Estimated step time by term (`docs/planners.md`, "How layouts are ranked").
+    pub step_time: StepTimeJson,
 }
 
 impl CandidateJson {
@@ -139,6 +150,7 @@ impl CandidateJson {
                 activations_head_bytes: m.activations_head,
                 total_bytes: m.total,
                 context_bytes: c.headroom.context,
+                comm_buffers_bytes: c.headroom.comm,
                 fragmentation_bytes: c.headroom.fragmentation,
                 required_bytes: m.total + c.headroom.total(),
             },
@@ -166,7 +178,20 @@ impl CandidateJson {
                     additions: p.additions,
                 })
                 .collect(),
+            megatron_terms: megatron_side_by_side(setup, c).map(|rows| {
+                rows.into_iter()
+                    .map(|r| MegatronTermJson {
+                        term: r.term,
+                        formula: r.formula,
+                        megatron_bytes: r.megatron_bytes,
+                        memprof_bytes: r.memprof_bytes,
+                        reason: r.reason,
+                    })
+                    .collect()
+            }),
             fits: c.fits,
+            verdict: c.verdict,
+            step_time: StepTimeJson::new(&c.cost),
             comm_bytes_per_step: c.cost.comm_bytes.round() as u64,
         }
     }
@@ -179,6 +204,15 @@ pub struct TrainJson {
     pub model: ModelJson,
     pub candidates: Vec<CandidateJson>,
     pub recommended: Option<usize>,
+    /// Samples per optimizer step every candidate was costed at.
+    pub global_batch: u64,
+    /// Whether `global_batch` was assumed (about 4M tokens) rather than given.
+    pub global_batch_assumed: bool,
+    /// Why the second candidate lost to the first, in words; null with fewer than two.
+    pub runner_up: Option<String>,
+    /// `fit` when the recommended candidate fits with its headroom; else the smallest
+    /// candidate's `tight` or `no_fit`.
+    pub verdict: Option<Verdict>,
     /// `--calibrate`: the measured configuration's formula against the snapshot, and the first
     /// candidate calibrated; null without it.
     pub calibration: Option<CalibrationReport>,
@@ -195,7 +229,72 @@ impl TrainJson {
                 .map(|c| CandidateJson::new(setup, c, deepspeed))
                 .collect(),
             recommended: plan.recommended,
+            global_batch: plan.global_batch,
+            global_batch_assumed: plan.global_batch_assumed,
+            runner_up: runner_up(plan),
+            verdict: plan.candidates.first().map(|c| c.verdict),
             calibration: None,
+        }
+    }
+}
+
+/// `plan fit --json`: the report with the schema version.
+#[derive(Debug, Serialize)]
+pub struct FitJson<'a> {
+    pub schema_version: u32,
+    #[serde(flatten)]
+    pub report: &'a FitReport,
+    /// The line `diagnose` can print; null without --micro-batch.
+    pub summary: Option<String>,
+}
+
+impl FitJson<'_> {
+    pub fn new(report: &FitReport) -> FitJson<'_> {
+        FitJson {
+            schema_version: SCHEMA_VERSION,
+            report,
+            summary: one_line(report),
+        }
+    }
+}
+
+/// One row of the Megatron comparison.
+#[derive(Debug, Serialize)]
+pub struct MegatronTermJson {
+    pub term: &'static str,
+    pub formula: String,
+    pub megatron_bytes: u64,
+    pub memprof_bytes: u64,
+    pub reason: String,
+}
+
+/// A candidate's estimated step time, seconds by term.
+#[derive(Debug, Serialize)]
+pub struct StepTimeJson {
+    pub compute_s: f64,
+    pub bubble_s: f64,
+    pub recompute_s: f64,
+    pub tp_s: f64,
+    pub cp_s: f64,
+    pub pp_s: f64,
+    pub dp_s: f64,
+    pub step_s: f64,
+    /// Idle share of the pipeline: (pp - 1) / micro-batches per step.
+    pub bubble_fraction: f64,
+}
+
+impl StepTimeJson {
+    fn new(c: &StepCost) -> StepTimeJson {
+        StepTimeJson {
+            compute_s: c.compute_s,
+            bubble_s: c.bubble_s,
+            recompute_s: c.recompute_s,
+            tp_s: c.tp_s,
+            cp_s: c.cp_s,
+            pp_s: c.pp_s,
+            dp_s: c.dp_s,
+            step_s: c.step_s,
+            bubble_fraction: c.bubble,
         }
     }
 }
@@ -239,6 +338,8 @@ pub struct BudgetJson {
     pub gpu_memory_bytes: u64,
     pub utilization: f64,
     pub budget_bytes: u64,
+    /// What comes off the budget before the cache: the terms' sum.
+    pub used_bytes: u64,
     pub weights_bytes: u64,
     pub activation_peak_bytes: u64,
     pub non_torch_bytes: u64,
@@ -263,6 +364,8 @@ pub struct SolveJson {
     pub kv_cache_bytes: u64,
     pub kv_available_bytes: u64,
     pub fits: bool,
+    /// `fit`, `tight` or `no_fit` (`docs/planners.md`, "What fits means").
+    pub verdict: Verdict,
     pub largest_max_num_seqs: u64,
     pub largest_max_model_len: u64,
     /// Empty when the settings do not fit.
@@ -296,6 +399,7 @@ impl KvJson {
                 gpu_memory_bytes: b.gpu_memory_bytes,
                 utilization: b.utilization,
                 budget_bytes: b.budget_bytes,
+                used_bytes: b.used_bytes(),
                 weights_bytes: term(b, "weights_bytes"),
                 activation_peak_bytes: term(b, "activation_peak_bytes"),
                 non_torch_bytes: term(b, "non_torch_bytes"),
@@ -318,6 +422,7 @@ impl KvJson {
                 kv_cache_bytes: s.kv_cache_bytes,
                 kv_available_bytes: s.kv_available_bytes,
                 fits: s.fits,
+                verdict: s.verdict,
                 largest_max_num_seqs: s.largest_max_num_seqs,
                 largest_max_model_len: s.largest_max_model_len,
                 flags: FlagsJson {

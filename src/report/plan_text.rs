@@ -3,15 +3,17 @@
 use crate::model::{count, Bytes};
 use crate::plan::activations::Recompute;
 use crate::plan::calibrate::CalibrationReport;
-use crate::plan::compare::comparisons;
+use crate::plan::compare::{comparisons, megatron_side_by_side};
 use crate::plan::deepspeed::Version;
 use crate::plan::explain::{label, terms, TermKind};
+use crate::plan::fit::{one_line, Answer, FitReport};
 use crate::plan::kv::KvSettings;
 use crate::plan::pack::PackReport;
-use crate::plan::search::{describe, explain, Plan};
+use crate::plan::search::{describe, explain, rules, runner_up, seconds, Plan};
 use crate::plan::train::{Candidate, TrainSetup};
+use crate::plan::verdict::Verdict;
 use crate::report::plan_json::{
-    CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
+    BudgetJson, CheckpointJson, KvJson, PackJson, SimJson, SolveJson, WorkloadJson,
 };
 use crate::report::plot::CandidateBar;
 use crate::report::terminal_text::terminal_text;
@@ -111,6 +113,29 @@ fn more_or_less(difference: i128) -> String {
     }
 }
 
+/// Megatron-LM's terms beside memprof's, with the reason for each difference.
+fn megatron_lines(out: &mut String, setup: &TrainSetup, c: &Candidate) {
+    let Some(rows) = megatron_side_by_side(setup, c) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  {:<34} {:>11} {:>11}  why they differ",
+        "term", "Megatron", "memprof"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "  {:<34} {:>11} {:>11}  {} [{}]",
+            r.term,
+            Bytes(r.megatron_bytes).to_string(),
+            Bytes(r.memprof_bytes).to_string(),
+            r.reason,
+            r.formula
+        );
+    }
+}
+
 /// The published formulas' figures beside memprof's.
 fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspeed: Version) {
     for cmp in comparisons(setup, c, deepspeed) {
@@ -124,6 +149,9 @@ fn published_lines(out: &mut String, setup: &TrainSetup, c: &Candidate, deepspee
                 Bytes(cmp.memprof_bytes),
                 more_or_less(cmp.difference())
             );
+            if cmp.source.starts_with("Megatron") {
+                megatron_lines(out, setup, c);
+            }
             continue;
         }
         let terms: Vec<&str> = cmp.terms.iter().map(|n| label(n)).collect();
@@ -247,12 +275,20 @@ pub fn train(
     );
     let _ = writeln!(
         out,
-        "{} of {}, sequence {}; headroom per GPU: {} for the CUDA context plus {:.0}% of the \
+        "{} of {}, sequence {}; headroom per GPU: {} for the CUDA context{} plus {:.0}% of the \
          estimate for allocator fragmentation",
         count(gpus, "GPU", "GPUs"),
         Bytes(setup.gpu_memory),
         setup.seq_len,
         Bytes(setup.headroom.context_bytes),
+        if gpus > 1 {
+            format!(
+                ", {} for communication buffers",
+                Bytes(setup.headroom.comm_bytes)
+            )
+        } else {
+            String::new()
+        },
         setup.headroom.fragmentation * 100.0,
     );
     let _ = writeln!(
@@ -268,7 +304,7 @@ pub fn train(
     );
     let _ = writeln!(
         out,
-        "\n  #   dp  tp  pp  cp zero recompute  mb x acc     params      grads  optimizer  activations      total  fits  comm/step"
+        "\n  #   dp  tp  pp  cp zero recompute  mb x acc     params      grads  optimizer  activations      total  fits   est. step"
     );
     for (i, c) in plan.candidates.iter().enumerate() {
         let l = &c.layout;
@@ -279,7 +315,7 @@ pub fn train(
         };
         let _ = writeln!(
             out,
-            "{mark}{i:>2} {:>4} {:>3} {:>3} {:>3} {:>4} {:<10} {:>3} x {:<4} {:>10} {:>10} {:>10} {:>12} {:>10}  {:<4} {:>10}",
+            "{mark}{i:>2} {:>4} {:>3} {:>3} {:>3} {:>4} {:<10} {:>3} x {:<4} {:>10} {:>10} {:>10} {:>12} {:>10}  {:<5} {:>10}",
             l.dp,
             l.tp,
             l.pp,
@@ -293,11 +329,21 @@ pub fn train(
             Bytes(c.memory.optimizer).to_string(),
             Bytes(c.memory.activations()).to_string(),
             Bytes(c.memory.total).to_string(),
-            if c.fits { "yes" } else { "no" },
-            Bytes(c.cost.comm_bytes.round() as u64).to_string(),
+            match c.verdict {
+                Verdict::Fit => "yes",
+                Verdict::Tight => "tight",
+                Verdict::NoFit => "no",
+            },
+            seconds(c.cost.step_s),
         );
     }
     let _ = writeln!(out, "\n{}", explain(plan, setup));
+    if let Some(line) = runner_up(plan) {
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(best) = plan.recommended.and_then(|i| plan.candidates.get(i)) {
+        let _ = writeln!(out, "{}", rules(best));
+    }
     let shown = plan.recommended.or(if plan.candidates.is_empty() {
         None
     } else {
@@ -400,8 +446,7 @@ pub fn kv(model: &str, settings: &KvSettings, kv_memory: Option<u64>, doc: &KvJs
         }
     }
     if let Some(s) = &doc.solve {
-        let graphs = doc.budget.as_ref().map(|b| b.cuda_graph_bytes);
-        solve_lines(&mut out, graphs, s);
+        solve_lines(&mut out, doc.budget.as_ref(), s);
     }
     out
 }
@@ -416,12 +461,13 @@ fn label_of_serve_term(name: &str) -> &str {
     }
 }
 
-fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
+fn solve_lines(out: &mut String, budget: Option<&BudgetJson>, s: &SolveJson) {
+    let seqs = |n: u64| count(n, "sequence", "sequences");
     if s.fits {
         let _ = writeln!(
             out,
-            "max_model_len {} with max_num_seqs {} fits: every sequence at full length needs {} of \
-             the {} left for the cache",
+            "fits: max_model_len {} with max_num_seqs {}: every sequence at full length needs {} \
+             of the {} left for the cache",
             s.max_model_len,
             s.max_num_seqs,
             Bytes(s.kv_cache_bytes),
@@ -429,7 +475,7 @@ fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
         );
         let _ = writeln!(out, "vLLM flags:   {}", s.flags.vllm.join(" "));
         let _ = writeln!(out, "SGLang flags: {}", s.flags.sglang.join(" "));
-        if let Some(graphs) = cuda_graph_bytes.filter(|g| *g > 0) {
+        if let Some(graphs) = budget.map(|b| b.cuda_graph_bytes).filter(|g| *g > 0) {
             let _ = writeln!(
                 out,
                 "(--kv-cache-memory-bytes and --max-total-tokens cap the cache at what the \
@@ -438,20 +484,45 @@ fn solve_lines(out: &mut String, cuda_graph_bytes: Option<u64>, s: &SolveJson) {
                 Bytes(graphs)
             );
         }
-    } else {
+        return;
+    }
+    let verdict = match s.verdict {
+        Verdict::Tight => "tight",
+        _ => "does not fit",
+    };
+    if s.largest_max_num_seqs == 0 && s.largest_max_model_len == 0 {
         let _ = writeln!(
             out,
-            "max_model_len {} with max_num_seqs {} does not fit in the {} left for the cache: at \
-             {} tokens at most {} sequences fit; {} sequences fit at most {} tokens each",
-            s.max_model_len,
-            s.max_num_seqs,
-            Bytes(s.kv_available_bytes),
-            s.max_model_len,
-            s.largest_max_num_seqs,
-            s.max_num_seqs.max(1),
-            s.largest_max_model_len
+            "{verdict}: {}; raise --tp or use a larger GPU",
+            match budget {
+                Some(b) => format!(
+                    "the weights, activation peak, non-PyTorch memory and CUDA graphs need {} of \
+                     the {} budget (--utilization x --gpu-memory), so nothing is left for the \
+                     KV cache",
+                    Bytes(b.used_bytes),
+                    Bytes(b.budget_bytes)
+                ),
+                None => format!(
+                    "the {} given holds not one block of the KV cache",
+                    Bytes(s.kv_available_bytes)
+                ),
+            }
         );
+        return;
     }
+    let _ = writeln!(
+        out,
+        "{verdict}: max_model_len {} with max_num_seqs {} needs {} for the cache, {} is left: \
+         at {} tokens at most {} fit; {} fit at most {} tokens each",
+        s.max_model_len,
+        s.max_num_seqs,
+        Bytes(s.kv_cache_bytes),
+        Bytes(s.kv_available_bytes),
+        s.max_model_len,
+        seqs(s.largest_max_num_seqs),
+        seqs(s.max_num_seqs.max(1)),
+        s.largest_max_model_len
+    );
 }
 
 fn activation_note(bytes: Option<u64>) -> String {
@@ -648,6 +719,91 @@ pub fn workload(w: &WorkloadJson) -> String {
                 s.rejected
             );
         }
+    }
+    out
+}
+
+/// `plan fit` as text.
+pub fn fit(r: &FitReport) -> String {
+    let mut out = String::new();
+    let moment = match (r.at_oom, r.moment_entry) {
+        (true, Some(i)) => format!("at the OOM (entry {i}, with the failed request)"),
+        (false, Some(i)) => format!("at entry {i}, the moment that limits growth most"),
+        (_, None) => "before the trace".to_string(),
+    };
+    let _ = writeln!(out, "device {}, live memory {moment}:", r.device);
+    for p in &r.parts {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>11}  {}",
+            p.category,
+            Bytes(p.bytes).to_string(),
+            if p.scales {
+                "grows with micro-batch and sequence"
+            } else {
+                "fixed"
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "grows: {}, fixed: {}{}",
+        Bytes(r.scaling_bytes),
+        Bytes(r.fixed_bytes),
+        r.bytes_per_token
+            .map(|b| format!("; {} per token", Bytes(b.round() as u64)))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "allocator budget {} (capacity less CUDA context); the recorded run reserves {} at \
+         most, {:.1}% over what it allocates{}",
+        Bytes(r.budget_bytes),
+        Bytes(r.recorded_peak_reserved_bytes),
+        r.fragmentation * 100.0,
+        if r.recorded_fits {
+            ", and fits"
+        } else {
+            ", and does not fit"
+        }
+    );
+    let line = |what: &str, a: &Answer, unit: &str| {
+        if a.largest == 0 {
+            format!(
+                "{what}: none fits (what does not grow peaks at {} on its own)",
+                Bytes(r.fixed_peak_bytes)
+            )
+        } else {
+            format!(
+                "{what}: at most {}{unit} (the run used {}{unit}; straight-line estimate {}), \
+                 the replay reserves {} at most, {} to spare",
+                a.largest,
+                a.given,
+                a.estimated,
+                Bytes(a.replay_peak_reserved_bytes),
+                Bytes(a.spare_bytes.max(0) as u64)
+            )
+        }
+    };
+    if let Some(a) = &r.micro_batch {
+        let _ = writeln!(out, "{}", line("micro-batch", a, ""));
+    }
+    if let Some(a) = &r.seq_len {
+        let _ = writeln!(out, "{}", line("sequence length", a, " tokens"));
+    }
+    if r.micro_batch.is_none() && r.seq_len.is_none() {
+        let a = &r.factor_percent;
+        let _ = writeln!(
+            out,
+            "the growing part may be {:.2}x what it was (give --micro-batch and --seq-len to \
+             answer in those); the replay reserves {} at most, {} to spare",
+            a.largest as f64 / 100.0,
+            Bytes(a.replay_peak_reserved_bytes),
+            Bytes(a.spare_bytes.max(0) as u64)
+        );
+    }
+    if let Some(l) = one_line(r) {
+        let _ = writeln!(out, "{l}");
     }
     out
 }

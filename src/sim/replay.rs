@@ -503,6 +503,39 @@ pub fn run_freeing_early(
     run_ops(prepared, config, capacity, &ops)
 }
 
+/// Replays the prepared requests with the size of each multiplied by `factor` of its entry
+/// (what-if: a larger or smaller batch scales what the batch allocates).
+pub fn run_scaled(
+    prepared: &Prepared,
+    config: &AllocatorConfig,
+    capacity: Option<u64>,
+    factor: impl Fn(usize) -> f64,
+) -> RunResult {
+    let ops: Vec<Op> = prepared
+        .ops
+        .iter()
+        .map(|op| match *op {
+            Op::Malloc {
+                entry,
+                size,
+                stream,
+                pool,
+                recorded,
+                hint,
+            } => Op::Malloc {
+                entry,
+                size: ((size as f64 * factor(entry)).ceil() as u64).max(1),
+                stream,
+                pool,
+                recorded,
+                hint,
+            },
+            other => other,
+        })
+        .collect();
+    run_ops(prepared, config, capacity, &ops)
+}
+
 fn run_ops(
     prepared: &Prepared,
     config: &AllocatorConfig,

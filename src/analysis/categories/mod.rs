@@ -375,3 +375,106 @@ pub fn categorize<'a>(
         phases,
     )
 }
+
+/// One device's trace split for `plan fit`: the live bytes after each entry, and of them
+/// those in the categories that grow with the batch; the categories alive at the moment a
+/// caller picks from those series; and the category of every `alloc` and `oom` entry, so a
+/// replay can scale those of some categories.
+pub struct TraceSplit {
+    /// Category names (`BUILTIN`, then the rules' new ones).
+    pub names: Vec<String>,
+    /// The moment picked: after this entry.
+    pub moment: Option<usize>,
+    /// Bytes by category (index in `names`) alive at `moment` (plus the failed request at an
+    /// `oom` entry).
+    pub bytes: Vec<u64>,
+    /// For each entry of the trace, the category of what it allocated (`None` for entries
+    /// that allocate nothing).
+    pub entry_category: Vec<Option<usize>>,
+    /// The last `oom` entry.
+    pub oom: Option<usize>,
+    /// The most bytes outside the growing categories alive at once over the trace.
+    pub fixed_peak: u64,
+}
+
+/// Splits `device`'s trace by category: `grows(names)` says which categories grow;
+/// `pick(totals, growing)` picks the moment to break down from the live bytes after each entry
+/// and the growing part of them (an `oom` entry counts its failed request in both).
+pub fn split_trace(
+    snapshot: &Snapshot,
+    device: u32,
+    rules: &CategoryRules,
+    grows: impl Fn(&str) -> bool,
+    pick: impl Fn(&[u64], &[u64]) -> Option<usize>,
+) -> TraceSplit {
+    use crate::model::Action;
+    let mut c = Classifier::new(snapshot, device, rules);
+    let entries = c.lifetimes.entries;
+    let growing_category: Vec<bool> = c.names.iter().map(|n| grows(n)).collect();
+    let entry_category: Vec<Option<usize>> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            matches!(e.action, Action::Alloc | Action::Oom)
+                .then(|| c.category(e.addr().unwrap_or(0), &Live::from_alloc(e, i)))
+        })
+        .collect();
+    let grows_at = |i: usize| entry_category[i].is_some_and(|k| growing_category[k]);
+    let mut totals = c.lifetimes.totals.clone();
+    let mut growing = Vec::with_capacity(entries.len());
+    let mut alive: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut sum = 0u64;
+    for (i, e) in entries.iter().enumerate() {
+        match (e.action, e.addr()) {
+            (Action::Alloc, Some(addr)) if grows_at(i) => {
+                alive.insert(addr, e.size);
+                sum = sum.saturating_add(e.size);
+            }
+            (Action::FreeCompleted, Some(addr)) => {
+                if let Some(size) = alive.remove(&addr) {
+                    sum = sum.saturating_sub(size);
+                }
+            }
+            _ => {}
+        }
+        let failed = if e.action == Action::Oom {
+            if let Some(t) = totals.get_mut(i) {
+                *t = t.saturating_add(e.size);
+            }
+            if grows_at(i) {
+                e.size
+            } else {
+                0
+            }
+        } else {
+            0
+        };
+        growing.push(sum.saturating_add(failed));
+    }
+    let oom = entries.iter().rposition(|e| e.action == Action::Oom);
+    let fixed_peak = totals
+        .iter()
+        .zip(&growing)
+        .map(|(t, g)| t.saturating_sub(*g))
+        .max()
+        .unwrap_or(0);
+    let moment = pick(&totals, &growing);
+    let mut bytes = vec![0u64; c.names.len()];
+    for (addr, live) in c.lifetimes.live_at(moment) {
+        let k = c.category(addr, &live);
+        bytes[k] = bytes[k].saturating_add(live.size);
+    }
+    if let Some(i) = moment.filter(|&i| entries.get(i).is_some_and(|e| e.action == Action::Oom)) {
+        if let (Some(Some(k)), Some(e)) = (entry_category.get(i), entries.get(i)) {
+            bytes[*k] = bytes[*k].saturating_add(e.size);
+        }
+    }
+    TraceSplit {
+        names: c.names.clone(),
+        moment,
+        bytes,
+        entry_category,
+        oom,
+        fixed_peak,
+    }
+}
