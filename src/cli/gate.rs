@@ -20,7 +20,8 @@ const SITES_KEPT: usize = 20;
 
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// Snapshots (one per rank) or `memprof analyze --json` outputs of the run to check.
+    /// The run to check: snapshots or memprof recordings (one per rank), or `memprof analyze
+    /// --json` outputs of them.
     #[arg(required = true, value_name = "CURRENT")]
     pub current: Vec<PathBuf>,
     /// Baseline written earlier with --write-baseline.

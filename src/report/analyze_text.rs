@@ -329,16 +329,19 @@ fn render_trace(d: &DeviceAnalysis, out: &mut String) {
             Bytes(t.peak_active_bytes).to_string(),
             Bytes(t.before_trace_bytes)
         );
-        let _ = writeln!(
-            out,
-            "    peak reserved {:>11}  (torch.cuda.max_memory_reserved() over the trace)",
-            Bytes(t.peak_reserved_bytes).to_string()
-        );
     }
+    // Under the active peak it belongs to, not under the reserved peak.
     if let Some(site) = &t.peak_site {
         let _ = writeln!(
             out,
             "                               the active peak reached by an allocation at {site}"
+        );
+    }
+    if t.entries != 1 || t.peak_entry_index.is_some() {
+        let _ = writeln!(
+            out,
+            "    peak reserved {:>11}  (torch.cuda.max_memory_reserved() over the trace)",
+            Bytes(t.peak_reserved_bytes).to_string()
         );
     }
     let counts: Vec<String> = t.actions.iter().map(|(a, n)| format!("{n} {a}")).collect();
