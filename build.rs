@@ -63,6 +63,10 @@ fn main() {
             &format!("profile.{profile}.strip=\"debuginfo\""),
         ])
         .args(["--config", &format!("profile.{profile}.incremental=false")])
+        // The shim runs inside the profiled program: its hooks stay fast in debug builds too.
+        // Set here, not as a profile override in Cargo.toml, which `cargo install` (building
+        // the memprof package alone) warns matches no package.
+        .args(["--config", "profile.dev.opt-level=2"])
         .args(outer_flags())
         .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
         .env_remove("RUSTFLAGS")

@@ -22,7 +22,7 @@ fn invalid_fixtures() {
             "truncated pickle: the data ends inside the opcode at byte",
         ),
         ("random.bin", "byte 0"),
-        ("snapshot.json", "looks like JSON"),
+        ("snapshot.json", "JSON holding a snapshot's keys"),
         ("wrong_shape.pickle", "'segments' is an integer"),
         ("list_of_ints.pickle", "segments[0]: is an integer"),
         ("code_exec.pickle", "refused opcode STACK_GLOBAL"),

@@ -5,7 +5,7 @@
 //! one function's intermediates is mostly activations, and `record_function` ranges give the
 //! phase table.
 
-use crate::util::{analyze_json, memprof, model_snapshot, real_fixtures, skip, stdout};
+use crate::util::{analyze_json, memprof, model_snapshot, real_fixtures, stdout};
 use crate::util::{write_snapshot, Scratch};
 use memprof::model::{Action, Frame, StackTable};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
@@ -50,11 +50,7 @@ fn real_files() -> Option<Vec<PathBuf>> {
 
 /// The first device of one real file's analysis; `None` (skipped) when the file is absent.
 fn real_device(rel: &str) -> Option<Value> {
-    let path = real_fixtures()?.join(rel);
-    if !path.exists() {
-        skip(&format!("{rel} is absent"));
-        return None;
-    }
+    let path = crate::util::real_file(rel)?;
     let doc = analyze_json(&[path]);
     Some(doc["inputs"][0]["devices"][0].clone())
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 const STAND_INS: [(&str, &str); 3] = [
     ("snapshot.pickle", "snapshots/demo_oom.pickle"),
     ("step.pickle", "snapshots/v2_1_basic.pickle"),
-    ("train.memprof", "recordings/peak_oom_v2.memprof"),
+    ("train.memprof", "recordings/ledger.memprof"),
 ];
 
 /// How long one example may take (debug build, loaded machine).

@@ -9,19 +9,12 @@ use std::path::PathBuf;
 
 /// A real snapshot (`rel` under `../shared/fixtures/real/`); `None`, saying so, when absent.
 fn real(rel: &str) -> Option<PathBuf> {
-    let path = real_fixtures()
-        .map(|dir| dir.join(rel))
-        .filter(|p| p.exists());
-    if path.is_none() {
-        crate::util::skip(&format!("../shared/fixtures/real/{rel} is absent here"));
-    }
-    path
+    crate::util::real_file(rel)
 }
 
 /// Every real snapshot there is, in name order.
 fn all_real() -> Vec<PathBuf> {
     let Some(dir) = real_fixtures() else {
-        crate::util::skip("../shared/fixtures/real is absent here");
         return Vec::new();
     };
     let mut files: Vec<PathBuf> = [dir.clone(), dir.join("more")]

@@ -15,6 +15,7 @@ mod export;
 mod frames;
 mod gate;
 mod gpu;
+mod input_forms;
 mod json_reference;
 mod ledger;
 mod live;

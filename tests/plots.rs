@@ -2,7 +2,7 @@
 //! not blank, titled), the timeline stacked by category, `analyze --plot`, bad extensions, and
 //! a self-contained, escaped report.
 
-use crate::util::{fixture, memprof, real_fixtures, skip, stderr, stdout, Scratch};
+use crate::util::{fixture, memprof, stderr, stdout, Scratch};
 use memprof::analysis::categories::CategoryRules;
 use memprof::report::plot::{device_series, Stacking};
 use memprof::source::torch_snapshot;
@@ -504,8 +504,7 @@ fn timeline_stacked_by_category_on_demo_oom() {
 #[test]
 fn timeline_stacked_by_category_on_a_real_adamw_step() {
     let rel = "kkaitlyn111__cs336-a2-systems__memory_ctx128_fullstep.pickle";
-    let Some(path) = real_fixtures().map(|d| d.join(rel)).filter(|p| p.exists()) else {
-        skip(&format!("{rel} is absent"));
+    let Some(path) = crate::util::real_file(rel) else {
         return;
     };
     let at = stacked_by_category(&path, "adamw", &[]);

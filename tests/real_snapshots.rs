@@ -54,7 +54,10 @@ fn real_snapshots_match_python_and_memory_viz() {
         }
         let path = dir.join(name);
         if !path.exists() {
-            skip(&format!("{name} is absent from {}", dir.display()));
+            skip(&format!(
+                "the real snapshot {name}: not among the real snapshots here, see \
+                 fixtures/README.md"
+            ));
             continue;
         }
         let doc = analyze_json(&[path]);
@@ -85,7 +88,10 @@ fn committed_fixtures_agree_with_memory_viz() {
 fn generated_multi_device_oom_snapshot() {
     let generator = repo().join("../shared/tools/gen_snapshot.py");
     if !generator.exists() {
-        skip("needs ../shared/tools/gen_snapshot.py, absent here");
+        skip(
+            "the snapshot generator of the project's shared tools: not in this repository, see \
+             fixtures/README.md",
+        );
         return;
     }
     let want = &expected()["gen_snapshot_steps3_devices2_oom"];

@@ -2,7 +2,7 @@
 //! several terminal sizes, after scripted keys; compared with insta snapshots
 //! (`tests/snapshots/`). Styles are checked cell by cell where text cannot show them.
 
-use crate::util::{fixture, real_fixtures};
+use crate::util::fixture;
 use insta::assert_snapshot;
 use memprof::account::{DeviceReport, Options};
 use memprof::analysis::categories::CategoryRules;
@@ -190,8 +190,7 @@ fn marked(screen: &str) -> &str {
 
 #[test]
 fn a_real_stack_opens_on_the_users_frame_scrolls_and_shows_every_frame_on_f() {
-    let Some(path) = real_fixtures().map(|d| d.join("JasperSolt__EoR_NN__snapshot.pickle")) else {
-        crate::util::skip("../shared/fixtures/real is absent here");
+    let Some(path) = crate::util::real_file("JasperSolt__EoR_NN__snapshot.pickle") else {
         return;
     };
     let file = std::fs::File::open(path).expect("the real snapshot");

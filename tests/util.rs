@@ -28,14 +28,32 @@ pub fn fixture(rel: &str) -> PathBuf {
     repo().join("fixtures").join(rel)
 }
 
-/// `../shared/fixtures/real`, when this checkout has it; when not, skips the test saying so.
+/// Why a test on the real snapshots is skipped where they are absent, in one wording for all
+/// (fixtures/README.md says what they are and where a checkout finds them).
+pub const NO_REAL_SNAPSHOTS: &str =
+    "real snapshots from public runs: not in this repository, see fixtures/README.md";
+
+/// The folder of real snapshots beside the checkout (`real` in the project's shared fixtures,
+/// see fixtures/README.md), when it is there; when not, skips the test saying so.
 pub fn real_fixtures() -> Option<PathBuf> {
     let dir = repo().join("../shared/fixtures/real");
     if !dir.is_dir() {
-        skip("needs ../shared/fixtures/real (the real PyTorch snapshots), absent here");
+        skip(NO_REAL_SNAPSHOTS);
         return None;
     }
     Some(dir)
+}
+
+/// The real snapshot `rel` (a path under [`real_fixtures`]); `None`, saying so, when absent.
+pub fn real_file(rel: &str) -> Option<PathBuf> {
+    let path = real_fixtures()?.join(rel);
+    if !path.is_file() {
+        skip(&format!(
+            "the real snapshot {rel}: not among the real snapshots here, see fixtures/README.md"
+        ));
+        return None;
+    }
+    Some(path)
 }
 
 pub fn memprof(args: &[&str]) -> Output {

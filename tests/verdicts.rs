@@ -11,16 +11,7 @@ use std::path::PathBuf;
 
 /// A real snapshot, or `None` (with a message) where the real fixtures are absent.
 fn real(rel: &str) -> Option<PathBuf> {
-    let Some(dir) = real_fixtures() else {
-        crate::util::skip("../shared/fixtures/real is absent here");
-        return None;
-    };
-    let path = dir.join(rel);
-    if !path.is_file() {
-        crate::util::skip(&format!("{rel} is absent"));
-        return None;
-    }
-    Some(path)
+    crate::util::real_file(rel)
 }
 
 fn run(args: &[&str]) -> (i32, String) {
@@ -178,7 +169,6 @@ fn the_oom_figures_are_those_of_the_oom_and_peak_reserved_sits_beside_peak_activ
 #[test]
 fn every_real_snapshot_gets_a_verdict_without_error() {
     let Some(dir) = real_fixtures() else {
-        crate::util::skip("../shared/fixtures/real is absent here");
         return;
     };
     let mut files: Vec<PathBuf> = Vec::new();

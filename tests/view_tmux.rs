@@ -230,11 +230,7 @@ fn view_refuses_a_bad_file_with_one_line_and_exit_2() {
 /// `[` scrolls up to the capture frames PyTorch records first.
 #[test]
 fn view_in_tmux_opens_a_real_stack_on_the_users_frame() {
-    let Some(path) = crate::util::real_fixtures()
-        .map(|d| d.join("JasperSolt__EoR_NN__snapshot.pickle"))
-        .filter(|p| p.exists())
-    else {
-        crate::util::skip("../shared/fixtures/real is absent here");
+    let Some(path) = crate::util::real_file("JasperSolt__EoR_NN__snapshot.pickle") else {
         return;
     };
     let command = format!(

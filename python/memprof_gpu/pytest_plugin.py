@@ -10,7 +10,8 @@
 Each checked test runs with PyTorch's peak statistics reset and its memory history on; its
 snapshot is taken at the end and handed to `memprof gate`, whose verdict and report (the limit,
 the measured value, the sites that grew most) decide the test. The snapshot of a failed check
-is kept, under a path the failure names. Without CUDA, marked tests are skipped with a reason.
+is kept, under a path the failure names. Without CUDA, marked tests are skipped with a reason,
+and `--gpu-memory-baseline` says at the end of the run that it checked and wrote nothing.
 """
 
 import gc
@@ -201,6 +202,19 @@ def pytest_runtest_call(item):
         return result
     failures.append(f"snapshot kept: {snapshot} (open it with `memprof view {snapshot}`)")
     pytest.fail("\n".join(failures), pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    state = config.stash.get(_STATE, None)
+    if state is None or state.baseline_path is None:
+        return
+    torch, why = _cuda_torch()
+    if torch is None:
+        terminalreporter.write_line(
+            f"memprof-gpu: --gpu-memory-baseline {state.baseline_path}: no test checked, "
+            f"nothing written: {why}",
+            yellow=True,
+        )
 
 
 def pytest_sessionfinish(session):

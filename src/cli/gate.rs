@@ -12,7 +12,7 @@ use crate::report::gate_output;
 use crate::report::terminal_text::terminal_lines;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Sites kept per device in measurements and baselines.
@@ -20,7 +20,8 @@ const SITES_KEPT: usize = 20;
 
 #[derive(Debug, Args)]
 pub struct GateArgs {
-    /// Snapshots (one per rank) or `memprof analyze --json` outputs of the run to check.
+    /// The run to check: snapshots or memprof recordings (one per rank), or `memprof analyze
+    /// --json` outputs of them.
     #[arg(required = true, value_name = "CURRENT")]
     pub current: Vec<PathBuf>,
     /// Baseline written earlier with --write-baseline.
@@ -162,10 +163,7 @@ pub(super) fn refuse_left_alive_from_json(path: &Path, metric: Metric) -> anyhow
 
 /// Whether `path` holds JSON (its first byte a `{`): an analyze document, not a snapshot.
 fn is_analyze_json(path: &Path) -> bool {
-    let mut head = [0u8; 1];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| head[0] == b'{')
+    super::input::peek(path, 1).is_some_and(|head| head == b"{")
 }
 
 /// What `measure` works out beyond the peaks and their sites: each costs a pass of its own (the

@@ -1,15 +1,22 @@
 //! Opening input files: the one place `cli` turns a path into a snapshot (a PyTorch snapshot
-//! pickle or a memprof recording), with a progress bar on a terminal for big snapshots.
+//! pickle, or a `torch.save` zip archive of one, or a memprof recording; any of them may be
+//! gzip-compressed), with a progress bar on a terminal for big files. Every input is opened
+//! once and read once, as a stream, so a pipe (`/dev/stdin`, `<(…)`) reads as a file does.
 
 use crate::source::driver_state::Keeper;
+use crate::source::pickle::DecodeErrorKind;
 use crate::source::prefetch::Prefetch;
 use crate::source::recording::{self, RecordingInfo};
-use crate::source::torch_snapshot::{self, Parsed};
-use anyhow::{bail, Context};
+use crate::source::sniff::{sniff, Format, HEAD_LEN};
+use crate::source::torch_snapshot::{self, Parsed, SnapshotError};
+use crate::source::zip_member;
+use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Read};
+use std::io::{BufReader, Cursor, IsTerminal, Read};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Files at least this large get a progress bar (on a terminal, without --json).
 const PROGRESS_FROM_BYTES: u64 = 32 << 20;
@@ -17,15 +24,166 @@ const PROGRESS_FROM_BYTES: u64 = 32 << 20;
 /// Bytes read from a recording at a time.
 const RECORDING_BUFFER: usize = 1 << 20;
 
-/// Magic at the start of a memprof recording (`memprof-wire`).
-const RECORDING_MAGIC: &[u8] = memprof_wire::MAGIC;
-
 /// A snapshot read from a file, with the file's size.
 pub struct Loaded {
     pub parsed: Parsed,
+    /// The file's size (for a pipe, the bytes read from it).
     pub bytes: u64,
     /// What a memprof recording says beyond the model; `None` for a PyTorch snapshot.
     pub recording: Option<RecordingInfo>,
+}
+
+/// What holds the snapshot or recording in the file.
+enum Container {
+    Plain,
+    Gzip,
+    /// A zip archive's member, by name.
+    Zip(String),
+}
+
+/// An input opened and its first bytes read, not yet decoded.
+pub struct Opened {
+    /// What `head` and `rest` hold, once a gzip layer or a zip archive is taken off.
+    format: Format,
+    container: Container,
+    head: Vec<u8>,
+    rest: Box<dyn Read + Send>,
+    /// The file's size, when it is a regular file.
+    size: Option<u64>,
+    /// Bytes read from the file so far.
+    read: Arc<AtomicU64>,
+    bar: Option<ProgressBar>,
+}
+
+/// Counts the bytes read through it.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Up to [`HEAD_LEN`] bytes from the start of `input` (fewer only at its end: a pipe may hand
+/// them over a few at a time).
+fn read_head(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(HEAD_LEN);
+    input.take(HEAD_LEN as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// Opens `path` and reads its first bytes, to tell its format (taking off a gzip layer or a
+/// zip archive around it). Errors name what went wrong; the caller adds the path.
+pub fn open(path: &Path, progress: bool) -> anyhow::Result<Opened> {
+    let meta = std::fs::metadata(path).context("cannot open")?;
+    if meta.is_dir() {
+        bail!("is a directory, expected a snapshot file");
+    }
+    let file = File::open(path).context("cannot open")?;
+    let size = meta.is_file().then_some(meta.len());
+    let bar = size
+        .filter(|&bytes| {
+            progress && bytes >= PROGRESS_FROM_BYTES && std::io::stderr().is_terminal()
+        })
+        .map(|bytes| {
+            let bar = ProgressBar::new(bytes);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            let name = path.file_name().unwrap_or(path.as_os_str());
+            bar.set_message(format!("reading {}", name.to_string_lossy()));
+            bar
+        });
+    let read = Arc::new(AtomicU64::new(0));
+    let counted = Counted {
+        inner: file,
+        read: Arc::clone(&read),
+    };
+    let mut raw: Box<dyn Read + Send> = match &bar {
+        Some(bar) => Box::new(bar.wrap_read(counted)),
+        None => Box::new(counted),
+    };
+    let head = read_head(&mut raw).context("cannot read")?;
+    let (format, container, head, rest) = match sniff(&head) {
+        Format::Gzip => {
+            let mut inner: Box<dyn Read + Send> = Box::new(flate2::read::MultiGzDecoder::new(
+                Cursor::new(head).chain(raw),
+            ));
+            let head = read_head(&mut inner).context("cannot decompress (gzip)")?;
+            let format = match sniff(&head) {
+                Format::Gzip => bail!("gzip-compressed twice: decompress it first"),
+                Format::Zip => bail!("a gzip-compressed zip archive: decompress it first"),
+                Format::Other(name) => bail!("gzip-compressed {name}"),
+                format => format,
+            };
+            (format, Container::Gzip, head, inner)
+        }
+        Format::Zip => {
+            let (member, mut inner) =
+                zip_member::member(Cursor::new(head).chain(raw), is_data_pkl, "data.pkl")?;
+            let head = read_head(&mut inner)
+                .with_context(|| format!("{member} in the zip archive: cannot read"))?;
+            if sniff(&head) != Format::Pickle {
+                bail!("{member} in the zip archive is not a pickle");
+            }
+            (Format::Pickle, Container::Zip(member), head, inner)
+        }
+        format => (format, Container::Plain, head, raw),
+    };
+    Ok(Opened {
+        format,
+        container,
+        head,
+        rest,
+        size,
+        read,
+        bar,
+    })
+}
+
+/// The first `n` bytes of `path` when it is a regular file that long; `None` for anything
+/// else, so a pipe is never read by a look at its start.
+pub fn peek(path: &Path, n: usize) -> Option<Vec<u8>> {
+    // Looked at before opening: opening a named pipe waits for a writer.
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let mut file = File::open(path).ok()?;
+    let mut head = vec![0u8; n];
+    file.read_exact(&mut head).ok()?;
+    Some(head)
+}
+
+/// `data.pkl` at the top of a zip archive or in its one top folder, where `torch.save` puts
+/// it (`ARCHIVE/data.pkl`).
+fn is_data_pkl(name: &str) -> bool {
+    name == "data.pkl"
+        || name
+            .split_once('/')
+            .is_some_and(|(top, rest)| !top.is_empty() && rest == "data.pkl")
+}
+
+impl Opened {
+    /// The process a recording's header names, when the input is a recording whose header
+    /// was read whole.
+    pub fn recording_pid(&self) -> Option<u32> {
+        if self.format != Format::Recording {
+            return None;
+        }
+        let header = self.head.get(..memprof_wire::FILE_HEADER_LEN)?;
+        memprof_wire::FileHeader::decode(header)
+            .ok()
+            .map(|header| header.pid)
+    }
 }
 
 /// Reads a snapshot file. Errors name what went wrong; the caller adds the path.
@@ -40,65 +198,68 @@ pub fn load_with<X: Keeper>(
     progress: bool,
     extra: X,
 ) -> anyhow::Result<(Loaded, Option<X>)> {
-    let meta = std::fs::metadata(path).context("cannot open")?;
-    if meta.is_dir() {
-        bail!("is a directory, expected a snapshot file");
-    }
-    let mut file = File::open(path).context("cannot open")?;
-    let mut head = [0u8; 8];
-    let n = file.read(&mut head).context("cannot read")?;
-    // A file that stops inside the magic is a recording cut short, not a pickle (its first
-    // byte would read as a pickle opcode).
-    if n > 0 && n < RECORDING_MAGIC.len() && RECORDING_MAGIC.starts_with(&head[..n]) {
-        bail!(
-            "recording header cut short: the file is {n} bytes, a memprof recording's header \
-             is {}",
-            memprof_wire::FILE_HEADER_LEN
-        );
-    }
-    let recording = head[..n].starts_with(RECORDING_MAGIC);
-    let file = File::open(path).context("cannot open")?;
-    let bytes = meta.len();
-    let bar =
-        (progress && bytes >= PROGRESS_FROM_BYTES && std::io::stderr().is_terminal()).then(|| {
-            let bar = ProgressBar::new(bytes);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{msg} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-            );
-            let name = path.file_name().unwrap_or(path.as_os_str());
-            bar.set_message(format!("reading {}", name.to_string_lossy()));
-            bar
-        });
-    let input: Box<dyn Read + Send> = match &bar {
-        Some(bar) => Box::new(bar.wrap_read(file)),
-        None => Box::new(file),
+    load_opened(open(path, progress)?, extra)
+}
+
+/// Reads what [`open`] opened, as [`load_with`] does.
+pub fn load_opened<X: Keeper>(opened: Opened, extra: X) -> anyhow::Result<(Loaded, Option<X>)> {
+    let Opened {
+        format,
+        container,
+        head,
+        rest,
+        size,
+        read,
+        bar,
+    } = opened;
+    let input = Cursor::new(head).chain(rest);
+    let within = |e: anyhow::Error| match &container {
+        Container::Plain => e,
+        Container::Gzip => e.context("once decompressed (gzip)"),
+        Container::Zip(member) => e.context(format!("{member} in the zip archive")),
     };
-    if recording {
-        // Streamed record by record: memory holds the model, not the file.
-        let read = recording::read_with(BufReader::with_capacity(RECORDING_BUFFER, input), extra);
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
+    let result = match format {
+        Format::Other(name) => Err(anyhow!("not a snapshot or recording: {name}")),
+        Format::RecordingCut => Err(anyhow!(
+            "recording header cut short: the file is {} bytes, a memprof recording's header \
+             is {}",
+            read.load(Ordering::Relaxed),
+            memprof_wire::FILE_HEADER_LEN
+        )),
+        Format::Recording => {
+            // Streamed record by record: memory holds the model, not the file.
+            recording::read_with(BufReader::with_capacity(RECORDING_BUFFER, input), extra)
+                .map(|(read, extra)| (read.parsed, Some(read.info), Some(extra)))
+                .map_err(anyhow::Error::from)
         }
-        let (read, extra) = read?;
-        let loaded = Loaded {
-            parsed: read.parsed,
-            bytes,
-            recording: Some(read.info),
-        };
-        return Ok((loaded, Some(extra)));
-    }
-    let parsed = torch_snapshot::read(Prefetch::new(input));
+        Format::Pickle | Format::Gzip | Format::Zip => torch_snapshot::read(Prefetch::new(input))
+            .map(|parsed| (parsed, None, None))
+            .map_err(|e| match (&container, e) {
+                (Container::Zip(_), SnapshotError::Decode(d)) => match d.kind {
+                    DecodeErrorKind::Refused(op) => anyhow!(
+                        "refused opcode {op} at byte {}: it {}, and a memory snapshot is \
+                             plain data; this archive was saved from something other than \
+                             torch.cuda.memory._snapshot()",
+                        d.offset,
+                        if matches!(op, "PERSID" | "BINPERSID") {
+                            "refers to tensors"
+                        } else {
+                            "would import or call Python code (a tensor, a module?)"
+                        }
+                    ),
+                    _ => d.into(),
+                },
+                (_, e) => e.into(),
+            }),
+    };
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    let (parsed, recording, extra) = result.map_err(within)?;
     let loaded = Loaded {
-        parsed: parsed?,
-        bytes,
-        recording: None,
+        parsed,
+        bytes: size.unwrap_or_else(|| read.load(Ordering::Relaxed)),
+        recording,
     };
-    Ok((loaded, None))
+    Ok((loaded, extra))
 }

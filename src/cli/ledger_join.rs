@@ -7,12 +7,10 @@
 //! `host_segments`) name the pinned host ranges that are PyTorch's. The ledger comes from the
 //! same pass over the recording as its model ([`load_with_ledger`]).
 
-use super::input::{load_snapshot, load_with, Loaded};
+use super::input::{load_opened, load_snapshot, open, peek, Loaded};
 use crate::analysis::ledger::{ledger_of, DeviceLedger, LedgerWalk, TorchSegment};
 use crate::model::Action;
 use anyhow::Context;
-use memprof_wire::RecordingReader;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A recording's ledger and the snapshot it was joined with.
@@ -22,12 +20,10 @@ pub struct Joined {
     pub warning: Option<String>,
 }
 
-/// Whether `path` starts as a memprof recording.
+/// Whether `path` is a regular file that starts as a memprof recording (a pipe is not looked
+/// into: its bytes are read once, by what reads the input).
 fn is_recording(path: &Path) -> bool {
-    let mut head = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| &head == memprof_wire::MAGIC)
+    peek(path, memprof_wire::MAGIC.len()).is_some_and(|head| head == memprof_wire::MAGIC)
 }
 
 /// `(recording, snapshot)` when the files are exactly a recording followed by a snapshot (the
@@ -109,13 +105,9 @@ pub fn load_with_ledger(
     given: Option<&Path>,
 ) -> anyhow::Result<(Loaded, Option<anyhow::Result<Joined>>)> {
     // The header names the process, whose snapshot must be known before the walk.
-    let pid = is_recording(path)
-        .then(|| std::fs::File::open(path).ok())
-        .flatten()
-        .and_then(|file| RecordingReader::new(std::io::BufReader::new(file)).ok())
-        .map(|reader| reader.header.pid);
-    let Some(pid) = pid else {
-        return Ok((load_snapshot(path, progress)?, None));
+    let opened = open(path, progress)?;
+    let Some(pid) = opened.recording_pid() else {
+        return Ok((load_opened(opened, ())?.0, None));
     };
     let mut warning = None;
     // A given snapshot that cannot be read is reported after the recording is read, as a
@@ -145,7 +137,7 @@ pub fn load_with_ledger(
         Some((_, torch)) => LedgerWalk::new(&torch.segments, &torch.host),
         None => LedgerWalk::new(&[], &[]),
     };
-    let (loaded, walk) = load_with(path, progress, walk)?;
+    let (loaded, walk) = load_opened(opened, walk)?;
     let Some(walk) = walk else {
         return Ok((loaded, None));
     };

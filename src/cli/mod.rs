@@ -60,6 +60,9 @@ pub enum Command {
     /// Replay an allocation trace through the caching-allocator model under other settings.
     Simulate(simulate::SimulateArgs),
     /// Root cause of an out-of-memory error from a snapshot, recording or log.
+    #[command(
+        override_usage = "memprof diagnose [OPTIONS] FILE\n       memprof diagnose [OPTIONS] --log LOGFILE"
+    )]
     Diagnose(diagnose::DiagnoseArgs),
     /// Run a program under the recording shim.
     Run(run::RunArgs),

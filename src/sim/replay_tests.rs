@@ -84,7 +84,8 @@ fn every_decision_of_the_real_snapshots_is_reproduced() {
         // harness names the thread after the test.
         let test = std::thread::current().name().unwrap_or("a test").to_owned();
         let line = format!(
-            "SKIPPED: {test}: needs ../shared/fixtures/real (the real PyTorch snapshots), absent here\n"
+            "SKIPPED: {test}: real snapshots from public runs: not in this repository, see \
+             fixtures/README.md\n"
         );
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }

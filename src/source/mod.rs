@@ -13,4 +13,6 @@ pub mod oom_log;
 pub mod pickle;
 pub mod prefetch;
 pub mod recording;
+pub mod sniff;
 pub mod torch_snapshot;
+pub mod zip_member;

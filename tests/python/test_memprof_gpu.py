@@ -94,6 +94,17 @@ def test_without_cuda_the_markers_skip_with_a_reason(pytester):
     assert "gpu_memory: CUDA is not available" in result.stdout.str()
 
 
+def test_without_cuda_the_baseline_says_it_checked_and_wrote_nothing(pytester):
+    baseline = pytester.path / "gpu-baseline.json"
+    result = run(pytester, False, "-k", "grows", "--gpu-memory-baseline", str(baseline))
+    result.assert_outcomes(passed=1)
+    assert (
+        f"memprof-gpu: --gpu-memory-baseline {baseline}: no test checked, nothing written: "
+        "CUDA is not available"
+    ) in result.stdout.str()
+    assert not baseline.exists()
+
+
 def test_memory_left_alive_beyond_the_tolerance_fails(pytester):
     result = run(pytester, True, "-k", "leaks or frees")
     result.assert_outcomes(passed=1, failed=1)

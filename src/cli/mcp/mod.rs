@@ -25,7 +25,7 @@ use tools::TOOLS;
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// A folder whose files the tools may read (repeatable; default: the current folder).
-    /// Relative paths in tool calls are taken from the first.
+    /// A relative path in a tool call is taken as under the first --root given.
     #[arg(long, value_name = "DIR")]
     pub root: Vec<PathBuf>,
 }
