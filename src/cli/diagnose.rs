@@ -158,7 +158,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         let prepared = replay::prepare(&trace, &config, None);
         devices.push(DevicePressure {
             device,
-            pressure: Some(pressure(snapshot, &prepared)),
+            pressure: Some(pressure(snapshot, &prepared, total)),
             untraced: None,
             twin_of: None,
         });

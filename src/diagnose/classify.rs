@@ -34,7 +34,10 @@ fn quiet(peak_reserved_bytes: u64) -> Pressure {
         empty_cache_bursts: 0,
         capacity_bytes_min: None,
         capacity_bytes_max: None,
+        capacity_max_from: None,
         capacity_source: "unknown",
+        retry_before_oom: None,
+        oom_entry_index: None,
         headroom_at_peak_bytes: None,
         peak_reserved_bytes,
         retries: Vec::new(),
@@ -103,7 +106,7 @@ pub fn classify_ooms(
             continue;
         }
         let prepared = replay::prepare(&trace, &config, None);
-        d.pressure = Some(pressure(snapshot, &prepared));
+        d.pressure = Some(pressure(snapshot, &prepared, None));
         if let Some(oom) = d.oom.as_mut() {
             oom.diagnosis = diagnose_device(snapshot, &prepared, &recorded, None, Depth::Classify);
             oom.at_oom = oom.diagnosis.as_ref().map(|g| g.at_oom);

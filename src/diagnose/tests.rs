@@ -394,3 +394,66 @@ fn a_setting_the_version_lacks_is_never_offered() {
     );
     assert_eq!(new.code, None);
 }
+
+/// 100 MiB the allocator may reserve: two 40 MiB tensors, one freed; a 50 MiB request then
+/// needs an OOM retry (the cached 40 MiB segment released), and the very next request, 30 MiB,
+/// fails. The `oom` entry records the 10 MiB the device had free.
+fn retried_then_failed() -> Snapshot {
+    recorded("", 100 * MIB, |a| {
+        let x = ok(a, 40 * MIB);
+        ok(a, 40 * MIB);
+        a.free(x).expect("allocated");
+        ok(a, 50 * MIB);
+        assert!(a.malloc(30 * MIB, 0).is_err());
+    })
+}
+
+#[test]
+fn the_capacity_bracket_uses_the_free_memory_the_oom_entry_reports() {
+    let s = retried_then_failed();
+    let (config, _) = replay::recorded_config(&s);
+    let trace = &DeviceTrace::all(&s)[0];
+    let prepared = replay::prepare(trace, &config, None);
+    assert!(prepared.validation.first_mismatch.is_none());
+    let p = pressure(&s, &prepared, None);
+    // Not 90 to 120 MiB (reserved at the OOM plus the 30 MiB it could not get): the device
+    // reported 10 MiB free then.
+    assert_eq!(
+        (p.capacity_bytes_min, p.capacity_bytes_max),
+        (Some(90 * MIB), Some(100 * MIB))
+    );
+    let lines = crate::report::pressure_text::lines(&p, true);
+    assert!(
+        lines.contains(
+            &"device memory for the allocator: between 90.00 MiB and 100.00 MiB (at least the \
+              peak of reserved memory; at most what the `oom` entry shows: reserved then plus \
+              the memory the device reported free); at the peak of reserved memory (90.00 MiB) \
+              at most 10.00 MiB was left"
+                .to_string()
+        ),
+        "{lines:#?}"
+    );
+    // The retry came one entry before the OOM: it postponed the OOM, it did not recover.
+    assert_eq!(p.oom_retries, 1);
+    assert!(lines.iter().all(|l| !l.contains("recovered")), "{lines:#?}");
+    assert!(
+        lines.contains(
+            &"the allocator hit the device limit at entry 8, one entry before the OOM: it \
+              released every cached block, synchronized the device and got that request, but \
+              no other request was served before the OOM, so it did not recover"
+                .to_string()
+        ),
+        "{lines:#?}"
+    );
+    // A device total given bounds it too, where it is lower.
+    let p = pressure(&s, &prepared, Some(95 * MIB));
+    assert_eq!(p.capacity_bytes_max, Some(95 * MIB));
+    let lines = crate::report::pressure_text::lines(&p, true);
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "device memory for the allocator: between 90.00 MiB and 95.00 MiB (at least the \
+             peak of reserved memory; at most the device total given with --capacity)"
+        )),
+        "{lines:#?}"
+    );
+}

@@ -4,6 +4,7 @@
 
 use crate::analysis::pressure::Pressure;
 use crate::model::{count, Bytes};
+use crate::sim::replay::UpperBound;
 
 fn offset(us: Option<i64>) -> String {
     us.map(|us| format!(", {:.3} s into the trace", us as f64 / 1e6))
@@ -21,6 +22,30 @@ pub fn capacity_source(source: &str, retries: usize, has_oom: bool) -> &'static 
     }
 }
 
+/// What the bracket rests on, for a sentence.
+fn bracket_source(p: &Pressure) -> &'static str {
+    match (p.capacity_source, p.capacity_max_from) {
+        ("given", _) => "as given with --capacity",
+        (_, Some(UpperBound::Retry)) => {
+            "at least the peak of reserved memory; less than what an OOM retry shows: reserved \
+             before its releases plus the segment it then got"
+        }
+        (_, Some(UpperBound::OomRequest)) => {
+            "at least the peak of reserved memory; less than what the `oom` entry shows: \
+             reserved then plus the segment it could not get"
+        }
+        (_, Some(UpperBound::OomDeviceFree)) => {
+            "at least the peak of reserved memory; at most what the `oom` entry shows: \
+             reserved then plus the memory the device reported free"
+        }
+        (_, Some(UpperBound::GivenTotal)) => {
+            "at least the peak of reserved memory; at most the device total given with \
+             --capacity"
+        }
+        _ => "at least the peak of reserved memory",
+    }
+}
+
 /// The capacity bracket, or `None` when nothing bounds it.
 pub fn capacity_range(p: &Pressure) -> Option<String> {
     match (p.capacity_bytes_min, p.capacity_bytes_max) {
@@ -35,12 +60,14 @@ pub fn capacity_range(p: &Pressure) -> Option<String> {
 /// the trace ends in an `oom` entry.
 pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
     let mut out = Vec::new();
-    if p.oom_retries > 0 {
+    let unrecovered = usize::from(p.retry_before_oom.is_some());
+    let recovered = p.oom_retries.saturating_sub(unrecovered);
+    if recovered > 0 {
         let mut line = format!(
             "near miss: the allocator hit the device limit and recovered {} (each time it \
              released every cached block and synchronized the device, a stall of the whole \
              step)",
-            match p.oom_retries {
+            match recovered {
                 1 => "once".to_string(),
                 n => format!("{n} times"),
             }
@@ -57,6 +84,20 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
             ));
         }
         out.push(line);
+    }
+    if let (Some(j), Some(oom)) = (p.retry_before_oom, p.oom_entry_index) {
+        let before = match oom - j {
+            1 => "one entry".to_string(),
+            n => format!("{n} entries"),
+        };
+        let again = if recovered > 0 { "again " } else { "" };
+        out.push(format!(
+            "the allocator hit the device limit {again}at entry {j}, {before} before the OOM: it \
+             released every cached block, synchronized the device and got that request, but no \
+             other request was served before the OOM, so it did not recover"
+        ));
+    }
+    if p.oom_retries > 0 {
         let mut sites: Vec<(&str, usize)> = Vec::new();
         for r in &p.retries {
             match sites.iter_mut().find(|(s, _)| *s == r.site) {
@@ -98,7 +139,7 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
     if let Some(range) = capacity_range(p) {
         let mut line = format!(
             "device memory for the allocator: {range} ({})",
-            capacity_source(p.capacity_source, p.oom_retries, has_oom)
+            bracket_source(p)
         );
         if let Some(h) = p.headroom_at_peak_bytes {
             line.push_str(&format!(
@@ -109,7 +150,7 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
         }
         out.push(line);
     }
-    if out.is_empty() {
+    if out.is_empty() && !has_oom {
         out.push(
             "no OOM retries and no empty_cache() calls: the allocator never hit the device's \
              limit in the trace"

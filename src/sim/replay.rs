@@ -7,6 +7,7 @@
 //! requests under other settings (what-if).
 
 use super::alloc_conf::AllocatorConfig;
+pub use super::capacity::UpperBound;
 use super::capacity::{capacity_bracket, Bracket};
 use super::early_free::{with_early_frees, EarlyFree};
 use super::engine::{Engine, Op};
@@ -155,6 +156,8 @@ pub struct Prepared {
     /// The lowest device capacity the trace's OOM retries and `oom` entries allow (the
     /// capacity lies between `recorded_peak_reserved_bytes` and this); `None` without them.
     pub capacity_upper_bytes: Option<u64>,
+    /// What gave `capacity_upper_bytes`.
+    pub capacity_upper_from: Option<UpperBound>,
     /// Index of the first release of each burst of releases that was an `empty_cache()` call,
     /// not an OOM retry (rule 1), in trace order.
     pub empty_cache_bursts: Vec<usize>,
@@ -302,7 +305,8 @@ pub fn prepare(
         capacity,
         capacity_source,
         recorded_peak_reserved_bytes: bracket.peak_reserved,
-        capacity_upper_bytes: bracket.upper,
+        capacity_upper_bytes: bracket.upper.map(|(u, _)| u),
+        capacity_upper_from: bracket.upper.map(|(_, from)| from),
         empty_cache_bursts: {
             let mut starts: Vec<usize> = empty_cache_bursts.into_iter().collect();
             starts.sort_unstable();
