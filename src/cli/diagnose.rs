@@ -7,7 +7,7 @@ use super::Outcome;
 use crate::analysis::oom::Diagnosis;
 use crate::analysis::same_devices::SameDevices;
 use crate::analysis::{layout_totals, version};
-use crate::diagnose::remedies::Recorded;
+use crate::diagnose::remedies::{pressure_remedies, Recorded};
 use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, pressure, Depth};
 use crate::model::{Action, Bytes};
 use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState};
@@ -132,9 +132,11 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     for &device in &traced {
         if let Some(&(p, g)) = twins.twin_of(device).and_then(|t| done.get(&t)) {
             let pressure = devices[p].pressure.clone();
+            let remedies = devices[p].remedies.clone();
             devices.push(DevicePressure {
                 device,
                 pressure,
+                remedies,
                 untraced: None,
                 twin_of: twins.twin_of(device),
             });
@@ -159,6 +161,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         devices.push(DevicePressure {
             device,
             pressure: Some(pressure(snapshot, &prepared, total)),
+            remedies: pressure_remedies(&prepared, &recorded),
             untraced: None,
             twin_of: None,
         });
@@ -185,6 +188,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
         devices.push(DevicePressure {
             device,
             pressure: None,
+            remedies: None,
             untraced: Some(UntracedState {
                 reserved_bytes: totals.reserved_bytes,
                 active_bytes: totals.active_bytes,

@@ -127,7 +127,10 @@ fn a_setting_in_force_is_never_offered() {
     // The whole string to set: the recorded settings kept, the one change added.
     assert_eq!(
         confs,
-        ["max_split_size_mb:512,garbage_collection_threshold:0.6,expandable_segments:True"]
+        [
+            "max_split_size_mb:512,garbage_collection_threshold:0.6,expandable_segments:True",
+            "max_split_size_mb:512,garbage_collection_threshold:0.6,roundup_power2_divisions:4"
+        ]
     );
     let r = &d.remedies[0];
     assert_eq!(r.env, Some("PYTORCH_CUDA_ALLOC_CONF"));
@@ -456,4 +459,66 @@ fn the_capacity_bracket_uses_the_free_memory_the_oom_entry_reports() {
         )),
         "{lines:#?}"
     );
+}
+
+/// 100 MiB the allocator may reserve: 40 MiB kept for good, then temporaries that each ask
+/// for 2 MiB more than the last (none fits the cached one), so the allocator retries.
+fn retrying() -> Snapshot {
+    recorded("", 100 * MIB, |a| {
+        ok(a, 40 * MIB);
+        for k in 0..12 {
+            let t = ok(a, (24 + 2 * k) * MIB);
+            a.free(t).expect("allocated");
+        }
+        assert!(a.stats().num_alloc_retries > 0);
+    })
+}
+
+/// Retries without an OOM are a finding, and the settings replayed against them are ranked
+/// by the stalls they leave (no OOM to avoid), each with its retry count.
+#[test]
+fn settings_are_ranked_against_the_retries_of_a_run_that_never_ran_out() {
+    let s = retrying();
+    let (config, _) = replay::recorded_config(&s);
+    let trace = &DeviceTrace::all(&s)[0];
+    let prepared = replay::prepare(trace, &config, None);
+    assert!(prepared.validation.first_mismatch.is_none());
+    assert_eq!(prepared.recorded_run.oom, None);
+    let recorded = Recorded {
+        config: &config,
+        conf: "",
+        version: VersionRange {
+            min: Some(Release(2, 1)),
+            max: Some(Release(2, 1)),
+        },
+    };
+    let p = pressure(&s, &prepared, None);
+    assert_eq!(p.oom_retries, 9);
+    // The replay at the inferred capacity retries as often as the record.
+    assert_eq!(prepared.recorded_run.oom_retries, 9);
+    let r = crate::diagnose::remedies::pressure_remedies(&prepared, &recorded)
+        .expect("settings replayed against the retries");
+    let lines = crate::report::pressure_text::remedy_lines(&r);
+    assert_eq!(
+        lines[..6],
+        [
+            "settings replayed against the OOM retries, with 98.00 MiB for the allocator (the \
+             peak of reserved memory, where the OOM retries show the device's limit was); the \
+             recorded settings give 9 OOM retries, 0 empty_cache() calls:",
+            "  1. PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4",
+            "     3 OOM retries, 0 empty_cache() calls; peak reserved 92.00 MiB",
+            "  2. PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8",
+            "     and in the program: torch.cuda.set_per_process_memory_fraction(1.0)  # before \
+             the first allocation; the threshold does nothing without a fraction",
+            "     5 OOM retries, 0 empty_cache() calls; peak reserved 98.00 MiB",
+        ]
+    );
+    // PyTorch 2.1 has no per_process_memory_fraction key: never offered as one.
+    assert!(r
+        .settings
+        .iter()
+        .all(|s| !s.alloc_conf.as_deref().unwrap_or("").contains("fraction")));
+    // Ranked by the one order: no OOM first, then fewer stalls, then the lower peak.
+    let keys: Vec<_> = r.settings.iter().map(remedies::rank).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
 }

@@ -3,6 +3,7 @@
 //! they come from, the capacity bracket and the headroom at the peak.
 
 use crate::analysis::pressure::Pressure;
+use crate::diagnose::remedies::{outcome, PressureRemedies};
 use crate::model::{count, Bytes};
 use crate::sim::replay::UpperBound;
 
@@ -156,6 +157,88 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
              limit in the trace"
                 .to_string(),
         );
+    }
+    out
+}
+
+/// A settings string as a shell needs it: quoted when it holds anything but plain characters.
+fn shell_value(value: &str) -> String {
+    let plain = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '.' | ',' | '-'));
+    if plain {
+        value.to_string()
+    } else {
+        format!("'{value}'")
+    }
+}
+
+fn stalls(retries: u64, empty_cache: u64) -> String {
+    format!(
+        "{}, {}",
+        count(retries, "OOM retry", "OOM retries"),
+        count(empty_cache, "empty_cache() call", "empty_cache() calls")
+    )
+}
+
+/// Lines (without indentation) giving the settings replayed against a device's OOM retries,
+/// best first: those that stall less than the recorded settings as fixes, the rest as tried.
+pub fn remedy_lines(r: &PressureRemedies) -> Vec<String> {
+    let base = r.recorded;
+    let source = match r.capacity_source {
+        "given" => "as given with --capacity",
+        _ => "the peak of reserved memory, where the OOM retries show the device's limit was",
+    };
+    let mut out = vec![format!(
+        "settings replayed against the OOM retries, with {} for the allocator ({source}); the \
+         recorded settings give {}:",
+        Bytes(r.capacity_bytes),
+        stalls(base.oom_retries, base.empty_cache_calls)
+    )];
+    let (better, rest): (Vec<_>, Vec<_>) = r.settings.iter().partition(|s| {
+        outcome(s).rank_key() < base.rank_key() && outcome(s).stalls() < base.stalls()
+    });
+    if better.is_empty() {
+        out.push("  no setting tried stalls less".to_string());
+    }
+    for (k, s) in better.iter().enumerate() {
+        let env = s.env.unwrap_or("PYTORCH_CUDA_ALLOC_CONF");
+        out.push(format!(
+            "  {}. {env}={}",
+            k + 1,
+            shell_value(s.alloc_conf.as_deref().unwrap_or(""))
+        ));
+        if let Some(code) = &s.code {
+            out.push(format!("     and in the program: {code}"));
+        }
+        out.push(format!(
+            "     {}; peak reserved {}",
+            stalls(
+                s.new_oom_retries.unwrap_or(0),
+                s.new_empty_cache_calls.unwrap_or(0)
+            ),
+            Bytes(s.new_peak_reserved_bytes.unwrap_or(0))
+        ));
+    }
+    if !rest.is_empty() {
+        let tried: Vec<String> = rest
+            .iter()
+            .map(|s| {
+                let what = s.changed.iter().map(|c| format!("{}:{}", c.key, c.new));
+                let what: Vec<String> = what.collect();
+                let oom = if s.oom_avoided == Some(false) {
+                    "runs out of memory"
+                } else {
+                    ""
+                };
+                let retries = count(s.new_oom_retries.unwrap_or(0), "retry", "retries");
+                match oom {
+                    "" => format!("{} ({retries})", what.join(",")),
+                    _ => format!("{} ({oom})", what.join(",")),
+                }
+            })
+            .collect();
+        out.push(format!("  tried, no better: {}", tried.join("; ")));
     }
     out
 }

@@ -70,6 +70,8 @@ pub(super) struct Engine {
     at: Option<usize>,
     pub(super) oom: Option<OomAt>,
     pub(super) issues: Vec<ReplayIssue>,
+    /// `empty_cache()` calls replayed.
+    empty_cache_calls: u64,
 }
 
 impl Engine {
@@ -103,6 +105,7 @@ impl Engine {
             at: None,
             oom: None,
             issues: Vec::new(),
+            empty_cache_calls: 0,
         };
         engine.note_peak();
         engine
@@ -236,15 +239,22 @@ impl Engine {
                     }
                 }
             }
-            Op::EmptyCache => self.model.empty_cache(),
+            Op::EmptyCache => {
+                self.empty_cache_calls += 1;
+                self.model.empty_cache();
+            }
         }
         self.note_peak();
     }
 
     pub(super) fn finish(self) -> RunResult {
+        let stats = self.model.stats();
         RunResult {
             peak_reserved_bytes: self.peak_reserved,
-            peak_allocated_bytes: self.model.stats().peak_allocated_bytes,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            // Every failed request went through the last retry too.
+            oom_retries: stats.num_alloc_retries.saturating_sub(stats.num_ooms),
+            empty_cache_calls: self.empty_cache_calls,
             fragmentation_at_peak: self.fragmentation,
             oom: self.oom,
             issues: self.issues,

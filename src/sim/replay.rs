@@ -120,6 +120,11 @@ pub struct OomAt {
 pub struct RunResult {
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
+    /// OOM retries that got their request: each released every cached block and synchronized
+    /// the device.
+    pub oom_retries: u64,
+    /// `torch.cuda.empty_cache()` calls of the program (each a synchronize too).
+    pub empty_cache_calls: u64,
     pub fragmentation_at_peak: FragmentationAtPeak,
     pub oom: Option<OomAt>,
     /// Requests that contradict the model's state (free of an unknown address, ...).
