@@ -92,12 +92,12 @@ fn diagnose_oom_fixture_is_exhaustion_at_the_growing_site() {
         remedies[0]["sites"][0]["frame"],
         "/home/user/model.py:150:grow_cache"
     );
-    assert_eq!(d["tried"].as_array().map(Vec::len), Some(3));
+    assert_eq!(d["tried"].as_array().map(Vec::len), Some(4));
     let text = stdout(&memprof(&["diagnose", &path("snapshots/oom.pickle")]));
     let second = text.lines().nth(1).unwrap_or_default();
     assert_eq!(
         second,
-        "  No allocator setting avoids this OOM in replay (3 tried, below): cut live memory at \
+        "  No allocator setting avoids this OOM in replay (4 tried, below): cut live memory at \
          the failing request by at least 118.00 MiB."
     );
 }

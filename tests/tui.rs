@@ -32,6 +32,7 @@ fn analyses(snapshot: &Snapshot) -> Vec<DeviceReport> {
             only: None,
             rules: &rules,
             origin: Origin::TorchSnapshot,
+            capacity: None,
         },
     )
     .devices

@@ -47,7 +47,11 @@ fn a_near_miss_is_reported_with_its_retry_and_the_capacity_it_brackets() {
         "{text}"
     );
     assert!(
-        text.contains("device memory for the allocator: between 22.69 GiB and 25.14 GiB (bracketed by the OOM retries)"),
+        text.contains(
+            "device memory for the allocator: between 22.69 GiB and 25.14 GiB (at least the peak \
+             of reserved memory; less than what an OOM retry shows: reserved before its releases \
+             plus the segment it then got)"
+        ),
         "{text}"
     );
     let doc = json(&["analyze", "--json", &file]);

@@ -18,6 +18,8 @@ pub struct Options<'a> {
     pub only: Option<u32>,
     pub rules: &'a CategoryRules,
     pub origin: Origin<'a>,
+    /// The device's total memory, when the user gave it (`diagnose --capacity`).
+    pub capacity: Option<u64>,
 }
 
 /// One device: its analysis (the figures the JSON reference has always had) and its account.
@@ -57,7 +59,8 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
         .filter(|d| options.only.is_none_or(|o| o == *d))
         .collect();
     let (analyses, replays) = std::thread::scope(|scope| {
-        let replays = scope.spawn(|| replay_devices(snapshot, options.origin, &ids));
+        let replays =
+            scope.spawn(|| replay_devices(snapshot, options.origin, &ids, options.capacity));
         let analyses =
             analyze_snapshot_with_categories(snapshot, options.top, options.only, options.rules);
         // A panic in the replay is a bug: raise it here, as if it had run on this thread.

@@ -215,6 +215,11 @@ pub struct Remedy {
     pub new_peak_reserved_bytes: Option<u64>,
     /// Peak of allocated bytes in the replay.
     pub new_peak_allocated_bytes: Option<u64>,
+    /// OOM retries that got their request in the replay (each a full cache flush and a
+    /// device synchronize).
+    pub new_oom_retries: Option<u64>,
+    /// `torch.cuda.empty_cache()` calls in the replay (the program's own).
+    pub new_empty_cache_calls: Option<u64>,
     /// For `reduce_live` and `outside_allocator`: the bytes to cut.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
@@ -238,6 +243,8 @@ impl Remedy {
             oom_avoided: None,
             new_peak_reserved_bytes: None,
             new_peak_allocated_bytes: None,
+            new_oom_retries: None,
+            new_empty_cache_calls: None,
             bytes: None,
             sites: Vec::new(),
         }

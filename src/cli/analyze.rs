@@ -106,6 +106,7 @@ fn analyze_file(
             only: args.device,
             rules,
             origin: origin(loaded.recording.as_ref()),
+            capacity: None,
         },
     );
     Ok(InputReport {

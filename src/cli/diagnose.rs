@@ -7,7 +7,7 @@ use super::Outcome;
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::oom::Diagnosis;
 use crate::analysis::version;
-use crate::diagnose::remedies::Recorded;
+use crate::diagnose::remedies::{pressure_remedies, Recorded};
 use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
 use crate::model::Bytes;
 use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState};
@@ -134,20 +134,22 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
             only: None,
             rules: &rules,
             origin: crate::diagnose::Origin::TorchSnapshot,
+            capacity: total,
         },
     );
     let mut diagnoses: Vec<Diagnosis> = Vec::new();
     let mut devices: Vec<DevicePressure> = Vec::new();
     // Twins (devices alike in every entry and segment) are diagnosed once: where each
-    // device's diagnosis went.
-    let mut done: FxHashMap<u32, usize> = FxHashMap::default();
+    // device's remedies and diagnosis went.
+    let mut done: FxHashMap<u32, (usize, Option<usize>)> = FxHashMap::default();
     for r in &account.devices {
         let device = r.device;
         let judged = crate::account::peak_is_known(r.trace.entries, r.trace.peak_entry_index);
         let dump = r.account.dump();
-        devices.push(DevicePressure {
+        let mut row = DevicePressure {
             device,
             pressure: r.pressure.clone().filter(|_| judged),
+            remedies: None,
             untraced: (r.trace.entries == 0).then(|| UntracedState {
                 reserved_bytes: dump.reserved_bytes.unwrap_or(0),
                 active_bytes: dump.active_bytes.unwrap_or(0),
@@ -156,34 +158,50 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
             }),
             twin_of: r.twin_of,
             account: r.account.clone(),
-        });
-        if r.oom.is_none() {
+        };
+        if let Some(&(p, g)) = r.twin_of.and_then(|t| done.get(&t)) {
+            row.remedies = devices[p].remedies.clone();
+            devices.push(row);
+            if let Some(g) = g {
+                let copy = Diagnosis {
+                    device,
+                    ..diagnoses[g].clone()
+                };
+                diagnoses.push(copy);
+            }
             continue;
         }
-        if let Some(&g) = r.twin_of.and_then(|t| done.get(&t)) {
-            let copy = Diagnosis {
-                device,
-                ..diagnoses[g].clone()
-            };
-            diagnoses.push(copy);
+        let stalled = row
+            .pressure
+            .as_ref()
+            .is_some_and(|p| p.oom_retries > 0 || p.empty_cache_bursts > 0);
+        if r.oom.is_none() && !stalled {
+            devices.push(row);
             continue;
         }
         if config.backend == Backend::CudaMallocAsync {
-            bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to diagnose");
+            if r.oom.is_some() {
+                bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to diagnose");
+            }
+            devices.push(row);
+            continue;
         }
         let trace = DeviceTrace::of(snapshot, device);
         let prepared = replay::prepare(&trace, &config, None);
+        row.remedies = pressure_remedies(&prepared, &recorded);
+        devices.push(row);
         let before = diagnoses.len();
-        diagnoses.extend(diagnose_device(
-            snapshot,
-            &prepared,
-            &recorded,
-            total,
-            Depth::WithRemedies,
-        ));
-        if diagnoses.len() > before {
-            done.insert(device, before);
+        if r.oom.is_some() {
+            diagnoses.extend(diagnose_device(
+                snapshot,
+                &prepared,
+                &recorded,
+                total,
+                Depth::WithRemedies,
+            ));
         }
+        let diagnosis = (diagnoses.len() > before).then_some(before);
+        done.insert(device, (devices.len() - 1, diagnosis));
     }
     devices.sort_by_key(|d| d.device);
     super::diagnose_ledger::name_outside_holders(path, &mut diagnoses);

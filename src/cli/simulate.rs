@@ -4,9 +4,10 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::analysis::version;
 use crate::model::Bytes;
 use crate::report::simulate::{
-    warnings, Run, RunDevice, RunSource, RunsReport, ValidateDevice, ValidateReport,
+    capacity_line, warnings, Run, RunDevice, RunSource, RunsReport, ValidateDevice, ValidateReport,
 };
 use crate::sim::replay::{self, DeviceTrace, Prepared};
 use crate::sim::{sweep, AllocatorConfig, Backend};
@@ -90,8 +91,36 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
         }
         None => None,
     };
+    if args.validate && (args.alloc_conf.is_some() || args.sweep) {
+        bail!("--validate replays the recorded settings; drop --alloc-conf and --sweep");
+    }
+    let shown = args.file.display().to_string();
+    let loaded = load_snapshot(&args.file, !args.json).with_context(|| shown.clone())?;
+    let snapshot = &loaded.parsed.snapshot;
+    if loaded.recording.is_some() {
+        bail!(
+            "{shown}: a memprof recording holds driver calls (the allocator's segments), not the \
+             allocator's block requests, so there is nothing to replay through the allocator \
+             model; simulate a PyTorch snapshot instead"
+        );
+    }
+    for w in &loaded.parsed.warnings {
+        eprintln!("memprof: warning: {shown}: {w}");
+    }
+    let (recorded, warning) = replay::recorded_config(snapshot);
+    if let Some(w) = warning {
+        eprintln!("memprof: warning: {shown}: {w}");
+    }
+    // Settings are read as the file's PyTorch reads them: a key it predates is refused.
+    let version = version::infer(
+        snapshot.format,
+        &loaded.parsed.keys,
+        snapshot.has_trace_entries(),
+    );
     let given = match &args.alloc_conf {
-        Some(conf) => Some(AllocatorConfig::parse(conf).map_err(|e| anyhow!("--alloc-conf: {e}"))?),
+        Some(conf) => Some(
+            AllocatorConfig::parse_for(conf, version).map_err(|e| anyhow!("--alloc-conf: {e}"))?,
+        ),
         None => None,
     };
     if given
@@ -99,9 +128,6 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
         .is_some_and(|c| c.backend == Backend::CudaMallocAsync)
     {
         bail!("--alloc-conf: backend:cudaMallocAsync has no caching rules to simulate");
-    }
-    if args.validate && (given.is_some() || args.sweep) {
-        bail!("--validate replays the recorded settings; drop --alloc-conf and --sweep");
     }
     if let Some(c) = &given {
         if c.garbage_collection_threshold.is_some() {
@@ -120,23 +146,6 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
                 );
             }
         }
-    }
-    let shown = args.file.display().to_string();
-    let loaded = load_snapshot(&args.file, !args.json).with_context(|| shown.clone())?;
-    let snapshot = &loaded.parsed.snapshot;
-    if loaded.recording.is_some() {
-        bail!(
-            "{shown}: a memprof recording holds driver calls (the allocator's segments), not the \
-             allocator's block requests, so there is nothing to replay through the allocator \
-             model; simulate a PyTorch snapshot instead"
-        );
-    }
-    for w in &loaded.parsed.warnings {
-        eprintln!("memprof: warning: {shown}: {w}");
-    }
-    let (recorded, warning) = replay::recorded_config(snapshot);
-    if let Some(w) = warning {
-        eprintln!("memprof: warning: {shown}: {w}");
     }
     if recorded.backend == Backend::CudaMallocAsync {
         bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to simulate");
@@ -157,19 +166,21 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
     }
     let recorded_run = Run {
         alloc_conf: recorded.to_conf_string(),
+        code: None,
         source: RunSource::Recorded,
         devices: prepared
             .iter()
-            .map(|p| RunDevice::new(p, &p.recorded_run, p.capacity))
+            .map(|p| RunDevice::new(p, &p.recorded_run))
             .collect(),
     };
     let recorded_peak = recorded_run.peak_reserved();
     let replay_with = |config: &AllocatorConfig, source: RunSource| Run {
         alloc_conf: config.to_conf_string(),
+        code: None,
         source,
         devices: prepared
             .iter()
-            .map(|p| RunDevice::new(p, &replay::run(p, config, p.capacity), p.capacity))
+            .map(|p| RunDevice::new(p, &replay::run(p, config, p.capacity)))
             .collect(),
     };
     // Without a request on any device every setting gives the state the snapshot shows: the
@@ -182,14 +193,28 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
     runs.push(recorded_run);
     if args.sweep && replayed {
         let known = prepared.iter().all(|p| p.capacity.is_some());
-        let mut skip = vec![&recorded];
-        skip.extend(given.as_ref());
-        let mut swept: Vec<Run> = sweep::configs(known, &skip)
-            .iter()
-            .map(|c| replay_with(c, RunSource::Sweep))
+        let base = recorded.to_conf_string();
+        let mut swept: Vec<Run> = sweep::trials(&recorded, version, known)
+            .into_iter()
+            .filter(|t| given.as_ref() != Some(&t.config))
+            .map(|t| Run {
+                alloc_conf: t.settings_string(&base),
+                code: t
+                    .fraction_call
+                    .map(|f| format!("torch.cuda.set_per_process_memory_fraction({f:?})")),
+                ..replay_with(&t.config, RunSource::Sweep)
+            })
             .collect();
-        swept.sort_by_key(|r| (r.has_oom(), r.peak_reserved()));
+        swept.sort_by_key(|r| r.outcome().rank_key());
         runs.extend(swept);
     }
-    Ok(SimulateReport::Runs(RunsReport::new(runs), recorded_peak))
+    let capacities = if replayed {
+        prepared.iter().map(capacity_line).collect()
+    } else {
+        Vec::new()
+    };
+    Ok(SimulateReport::Runs(
+        RunsReport::new(runs, capacities),
+        recorded_peak,
+    ))
 }

@@ -37,6 +37,7 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
             only: None,
             rules: &rules,
             origin: origin(loaded.recording.as_ref()),
+            capacity: None,
         },
     );
     let name = args

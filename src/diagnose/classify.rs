@@ -44,7 +44,7 @@ pub fn classify_ooms(
     devices: Vec<DeviceAnalysis>,
 ) -> Vec<DeviceAnalysis> {
     let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
-    let replays = replay_devices(snapshot, origin, &ids);
+    let replays = replay_devices(snapshot, origin, &ids, None);
     attach(devices, replays)
 }
 
@@ -68,10 +68,13 @@ pub fn attach(mut devices: Vec<DeviceAnalysis>, replays: Vec<DeviceReplay>) -> V
 /// settings, once per distinct device (a twin's replay is a copy of its first twin's): a
 /// snapshot's every traced device, a recording's devices with a failed allocation (the driver
 /// calls alone, no model). Reads the snapshot only, so it can run beside the analysis.
+/// `capacity` is the device's total memory when the user gave it (it bounds the capacity
+/// bracket).
 pub fn replay_devices(
     snapshot: &Snapshot,
     origin: Origin<'_>,
     devices: &[u32],
+    capacity: Option<u64>,
 ) -> Vec<DeviceReplay> {
     let has_oom = |device: u32| {
         snapshot
@@ -135,7 +138,7 @@ pub fn replay_devices(
         };
         done.push(DeviceReplay {
             device,
-            pressure: Some(pressure(snapshot, &prepared)),
+            pressure: Some(pressure(snapshot, &prepared, capacity)),
             replayed: Some(Replayed::of(&prepared)),
             diagnosis,
         });

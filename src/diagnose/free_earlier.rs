@@ -72,10 +72,7 @@ pub fn free_earlier(
     remedy.sites = freed;
     if let Some(capacity) = replayable {
         let run = replay::run_freeing_early(prepared, recorded, Some(capacity), &frees);
-        remedy.verified = true;
-        remedy.oom_avoided = Some(run.oom.is_none());
-        remedy.new_peak_reserved_bytes = Some(run.peak_reserved_bytes);
-        remedy.new_peak_allocated_bytes = Some(run.peak_allocated_bytes);
+        super::remedies::set_replayed(&mut remedy, &run);
     }
     Some(remedy)
 }

@@ -7,7 +7,7 @@
 use crate::analysis::pressure::{EmptyCacheSite, Pressure, Retry};
 use crate::analysis::site_of;
 use crate::model::{Action, Snapshot, TraceEntry};
-use crate::sim::replay::{CapacitySource, Prepared};
+use crate::sim::replay::{CapacitySource, Prepared, UpperBound};
 
 /// How many retries are listed one by one.
 const RETRIES_LISTED: usize = 8;
@@ -54,14 +54,16 @@ fn bursts(entries: &[TraceEntry]) -> Vec<Burst> {
 }
 
 /// The pressure on `prepared`'s device, from its trace and the replay that told retries from
-/// `empty_cache()` calls.
-pub fn pressure(snapshot: &Snapshot, prepared: &Prepared) -> Pressure {
+/// `empty_cache()` calls; `total` is the device's total memory when the user gave it (one
+/// more upper bound of what the allocator could use).
+pub fn pressure(snapshot: &Snapshot, prepared: &Prepared, total: Option<u64>) -> Pressure {
     let entries = snapshot.timeline.device(prepared.device as usize);
     let first_time = entries.first().and_then(|e| e.time_us());
     let mut retries = Vec::new();
     let mut oom_retries = 0;
     let mut empty_cache = 0;
     let mut sites: Vec<EmptyCacheSite> = Vec::new();
+    let mut last_retry = None;
     for b in bursts(entries) {
         if prepared.empty_cache_bursts.binary_search(&b.start).is_ok() {
             empty_cache += 1;
@@ -86,6 +88,7 @@ pub fn pressure(snapshot: &Snapshot, prepared: &Prepared) -> Pressure {
             continue;
         };
         oom_retries += 1;
+        last_retry = Some(j);
         if retries.len() < RETRIES_LISTED {
             let e = &entries[j];
             retries.push(Retry {
@@ -99,18 +102,42 @@ pub fn pressure(snapshot: &Snapshot, prepared: &Prepared) -> Pressure {
         }
     }
     sites.sort_by(|a, b| b.bursts.cmp(&a.bursts).then(a.site.cmp(&b.site)));
+    let oom_entry_index = entries.iter().rposition(|e| e.action == Action::Oom);
+    // A retry the OOM followed before any other request was served did not recover.
+    let retry_before_oom = last_retry.zip(oom_entry_index).and_then(|(j, oom)| {
+        let served = entries[j + 1..oom.max(j + 1)]
+            .iter()
+            .any(|e| e.action == Action::Alloc);
+        (j < oom && !served).then_some(j)
+    });
     let peak = prepared.recorded_peak_reserved_bytes;
-    let (min, max, source) = match prepared.capacity_source {
-        CapacitySource::Given => (prepared.capacity, prepared.capacity, "given"),
-        CapacitySource::Inferred => (Some(peak), prepared.capacity_upper_bytes, "inferred"),
-        CapacitySource::Unlimited => (None, None, "unknown"),
+    let traced = prepared
+        .capacity_upper_bytes
+        .zip(prepared.capacity_upper_from);
+    let (min, max, capacity_max_from, source) = match prepared.capacity_source {
+        CapacitySource::Given => (prepared.capacity, prepared.capacity, None, "given"),
+        CapacitySource::Inferred | CapacitySource::Unlimited => {
+            // Every upper bound: the trace's, and the device's total when given.
+            let given = total.map(|t| (t, UpperBound::GivenTotal));
+            let upper = [traced, given]
+                .into_iter()
+                .flatten()
+                .min_by_key(|&(u, _)| u);
+            match upper.filter(|&(u, _)| u >= peak) {
+                Some((u, from)) => (Some(peak), Some(u), Some(from), "inferred"),
+                None => (None, None, None, "unknown"),
+            }
+        }
     };
     Pressure {
         oom_retries,
         empty_cache_bursts: empty_cache,
         capacity_bytes_min: min,
         capacity_bytes_max: max,
+        capacity_max_from,
         capacity_source: source,
+        retry_before_oom,
+        oom_entry_index,
         headroom_at_peak_bytes: max.map(|m| m.saturating_sub(peak)),
         peak_reserved_bytes: peak,
         retries,

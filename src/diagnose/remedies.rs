@@ -5,22 +5,18 @@
 
 use crate::analysis::oom::SettingChange;
 use crate::analysis::oom::{shortfall_bytes, Cause, OomFacts, OomSite, Remedy, RemedyKind};
-use crate::analysis::version::{Release, VersionRange, FRACTION_IN_CONF};
+use crate::analysis::version::{Release, VersionRange};
 use crate::model::Bytes;
 use crate::sim::alloc_conf::split_top_level;
-use crate::sim::replay::{self, Prepared};
+use crate::sim::replay::{self, CapacitySource, Prepared, RunResult};
+use crate::sim::sweep::{self, Outcome};
 use crate::sim::AllocatorConfig;
-
-/// `max_split_size_mb` values tried; the best one is offered.
-const SPLIT_SIZES_MB: [u64; 4] = [64, 128, 256, 512];
+use serde::Serialize;
 
 /// The first release whose `PYTORCH_ALLOC_CONF` reliably configures the CUDA allocator
 /// (2.8 to 2.11 warn that the old name is deprecated, and some of them ignore the new name
 /// for CUDA: pytorch/pytorch#183387).
 const NEW_ENV_NAME: Release = Release(2, 12);
-
-/// Expandable segments arrived with this release; a 2.0 file never gets them offered.
-const EXPANDABLE_SEGMENTS: Release = Release(2, 1);
 
 /// What the remedies are written against: the recorded settings and the file's version.
 #[derive(Clone, Copy, Debug)]
@@ -171,7 +167,18 @@ pub fn program_remedy(cause: Cause, facts: &OomFacts, sites: &[OomSite]) -> Opti
     Some(r)
 }
 
+/// Fills in what a replay of `remedy` gave.
+pub fn set_replayed(remedy: &mut Remedy, run: &RunResult) {
+    remedy.verified = true;
+    remedy.oom_avoided = Some(run.oom.is_none());
+    remedy.new_peak_reserved_bytes = Some(run.peak_reserved_bytes);
+    remedy.new_peak_allocated_bytes = Some(run.peak_allocated_bytes);
+    remedy.new_oom_retries = Some(run.oom_retries);
+    remedy.new_empty_cache_calls = Some(run.empty_cache_calls);
+}
+
 /// Settings the recorded run did not have, replayed.
+#[derive(Clone, Debug, Default)]
 pub struct Replayed {
     /// Settings that avoid the OOM, best first.
     pub avoided: Vec<Remedy>,
@@ -179,12 +186,16 @@ pub struct Replayed {
     pub tried: Vec<Remedy>,
     /// Candidate settings already in force.
     pub already_on: Vec<String>,
+    /// What the recorded settings give at the same capacity (`None`: nothing replayed).
+    pub recorded: Option<Outcome>,
 }
 
-/// Settings not in force in the recorded settings, each replayed with the prepared trace
-/// under its capacity. Nothing is replayed when the capacity is unknown (without it no replay
-/// can run out of memory) or when the replay with the recorded settings does not run out of
-/// memory itself (then no other run can say it avoids the OOM).
+/// The settings of the one grid (`sim::sweep::trials`) that the recorded settings lack and
+/// the file's PyTorch accepts, each replayed with the prepared trace under its capacity, and
+/// ranked by the one order (`sim::sweep::Outcome::rank_key`); of the `max_split_size_mb`
+/// values only the best is kept. Nothing is replayed when the capacity is unknown (without it
+/// no replay runs out of memory or retries) or when the replay with the recorded settings
+/// neither runs out of memory nor retries (then no setting has anything to avoid).
 pub fn replayed_settings(prepared: &Prepared, recorded: &Recorded<'_>) -> Replayed {
     let config = recorded.config;
     let mut already_on = Vec::new();
@@ -198,92 +209,101 @@ pub fn replayed_settings(prepared: &Prepared, recorded: &Recorded<'_>) -> Replay
         already_on.push(format!("garbage_collection_threshold:{t}"));
     }
     let mut out = Replayed {
-        avoided: Vec::new(),
-        tried: Vec::new(),
         already_on,
+        ..Replayed::default()
     };
     let Some(capacity) = prepared.capacity else {
         return out;
     };
-    if prepared.recorded_run.oom.is_none() {
+    let base = &prepared.recorded_run;
+    if base.oom.is_none() && base.oom_retries == 0 {
         return out;
     }
-    let try_one = |mut remedy: Remedy, config: AllocatorConfig| {
-        let run = replay::run(prepared, &config, Some(capacity));
-        remedy.verified = true;
-        remedy.oom_avoided = Some(run.oom.is_none());
-        remedy.new_peak_reserved_bytes = Some(run.peak_reserved_bytes);
-        remedy.new_peak_allocated_bytes = Some(run.peak_allocated_bytes);
-        remedy
-    };
-    let mut runs = Vec::new();
-    if !config.expandable_segments && !recorded.version.before(EXPANDABLE_SEGMENTS) {
-        let new = AllocatorConfig {
-            expandable_segments: true,
-            ..config.clone()
-        };
-        let remedy = conf_remedy(recorded, &[("expandable_segments", "True".into())], None);
-        runs.push(try_one(remedy, new));
-    }
-    if config.max_split_size.is_none() {
-        let best = SPLIT_SIZES_MB
-            .iter()
-            .map(|&mb| {
-                let new = AllocatorConfig {
-                    max_split_size: Some(mb << 20),
-                    ..config.clone()
-                };
-                let remedy = conf_remedy(recorded, &[("max_split_size_mb", mb.to_string())], None);
-                try_one(remedy, new)
-            })
-            .min_by_key(rank);
-        runs.extend(best);
-    }
-    if config.garbage_collection_threshold.is_none() {
-        // The threshold acts only with a memory fraction set; the fraction is a settings key
-        // from 2.9 on, a call before.
-        let fraction = config.per_process_memory_fraction;
-        let new = AllocatorConfig {
-            garbage_collection_threshold: Some(0.8),
-            per_process_memory_fraction: Some(fraction.unwrap_or(1.0)),
-            ..config.clone()
-        };
-        let threshold = ("garbage_collection_threshold", "0.8".to_string());
-        let remedy = if fraction.is_some() {
-            conf_remedy(recorded, &[threshold], None)
-        } else if recorded.version.at_least(FRACTION_IN_CONF) {
-            conf_remedy(
-                recorded,
-                &[threshold, ("per_process_memory_fraction", "1.0".into())],
-                None,
+    out.recorded = Some(Outcome::of(base));
+    let mut runs: Vec<(&'static str, Remedy)> = Vec::new();
+    for trial in sweep::trials(config, recorded.version, true) {
+        let code = trial.fraction_call.map(|f| {
+            format!(
+                "torch.cuda.set_per_process_memory_fraction({f:?})  # before the first \
+                 allocation; the threshold does nothing without a fraction"
             )
-        } else {
-            conf_remedy(
-                recorded,
-                &[threshold],
-                Some(
-                    "torch.cuda.set_per_process_memory_fraction(1.0)  # before the first \
-                     allocation; the threshold does nothing without a fraction"
-                        .to_string(),
-                ),
-            )
-        };
-        runs.push(try_one(remedy, new));
+        });
+        let mut remedy = conf_remedy(recorded, &trial.changes, code);
+        set_replayed(
+            &mut remedy,
+            &replay::run(prepared, &trial.config, Some(capacity)),
+        );
+        runs.push((trial.family(), remedy));
     }
-    runs.sort_by_key(rank);
+    runs.sort_by_key(|(_, r)| rank(r));
+    let mut seen: Vec<&str> = Vec::new();
+    let mut kept = Vec::new();
+    for (family, remedy) in runs {
+        if family == "max_split_size_mb" && seen.contains(&family) {
+            continue;
+        }
+        seen.push(family);
+        kept.push(remedy);
+    }
     let (avoided, tried): (Vec<Remedy>, Vec<Remedy>) =
-        runs.into_iter().partition(|r| r.oom_avoided == Some(true));
+        kept.into_iter().partition(|r| r.oom_avoided == Some(true));
     out.avoided = avoided;
     out.tried = tried;
     out
 }
 
-/// Sort key: avoided first, then the lower peak.
-pub fn rank(r: &Remedy) -> (bool, u64) {
-    (
-        r.oom_avoided != Some(true),
-        r.new_peak_reserved_bytes.unwrap_or(u64::MAX),
-    )
+/// The settings replayed against a device's OOM retries where it never ran out of memory:
+/// what the recorded settings give at the replay's capacity, and every setting of the grid,
+/// ranked by the one order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PressureRemedies {
+    /// The device memory each replay could reserve.
+    pub capacity_bytes: u64,
+    /// `given` (`--capacity`) or `inferred` (the peak of reserved memory, at which the OOM
+    /// retries show the allocator was at the device's limit).
+    pub capacity_source: &'static str,
+    /// What the recorded settings give at that capacity.
+    pub recorded: Outcome,
+    /// Each setting replayed, best first.
+    pub settings: Vec<Remedy>,
+}
+
+/// The settings that answer a device's OOM retries, `None` when the trace ends in an OOM
+/// (the diagnosis answers it) or the replay with the recorded settings does not retry.
+pub fn pressure_remedies(prepared: &Prepared, recorded: &Recorded<'_>) -> Option<PressureRemedies> {
+    if prepared.recorded_run.oom.is_some() {
+        return None;
+    }
+    let replayed = replayed_settings(prepared, recorded);
+    let mut settings = replayed.avoided;
+    settings.extend(replayed.tried);
+    settings.sort_by_key(rank);
+    Some(PressureRemedies {
+        capacity_bytes: prepared.capacity?,
+        capacity_source: match prepared.capacity_source {
+            CapacitySource::Given => "given",
+            _ => "inferred",
+        },
+        recorded: replayed.recorded?,
+        settings,
+    })
+}
+
+/// What a replayed remedy gave, as the one ranker reads it (a remedy not replayed ranks
+/// last).
+pub fn outcome(r: &Remedy) -> Outcome {
+    Outcome {
+        devices_out_of_memory: usize::from(r.oom_avoided != Some(true)),
+        oom_retries: r.new_oom_retries.unwrap_or(u64::MAX),
+        empty_cache_calls: r.new_empty_cache_calls.unwrap_or(0),
+        peak_reserved_bytes: r.new_peak_reserved_bytes.unwrap_or(u64::MAX),
+    }
+}
+
+/// Sort key: the one order of `sim::sweep` (OOM avoided, then fewer stalls, then the lower
+/// peak).
+pub fn rank(r: &Remedy) -> (usize, u64, u64) {
+    outcome(r).rank_key()
 }
 
 #[cfg(test)]

@@ -127,7 +127,10 @@ fn a_setting_in_force_is_never_offered() {
     // The whole string to set: the recorded settings kept, the one change added.
     assert_eq!(
         confs,
-        ["max_split_size_mb:512,garbage_collection_threshold:0.6,expandable_segments:True"]
+        [
+            "max_split_size_mb:512,garbage_collection_threshold:0.6,expandable_segments:True",
+            "max_split_size_mb:512,garbage_collection_threshold:0.6,roundup_power2_divisions:4"
+        ]
     );
     let r = &d.remedies[0];
     assert_eq!(r.env, Some("PYTORCH_CUDA_ALLOC_CONF"));
@@ -393,4 +396,129 @@ fn a_setting_the_version_lacks_is_never_offered() {
         Some("garbage_collection_threshold:0.8,per_process_memory_fraction:1.0")
     );
     assert_eq!(new.code, None);
+}
+
+/// 100 MiB the allocator may reserve: two 40 MiB tensors, one freed; a 50 MiB request then
+/// needs an OOM retry (the cached 40 MiB segment released), and the very next request, 30 MiB,
+/// fails. The `oom` entry records the 10 MiB the device had free.
+fn retried_then_failed() -> Snapshot {
+    recorded("", 100 * MIB, |a| {
+        let x = ok(a, 40 * MIB);
+        ok(a, 40 * MIB);
+        a.free(x).expect("allocated");
+        ok(a, 50 * MIB);
+        assert!(a.malloc(30 * MIB, 0).is_err());
+    })
+}
+
+#[test]
+fn the_capacity_bracket_uses_the_free_memory_the_oom_entry_reports() {
+    let s = retried_then_failed();
+    let (config, _) = replay::recorded_config(&s);
+    let trace = &DeviceTrace::all(&s)[0];
+    let prepared = replay::prepare(trace, &config, None);
+    assert!(prepared.validation.first_mismatch.is_none());
+    let p = pressure(&s, &prepared, None);
+    // Not 90 to 120 MiB (reserved at the OOM plus the 30 MiB it could not get): the device
+    // reported 10 MiB free then.
+    assert_eq!(
+        (p.capacity_bytes_min, p.capacity_bytes_max),
+        (Some(90 * MIB), Some(100 * MIB))
+    );
+    let lines = crate::report::pressure_text::lines(&p, true);
+    assert!(
+        lines.contains(
+            &"device memory for the allocator: between 90.00 MiB and 100.00 MiB (at least the \
+              peak of reserved memory; at most what the `oom` entry shows: reserved then plus \
+              the memory the device reported free); at the peak of reserved memory (90.00 MiB) \
+              at most 10.00 MiB was left"
+                .to_string()
+        ),
+        "{lines:#?}"
+    );
+    // The retry came one entry before the OOM: it postponed the OOM, it did not recover.
+    assert_eq!(p.oom_retries, 1);
+    assert!(lines.iter().all(|l| !l.contains("recovered")), "{lines:#?}");
+    assert!(
+        lines.contains(
+            &"the allocator hit the device limit at entry 8, one entry before the OOM: it \
+              released every cached block, synchronized the device and got that request, but \
+              no other request was served before the OOM, so it did not recover"
+                .to_string()
+        ),
+        "{lines:#?}"
+    );
+    // A device total given bounds it too, where it is lower.
+    let p = pressure(&s, &prepared, Some(95 * MIB));
+    assert_eq!(p.capacity_bytes_max, Some(95 * MIB));
+    let lines = crate::report::pressure_text::lines(&p, true);
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "device memory for the allocator: between 90.00 MiB and 95.00 MiB (at least the \
+             peak of reserved memory; at most the device total given with --capacity)"
+        )),
+        "{lines:#?}"
+    );
+}
+
+/// 100 MiB the allocator may reserve: 40 MiB kept for good, then temporaries that each ask
+/// for 2 MiB more than the last (none fits the cached one), so the allocator retries.
+fn retrying() -> Snapshot {
+    recorded("", 100 * MIB, |a| {
+        ok(a, 40 * MIB);
+        for k in 0..12 {
+            let t = ok(a, (24 + 2 * k) * MIB);
+            a.free(t).expect("allocated");
+        }
+        assert!(a.stats().num_alloc_retries > 0);
+    })
+}
+
+/// Retries without an OOM are a finding, and the settings replayed against them are ranked
+/// by the stalls they leave (no OOM to avoid), each with its retry count.
+#[test]
+fn settings_are_ranked_against_the_retries_of_a_run_that_never_ran_out() {
+    let s = retrying();
+    let (config, _) = replay::recorded_config(&s);
+    let trace = &DeviceTrace::all(&s)[0];
+    let prepared = replay::prepare(trace, &config, None);
+    assert!(prepared.validation.first_mismatch.is_none());
+    assert_eq!(prepared.recorded_run.oom, None);
+    let recorded = Recorded {
+        config: &config,
+        conf: "",
+        version: VersionRange {
+            min: Some(Release(2, 1)),
+            max: Some(Release(2, 1)),
+        },
+    };
+    let p = pressure(&s, &prepared, None);
+    assert_eq!(p.oom_retries, 9);
+    // The replay at the inferred capacity retries as often as the record.
+    assert_eq!(prepared.recorded_run.oom_retries, 9);
+    let r = crate::diagnose::remedies::pressure_remedies(&prepared, &recorded)
+        .expect("settings replayed against the retries");
+    let lines = crate::report::pressure_text::remedy_lines(&r);
+    assert_eq!(
+        lines[..6],
+        [
+            "settings replayed against the OOM retries, with 98.00 MiB for the allocator (the \
+             peak of reserved memory, where the OOM retries show the device's limit was); the \
+             recorded settings give 9 OOM retries, 0 empty_cache() calls:",
+            "  1. PYTORCH_CUDA_ALLOC_CONF=roundup_power2_divisions:4",
+            "     3 OOM retries, 0 empty_cache() calls; peak reserved 92.00 MiB",
+            "  2. PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8",
+            "     and in the program: torch.cuda.set_per_process_memory_fraction(1.0)  # before \
+             the first allocation; the threshold does nothing without a fraction",
+            "     5 OOM retries, 0 empty_cache() calls; peak reserved 98.00 MiB",
+        ]
+    );
+    // PyTorch 2.1 has no per_process_memory_fraction key: never offered as one.
+    assert!(r
+        .settings
+        .iter()
+        .all(|s| !s.alloc_conf.as_deref().unwrap_or("").contains("fraction")));
+    // Ranked by the one order: no OOM first, then fewer stalls, then the lower peak.
+    let keys: Vec<_> = r.settings.iter().map(remedies::rank).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
 }

@@ -10,7 +10,8 @@ use crate::analysis::oom::{Diagnosis, Remedy, RemedyKind};
 use crate::analysis::pressure::Pressure;
 use crate::analysis::site_text;
 use crate::analysis::version::{Release, VersionRange};
-use crate::model::Bytes;
+use crate::diagnose::remedies::PressureRemedies;
+use crate::model::{count, Bytes};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use std::fmt::Write;
@@ -34,6 +35,10 @@ pub struct DevicePressure {
     /// For a device without a trace: the state at the dump.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untraced: Option<UntracedState>,
+    /// For a device that retried without running out of memory: the settings replayed
+    /// against the retries, ranked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remedies: Option<PressureRemedies>,
     /// The earlier device whose trace and segments this one's equal (its figures and diagnosis
     /// are copies): the text names it instead of repeating them.
     #[serde(skip)]
@@ -179,6 +184,11 @@ fn write_device(out: &mut String, p: &DevicePressure) {
             let _ = writeln!(out, "device {}: allocator pressure", p.device);
             for line in pressure_text::lines(pressure, false) {
                 let _ = writeln!(out, "  {line}");
+            }
+            if let Some(r) = &p.remedies {
+                for line in pressure_text::remedy_lines(r) {
+                    let _ = writeln!(out, "  {line}");
+                }
             }
         }
         Some(pressure) => {
@@ -354,6 +364,9 @@ fn outcome(r: &Remedy) -> String {
         Some(false) => "still out of memory in replay".to_string(),
         None => "not replayable".to_string(),
     };
+    if let Some(n) = r.new_oom_retries {
+        let _ = write!(text, "; {}", count(n, "OOM retry", "OOM retries"));
+    }
     if let Some(p) = r.new_peak_reserved_bytes {
         let _ = write!(text, "; peak reserved {}", Bytes(p));
     }

@@ -3,10 +3,11 @@
 //! nothing to replay says so and why, instead of reporting agreement on nothing.
 
 use super::analyze_json::{Tool, SCHEMA_VERSION};
-use crate::model::{Bytes, ReplayIssue};
+use crate::model::{count, Bytes, ReplayIssue};
 use crate::sim::replay::{
-    CapacitySource, FragmentationAtPeak, Mismatch, OomAt, Prepared, RunResult,
+    CapacitySource, FragmentationAtPeak, Mismatch, OomAt, Prepared, RunResult, UpperBound,
 };
+use crate::sim::sweep::Outcome;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -211,13 +212,21 @@ pub struct RunDevice {
     pub peak_allocated_bytes: u64,
     pub fragmentation_at_peak: FragmentationAtPeak,
     pub oom: Option<OomAt>,
+    /// OOM retries that got their request (each a full cache flush and a device synchronize).
+    pub oom_retries: u64,
+    /// `torch.cuda.empty_cache()` calls (the program's; each a synchronize too).
+    pub empty_cache_calls: u64,
+    /// The device memory the replay could reserve (`None`: no limit).
     pub capacity_bytes: Option<u64>,
+    /// Where it came from: `given` (`--capacity`), `inferred` (the peak of reserved memory,
+    /// which the trace's retries or `oom` entries show the device was at) or `unlimited`.
+    pub capacity_source: CapacitySource,
     pub warnings: Vec<String>,
 }
 
 impl RunDevice {
-    /// The run `r` of the requests of `p`.
-    pub fn new(p: &Prepared, r: &RunResult, capacity: Option<u64>) -> RunDevice {
+    /// The run `r` of the requests of `p`, under `p`'s capacity.
+    pub fn new(p: &Prepared, r: &RunResult) -> RunDevice {
         RunDevice {
             device: p.device,
             replayed_entries: p.replayed_entries,
@@ -226,9 +235,60 @@ impl RunDevice {
             peak_allocated_bytes: r.peak_allocated_bytes,
             fragmentation_at_peak: r.fragmentation_at_peak.clone(),
             oom: r.oom.clone(),
-            capacity_bytes: capacity,
+            oom_retries: r.oom_retries,
+            empty_cache_calls: r.empty_cache_calls,
+            capacity_bytes: p.capacity,
+            capacity_source: p.capacity_source,
             warnings: warnings(&r.issues),
         }
+    }
+
+    fn outcome(&self) -> Outcome {
+        Outcome {
+            devices_out_of_memory: usize::from(self.oom.is_some()),
+            oom_retries: self.oom_retries,
+            empty_cache_calls: self.empty_cache_calls,
+            peak_reserved_bytes: self.peak_reserved_bytes,
+        }
+    }
+}
+
+/// The capacity each replay of `p`'s device used and where it came from, in words.
+pub fn capacity_line(p: &Prepared) -> String {
+    let why = match (p.capacity_source, p.capacity_upper_from) {
+        (CapacitySource::Given, _) => "as given with --capacity".to_string(),
+        (CapacitySource::Unlimited, _) => {
+            return format!(
+                "device {}: every replay runs without a device limit (the trace shows no OOM \
+                 retry and no `oom` entry to infer one from; give --capacity)",
+                p.device
+            )
+        }
+        (CapacitySource::Inferred, from) => {
+            let shown = match from {
+                Some(UpperBound::Retry) => "its OOM retries show",
+                _ => "its `oom` entry shows",
+            };
+            let below = p
+                .capacity_upper_bytes
+                .map(|u| format!(", below {}", Bytes(u)))
+                .unwrap_or_default();
+            format!(
+                "inferred: the peak of reserved memory, the least the device held, as {shown} \
+                 the allocator was at the device's limit{below}"
+            )
+        }
+    };
+    match p.capacity {
+        Some(c) => format!(
+            "device {}: every replay may reserve {} ({why})",
+            p.device,
+            Bytes(c)
+        ),
+        None => format!(
+            "device {}: every replay runs without a device limit",
+            p.device
+        ),
     }
 }
 
@@ -255,7 +315,12 @@ impl RunSource {
 /// One setting's replay on every device.
 #[derive(Debug, Serialize)]
 pub struct Run {
+    /// The settings string the user sets (the recorded settings with the change).
     pub alloc_conf: String,
+    /// Python the program runs as well, where a setting is a call rather than a key the
+    /// file's PyTorch accepts (the memory fraction before 2.9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     pub source: RunSource,
     pub devices: Vec<RunDevice>,
 }
@@ -264,6 +329,11 @@ impl Run {
     /// Total peak reserved over devices.
     pub fn peak_reserved(&self) -> u64 {
         self.devices.iter().map(|d| d.peak_reserved_bytes).sum()
+    }
+
+    /// The outcome over every device, as the one ranker reads it.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::sum(self.devices.iter().map(RunDevice::outcome))
     }
 
     pub fn has_oom(&self) -> bool {
@@ -287,6 +357,19 @@ impl Run {
             (false, _) => self.alloc_conf.clone(),
         }
     }
+
+    /// The settings and the call the program makes with them, as the text shows them.
+    fn shown(&self) -> String {
+        let conf = if self.alloc_conf.is_empty() {
+            "the default settings".to_string()
+        } else {
+            self.alloc_conf.clone()
+        };
+        match &self.code {
+            Some(code) => format!("{conf} with {code}"),
+            None => conf,
+        }
+    }
 }
 
 /// Where a run's first OOM is, in words (the device named when there are several).
@@ -302,14 +385,19 @@ pub struct RunsReport {
     pub schema_version: u32,
     pub tool: Tool,
     pub runs: Vec<Run>,
+    /// Per device, the capacity the replays used and where it came from, in words (each
+    /// device's `capacity_bytes` and `capacity_source` hold the figures).
+    #[serde(skip)]
+    pub capacities: Vec<String>,
 }
 
 impl RunsReport {
-    pub fn new(runs: Vec<Run>) -> RunsReport {
+    pub fn new(runs: Vec<Run>, capacities: Vec<String>) -> RunsReport {
         RunsReport {
             schema_version: SCHEMA_VERSION,
             tool: Tool::this(),
             runs,
+            capacities,
         }
     }
 
@@ -350,13 +438,21 @@ impl RunsReport {
             );
             return out;
         }
+        for line in &self.capacities {
+            let _ = writeln!(out, "{line}");
+        }
         for run in &self.runs {
             let conf = if run.alloc_conf.is_empty() {
                 "(defaults)"
             } else {
                 &run.alloc_conf
             };
-            let _ = writeln!(out, "{conf} [{}]", run.source.word());
+            let code = run
+                .code
+                .as_deref()
+                .map(|c| format!(" with {c}"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "{conf}{code} [{}]", run.source.word());
             for d in &run.devices {
                 if d.replayed_requests == 0 {
                     let _ = writeln!(
@@ -384,13 +480,15 @@ impl RunsReport {
                 };
                 let _ = writeln!(
                     out,
-                    "  device {}: peak reserved {} {at}, with {} allocated and {} free in cache (largest free block {}); {}",
+                    "  device {}: peak reserved {} {at}, with {} allocated and {} free in cache (largest free block {}); {}; {}, {}",
                     d.device,
                     Bytes(d.peak_reserved_bytes),
                     Bytes(f.allocated_bytes),
                     Bytes(f.external_bytes),
                     Bytes(f.largest_free_block_bytes),
-                    oom
+                    oom,
+                    count(d.oom_retries, "OOM retry", "OOM retries"),
+                    count(d.empty_cache_calls, "empty_cache() call", "empty_cache() calls"),
                 );
             }
         }
@@ -409,22 +507,35 @@ impl RunsReport {
         self.runs.iter().find(|r| r.source == RunSource::Recorded)
     }
 
-    /// The best run against the recorded settings.
+    /// The best run against the recorded settings, by the one order: OOMs avoided, then
+    /// stalls (OOM retries and `empty_cache()` calls), then peak reserved.
     fn best_line(&self, best: &Run, recorded_peak: u64) -> String {
         let peak = best.peak_reserved();
-        let conf = if best.alloc_conf.is_empty() {
-            "the default settings"
-        } else {
-            &best.alloc_conf
-        };
-        if let Some(at) = self.recorded().and_then(Run::first_oom) {
+        let conf = best.shown();
+        let recorded = self.recorded();
+        if let Some(at) = recorded.and_then(Run::first_oom) {
             return format!(
-                "best: {conf} avoids the OOM the recorded settings run into at {}, with peak reserved {}",
+                "best: {conf} avoids the OOM the recorded settings run into at {}, with {} and peak reserved {}",
                 oom_at(at, best.devices.len()),
+                count(best.outcome().oom_retries, "OOM retry", "OOM retries"),
                 Bytes(peak)
             );
         }
-        if peak < recorded_peak {
+        let (mine, theirs) = (
+            best.outcome(),
+            recorded.map(Run::outcome).unwrap_or_default(),
+        );
+        if recorded.is_some() && mine.stalls() < theirs.stalls() {
+            return format!(
+                "best: {conf}: {} and {} against {} and {} with the recorded settings, peak reserved {}",
+                count(mine.oom_retries, "OOM retry", "OOM retries"),
+                count(mine.empty_cache_calls, "empty_cache() call", "empty_cache() calls"),
+                theirs.oom_retries,
+                theirs.empty_cache_calls,
+                Bytes(peak)
+            );
+        }
+        if peak < recorded_peak && mine.stalls() <= theirs.stalls() {
             let saved = recorded_peak - peak;
             format!(
                 "best: {conf} saves {} of peak reserved ({:.1}%) against the recorded settings",
@@ -432,7 +543,8 @@ impl RunsReport {
                 saved as f64 * 100.0 / recorded_peak.max(1) as f64
             )
         } else {
-            "best: the recorded settings; no setting tried lowers peak reserved".to_string()
+            "best: the recorded settings; no setting tried avoids a stall or lowers peak reserved"
+                .to_string()
         }
     }
 
@@ -494,11 +606,12 @@ impl RunsReport {
         line
     }
 
-    /// The run without OOM with the lowest total peak reserved.
+    /// The run without OOM that ranks first (the one order of `sim::sweep`); the recorded
+    /// settings when none is better.
     pub fn best(&self) -> Option<&Run> {
         self.runs
             .iter()
             .filter(|r| !r.has_oom())
-            .min_by_key(|r| r.peak_reserved())
+            .min_by_key(|r| (r.outcome().rank_key(), r.source != RunSource::Recorded))
     }
 }

@@ -84,6 +84,7 @@ impl ViewStateReport {
                 only: Some(device),
                 rules: &rules,
                 origin: crate::diagnose::Origin::TorchSnapshot,
+                capacity: None,
             },
         );
         let axis = account.axis;

@@ -1,9 +1,38 @@
 //! Allocator settings: a `PYTORCH_CUDA_ALLOC_CONF` string parsed into an `AllocatorConfig`
-//! (every key of the reference's §1.12, with PyTorch's value ranges), or the settings a
-//! snapshot recorded.
+//! (every key of the reference's §1.12, with PyTorch's value ranges and spellings), checked
+//! against the PyTorch releases a file shows (`parse_for`: the one place `simulate`,
+//! `diagnose`, the report, MCP and the gate take settings from), or the settings a snapshot
+//! recorded.
 
+use crate::analysis::version::{Release, VersionRange};
 use crate::model::AllocatorSettings;
 use std::fmt;
+
+/// The first release whose `CUDAAllocatorConfig::parseArgs` accepts each key; every earlier
+/// release stops at start-up with "Unrecognized CachingAllocator option" (c10/cuda in
+/// PyTorch's source: `CUDACachingAllocator.cpp` in 2.0, `CUDAAllocatorConfig.cpp` from 2.1,
+/// with the device-generic keys in `c10/core/AllocatorConfig.cpp` from 2.9).
+pub const KEYS: [(&str, Release); 14] = [
+    ("backend", Release(2, 0)),
+    ("max_split_size_mb", Release(2, 0)),
+    ("roundup_power2_divisions", Release(2, 0)),
+    ("garbage_collection_threshold", Release(2, 0)),
+    ("expandable_segments", Release(2, 1)),
+    ("pinned_use_cuda_host_register", Release(2, 1)),
+    ("pinned_num_register_threads", Release(2, 1)),
+    ("release_lock_on_cudamalloc", Release(2, 2)),
+    ("max_non_split_rounding_mb", Release(2, 4)),
+    ("pinned_use_background_threads", Release(2, 5)),
+    ("per_process_memory_fraction", Release(2, 9)),
+    ("graph_capture_record_stream_reuse", Release(2, 9)),
+    ("pinned_reserve_segment_size_mb", Release(2, 10)),
+    ("large_segment_size_mb", Release(2, 11)),
+];
+
+/// The release that first accepts `key`, `None` for a key no release knows.
+pub fn key_since(key: &str) -> Option<Release> {
+    KEYS.iter().find(|(k, _)| *k == key).map(|&(_, r)| r)
+}
 
 const MIB: u64 = 1 << 20;
 /// Number of `roundup_power2_divisions` intervals: [1 MiB, 2 MiB) ... [32 GiB, inf).
@@ -73,6 +102,15 @@ pub enum ConfError {
     },
     #[error("allocator setting {0:?} has no value (expected key:value)")]
     MissingValue(String),
+    #[error(
+        "allocator setting {key:?} is not accepted by {version}, which this file shows: PyTorch \
+         accepts it from {since} on, and earlier releases stop at start-up on it"
+    )]
+    TooNew {
+        key: String,
+        since: Release,
+        version: VersionRange,
+    },
 }
 
 fn bad(key: &str, value: &str, reason: &'static str) -> ConfError {
@@ -85,8 +123,16 @@ fn bad(key: &str, value: &str, reason: &'static str) -> ConfError {
 
 impl AllocatorConfig {
     /// Parses a `PYTORCH_CUDA_ALLOC_CONF` string: comma-separated `key:value`, lists in
-    /// brackets, whitespace ignored. An empty string gives the defaults.
+    /// brackets, whitespace ignored. An empty string gives the defaults. Every key some
+    /// release knows is accepted; `parse_for` checks them against a file's releases.
     pub fn parse(conf: &str) -> Result<AllocatorConfig, ConfError> {
+        AllocatorConfig::parse_for(conf, VersionRange::default())
+    }
+
+    /// Parses a settings string as the releases in `version` would: a key that every one of
+    /// them predates is refused, as PyTorch refuses it at start-up (a range that also holds a
+    /// release accepting it lets it through).
+    pub fn parse_for(conf: &str, version: VersionRange) -> Result<AllocatorConfig, ConfError> {
         let text: String = conf.chars().filter(|c| !c.is_whitespace()).collect();
         let mut config = AllocatorConfig::default();
         for item in split_top_level(&text) {
@@ -96,6 +142,13 @@ impl AllocatorConfig {
             let Some((key, value)) = item.split_once(':') else {
                 return Err(ConfError::MissingValue(item.to_string()));
             };
+            if let Some(since) = key_since(key).filter(|&since| version.before(since)) {
+                return Err(ConfError::TooNew {
+                    key: key.to_string(),
+                    since,
+                    version,
+                });
+            }
             config.set(key, value)?;
         }
         Ok(config)
@@ -285,11 +338,17 @@ fn parse_f64(key: &str, value: &str) -> Result<f64, ConfError> {
         .ok_or_else(|| bad(key, value, "expected a number"))
 }
 
+/// PyTorch takes exactly `True` or `False` (its tokenizer's `toBool`, and the check of every
+/// release before it): `true` stops it at start-up.
 fn parse_bool(key: &str, value: &str) -> Result<bool, ConfError> {
     match value {
-        "True" | "true" => Ok(true),
-        "False" | "false" => Ok(false),
-        _ => Err(bad(key, value, "expected True or False")),
+        "True" => Ok(true),
+        "False" => Ok(false),
+        _ => Err(bad(
+            key,
+            value,
+            "expected True or False, spelled so: PyTorch refuses any other spelling",
+        )),
     }
 }
 
@@ -432,6 +491,46 @@ mod tests {
         assert!(err("pinned_reserve_segment_size_mb:0").contains("positive"));
         assert!(err("backend:other").contains("native"));
         assert!(err("release_lock_on_cudamalloc:2").contains("True or False"));
+        assert!(err("expandable_segments:true").contains("True or False, spelled so"));
+        assert!(err("expandable_segments:FALSE").contains("True or False"));
+    }
+
+    #[test]
+    fn a_key_the_file_s_release_predates_is_refused() {
+        let range = |min: (u32, u32), max: Option<(u32, u32)>| VersionRange {
+            min: Some(Release(min.0, min.1)),
+            max: max.map(|(a, b)| Release(a, b)),
+        };
+        let v21 = range((2, 1), Some((2, 1)));
+        let e = AllocatorConfig::parse_for("per_process_memory_fraction:1.0", v21);
+        assert_eq!(
+            e.map_err(|e| e.to_string()),
+            Err(
+                "allocator setting \"per_process_memory_fraction\" is not accepted by PyTorch \
+                 2.1, which this file shows: PyTorch accepts it from 2.9 on, and earlier \
+                 releases stop at start-up on it"
+                    .to_string()
+            )
+        );
+        assert!(AllocatorConfig::parse_for("expandable_segments:True", v21).is_ok());
+        let v20 = range((2, 0), Some((2, 0)));
+        assert!(AllocatorConfig::parse_for("expandable_segments:True", v20).is_err());
+        // A range that holds a release accepting the key lets it through.
+        let open = range((2, 5), None);
+        assert!(AllocatorConfig::parse_for("large_segment_size_mb:64", open).is_ok());
+        assert!(AllocatorConfig::parse_for(
+            "large_segment_size_mb:64",
+            range((2, 5), Some((2, 7)))
+        )
+        .is_err());
+        assert!(AllocatorConfig::parse_for(
+            "per_process_memory_fraction:1.0",
+            VersionRange::default()
+        )
+        .is_ok());
+        for (key, _) in KEYS {
+            assert!(key_since(key).is_some());
+        }
     }
 
     #[test]

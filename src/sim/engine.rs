@@ -72,6 +72,8 @@ pub(super) struct Engine {
     pub(super) issues: Vec<ReplayIssue>,
     at_peak_allocated: StateAt,
     at_peak_requested: StateAt,
+    /// `empty_cache()` calls replayed.
+    empty_cache_calls: u64,
 }
 
 impl Engine {
@@ -107,6 +109,7 @@ impl Engine {
             issues: Vec::new(),
             at_peak_allocated: StateAt::default(),
             at_peak_requested: StateAt::default(),
+            empty_cache_calls: 0,
         };
         engine.note_peak();
         engine.at_peak_allocated = engine.state_at();
@@ -270,18 +273,25 @@ impl Engine {
                     }
                 }
             }
-            Op::EmptyCache => self.model.empty_cache(),
+            Op::EmptyCache => {
+                self.empty_cache_calls += 1;
+                self.model.empty_cache();
+            }
         }
         self.note_peak();
         self.note_moments();
     }
 
     pub(super) fn finish(self) -> RunResult {
+        let stats = self.model.stats();
         RunResult {
             peak_reserved_bytes: self.peak_reserved,
-            peak_allocated_bytes: self.model.stats().peak_allocated_bytes,
             at_peak_allocated: self.at_peak_allocated,
             at_peak_requested: self.at_peak_requested,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            // Every failed request went through the last retry too.
+            oom_retries: stats.num_alloc_retries.saturating_sub(stats.num_ooms),
+            empty_cache_calls: self.empty_cache_calls,
             fragmentation_at_peak: self.fragmentation,
             oom: self.oom,
             issues: self.issues,

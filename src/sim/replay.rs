@@ -7,6 +7,7 @@
 //! requests under other settings (what-if).
 
 use super::alloc_conf::AllocatorConfig;
+pub use super::capacity::UpperBound;
 use super::capacity::{capacity_bracket, Bracket};
 use super::early_free::{with_early_frees, EarlyFree};
 use super::engine::{Engine, Op};
@@ -137,6 +138,11 @@ pub struct RunResult {
     pub at_peak_allocated: StateAt,
     /// The state when requested bytes first reached their peak.
     pub at_peak_requested: StateAt,
+    /// OOM retries that got their request: each released every cached block and synchronized
+    /// the device.
+    pub oom_retries: u64,
+    /// `torch.cuda.empty_cache()` calls of the program (each a synchronize too).
+    pub empty_cache_calls: u64,
     pub fragmentation_at_peak: FragmentationAtPeak,
     pub oom: Option<OomAt>,
     /// Requests that contradict the model's state (free of an unknown address, ...).
@@ -173,6 +179,8 @@ pub struct Prepared {
     /// The lowest device capacity the trace's OOM retries and `oom` entries allow (the
     /// capacity lies between `recorded_peak_reserved_bytes` and this); `None` without them.
     pub capacity_upper_bytes: Option<u64>,
+    /// What gave `capacity_upper_bytes`.
+    pub capacity_upper_from: Option<UpperBound>,
     /// Index of the first release of each burst of releases that was an `empty_cache()` call,
     /// not an OOM retry (rule 1), in trace order.
     pub empty_cache_bursts: Vec<usize>,
@@ -362,7 +370,8 @@ pub fn prepare(
         capacity,
         capacity_source,
         recorded_peak_reserved_bytes: bracket.peak_reserved,
-        capacity_upper_bytes: bracket.upper,
+        capacity_upper_bytes: bracket.upper.map(|(u, _)| u),
+        capacity_upper_from: bracket.upper.map(|(_, from)| from),
         empty_cache_bursts: {
             let mut starts: Vec<usize> = empty_cache_bursts.into_iter().collect();
             starts.sort_unstable();
