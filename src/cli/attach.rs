@@ -6,13 +6,13 @@
 
 use super::{attach_torch, Outcome};
 use crate::report::attach_json::{AttachDocument, TorchSeries};
+use crate::source::attach::feed::TorchFeed;
 use crate::source::attach::session::Session;
 use crate::source::attach::target::python_of_pid;
 use crate::source::gpu::{open_nvml, Background, GpuSampler, ProcView, SystemClock};
 use crate::source::live::{socket_path, LiveClient, LiveEvent};
 use crate::source::live_feed::{FeedState, LiveFeed};
 use crate::source::live_tally::LiveTally;
-use crate::source::attach::feed::TorchFeed;
 use crate::tui::attach::{AttachApp, Feed};
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
@@ -44,8 +44,9 @@ pub struct AttachArgs {
     /// then put back as it was.
     #[arg(long, value_name = "SECS")]
     pub record: Option<f64>,
-    /// Arm PyTorch's out-of-memory observer in the job: its next OOM writes its snapshot to FILE,
-    /// which memprof then diagnoses. Waits in the foreground; Ctrl-C detaches.
+    /// Arm PyTorch's out-of-memory observer in the job, with memory history on: its next OOM
+    /// writes its snapshot to FILE, which memprof then diagnoses. Waits in the foreground;
+    /// Ctrl-C detaches, putting history back as it was.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["snapshot", "record"])]
     pub on_oom: Option<PathBuf>,
     /// Seconds to wait for a Python job to run memprof's code (it runs between two bytecodes of
@@ -71,12 +72,6 @@ fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
 
 pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
     let interval = seconds("--interval", args.interval)?;
-    let duration = match (args.json, args.duration) {
-        (true, None) => bail!("`memprof attach --json` needs --duration SECS"),
-        (true, Some(d)) => Some(seconds("--duration", d)?),
-        (false, Some(_)) => bail!("--duration is for `memprof attach --json`"),
-        (false, None) => None,
-    };
     check_process(Path::new("/proc"), args.pid)?;
     let wait = seconds("--wait", args.wait)?;
     if args.snapshot.is_some() || args.record.is_some() || args.on_oom.is_some() {
@@ -91,6 +86,12 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
         };
         return attach_torch::run_modes(args.pid, wait, &modes);
     }
+    let duration = match (args.json, args.duration) {
+        (true, None) => bail!("`memprof attach --json` needs --duration SECS"),
+        (true, Some(d)) => Some(seconds("--duration", d)?),
+        (false, Some(_)) => bail!("--duration is for `memprof attach --json`"),
+        (false, None) => None,
+    };
     if !args.json && !std::io::stdout().is_terminal() {
         bail!("`memprof attach PID` is an interactive dashboard and needs a terminal; use --json --duration SECS for a series");
     }

@@ -132,9 +132,7 @@ enum Took {
 
 /// Moves the file an answer names to `to`, and says so on stderr.
 fn take(session: &Session, answer: &Value, to: &Path) -> anyhow::Result<()> {
-    let path = answer["path"]
-        .as_str()
-        .context("the agent named no file")?;
+    let path = answer["path"].as_str().context("the agent named no file")?;
     session.take(path, to).map_err(anyhow::Error::msg)?;
     eprintln!("memprof: wrote {}", to.display());
     Ok(())
@@ -190,6 +188,11 @@ fn record(
 /// job exited without one).
 fn await_oom(mut session: Session, stop: &AtomicBool, file: &Path) -> anyhow::Result<Option<Took>> {
     let pid = session.pid();
+    // With history on, the snapshot holds the trace that led to the error (and its `oom`
+    // entry), which the diagnosis reads; it is put back as it was on detach.
+    session
+        .request(json!({"cmd": "record_start", "max_entries": RECORD_ENTRIES}))
+        .map_err(anyhow::Error::msg)?;
     session
         .request(json!({"cmd": "arm_oom"}))
         .map_err(anyhow::Error::msg)?;

@@ -237,6 +237,7 @@ def _serve(folder):
                 command = request.get("cmd")
                 if command == "detach":
                     answer = {"restored": agent.restore()}
+                    _forget(ours)
                 else:
                     answer = handlers[command](request)
             except Exception as e:
@@ -264,8 +265,14 @@ def _serve(folder):
             os.unlink(path)
         except BaseException:
             pass
-        for name in ours:
-            sys.modules.pop(name, None)
+        _forget(ours)
+
+
+def _forget(names):
+    """Takes the modules the agent imported out of `sys.modules` again (before its answer to
+    `detach`, so the job is as it was when memprof returns)."""
+    for name in names:
+        sys.modules.pop(name, None)
 
 
 def _start(folder):

@@ -14,6 +14,11 @@
 //! stopped) at the price of all that code. The addresses are resolved by memprof
 //! (`symbols.rs`), so gdb loads no symbol table while the job is stopped.
 //!
+//! A signal that reaches the job while gdb holds it is passed on as it arrives (`handle all
+//! nostop noprint pass`): Python's handler only sets a flag, which the called function does not
+//! mind, and the job's own SIGUSR1 or SIGTERM is not lost. SIGINT and SIGTRAP stay gdb's (a
+//! SIGINT arriving in those milliseconds is taken by gdb, not the job).
+//!
 //! `Py_AddPendingCall` needs neither the GIL nor a thread state (CPython's docs), takes only the
 //! interpreter's pending-call lock, and `mmap` is a bare system call: neither can deadlock on a
 //! lock the stopped thread holds, except in the few instructions where the main thread itself
@@ -36,6 +41,7 @@ pub fn script(pid: u32, f: &Functions, text_file: &Path) -> String {
          set pagination off\n\
          set unwindonsignal on\n\
          set print thread-events off\n\
+         handle all nostop noprint pass\n\
          attach {pid}\n\
          set $p = (char *) ((void *(*)(void *, unsigned long, int, int, int, long)) {mmap:#x})(0, 4096, 3, 34, -1, 0)\n\
          if $p == (char *) -1\n\
@@ -99,9 +105,10 @@ pub fn run(pid: u32, script_file: &Path) -> Result<(), String> {
         .process_group(0)
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!(
-                "gdb is not installed: attaching to Python 3.8-3.13 runs it (apt-get install gdb)"
-            ),
+            std::io::ErrorKind::NotFound => {
+                "gdb is not installed: attaching to a Python job runs it (apt-get install gdb)"
+                    .to_owned()
+            }
             _ => format!("cannot start gdb ({e})"),
         })?;
     let start = Instant::now();
@@ -157,7 +164,7 @@ mod tests {
             mmap: 0x7f00_0000_3000,
         };
         let text = script(42, &f, Path::new("/tmp/d/boot.bin"));
-        assert!(text.contains("attach 42\n"));
+        assert!(text.contains("handle all nostop noprint pass\nattach 42\n"));
         assert!(text.contains("long)) 0x7f0000003000)(0, 4096, 3, 34, -1, 0)"));
         assert!(text.contains("  restore /tmp/d/boot.bin binary $p\n"));
         assert!(text.contains("0x7f0000001000)((void *) 0x7f0000002000, (void *) $p)"));
@@ -166,14 +173,22 @@ mod tests {
 
     #[test]
     fn gdb_output_becomes_one_line() {
-        assert_eq!(outcome(7, "x\nMEMPROF queued 0\n[Inferior 1 detached]"), Ok(()));
+        assert_eq!(
+            outcome(7, "x\nMEMPROF queued 0\n[Inferior 1 detached]"),
+            Ok(())
+        );
         assert!(outcome(7, "ptrace: Operation not permitted.\n")
-            .unwrap_err()
+            .expect_err("refused")
             .starts_with("ptrace is not permitted on PID 7"));
-        assert!(outcome(7, "MEMPROF queued -1\n").unwrap_err().contains("full"));
+        assert!(outcome(7, "MEMPROF queued -1\n")
+            .expect_err("refused")
+            .contains("full"));
         assert_eq!(
             outcome(7, "warning: x\nCannot access memory at address 0x10\n\n"),
-            Err("gdb could not queue memprof's call in PID 7: Cannot access memory at address 0x10".to_owned())
+            Err(
+                "gdb could not queue memprof's call in PID 7: Cannot access memory at address 0x10"
+                    .to_owned()
+            )
         );
     }
 }

@@ -145,10 +145,13 @@ pub fn inject(pid: u32, script: &str) -> Result<(), String> {
     let data = std::fs::read(proc_dir.join("root").join(path.trim_start_matches('/')))
         .map_err(|e| format!("cannot read {path} ({e})"))?;
     let runtime = resolve(&data, start, &["_PyRuntime"]).map_err(|e| format!("{path}: {e}"))?[0];
-    let offsets = parse(&read(pid, runtime, TABLE_BYTES)?).map_err(|e| format!("PID {pid}: {e}"))?;
+    let offsets =
+        parse(&read(pid, runtime, TABLE_BYTES)?).map_err(|e| format!("PID {pid}: {e}"))?;
     let interp = u64_at(pid, runtime + offsets.interpreters_head)?;
     if interp == 0 {
-        return Err(format!("PID {pid} has no interpreter (it is starting or ending)"));
+        return Err(format!(
+            "PID {pid} has no interpreter (it is starting or ending)"
+        ));
     }
     if i32_at(pid, interp + offsets.enabled)? == 0 {
         return Err(format!(
@@ -167,7 +170,9 @@ pub fn inject(pid: u32, script: &str) -> Result<(), String> {
     }
     let mut path = script.as_bytes().to_vec();
     if path.len() as u64 >= offsets.script_path_size {
-        return Err(format!("the script path {script} is too long for PID {pid}"));
+        return Err(format!(
+            "the script path {script} is too long for PID {pid}"
+        ));
     }
     path.push(0);
     write(pid, support + offsets.script_path, &path)?;
@@ -208,7 +213,11 @@ mod tests {
 
     #[test]
     fn refuses_another_version_or_no_table() {
-        assert!(parse(&table(0x030f_00a0)).unwrap_err().contains("Python 3.15"));
-        assert!(parse(b"not a table").unwrap_err().contains("debug offsets"));
+        assert!(parse(&table(0x030f_00a0))
+            .expect_err("refused")
+            .contains("Python 3.15"));
+        assert!(parse(b"not a table")
+            .expect_err("refused")
+            .contains("debug offsets"));
     }
 }

@@ -301,7 +301,12 @@ impl Drop for Session {
 
 /// Connects to the agent's socket once it listens; Err when `wait` passes, the job ends, or
 /// `stop` is set.
-fn connect(pid: u32, folder: &Path, wait: Duration, stop: &AtomicBool) -> Result<UnixStream, String> {
+fn connect(
+    pid: u32,
+    folder: &Path,
+    wait: Duration,
+    stop: &AtomicBool,
+) -> Result<UnixStream, String> {
     let socket = folder.join("agent.sock");
     let start = Instant::now();
     loop {

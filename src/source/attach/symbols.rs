@@ -21,7 +21,7 @@ fn mapping(line: &str) -> Option<(u64, u64, &str)> {
 }
 
 /// The first mapped file whose name `wanted` accepts, and where its file offset 0 is mapped.
-pub fn find_file<'a>(maps: &'a str, wanted: impl Fn(&str) -> bool) -> Option<(&'a str, u64)> {
+pub fn find_file(maps: &str, wanted: impl Fn(&str) -> bool) -> Option<(&str, u64)> {
     maps.lines()
         .filter_map(mapping)
         .find(|&(_, offset, path)| offset == 0 && wanted(path.rsplit('/').next().unwrap_or(path)))
@@ -133,8 +133,8 @@ mod tests {
         };
         let data = std::fs::read(path).expect("libc");
         let found = resolve(&data, start, &["mmap", "getpid"]).expect("resolved");
-        assert_eq!(found[0], libc::mmap as usize as u64);
-        assert_eq!(found[1], libc::getpid as usize as u64);
+        assert_eq!(found[0], libc::mmap as *const () as u64);
+        assert_eq!(found[1], libc::getpid as *const () as u64);
         assert_eq!(
             resolve(&data, start, &["no_such_function_here"]),
             Err("no symbol no_such_function_here".to_owned())

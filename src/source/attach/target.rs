@@ -146,13 +146,21 @@ mod tests {
         assert_eq!(python_of("/usr/bin/python3", maps), Ok(v(3, 9)));
         assert_eq!(python_of("/x/python3.14", ""), Ok(v(3, 14)));
         assert!(python_of("/x/python3.13t", "")
-            .unwrap_err()
+            .expect_err("refused")
             .starts_with("free-threaded Python 3.13t"));
         assert_eq!(
-            python_of("/usr/bin/sleep", "7f00-7f10 r-xp 0 08:01 5 /usr/lib/libc.so.6\n"),
-            Err("not a Python process (its executable is /usr/bin/sleep and it maps no libpython)".to_owned())
+            python_of(
+                "/usr/bin/sleep",
+                "7f00-7f10 r-xp 0 08:01 5 /usr/lib/libc.so.6\n"
+            ),
+            Err(
+                "not a Python process (its executable is /usr/bin/sleep and it maps no libpython)"
+                    .to_owned()
+            )
         );
-        assert!(python_of("/usr/bin/python", "").unwrap_err().starts_with("cannot tell"));
+        assert!(python_of("/usr/bin/python", "")
+            .expect_err("refused")
+            .starts_with("cannot tell"));
     }
 
     #[test]
@@ -173,8 +181,14 @@ mod tests {
         assert!(ptrace_allowed(None, false).is_ok());
         assert!(ptrace_allowed(Some(0), false).is_ok());
         assert!(ptrace_allowed(Some(1), true).is_ok());
-        assert!(ptrace_allowed(Some(1), false).unwrap_err().contains("ptrace_scope is 1"));
-        assert!(ptrace_allowed(Some(2), false).unwrap_err().contains("SYS_PTRACE"));
-        assert!(ptrace_allowed(Some(3), true).unwrap_err().contains("ptrace_scope is 3"));
+        assert!(ptrace_allowed(Some(1), false)
+            .expect_err("refused")
+            .contains("ptrace_scope is 1"));
+        assert!(ptrace_allowed(Some(2), false)
+            .expect_err("refused")
+            .contains("SYS_PTRACE"));
+        assert!(ptrace_allowed(Some(3), true)
+            .expect_err("refused")
+            .contains("ptrace_scope is 3"));
     }
 }
