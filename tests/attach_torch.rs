@@ -27,7 +27,7 @@ impl Drop for Job {
 }
 
 /// Whether this machine can run the tests: python3 of 3.8-3.13 and gdb.
-fn ready() -> bool {
+pub fn ready() -> bool {
     if !have("gdb") || !have("python3") {
         return false;
     }
@@ -126,6 +126,12 @@ impl Job {
 fn json_of(out: &Output) -> Value {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
     serde_json::from_str(&stdout(out)).expect("one JSON document")
+}
+
+/// A torch-mode `attach --json` document of a fresh job.
+pub fn torch_document() -> Value {
+    let job = start("document", &[]);
+    json_of(&job.attach(&["--json", "--duration", "1", "--interval", "0.5"]))
 }
 
 #[test]
