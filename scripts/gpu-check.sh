@@ -84,6 +84,32 @@ check "pytest: 2 failed (with the gate's report), 2 passed" \
   "$(grep -q '2 failed, 2 passed' "$out/pytest-plugin.txt" && grep -q 'limited to 64.00 MiB' \
     "$out/pytest-plugin.txt" && echo yes)"
 
+# Attach to a PyTorch job started the usual way (no shim): PyTorch's figures with NVML's beside
+# them, a snapshot, a recorded window naming the growing line, an OOM caught and diagnosed, and
+# history back off after each (needs gdb).
+rm -f "$out/attach.pid" "$out/attach.oom"
+python3 kernels/gpu/torch_attach_job.py "$out/attach.pid" "$out/attach.oom" "$out/attach.state" \
+  >"$out/attach-job.txt" 2>&1 &
+attach_job=$!
+for _ in $(seq 100); do [ -f "$out/attach.pid" ] && break; sleep 0.2; done
+step attach-live "$bin/memprof" attach "$attach_job" --json --duration 5
+outside=$(json "$out/attach-live.txt" "d['torch']['samples'][-1]['devices'][0]['outside_pytorch']" 2>/dev/null)
+echo "   outside PyTorch (NVML used - PyTorch reserved): ${outside:-?}"
+check "live figures from PyTorch with NVML beside them" \
+  "$([ -n "$outside" ] && [ "$outside" != None ] && echo yes)"
+step attach-snapshot "$bin/memprof" attach "$attach_job" --snapshot "$out/attach-now.pickle" --json
+step attach-record "$bin/memprof" attach "$attach_job" --record 5 --snapshot "$out/attach-window.pickle"
+check "the recorded window names cache_outputs" \
+  "$(grep -q cache_outputs "$out/attach-record.txt" && echo yes)"
+rm -f "$out/attach.state"; kill -USR1 "$attach_job"; sleep 2
+check "history is off again after the window" \
+  "$(json "$out/attach.state" "d['history']" 2>/dev/null | grep -q False && echo yes)"
+(sleep 8; touch "$out/attach.oom") &
+step attach-oom "$bin/memprof" attach "$attach_job" --on-oom "$out/attach-oom.pickle" --json
+check "the OOM was caught and diagnosed" \
+  "$(json "$out/attach-oom.txt" "len(d['diagnoses'])" 2>/dev/null | grep -q '^1$' && echo yes)"
+kill "$attach_job" 2>/dev/null
+
 # NVML: one scrape of the agent's metrics.
 "$bin/memprof" agent --listen 127.0.0.1:0 >"$out/agent-start.txt" 2>&1 &
 agent=$!

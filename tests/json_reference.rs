@@ -350,6 +350,11 @@ fn every_documented_attach_field_is_in_real_output() {
     assert_eq!(doc["mode"], "shim", "{doc}");
     let mut seen = BTreeSet::new();
     keys(&doc, &mut seen);
+    // Torch mode's fields: a Python job over the stand-in torch, attached through gdb.
+    if !crate::attach_torch::ready() {
+        return;
+    }
+    keys(&crate::attach_torch::torch_document(), &mut seen);
     check_keys("attach.md", &seen);
 }
 

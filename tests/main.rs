@@ -5,6 +5,7 @@ mod agent;
 mod analyze_fixtures;
 mod attach;
 mod attach_shim;
+mod attach_torch;
 mod bad_input;
 mod categories;
 mod commands;

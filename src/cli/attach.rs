@@ -1,9 +1,14 @@
 //! `memprof attach PID`: the live view of one process (`tui::attach`), or with `--json
 //! --duration SECS` its series as one JSON document. With the shim loaded in the process its
-//! socket's event stream is read; otherwise NVML is sampled for the PID.
+//! socket's event stream is read; in a Python job that imported torch and initialized CUDA,
+//! memprof's agent reads PyTorch's own figures (`attach_torch`, which also runs `--snapshot`,
+//! `--record` and `--on-oom`); otherwise NVML is sampled for the PID.
 
-use super::Outcome;
-use crate::report::attach_json::AttachDocument;
+use super::{attach_torch, Outcome};
+use crate::report::attach_json::{AttachDocument, TorchSeries};
+use crate::source::attach::feed::TorchFeed;
+use crate::source::attach::session::Session;
+use crate::source::attach::target::python_of_pid;
 use crate::source::gpu::{open_nvml, Background, GpuSampler, ProcView, SystemClock};
 use crate::source::live::{socket_path, LiveClient, LiveEvent};
 use crate::source::live_feed::{FeedState, LiveFeed};
@@ -30,6 +35,27 @@ pub struct AttachArgs {
     /// Seconds between samples.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,
+    /// Write PyTorch's snapshot of the job's allocator to FILE now, then analyze it (a Python
+    /// job that uses PyTorch; with --record, where the recorded window goes).
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Turn PyTorch's memory history on with stacks for SECS seconds (Ctrl-C ends it early),
+    /// dump it (to --snapshot FILE, else memprof-attach-PID.pickle) and analyze it; history is
+    /// then put back as it was.
+    #[arg(long, value_name = "SECS")]
+    pub record: Option<f64>,
+    /// Arm PyTorch's out-of-memory observer in the job, with memory history on: its next OOM
+    /// writes its snapshot to FILE, which memprof then diagnoses. Waits in the foreground;
+    /// Ctrl-C detaches, putting history back as it was.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["snapshot", "record"])]
+    pub on_oom: Option<PathBuf>,
+    /// Seconds to wait for a Python job to run memprof's code (it runs between two bytecodes of
+    /// the job's main thread).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub wait: f64,
+    /// Inject nothing into the job: read the shim or NVML only.
+    #[arg(long, conflicts_with_all = ["snapshot", "record", "on_oom"])]
+    pub no_inject: bool,
 }
 
 /// How long `--json` in shim mode waits, at most, for the records of what is alive (up to the
@@ -46,26 +72,66 @@ fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
 
 pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
     let interval = seconds("--interval", args.interval)?;
+    check_process(Path::new("/proc"), args.pid)?;
+    let wait = seconds("--wait", args.wait)?;
+    if args.snapshot.is_some() || args.record.is_some() || args.on_oom.is_some() {
+        if args.duration.is_some() {
+            bail!("--duration is for the live series, not --snapshot, --record or --on-oom");
+        }
+        let modes = attach_torch::Modes {
+            snapshot: args.snapshot.as_deref(),
+            record: args.record.map(|r| seconds("--record", r)).transpose()?,
+            on_oom: args.on_oom.as_deref(),
+            json: args.json,
+        };
+        return attach_torch::run_modes(args.pid, wait, &modes);
+    }
     let duration = match (args.json, args.duration) {
         (true, None) => bail!("`memprof attach --json` needs --duration SECS"),
         (true, Some(d)) => Some(seconds("--duration", d)?),
         (false, Some(_)) => bail!("--duration is for `memprof attach --json`"),
         (false, None) => None,
     };
-    check_process(Path::new("/proc"), args.pid)?;
     if !args.json && !std::io::stdout().is_terminal() {
         bail!("`memprof attach PID` is an interactive dashboard and needs a terminal; use --json --duration SECS for a series");
     }
     let command = ProcView::system().command(args.pid);
     let shim = connect_shim(args.pid);
+    // Not under the shim: PyTorch's own figures where the job has them.
+    let (torch, shim) = match shim {
+        Err(why) if !args.no_inject => match torch_session(args.pid, wait)? {
+            Ok(session) => (Some(session), Err(why)),
+            Err(not_torch) => (None, Err(format!("{why}; {not_torch}"))),
+        },
+        shim => (None, shim),
+    };
     if let Some(duration) = duration {
-        let doc = match shim {
-            Ok(client) => {
+        let doc = match (torch, shim) {
+            (Some(session), _) => {
+                let nvml = open_nvml(Box::new(SystemClock)).ok();
+                let source = nvml.as_ref().map_or_else(
+                    || "PyTorch (memprof agent in the job); NVML not available".to_owned(),
+                    |s| format!("PyTorch (memprof agent in the job) and {}", s.describe()),
+                );
+                let series = TorchSeries {
+                    python: session.hello.python.clone(),
+                    torch_version: session.hello.torch.clone(),
+                    backend: session.hello.backend.clone(),
+                    samples: Vec::new(),
+                    longest_held_us: 0,
+                    restored: None,
+                };
+                let mut doc =
+                    AttachDocument::new_torch(args.pid, command, args.interval, series, source);
+                attach_torch::follow(session, &mut doc, nvml, duration, interval)?;
+                doc
+            }
+            (None, Ok(client)) => {
                 let mut doc = AttachDocument::new_shim(args.pid, command, args.interval);
                 follow_shim(LiveFeed::start(client)?, &mut doc, duration, interval);
                 doc
             }
-            Err(why) => {
+            (None, Err(why)) => {
                 let mut sampler = open_nvml_for(args.pid, &why)?;
                 let mut doc =
                     AttachDocument::new(args.pid, command, sampler.describe(), args.interval);
@@ -78,9 +144,16 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
         writeln!(out)?;
         return Ok(Outcome::Ok);
     }
-    let (feed, why) = match shim {
-        Ok(client) => (Feed::Shim(LiveFeed::start(client)?), String::new()),
-        Err(why) => {
+    let (feed, why) = match (torch, shim) {
+        (Some(session), _) => {
+            let nvml = open_nvml(Box::new(SystemClock)).ok();
+            (
+                Feed::Torch(TorchFeed::start(session, nvml, interval)),
+                String::new(),
+            )
+        }
+        (None, Ok(client)) => (Feed::Shim(LiveFeed::start(client)?), String::new()),
+        (None, Err(why)) => {
             // The dashboard samples on a thread of its own: a hung driver call cannot freeze it.
             let sampler = Box::new(Background::start(open_nvml_for(args.pid, &why)?, interval));
             let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
@@ -93,6 +166,26 @@ pub fn run(args: &AttachArgs) -> anyhow::Result<Outcome> {
     let mut app = AttachApp::new(args.pid, command, feed, &clock, interval, theme, &why);
     terminal::run(&mut app).context("terminal")?;
     Ok(Outcome::Ok)
+}
+
+/// Attaches memprof's agent to a Python job that has PyTorch figures to give. Ok(Err(why)) when
+/// the process has none (not Python, no torch, CUDA not initialized: NVML is read instead, and
+/// `why` says so); Err when it is a Python job memprof may not or cannot attach to (a refusal).
+fn torch_session(pid: u32, wait: Duration) -> anyhow::Result<Result<Session, String>> {
+    if let Err(why) = python_of_pid(Path::new("/proc"), pid) {
+        if why.starts_with("not a Python process") {
+            return Ok(Err(format!("PID {pid} is {why}")));
+        }
+    }
+    let stop = attach_torch::stop_flag()?;
+    let session = attach_torch::open(pid, wait, &stop)?;
+    match attach_torch::no_figures(&session) {
+        None => Ok(Ok(session)),
+        Some(why) => {
+            session.detach().map_err(anyhow::Error::msg)?;
+            Ok(Err(why))
+        }
+    }
 }
 
 /// Connects to the shim in `pid`, or says why not (then NVML is sampled instead).

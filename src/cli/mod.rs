@@ -4,6 +4,7 @@
 mod agent;
 mod analyze;
 mod attach;
+mod attach_torch;
 mod diagnose;
 mod diagnose_ledger;
 mod diff;

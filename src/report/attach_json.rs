@@ -1,9 +1,11 @@
 //! The `attach --json` document: one process's device memory on each GPU over time, as NVML
 //! reports it or, in shim mode, as held through the driver by the shim's event stream, with the
-//! stream's counts (`schema_version` 1, `kind` `memprof_attach`).
+//! stream's counts, or in torch mode as PyTorch's allocator in the job reports it
+//! (`schema_version` 1, `kind` `memprof_attach`).
 
 use super::analyze_json::{Tool, SCHEMA_VERSION};
 use crate::model::Bytes;
+use crate::source::attach::figures::TorchDevice;
 use crate::source::gpu::Sample;
 use crate::source::live_tally::LiveTally;
 use serde::Serialize;
@@ -23,6 +25,43 @@ Tensors inside PyTorch's segments are not visible. `shim.libraries` and `shim.pi
 device and pinned host memory by the library that asked for it (its stack's first frame outside \
 the CUDA runtime). Counts start when attach connected; what was alive then is included in `used` \
 but not counted as allocations.";
+
+/// What torch mode can and cannot see.
+pub const TORCH_NOTE: &str = "Torch mode: PyTorch's own allocator figures \
+(torch.cuda.memory_stats) read by memprof's agent inside the job, which was started without \
+memprof; next to them NVML's figure for the process where NVML runs, so that `outside_pytorch` \
+(NVML's used minus PyTorch's reserved: the CUDA context, NCCL, cuBLAS workspaces) shows. Devices \
+are matched by index: with CUDA_VISIBLE_DEVICES set, PyTorch's index and NVML's differ. The agent \
+is removed at the end and the job left as it was (`torch.restored`).";
+
+/// One torch-mode sample.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct TorchSample {
+    pub time_ms: u64,
+    pub devices: Vec<TorchSampleDevice>,
+}
+
+/// A device of a torch-mode sample, with `outside_pytorch` worked out.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct TorchSampleDevice {
+    #[serde(flatten)]
+    pub figures: TorchDevice,
+    pub outside_pytorch: Option<Bytes>,
+}
+
+/// The torch-mode series and what the agent said about the job.
+#[derive(Debug, PartialEq, Serialize)]
+pub struct TorchSeries {
+    pub python: String,
+    pub torch_version: Option<String>,
+    /// `torch.cuda.get_allocator_backend()`: `native` or `cudaMallocAsync`.
+    pub backend: Option<String>,
+    pub samples: Vec<TorchSample>,
+    /// The longest one request of memprof's ran in the job (microseconds, with the GIL at most).
+    pub longest_held_us: u64,
+    /// What detaching put back (`history_stopped`, `observer_disarmed`); null until detached.
+    pub restored: Option<serde_json::Value>,
+}
 
 /// The shim stream's counts at the last sample (shim mode only).
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -81,6 +120,8 @@ pub struct AttachDocument {
     pub peak: Vec<DevicePeak>,
     /// The stream's counts in shim mode; null in NVML mode.
     pub shim: Option<ShimCounts>,
+    /// PyTorch's figures in torch mode; null otherwise.
+    pub torch: Option<TorchSeries>,
     /// NVML samples that failed after the first (a transient driver error); the series goes on
     /// without them.
     pub failed_samples: u64,
@@ -122,6 +163,7 @@ impl AttachDocument {
             samples: Vec::new(),
             peak: Vec::new(),
             shim: None,
+            torch: None,
             failed_samples: 0,
         }
     }
@@ -133,6 +175,37 @@ impl AttachDocument {
             source: "memprof shim live stream".to_owned(),
             note: SHIM_NOTE,
             ..Self::new(pid, command, String::new(), interval_s)
+        }
+    }
+
+    /// An empty torch-mode series for `pid`: PyTorch's figures from the agent in the job,
+    /// `source` naming NVML's sampler where NVML runs beside it.
+    pub fn new_torch(
+        pid: u32,
+        command: Option<String>,
+        interval_s: f64,
+        series: TorchSeries,
+        source: String,
+    ) -> Self {
+        Self {
+            mode: "torch",
+            note: TORCH_NOTE,
+            torch: Some(series),
+            ..Self::new(pid, command, source, interval_s)
+        }
+    }
+
+    /// Adds PyTorch's figures at `time_ms`.
+    pub fn push_torch(&mut self, time_ms: u64, devices: Vec<TorchDevice>) {
+        if let Some(torch) = self.torch.as_mut() {
+            let devices = devices
+                .into_iter()
+                .map(|figures| TorchSampleDevice {
+                    outside_pytorch: figures.outside_pytorch(),
+                    figures,
+                })
+                .collect();
+            torch.samples.push(TorchSample { time_ms, devices });
         }
     }
 

@@ -2,6 +2,7 @@
 //! nothing here opens a path it was not handed, except that the live client finds a shim's
 //! socket from its process id.
 
+pub mod attach;
 pub mod cuda_probe;
 pub mod driver_state;
 pub mod gpu;

@@ -1,5 +1,6 @@
 //! `memprof attach PID`: the live view of one process, fed by the shim's event stream (read on
-//! a thread of its own, `LiveFeed`) or by NVML samples; `state` holds what is shown, `render`
+//! a thread of its own, `LiveFeed`), by memprof's agent in a PyTorch job (`TorchFeed`, on a
+//! thread of its own too) or by NVML samples; `state` holds what is shown, `render`
 //! draws it. `top` opens the same view on Enter.
 
 pub mod render;
@@ -8,6 +9,7 @@ pub mod state;
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
+use crate::source::attach::feed::TorchFeed;
 use crate::source::gpu::{Clock, GpuSampler, Sample};
 use crate::source::live_feed::{FeedState, LiveFeed};
 use ratatui::buffer::Buffer;
@@ -21,6 +23,8 @@ const DRAIN_PER_TICK: usize = 1 << 20;
 /// Where the view's figures come from.
 pub enum Feed {
     Shim(LiveFeed),
+    /// PyTorch's own figures from the agent in the job.
+    Torch(TorchFeed),
     /// NVML (or a scripted sampler) and a check of whether the process still runs.
     Nvml {
         sampler: Box<dyn GpuSampler>,
@@ -56,6 +60,9 @@ impl<'c> AttachApp<'c> {
     ) -> AttachApp<'c> {
         let mode = match &feed {
             Feed::Shim(_) => Mode::Shim,
+            Feed::Torch(feed) => Mode::Torch {
+                source: feed.describe.clone(),
+            },
             Feed::Nvml { sampler, .. } => Mode::Nvml {
                 source: sampler.describe(),
                 why: nvml_why.to_owned(),
@@ -131,6 +138,19 @@ impl Dashboard for AttachApp<'_> {
                 }
                 let sample = sampler.sample().map_err(|e| e.to_string());
                 self.state.tick_nvml(now, sample);
+            }
+            Feed::Torch(feed) => {
+                if self.state.gone {
+                    return;
+                }
+                match feed.latest() {
+                    Some(Ok(devices)) => self.state.tick_torch(now, devices),
+                    Some(Err(e)) => {
+                        self.state.error = Some(e);
+                        self.state.gone = true;
+                    }
+                    None => {}
+                }
             }
             Feed::Outside { .. } => {}
         }

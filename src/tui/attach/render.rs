@@ -6,6 +6,7 @@
 use super::state::{AttachState, Mode};
 use crate::model::Bytes;
 use crate::report::terminal_text::terminal_text;
+use crate::source::attach::figures::TorchDevice;
 use crate::source::live_libraries::{top_and_other, LibraryFigures};
 use crate::source::live_tally::LiveTally;
 use crate::tui::help;
@@ -55,7 +56,7 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
     .areas(area);
     let source = match &state.mode {
         Mode::Shim => "shim stream (driver level)".to_owned(),
-        Mode::Nvml { source, .. } => source.clone(),
+        Mode::Nvml { source, .. } | Mode::Torch { source } => source.clone(),
     };
     let mut head = format!(" memprof attach {} │ {source}", state.pid);
     if let Some(ms) = state.now_ms {
@@ -70,6 +71,7 @@ pub fn render(state: &AttachState, theme: &Theme, area: Rect, buf: &mut Buffer) 
     match &state.mode {
         Mode::Shim => render_shim_body(state, theme, body, buf),
         Mode::Nvml { why, .. } => render_nvml_body(why, theme, body, buf),
+        Mode::Torch { .. } => render_torch_body(&state.torch, theme, body, buf),
     }
     let hint = if state.gone {
         Line::styled(
@@ -94,6 +96,7 @@ fn render_chart(state: &AttachState, theme: &Theme, spark_rows: u16, area: Rect,
     let title = match state.mode {
         Mode::Shim => " Memory held through the driver, over time ",
         Mode::Nvml { .. } => " Memory NVML charges to the process, over time ",
+        Mode::Torch { .. } => " PyTorch reserved, over time ",
     };
     let block = Block::default()
         .borders(Borders::ALL)
@@ -104,6 +107,7 @@ fn render_chart(state: &AttachState, theme: &Theme, spark_rows: u16, area: Rect,
         let text = match state.mode {
             Mode::Shim => "no device memory held yet",
             Mode::Nvml { .. } => "NVML lists no memory of this process yet",
+            Mode::Torch { .. } => "PyTorch has reserved no device memory yet",
         };
         Paragraph::new(text).render(inner, buf);
         return;
@@ -278,5 +282,45 @@ LD_PRELOAD the shim) to see every allocation.",
                 .borders(Borders::ALL)
                 .title(Span::styled(" What NVML cannot see ", theme.title())),
         )
+        .render(area, buf);
+}
+
+/// Torch mode: PyTorch's figures per device, and what sits outside PyTorch where NVML says.
+fn render_torch_body(devices: &[TorchDevice], theme: &Theme, area: Rect, buf: &mut Buffer) {
+    let mut lines = Vec::new();
+    for d in devices {
+        lines.push(Line::styled(
+            format!(
+                "GPU {}  allocated {} (peak {})  reserved {} (peak {})  active {}",
+                d.device,
+                or_unknown(d.allocated),
+                or_unknown(d.allocated_peak),
+                or_unknown(d.reserved),
+                or_unknown(d.reserved_peak),
+                or_unknown(d.active)
+            ),
+            theme.title(),
+        ));
+        let count = |n: Option<u64>| n.map_or("unknown".to_owned(), |n| n.to_string());
+        let outside = match (d.nvml_used, d.outside_pytorch()) {
+            (Some(used), Some(outside)) => {
+                format!("  NVML {used}: outside PyTorch {outside} (CUDA context, NCCL, cuBLAS)")
+            }
+            _ => "  NVML: not available".to_owned(),
+        };
+        lines.push(Line::raw(format!(
+            "  inactive split {}  alloc retries {}  OOMs {}{outside}",
+            or_unknown(d.inactive_split),
+            count(d.num_alloc_retries),
+            count(d.num_ooms)
+        )));
+    }
+    lines.push(Line::styled(
+        "PyTorch's own figures (torch.cuda.memory_stats) from memprof's agent in the job; quitting detaches and leaves the job as it was. \
+         For a snapshot: memprof attach PID --snapshot FILE, --record SECS or --on-oom FILE.",
+        theme.muted(),
+    ));
+    Paragraph::new(lines)
+        .wrap(Wrap { trim: false })
         .render(area, buf);
 }

@@ -3,6 +3,7 @@
 //! Whether the process is still running, the help overlay and the rate of events. Pure.
 
 use crate::model::Bytes;
+use crate::source::attach::figures::TorchDevice;
 use crate::source::gpu::Sample;
 use crate::source::live::LiveEvent;
 use crate::source::live_tally::LiveTally;
@@ -20,6 +21,8 @@ pub enum Mode {
     Shim,
     /// NVML samples (`source` names the sampler); `why` says why the shim is not read.
     Nvml { source: String, why: String },
+    /// PyTorch's own figures from memprof's agent in the job (`source` says which).
+    Torch { source: String },
 }
 
 /// The attach view's state.
@@ -42,6 +45,8 @@ pub struct AttachState {
     /// Why the stream or the last sample failed.
     pub error: Option<String>,
     pub help: bool,
+    /// PyTorch's figures at the latest tick, in torch mode.
+    pub torch: Vec<TorchDevice>,
 }
 
 impl AttachState {
@@ -58,7 +63,18 @@ impl AttachState {
             gone: false,
             error: None,
             help: false,
+            torch: Vec::new(),
         }
+    }
+
+    /// A tick in torch mode: PyTorch's figures; the series is each device's reserved memory.
+    pub fn tick_torch(&mut self, now_ms: u64, devices: Vec<TorchDevice>) {
+        self.now_ms = Some(now_ms);
+        self.error = None;
+        for d in &devices {
+            self.push_point(d.device, now_ms, d.reserved);
+        }
+        self.torch = devices;
     }
 
     /// Applies one item of the shim's stream.
