@@ -1,6 +1,7 @@
 //! Opening input files: the one place `cli` turns a path into a snapshot (a PyTorch snapshot
 //! pickle or a memprof recording), with a progress bar on a terminal for big snapshots.
 
+use crate::analysis::layout_warnings;
 use crate::source::driver_state::Keeper;
 use crate::source::prefetch::Prefetch;
 use crate::source::recording::{self, RecordingInfo};
@@ -83,7 +84,9 @@ pub fn load_with<X: Keeper>(
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        let (read, extra) = read?;
+        let (mut read, extra) = read?;
+        let layout = layout_warnings(&read.parsed.snapshot.segments);
+        read.parsed.warnings.extend(layout);
         let loaded = Loaded {
             parsed: read.parsed,
             bytes,
@@ -95,8 +98,11 @@ pub fn load_with<X: Keeper>(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    let mut parsed = parsed?;
+    let layout = layout_warnings(&parsed.snapshot.segments);
+    parsed.warnings.extend(layout);
     let loaded = Loaded {
-        parsed: parsed?,
+        parsed,
         bytes,
         recording: None,
     };
