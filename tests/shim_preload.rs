@@ -1357,3 +1357,42 @@ fn memprof_run_alone_records_with_the_shim_it_carries() {
     let again = std::fs::metadata(&files[0]).expect("metadata").modified();
     assert_eq!(written.ok(), again.ok(), "the shim is written once");
 }
+
+/// A library loaded from a folder whose name is not UTF-8 (`caf\xe9`, Latin-1): the shim still
+/// defines every mapping, that one with its path byte for byte, and `analyze` reads the
+/// recording. (Reading the maps as text dropped every mapping of the process.)
+#[test]
+fn a_library_path_that_is_not_utf8_costs_no_mapping() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = kernels("non-utf8");
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&odd).expect("mkdir");
+    std::fs::copy(dir.join("libcuda.so.1"), odd.join("libcuda.so.1")).expect("copy");
+    let out = dir.join("odd.memprof");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_OUT", &out)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        // Searched before the workload's run path: the driver comes from the odd folder.
+        .env("LD_LIBRARY_PATH", &odd)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("the workload runs");
+    check("alloc_free", &output);
+    let recording = read(&out);
+    let driver = odd.join("libcuda.so.1");
+    let paths: Vec<&[u8]> = recording.mappings.iter().map(|m| &m.path[..]).collect();
+    assert!(
+        paths.contains(&driver.as_os_str().as_bytes()),
+        "the driver's mapping, byte for byte: {:?}",
+        paths
+            .iter()
+            .map(|p| String::from_utf8_lossy(p))
+            .collect::<Vec<_>>()
+    );
+    let workload = dir.join("alloc_free");
+    assert!(paths.contains(&workload.as_os_str().as_bytes()));
+    // The reader takes it as it is.
+    let doc = crate::util::analyze_json(&[out]);
+    assert_eq!(doc["inputs"][0]["kind"], "memprof_recording");
+}
