@@ -105,7 +105,7 @@ fn allocated_over_reserved_from_overlapping_blocks_is_warned_about() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = crate::util::stdout(&out);
     assert!(text.contains(&format!("warning: {want}")), "{text}");
-    let doc = crate::util::analyze_json(&[path.clone()]);
+    let doc = crate::util::analyze_json(std::slice::from_ref(&path));
     assert_eq!(doc["inputs"][0]["warnings"], serde_json::json!([want]));
     let out = memprof(&["diagnose", &shown]);
     assert!(stderr(&out).contains(want), "{}", stderr(&out));

@@ -436,7 +436,6 @@ fn mcp_answers_protocol_errors_with_the_json_rpc_error() {
     let reply = next();
     assert_eq!(reply["id"], 3, "{reply}");
     assert!(reply["result"]["tools"].is_array(), "{reply}");
-    drop(send);
     drop(input);
     let _ = child.wait();
 }
