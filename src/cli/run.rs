@@ -11,8 +11,11 @@
 //! create its recording after all says so on a socket named in `MEMPROF_REPORT`, and the summary
 //! tells which file and why. The summary leaves out a recording whose header names another
 //! process than its name, or a start before this run's (a concurrent or earlier run's).
+//! `%p` in OUT is a process's pid, as the shim names its file: the summary names CMD's, and the
+//! other files of the pattern that this run's processes wrote.
 //! SIGINT, SIGTERM and SIGHUP sent to memprof go on to CMD (`Forwarder`); memprof waits for it,
-//! prints the summary and exits with its status.
+//! removes its live socket should it have been killed before it could, prints the summary and
+//! exits with its status.
 //! When NVML is present, each process's device memory as NVML sees it is sampled while CMD runs
 //! and written into its recording (`run_nvml.rs`).
 //! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
@@ -154,7 +157,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let nvml = NvmlWatch::start();
     // Caught from before CMD starts, so that none of them ends memprof while CMD runs.
     let signals = catch_forwarded().context("cannot catch signals")?;
-    let status = if args.live {
+    let ended = if args.live {
         let log = out.with_extension("log");
         let file = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
@@ -186,7 +189,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         let forwarder = Forwarder::start(signals, pid)?;
         (forwarder.wait(&mut child)?, pid)
     };
-    let (status, pid) = status;
+    let (status, pid) = ended;
     // `%p` in OUT is CMD's pid, as the shim names its file; another recorded process names
     // its own (checked below by the pid in its header).
     let pattern = out.clone();
