@@ -67,3 +67,46 @@ fn every_cut_of_a_real_pickle_fails_cleanly() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Blocks that overlap, so that allocated (2 MiB) exceeds reserved (1 MiB): the snapshot is
+/// read, and `analyze` (text and JSON) and `diagnose` say the layout cannot be.
+#[test]
+fn allocated_over_reserved_from_overlapping_blocks_is_warned_about() {
+    use memprof::model::{Block, BlockState, PoolKind, Segment, StackTable};
+    let m = 1u64 << 20;
+    let block = Block {
+        address: m,
+        size: m,
+        requested_size: m,
+        state: BlockState::ActiveAllocated,
+        stack: None,
+    };
+    let segment = Segment {
+        device: 0,
+        address: m,
+        total_size: m,
+        stream: 0,
+        pool: PoolKind::Large,
+        pool_id: (0, 0),
+        is_expandable: false,
+        stack: None,
+        blocks: vec![block.clone(), block],
+    };
+    let dir = crate::util::Scratch::new("overlap");
+    let path = dir.join("overlap.pickle");
+    crate::util::write_snapshot(
+        &crate::util::model_snapshot(Vec::new(), vec![segment], StackTable::default(), None),
+        &path,
+    );
+    let want = "device 0: the segment layout cannot be: 1 block overlaps another block (first in \
+                the segment at 0x100000); allocated 2.00 MiB is more than reserved 1.00 MiB";
+    let shown = path.display().to_string();
+    let out = memprof(&["analyze", &shown]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = crate::util::stdout(&out);
+    assert!(text.contains(&format!("warning: {want}")), "{text}");
+    let doc = crate::util::analyze_json(std::slice::from_ref(&path));
+    assert_eq!(doc["inputs"][0]["warnings"], serde_json::json!([want]));
+    let out = memprof(&["diagnose", &shown]);
+    assert!(stderr(&out).contains(want), "{}", stderr(&out));
+}

@@ -73,7 +73,7 @@ fn a_folder_of_rank_files_names_the_heavy_rank_and_its_site() {
     let line = text.lines().next().unwrap_or_default();
     assert!(line.starts_with("outlier: "), "{text}");
     assert!(
-        line.contains("rank1.pickle device 0, peak active 120.00 MiB, 3.0x the median"),
+        line.contains("rank1.pickle device 0, peak requested 120.00 MiB, 3.0x the median"),
         "{line}"
     );
     assert!(
@@ -112,7 +112,7 @@ fn one_file_driving_several_gpus_names_the_heavy_device() {
     let text = stdout(&memprof(&["analyze", &file.display().to_string()]));
     assert!(
         text.starts_with(
-            "outlier: device 1, peak active 160.00 MiB, 4.0x the median (device 2, 40.00 MiB)"
+            "outlier: device 1, peak requested 160.00 MiB, 4.0x the median (device 2, 40.00 MiB)"
         ),
         "{text}"
     );

@@ -15,7 +15,7 @@ fn diagnose_json(args: &[&str]) -> (Option<i32>, Value) {
 fn one_diagnosis(args: &[&str]) -> Value {
     let (code, doc) = diagnose_json(args);
     assert_eq!(code, Some(0), "{args:?}");
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     let all = doc["diagnoses"].as_array().expect("diagnoses");
     assert_eq!(all.len(), 1, "{args:?}");
     all[0].clone()

@@ -135,6 +135,19 @@ fn every_documented_analyze_field_is_in_real_output() {
 }
 
 #[test]
+fn every_documented_account_field_is_in_real_output() {
+    check(
+        "account.md",
+        &[
+            args(&["analyze", "--json", &f("snapshots/demo_oom.pickle")]),
+            args(&["analyze", "--json", &f("snapshots/private_pool.pickle")]),
+            args(&["analyze", "--json", &f("snapshots/segments_only.pickle")]),
+            args(&["diagnose", "--json", &f("snapshots/demo_oom.pickle")]),
+        ],
+    );
+}
+
+#[test]
 fn every_documented_diagnose_field_is_in_real_output() {
     let generated = oom_with_recorded_settings();
     check(

@@ -7,6 +7,7 @@
 
 use crate::attach_shim::Guard;
 use crate::shim_preload::{deep_runtime_dir, kernels, runtime_dir, shim};
+use crate::util::{bind_socket, connect_socket, repo};
 use memprof::source::live::{processes_in, LiveClient, LiveEvent};
 use memprof::source::recording::from_recording;
 use memprof_wire::{decode_recording, Kind, Record, Recording, FLAG_SNAPSHOT};
@@ -210,7 +211,7 @@ fn eight_clients_that_never_read_do_not_keep_a_ninth_from_its_first_sample() {
     let (child, mut stdin, runtime, socket) = hold(&dir, HELD);
     // Eight clients, as many as the shim serves, connect and never read.
     let idle: Vec<UnixStream> = (0..8)
-        .map(|_| UnixStream::connect(&socket).expect("connects"))
+        .map(|_| connect_socket(&socket).expect("connects"))
         .collect();
     let pid = child.0.id().to_string();
     for attempt in 0..2 {
@@ -240,7 +241,7 @@ fn a_client_that_never_reads_is_dropped_after_the_timeout_and_a_reader_is_not() 
     let dir = kernels("live-stall");
     let (child, mut stdin, _runtime, socket) = hold(&dir, 100);
     let connected = Instant::now();
-    let silent = UnixStream::connect(&socket).expect("connects");
+    let silent = connect_socket(&socket).expect("connects");
     let mut reader = LiveClient::connect_path(&socket).expect("the shim listens");
     reader
         .set_timeout(Some(Duration::from_secs(30)))
@@ -280,4 +281,58 @@ fn a_client_that_never_reads_is_dropped_after_the_timeout_and_a_reader_is_not() 
     assert_eq!((frees, end), (100, Some(0)));
     let mut child = child;
     assert!(child.0.wait().expect("exits").success());
+}
+
+/// No test reaches a Unix socket by an address of its own making, which fits at CI's checkout
+/// path and not at a deeper one (`/home/someone/projects/gpu-tools/memprof`): every connect and
+/// bind in `tests/` goes through `util::connect_socket` or `util::bind_socket` (or
+/// `memprof_wire::at_socket_path`, as memprof's own code does), which keep the address short.
+#[test]
+fn every_socket_in_the_tests_is_reached_through_the_short_address_helper() {
+    let direct = [
+        "UnixStream::connect",
+        "UnixListener::bind",
+        "UnixDatagram::bind",
+        "UnixDatagram::connect",
+        "AF_UNIX",
+    ];
+    let mut found = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("tests"))
+        .expect("tests/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs" || x == "py"))
+        .filter(|p| !p.ends_with("util.rs"))
+        .collect();
+    files.sort();
+    assert!(files.len() > 10, "the tests are found: {files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if direct.iter().any(|d| line.contains(d))
+                && !line.contains("at_socket_path")
+                && !code.starts_with("//")
+                && !code.starts_with('"')
+            {
+                found.push(format!("{}:{}: {code}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "connect and bind through util::connect_socket and util::bind_socket instead:\n{}",
+        found.join("\n")
+    );
+
+    // The helpers reach a socket deeper than an address holds.
+    let scratch = crate::util::Scratch::new("deep-socket");
+    let mut deep = scratch.to_path_buf();
+    while deep.as_os_str().len() <= memprof_wire::MAX_SOCKET_PATH {
+        deep.push("a-folder-deep-enough-for-no-socket-address");
+    }
+    std::fs::create_dir_all(&deep).expect("mkdir");
+    let path = deep.join("s.sock");
+    let listener = bind_socket(&path).expect("binds");
+    let _client = connect_socket(&path).expect("connects");
+    listener.accept().expect("accepts");
 }

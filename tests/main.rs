@@ -31,6 +31,7 @@ mod real_snapshots;
 mod recording;
 mod scale;
 mod scale_input;
+mod second_user;
 mod shim_local;
 mod shim_preload;
 mod simulate;

@@ -366,3 +366,76 @@ fn mcp_refuses_paths_outside_the_root_with_the_commands_messages() {
         "invalid value 'many' for '--top <K>': invalid digit found in string"
     );
 }
+
+/// A line that is not a message gets the JSON-RPC error reply the spec names, and the session
+/// goes on: text that is not JSON (-32700, id null), a path with a lone UTF-16 surrogate
+/// (-32700, with the call's id, so the client's call ends), an id that is neither an integer
+/// nor a string (-32600, id null). Spoken raw over stdio, no client library needed.
+#[test]
+fn mcp_answers_protocol_errors_with_the_json_rpc_error() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["mcp", "--root"])
+        .arg(fixture(""))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let mut input = child.stdin.take().expect("stdin");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let output = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut send = |line: &str| {
+        input.write_all(line.as_bytes()).expect("written");
+        input.write_all(b"\n").expect("written");
+        input.flush().expect("flushed");
+    };
+    let next = || -> Value {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a reply within 30 s");
+        serde_json::from_str(&line).expect("a JSON reply")
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#,
+    );
+    assert_eq!(next()["id"], 0);
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+
+    send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list""#);
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert_eq!(reply["id"], Value::Null, "{reply}");
+
+    send(
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"analyze","arguments":{"paths":["oom\ud800.pickle"]}}}"#,
+    );
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert_eq!(reply["id"], 2, "{reply}");
+
+    for id in ["1.5", "{\"a\":1}", "true"] {
+        send(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#
+        ));
+        let reply = next();
+        assert_eq!(reply["error"]["code"], -32600, "id {id}: {reply}");
+        assert_eq!(reply["id"], Value::Null, "id {id}: {reply}");
+    }
+
+    // The session is still served.
+    send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    let reply = next();
+    assert_eq!(reply["id"], 3, "{reply}");
+    assert!(reply["result"]["tools"].is_array(), "{reply}");
+    drop(input);
+    let _ = child.wait();
+}

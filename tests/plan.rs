@@ -40,7 +40,7 @@ fn plan_train_json_has_the_contract_shape() {
     let mut args = TRAIN_8B.to_vec();
     args.extend(["1", "--json"]);
     let doc = json(&args);
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["model"]["params"], 8_030_261_248u64);
     let candidates = doc["candidates"].as_array().expect("candidates");
     assert!(!candidates.is_empty());

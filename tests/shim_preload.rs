@@ -1357,3 +1357,175 @@ fn memprof_run_alone_records_with_the_shim_it_carries() {
     let again = std::fs::metadata(&files[0]).expect("metadata").modified();
     assert_eq!(written.ok(), again.ok(), "the shim is written once");
 }
+
+/// A library loaded from a folder whose name is not UTF-8 (`caf\xe9`, Latin-1): the shim still
+/// defines every mapping, that one with its path byte for byte, and `analyze` reads the
+/// recording. (Reading the maps as text dropped every mapping of the process.)
+#[test]
+fn a_library_path_that_is_not_utf8_costs_no_mapping() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = kernels("non-utf8");
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&odd).expect("mkdir");
+    std::fs::copy(dir.join("libcuda.so.1"), odd.join("libcuda.so.1")).expect("copy");
+    let out = dir.join("odd.memprof");
+    let output = Command::new(dir.join("alloc_free"))
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("MEMPROF_OUT", &out)
+        .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+        // Searched before the workload's run path: the driver comes from the odd folder.
+        .env("LD_LIBRARY_PATH", &odd)
+        .env("LD_PRELOAD", shim())
+        .output()
+        .expect("the workload runs");
+    check("alloc_free", &output);
+    let recording = read(&out);
+    let driver = odd.join("libcuda.so.1");
+    let paths: Vec<&[u8]> = recording.mappings.iter().map(|m| &m.path[..]).collect();
+    assert!(
+        paths.contains(&driver.as_os_str().as_bytes()),
+        "the driver's mapping, byte for byte: {:?}",
+        paths
+            .iter()
+            .map(|p| String::from_utf8_lossy(p))
+            .collect::<Vec<_>>()
+    );
+    let workload = dir.join("alloc_free");
+    assert!(paths.contains(&workload.as_os_str().as_bytes()));
+    // The reader takes it as it is.
+    let doc = crate::util::analyze_json(&[out]);
+    assert_eq!(doc["inputs"][0]["kind"], "memprof_recording");
+}
+
+/// `run` takes what the system passes: arguments and an output name that are not UTF-8, and
+/// `%p` in the name (the command's pid); the summary names the file that was written.
+#[test]
+fn memprof_run_takes_names_that_are_not_utf8_and_percent_p() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = kernels("run-bytes");
+    let workload = dir.join("alloc_free");
+    let run = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_memprof"))
+            .arg("run")
+            .args(args)
+            .current_dir(&dir)
+            .env("FAKE_CUDA_CAPACITY", "1048576")
+            .env("XDG_RUNTIME_DIR", runtime_dir(&dir))
+            .env("MEMPROF_SHIM", shim())
+            .env_remove("MEMPROF_OUT")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .expect("memprof runs")
+    };
+    let os = |b: &'static [u8]| std::ffi::OsStr::from_bytes(b);
+
+    // An argument that is not UTF-8 reaches the command as it is.
+    let out = run(&[
+        os(b"-o"),
+        os(b"args.memprof"),
+        os(b"--"),
+        os(b"sh"),
+        os(b"-c"),
+        os(b"printf %s \"$1\" > arg"),
+        os(b"sh"),
+        os(b"caf\xe9"),
+    ]);
+    check("memprof run with a Latin-1 argument", &out);
+    assert_eq!(std::fs::read(dir.join("arg")).expect("written"), b"caf\xe9");
+
+    // An output name that is not UTF-8 is recorded to, and the summary says so.
+    let odd = os(b"x\xff.memprof");
+    let out = run(&[os(b"-o"), odd, os(b"--"), workload.as_os_str()]);
+    check("memprof run -o x\\xff.memprof", &out);
+    let recording = read(&dir.join(odd));
+    assert_eq!(recording.records.len(), MAIN_CALLS + 4 * 2000 * 2);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(summary.contains("recorded "), "{summary}");
+    assert!(!summary.contains("no CUDA memory calls seen"), "{summary}");
+
+    // `%p` is the command's pid, in the file and in the summary.
+    let out = run(&[
+        os(b"-o"),
+        os(b"%p.memprof"),
+        os(b"--"),
+        workload.as_os_str(),
+    ]);
+    check("memprof run -o %p.memprof", &out);
+    let written: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("list")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".memprof"))
+                .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let recording = read(&written[0]);
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains(&format!(
+            "recorded {} calls to {}",
+            recording.records.len(),
+            written[0].display()
+        )),
+        "{summary}"
+    );
+    assert!(!summary.contains("no recording written"), "{summary}");
+}
+
+/// A command killed by a signal cannot remove its live socket: `run` does, and passes on the
+/// signal as the exit status (128 + the signal).
+#[test]
+fn memprof_run_removes_the_live_socket_of_a_command_killed_by_a_signal() {
+    use std::io::BufRead;
+    let dir = kernels("run-killed");
+    let runtime = runtime_dir(&dir);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(["run", "-o", "held.memprof", "--"])
+        .arg(dir.join("hold"))
+        .arg("10")
+        .current_dir(&dir)
+        .env("FAKE_CUDA_CAPACITY", "1048576")
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("MEMPROF_SHIM", shim())
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("memprof runs");
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("a line");
+    assert_eq!(ready, "ready\n");
+    let sockets: Vec<PathBuf> = std::fs::read_dir(runtime.join("memprof"))
+        .expect("the socket folder")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let pid = sockets[0]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("PID.sock")
+        .to_string();
+    let killed = Command::new("kill")
+        .args(["-s", "KILL", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("memprof ends");
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 9),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !sockets[0].exists(),
+        "{} is left behind",
+        sockets[0].display()
+    );
+}

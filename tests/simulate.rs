@@ -45,7 +45,7 @@ fn every_decision_of_the_real_snapshots_is_reproduced() {
         let out = memprof(&["simulate", &shown, "--validate", "--json"]);
         assert_eq!(out.status.code(), Some(0), "{shown}: {}", stderr(&out));
         let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        assert_eq!(doc["schema_version"], 1);
+        assert_eq!(doc["schema_version"], 2);
         let devices = doc["validate"]["devices"].as_array().expect("devices");
         for d in devices {
             for kind in [

@@ -189,6 +189,35 @@ impl AsRef<std::ffi::OsStr> for Within {
     }
 }
 
+/// Connects to the Unix socket at `path`, however deep the checkout or runtime folder puts it:
+/// the address handed to `connect` is `path` when it fits a socket address (`sun_path`, 107
+/// bytes and a NUL), else a short one through a descriptor of its folder
+/// (`memprof_wire::at_socket_path`, as memprof's own clients do). Every test connects (and binds, [`bind_socket`]) through
+/// here (`tests/live.rs` checks that none connects or binds by a path of its own), and fails
+/// if the address would not fit.
+pub fn connect_socket(path: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    memprof_wire::at_socket_path(path, |address| {
+        assert!(
+            address.as_os_str().len() <= memprof_wire::MAX_SOCKET_PATH,
+            "the socket address {} is longer than a socket address holds",
+            address.display()
+        );
+        std::os::unix::net::UnixStream::connect(address)
+    })
+}
+
+/// Listens on a Unix socket at `path`, however deep, as [`connect_socket`] connects.
+pub fn bind_socket(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    memprof_wire::at_socket_path(path, |address| {
+        assert!(
+            address.as_os_str().len() <= memprof_wire::MAX_SOCKET_PATH,
+            "the socket address {} is longer than a socket address holds",
+            address.display()
+        );
+        std::os::unix::net::UnixListener::bind(address)
+    })
+}
+
 /// Says, in the one form `.ci/run` collects, that the running test is skipped and why. Written
 /// straight to stderr, past the test harness's capture, so the line is in the log of a passing
 /// run too. The harness names each test's thread after the test.

@@ -15,6 +15,7 @@ and `--gpu-memory-baseline` says at the end of the run that it checked and wrote
 """
 
 import gc
+import hashlib
 import json
 import os
 import pickle
@@ -117,7 +118,12 @@ def pytest_runtest_setup(item):
 
 
 def _file_name(nodeid):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_") + ".pickle"
+    """The kept snapshot's file name: the test id made safe for a file name (readable, but
+    `test[a/b]`, `test[a_b]` and `test[a b]` all give `test_a_b_`), then a hash of the whole id,
+    so that no two tests share a file; cut short to stay within a file name's 255 bytes."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[:200]
+    digest = hashlib.sha256(nodeid.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{readable}-{digest}.pickle"
 
 
 def _gate(snapshot, args):

@@ -144,9 +144,12 @@ pub fn account_of(input: &DeviceInput<'_>) -> DeviceAccount {
     });
     moments.extend(requested_peak);
     // The peak of allocated bytes: the allocator replay alone knows block sizes.
+    // It is trusted where the replay reproduced the record up to it and found the trace's own
+    // peak of requested bytes.
     let allocated_peak = replayed
         .filter(|_| trace_known)
         .filter(|r| r.trusted_at(r.at_peak_allocated.entry_index))
+        .filter(|r| r.at_peak_requested.requested_bytes == d.trace.peak_active_bytes)
         .map(|r| {
             let s = r.at_peak_allocated;
             Moment {

@@ -10,6 +10,7 @@ pub mod host_pinned;
 pub mod iterations;
 mod layout;
 mod layout_at;
+mod layout_check;
 pub mod ledger;
 mod left_alive;
 pub mod oom;
@@ -27,6 +28,7 @@ pub use device::{
 };
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use layout_at::layout_at;
+pub use layout_check::layout_warnings;
 pub use left_alive::left_alive;
 pub use peak::{find_peak, Peak};
 pub use series::{

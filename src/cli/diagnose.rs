@@ -37,7 +37,7 @@ pub struct DiagnoseArgs {
     /// allocator. Snapshots only: a message prints it.
     #[arg(long, value_name = "SIZE", conflicts_with = "log")]
     pub capacity: Option<String>,
-    /// Print one JSON document (schema_version 1) instead of text.
+    /// Print one JSON document (schema_version 2) instead of text.
     #[arg(long)]
     pub json: bool,
     /// Exit with status 1 when an out-of-memory error is found (for scripts and CI).

@@ -3,6 +3,7 @@
 //! gzip-compressed), with a progress bar on a terminal for big files. Every input is opened
 //! once and read once, as a stream, so a pipe (`/dev/stdin`, `<(…)`) reads as a file does.
 
+use crate::analysis::layout_warnings;
 use crate::source::driver_state::Keeper;
 use crate::source::pickle::DecodeErrorKind;
 use crate::source::prefetch::Prefetch;
@@ -255,7 +256,9 @@ pub fn load_opened<X: Keeper>(opened: Opened, extra: X) -> anyhow::Result<(Loade
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let (parsed, recording, extra) = result.map_err(within)?;
+    let (mut parsed, recording, extra) = result.map_err(within)?;
+    let layout = layout_warnings(&parsed.snapshot.segments);
+    parsed.warnings.extend(layout);
     let loaded = Loaded {
         parsed,
         bytes: size.unwrap_or_else(|| read.load(Ordering::Relaxed)),

@@ -98,7 +98,7 @@ pub struct AnalyzeArgs {
     /// PyTorch memory snapshot pickles or memprof recordings (one per rank, for example).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// Print one JSON document (schema_version 1) instead of text.
+    /// Print one JSON document (schema_version 2) instead of text.
     #[arg(long)]
     pub json: bool,
     /// How many allocation sites to list per device.

@@ -11,8 +11,11 @@
 //! create its recording after all says so on a socket named in `MEMPROF_REPORT`, and the summary
 //! tells which file and why. The summary leaves out a recording whose header names another
 //! process than its name, or a start before this run's (a concurrent or earlier run's).
+//! `%p` in OUT is a process's pid, as the shim names its file: the summary names CMD's, and the
+//! other files of the pattern that this run's processes wrote.
 //! SIGINT, SIGTERM and SIGHUP sent to memprof go on to CMD (`Forwarder`); memprof waits for it,
-//! prints the summary and exits with its status.
+//! removes its live socket should it have been killed before it could, prints the summary and
+//! exits with its status.
 //! When NVML is present, each process's device memory as NVML sees it is sampled while CMD runs
 //! and written into its recording (`run_nvml.rs`).
 //! `--torch` also puts a Python start-up hook on CMD's `PYTHONPATH` (`torch_hook.rs`) that turns
@@ -66,9 +69,10 @@ pub struct RunArgs {
     /// with exec always records to a file of its own).
     #[arg(long)]
     pub follow_forks: bool,
-    /// The program and its arguments; its exit code is passed through.
+    /// The program and its arguments (any bytes, as the system passes them); its exit code is
+    /// passed through.
     #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 /// Where the recording goes without `-o`.
@@ -108,6 +112,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let Some((program, rest)) = args.command.split_first() else {
         bail!("no command to run");
     };
+    let shown_program = terminal_text(&program.to_string_lossy()).to_string();
+    let shown_command = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut preload = OsString::from(shim.as_os_str());
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
         preload.push(" ");
@@ -146,7 +157,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
     let nvml = NvmlWatch::start();
     // Caught from before CMD starts, so that none of them ends memprof while CMD runs.
     let signals = catch_forwarded().context("cannot catch signals")?;
-    let status = if args.live {
+    let ended = if args.live {
         let log = out.with_extension("log");
         let file = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
@@ -157,10 +168,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             .stderr(file);
         let mut child = command
             .spawn()
-            .with_context(|| format!("cannot run {program}"))?;
+            .with_context(|| format!("cannot run {shown_program}"))?;
         let pid = child.id();
         let forwarder = Forwarder::start(signals, pid)?;
-        watch_live(&mut child, &args.command.join(" "))?;
+        watch_live(&mut child, &shown_command)?;
         if !has_ended(child.id())? {
             eprintln!(
                 "memprof: the view is closed; waiting for PID {pid} to end (its output is in {})",
@@ -169,18 +180,29 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         }
         let status = forwarder.wait(&mut child)?;
         eprintln!("memprof: the command's output is in {}", log.display());
-        status
+        (status, pid)
     } else {
         let mut child = command
             .spawn()
-            .with_context(|| format!("cannot run {program}"))?;
-        let forwarder = Forwarder::start(signals, child.id())?;
-        forwarder.wait(&mut child)?
+            .with_context(|| format!("cannot run {shown_program}"))?;
+        let pid = child.id();
+        let forwarder = Forwarder::start(signals, pid)?;
+        (forwarder.wait(&mut child)?, pid)
     };
+    let (status, pid) = ended;
+    // `%p` in OUT is CMD's pid, as the shim names its file; another recorded process names
+    // its own (checked below by the pid in its header).
+    let pattern = out.clone();
+    let out = with_pid(&out, pid);
     drop(hook);
     let samples = nvml.map_or_else(Vec::new, NvmlWatch::stop);
     let others: Vec<PathBuf> = other_recordings(&out)
         .into_iter()
+        .chain(
+            pid_recordings(&pattern)
+                .into_iter()
+                .filter(|(of, _)| *of != pid),
+        )
         .filter(|(pid, path)| {
             recording_start(path).is_some_and(|(of, wall)| of == *pid && wall >= started)
         })
@@ -191,7 +213,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
         eprintln!(
             "memprof: no recording: {} could not be created ({}); the CUDA memory calls of PID \
              {} went to the driver unrecorded",
-            terminal_text(&u.path),
+            terminal_text(&u.path.to_string_lossy()),
             terminal_text(&u.error),
             u.pid
         );
@@ -206,7 +228,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<Outcome> {
             }
         }
     }
-    let reported = unwritten.iter().any(|u| Path::new(&u.path) == out);
+    let reported = unwritten.iter().any(|u| u.path == out);
     if (others.is_empty() || out.exists()) && !reported {
         eprintln!("memprof: {}", summary(&out));
     }
@@ -318,7 +340,7 @@ const REPORT_ENV: &str = "MEMPROF_REPORT";
 /// A recording a shim of this run could not create, as it reported.
 struct Unwritten {
     pid: u32,
-    path: String,
+    path: PathBuf,
     error: String,
 }
 
@@ -345,21 +367,30 @@ impl Reports {
         Some(Reports { socket, name })
     }
 
-    /// Every report sent so far: `pid TAB path TAB error` each.
+    /// Every report sent so far: `pid TAB path TAB error` each (the path is bytes, and may
+    /// hold a tab: it is what lies between the first tab and the last).
     fn take(self) -> Vec<Unwritten> {
+        use std::os::unix::ffi::OsStrExt;
         let mut found = Vec::new();
         let mut buf = [0u8; 4096];
         while let Ok(n) = self.socket.recv(&mut buf) {
-            let text = String::from_utf8_lossy(&buf[..n]);
-            let mut fields = text.splitn(3, '\t');
-            if let (Some(pid), Some(path), Some(error)) = (
-                fields.next().and_then(|p| p.parse().ok()),
-                fields.next(),
-                fields.next(),
-            ) {
+            let message = &buf[..n];
+            let (Some(first), Some(last)) = (
+                message.iter().position(|&b| b == b'\t'),
+                message.iter().rposition(|&b| b == b'\t'),
+            ) else {
+                continue;
+            };
+            let pid = std::str::from_utf8(&message[..first])
+                .ok()
+                .and_then(|p| p.parse().ok());
+            if let (Some(pid), true) = (pid, first < last) {
+                let path = std::ffi::OsStr::from_bytes(&message[first + 1..last]);
+                let error = String::from_utf8_lossy(&message[last + 1..]);
+                let error = error.as_ref();
                 found.push(Unwritten {
                     pid,
-                    path: path.to_string(),
+                    path: PathBuf::from(path),
                     // The OS error number adds nothing for a person.
                     error: error
                         .split(" (os error")
@@ -429,10 +460,21 @@ impl Forwarder {
     /// another process that got its pid).
     fn wait(self, child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
         while !wait_unreaped(child.id(), 0).context("waiting for the command")? {}
+        remove_stale_socket(child.id());
         self.handle.close();
         // The thread only forwards; a panic there has nothing to report here.
         let _ = self.thread.join();
         child.wait().context("waiting for the command")
+    }
+}
+
+/// Removes the live socket of CMD, which has ended but is not reaped yet (so its pid is still
+/// its own): the shim removes it at exit, but a process killed by a signal cannot.
+fn remove_stale_socket(pid: u32) {
+    use std::os::unix::fs::FileTypeExt;
+    let path = socket_path(pid);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -469,23 +511,19 @@ fn wait_unreaped(pid: u32, flags: libc::c_int) -> std::io::Result<bool> {
 /// The files named as recordings of other processes beside `out` (`OUT.<pid>`, and
 /// `OUT.<pid>.<n>`), with the pid their name gives, by pid and `n`.
 fn other_recordings(out: &Path) -> Vec<(u32, PathBuf)> {
-    let (Some(dir), Some(name)) = (out.parent(), out.file_name().and_then(|n| n.to_str())) else {
+    use std::os::unix::ffi::OsStrExt;
+    let (Some(dir), Some(name)) = (out.parent(), out.file_name().map(|n| n.as_bytes())) else {
         return Vec::new();
     };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let number = |digits: &str| -> Option<u32> {
-        digits
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| digits.parse().ok())?
-    };
     let mut found: Vec<(u32, u32, PathBuf)> = entries
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let file = entry.file_name();
-            let suffix = file.to_str()?.strip_prefix(name)?.strip_prefix('.')?;
+            let suffix = file.as_bytes().strip_prefix(name)?.strip_prefix(b".")?;
+            let suffix = std::str::from_utf8(suffix).ok()?;
             let (pid, n) = match suffix.split_once('.') {
                 Some((pid, n)) => (number(pid)?, number(n)?),
                 None => (number(suffix)?, 0),
@@ -498,6 +536,59 @@ fn other_recordings(out: &Path) -> Vec<(u32, PathBuf)> {
         .into_iter()
         .map(|(pid, _, path)| (pid, path))
         .collect()
+}
+
+/// `digits` as a number, when it is only ASCII digits.
+fn number(digits: &str) -> Option<u32> {
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| digits.parse().ok())?
+}
+
+/// `out` with `pid` for each `%p` in its file name (as the shim names its recording).
+fn with_pid(out: &Path, pid: u32) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = out.as_os_str().as_bytes();
+    if !bytes.windows(2).any(|w| w == b"%p") {
+        return out.to_path_buf();
+    }
+    let mut named = Vec::with_capacity(bytes.len() + 10);
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(2).position(|w| w == b"%p") {
+        named.extend_from_slice(&rest[..at]);
+        named.extend_from_slice(pid.to_string().as_bytes());
+        rest = &rest[at + 2..];
+    }
+    named.extend_from_slice(rest);
+    PathBuf::from(std::ffi::OsStr::from_bytes(&named))
+}
+
+/// With one `%p` in the file name of `pattern`, the files beside it named so for some pid,
+/// with that pid, by pid; none without.
+fn pid_recordings(pattern: &Path) -> Vec<(u32, PathBuf)> {
+    use std::os::unix::ffi::OsStrExt;
+    let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name()) else {
+        return Vec::new();
+    };
+    let name = name.as_bytes();
+    let Some(at) = name.windows(2).position(|w| w == b"%p") else {
+        return Vec::new();
+    };
+    let (prefix, suffix) = (&name[..at], &name[at + 2..]);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u32, PathBuf)> = entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let file = entry.file_name();
+            let pid = file.as_bytes().strip_prefix(prefix)?.strip_suffix(suffix)?;
+            Some((number(std::str::from_utf8(pid).ok()?)?, entry.path()))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// Whether `path` is a regular file (not followed through a link) that starts with a

@@ -35,7 +35,7 @@ pub struct SimulateArgs {
     /// compare their peaks.
     #[arg(long)]
     pub sweep: bool,
-    /// Print one JSON document (schema_version 1) instead of text.
+    /// Print one JSON document (schema_version 2) instead of text.
     #[arg(long)]
     pub json: bool,
 }

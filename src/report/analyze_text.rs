@@ -413,13 +413,6 @@ fn render_trace(r: &DeviceReport, out: &mut String) {
             place(&peaks.reserved)
         );
     }
-    if t.entries != 1 || t.peak_entry_index.is_some() {
-        let _ = writeln!(
-            out,
-            "    peak reserved {:>11}  (torch.cuda.max_memory_reserved() over the trace)",
-            Bytes(t.peak_reserved_bytes).to_string()
-        );
-    }
     let counts: Vec<String> = t.actions.iter().map(|(a, n)| format!("{n} {a}")).collect();
     let _ = writeln!(
         out,

@@ -13,7 +13,8 @@ pub fn parse_baseline(text: &str) -> anyhow::Result<Baseline> {
     Ok(baseline)
 }
 
-/// Reads the measurements out of a `memprof analyze --json` document (schema_version 1).
+/// Reads the measurements out of a `memprof analyze --json` document (schema_version 1 or 2:
+/// the fields read here kept their meaning).
 /// `name` is the input's name where the document does not give its path.
 pub fn parse_analyze_json(
     text: &str,
@@ -21,8 +22,8 @@ pub fn parse_analyze_json(
     first_rank: usize,
 ) -> anyhow::Result<Vec<Measurement>> {
     let doc: Value = serde_json::from_str(text).context("not valid JSON")?;
-    if doc["schema_version"] != 1 {
-        bail!("not a memprof analyze JSON document of schema_version 1");
+    if doc["schema_version"] != 1 && doc["schema_version"] != 2 {
+        bail!("not a memprof analyze JSON document of schema_version 1 or 2");
     }
     let inputs = doc["inputs"].as_array().context("'inputs' is missing")?;
     let mut out = Vec::new();

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import memprof_gpu
+from memprof_gpu.pytest_plugin import _file_name
 
 STANDIN = str(Path(__file__).resolve().parent / "standin")
 
@@ -78,14 +79,15 @@ def test_over_the_limit_fails_with_the_gates_report_and_keeps_the_snapshot(pytes
     assert "limited to 2.00 MiB but peak reserved was 4.00 MiB" in out
     assert "largest sites at the peak:" in out
     assert "/work/model.py:12:build_model" in out
-    kept = pytester.path / ".gpu-memory" / "test_cases.py_test_over.pickle"
+    kept = pytester.path / ".gpu-memory" / _file_name("test_cases.py::test_over")
+    assert kept.name.startswith("test_cases.py_test_over-")
     assert f"snapshot kept: {kept}" in out
     assert kept.is_file()
     # The kept snapshot is a snapshot memprof reads: the peak the gate measured.
     doc = memprof_gpu.analyze(kept)
     assert doc["inputs"][0]["devices"][0]["trace"]["peak_active_bytes"] == 3 << 20
     # A passing test leaves no snapshot.
-    assert not (pytester.path / ".gpu-memory" / "test_cases.py_test_under.pickle").exists()
+    assert not (pytester.path / ".gpu-memory" / _file_name("test_cases.py::test_under")).exists()
 
 
 def test_without_cuda_the_markers_skip_with_a_reason(pytester):
@@ -112,7 +114,7 @@ def test_memory_left_alive_beyond_the_tolerance_fails(pytester):
     assert "limited to 1.00 MiB but left alive was 2.00 MiB" in out
     assert "sites that left most alive:" in out
     assert "/work/model.py:30:cache_outputs" in out
-    assert "test_cases.py_test_leaks.pickle" in out
+    assert _file_name("test_cases.py::test_leaks") in out
 
 
 def test_the_baseline_is_recorded_then_enforced_per_test(pytester):
@@ -176,3 +178,33 @@ def test_importing_the_package_does_not_import_torch():
 def test_the_binary_is_the_one_the_wheel_installed():
     path = Path(memprof_gpu.memprof_binary())
     assert path.parent == Path(sys.prefix) / "bin"
+
+
+PARAMETRIZED = '''
+import pytest
+import torch
+
+
+@pytest.mark.gpu_memory(limit="2 MiB")
+@pytest.mark.parametrize("name", ["a/b", "a_b", "a b"])
+def test_named(name):
+    kept = torch.cuda.standin_alloc(3 << 20, "named", 1)
+    torch.cuda.standin_free(kept)
+'''
+
+
+def test_tests_whose_ids_read_alike_keep_a_snapshot_each(pytester):
+    names = {_file_name(f"t.py::test[{p}]") for p in ("a/b", "a_b", "a b", "a__b")}
+    assert len(names) == 4, names
+    assert all(len(n.encode()) <= 255 for n in names)
+    assert len(_file_name("t.py::test[" + "x" * 1000 + "]").encode()) <= 255
+    pytester.makepyfile(test_named=PARAMETRIZED)
+    pytester._monkeypatch.setenv("PYTHONPATH", STANDIN)
+    pytester._monkeypatch.setenv("STANDIN_CUDA", "1")
+    result = pytester.runpytest_subprocess("-rA")
+    result.assert_outcomes(failed=3)
+    kept = sorted((pytester.path / ".gpu-memory").iterdir())
+    assert len(kept) == 3, kept
+    out = result.stdout.str()
+    for path in kept:
+        assert f"snapshot kept: {path}" in out

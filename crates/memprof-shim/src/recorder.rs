@@ -14,6 +14,7 @@ use memprof_wire::{FileHeader, Kind, ProcessInfo, Record, PROCESS_ENTRY_HEAD, RE
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
@@ -361,9 +362,8 @@ fn start() -> bool {
     let Some(out) = std::env::var_os("MEMPROF_OUT") else {
         return false;
     };
-    let Some(out) = out.to_str() else {
-        return false;
-    };
+    // Bytes: a file name need not be UTF-8.
+    let out = std::os::unix::ffi::OsStringExt::into_vec(out);
     STACKS.store(
         std::env::var_os("MEMPROF_STACKS").is_none_or(|v| v != "0"),
         Ordering::Relaxed,
@@ -372,17 +372,21 @@ fn start() -> bool {
     // the recorded one) records to `OUT.<pid>` instead, and so does a forked child (`fork.rs`)
     // unless `%p` already names it. A program that replaced (`exec`) one that recorded keeps its
     // pid: it records to `OUT.<pid>.<n>`, the first of them that is free.
-    let path = out.replace("%p", &pid().to_string());
-    let own = format!("{path}.{}", pid());
-    let first = (!forked || out.contains("%p")).then(|| path.clone());
+    let path = with_pid(&out, pid());
+    let own = suffixed(&path, pid());
+    let first = (!forked || out.windows(2).any(|w| w == b"%p")).then(|| path.clone());
     let names = first
         .into_iter()
         .chain(std::iter::once(own.clone()))
-        .chain((1..=MAX_EXEC_SUFFIX).map(|n| format!("{own}.{n}")));
+        .chain((1..=MAX_EXEC_SUFFIX).map(|n| suffixed(&own, n)));
     let mut file = None;
     let mut last = path.clone();
     for name in names {
-        match File::options().write(true).create_new(true).open(&name) {
+        let opened = File::options()
+            .write(true)
+            .create_new(true)
+            .open(std::ffi::OsStr::from_bytes(&name));
+        match opened {
             Ok(created) => {
                 file = Some((created, name));
                 break;
@@ -439,12 +443,32 @@ fn start() -> bool {
     true
 }
 
+/// `out` with the process id for each `%p`.
+fn with_pid(out: &[u8], pid: u32) -> Vec<u8> {
+    let pid = pid.to_string();
+    let mut path = Vec::with_capacity(out.len() + pid.len());
+    let mut rest = out;
+    while let Some(at) = rest.windows(2).position(|w| w == b"%p") {
+        path.extend_from_slice(&rest[..at]);
+        path.extend_from_slice(pid.as_bytes());
+        rest = &rest[at + 2..];
+    }
+    path.extend_from_slice(rest);
+    path
+}
+
+/// `name.<n>`.
+fn suffixed(name: &[u8], n: u32) -> Vec<u8> {
+    let mut out = name.to_vec();
+    out.extend_from_slice(format!(".{n}").as_bytes());
+    out
+}
+
 /// Tells `memprof run` that the recording could not be created at `path`, on the datagram
 /// socket (abstract) that `MEMPROF_REPORT` names, when set: one `pid TAB path TAB error`
 /// message, sent without waiting (a missing or full socket loses it).
-fn report_unwritten(path: &str, error: &dyn std::fmt::Display) {
+fn report_unwritten(path: &[u8], error: &dyn std::fmt::Display) {
     use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::net::{SocketAddr, UnixDatagram};
     let Some(name) = std::env::var_os("MEMPROF_REPORT") else {
         return;
@@ -456,8 +480,10 @@ fn report_unwritten(path: &str, error: &dyn std::fmt::Display) {
         return;
     };
     if socket.set_nonblocking(true).is_ok() {
-        let message = format!("{}\t{path}\t{error}", pid());
-        let _ = socket.send_to_addr(message.as_bytes(), &addr);
+        let mut message = format!("{}\t", pid()).into_bytes();
+        message.extend_from_slice(path);
+        message.extend_from_slice(format!("\t{error}").as_bytes());
+        let _ = socket.send_to_addr(&message, &addr);
     }
 }
 
@@ -659,6 +685,14 @@ static INIT: extern "C" fn() = init;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recording_names_are_bytes_with_the_pid_for_each_percent_p() {
+        assert_eq!(with_pid(b"/d/x\xff.memprof", 42), b"/d/x\xff.memprof");
+        assert_eq!(with_pid(b"/d/%p.memprof", 42), b"/d/42.memprof");
+        assert_eq!(with_pid(b"%p-%p", 7), b"7-7");
+        assert_eq!(suffixed(b"a\xfe", 3), b"a\xfe.3");
+    }
 
     #[test]
     fn entry_words_are_the_record_encoding() {

@@ -31,14 +31,19 @@ fn covered(ranges: &[(u64, u64)], addr: u64) -> bool {
 }
 
 /// One executable, file-backed line of `/proc/<pid>/maps`.
-fn parse_line(line: &str) -> Option<Mapping> {
-    let mut fields = line.split_ascii_whitespace();
-    let (start, end) = fields.next()?.split_once('-')?;
-    let perms = fields.next()?;
-    let offset = fields.next()?;
-    let (_dev, _inode) = (fields.next()?, fields.next()?);
-    // The path is the rest of the line, spaces included.
-    let path = line.find('/').map(|at| &line[at..])?;
+fn parse_line(line: &[u8]) -> Option<Mapping> {
+    let mut fields = line
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty())
+        .map(std::str::from_utf8);
+    let (start, end) = fields.next()?.ok()?.split_once('-')?;
+    let perms = fields.next()?.ok()?;
+    let offset = fields.next()?.ok()?;
+    // Device and inode: ASCII; their values are not needed.
+    let (_dev, _inode) = (fields.next()?.ok()?, fields.next()?.ok()?);
+    // The path is the rest of the line, spaces included: bytes as the kernel gives them, which
+    // need not be UTF-8 (one such path must not cost the others, or itself).
+    let path = line.iter().position(|&b| b == b'/').map(|at| &line[at..])?;
     if !perms.contains('x') {
         return None;
     }
@@ -48,7 +53,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
         start,
         len: end.checked_sub(start)?,
         file_offset: u64::from_str_radix(offset, 16).ok()?,
-        path: path.as_bytes().to_vec(),
+        path: path.to_vec(),
     })
 }
 
@@ -66,10 +71,11 @@ impl Stacks {
     /// Reads the maps and appends the definitions of mappings not written yet to `out`.
     fn refresh(&mut self, out: &mut Vec<u8>) {
         self.read = true;
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        // Bytes, not text: a file name need not be UTF-8.
+        let Ok(maps) = std::fs::read("/proc/self/maps") else {
             return;
         };
-        let mappings: Vec<Mapping> = maps.lines().filter_map(parse_line).collect();
+        let mappings: Vec<Mapping> = maps.split(|&b| b == b'\n').filter_map(parse_line).collect();
         let here = crate::recorder::record as fn(memprof_wire::Record) as usize as u64;
         if let Some(own) = mappings
             .iter()
@@ -130,7 +136,7 @@ mod tests {
     #[test]
     fn maps_lines_are_read_with_their_paths() {
         let line =
-            "7f1c2a000000-7f1c2a021000 r-xp 00002000 08:01 1234  /opt/my lib/libx.so (deleted)";
+            b"7f1c2a000000-7f1c2a021000 r-xp 00002000 08:01 1234  /opt/my lib/libx.so (deleted)";
         assert_eq!(
             parse_line(line),
             Some(Mapping {
@@ -141,11 +147,16 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_line("7f00-7f10 rw-p 00000000 08:01 1 /lib/x.so"),
+            parse_line(b"7f00-7f10 rw-p 00000000 08:01 1 /lib/x.so"),
             None
         );
-        assert_eq!(parse_line("7f00-7f10 r-xp 00000000 00:00 0 [vdso]"), None);
-        assert_eq!(parse_line("garbage"), None);
+        assert_eq!(parse_line(b"7f00-7f10 r-xp 00000000 00:00 0 [vdso]"), None);
+        assert_eq!(parse_line(b"garbage"), None);
+        // A path that is not UTF-8 is kept, byte for byte.
+        assert_eq!(
+            parse_line(b"7f00-7f10 r-xp 00000000 08:01 1 /opt/caf\xe9/libx.so").map(|m| m.path),
+            Some(b"/opt/caf\xe9/libx.so".to_vec())
+        );
     }
 
     #[inline(never)]

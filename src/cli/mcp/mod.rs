@@ -5,6 +5,7 @@
 mod roots;
 mod schema;
 mod tools;
+mod transport;
 mod view_state;
 
 use super::Outcome;
@@ -96,8 +97,9 @@ pub fn run(args: &McpArgs) -> anyhow::Result<Outcome> {
         .build()
         .context("starting the MCP server's runtime")?;
     runtime.block_on(async {
+        let (stdin, stdout) = rmcp::transport::stdio();
         let service = Server { roots }
-            .serve(rmcp::transport::stdio())
+            .serve(transport::LineTransport::new(stdin, stdout))
             .await
             .context("MCP handshake")?;
         service.waiting().await.context("MCP server")?;
