@@ -229,9 +229,14 @@ fn the_report_shows_the_filtered_stack_and_the_full_one_behind_a_click() {
     let _ = std::fs::remove_dir_all(&dir);
     let site = "trace_peak_memory.py:12:custom_scaled_dot_product_attention, via \
                 einops.einops.einsum";
-    let at = page
-        .find(site)
-        .unwrap_or_else(|| panic!("no row for {site}"));
+    // The sites table, after the account's text (which names the site too).
+    let table = page
+        .find("by allocation site</h3>")
+        .expect("the sites table");
+    let at = table
+        + page[table..]
+            .find(site)
+            .unwrap_or_else(|| panic!("no row for {site}"));
     let row = &page[at..at + page[at..].find("</tr>").expect("the row ends")];
     let (filtered, full) = row
         .split_once("<details><summary>all ")

@@ -122,7 +122,7 @@ fn analyze_writes_the_timeline_and_still_reports() {
     let input = path_str(&fixture("snapshots/demo_oom.pickle"));
     let out = memprof(&["analyze", &input, "--plot", &path_str(&png)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("peak active"));
+    assert!(stdout(&out).contains("peak requested"));
     assert_png(&png);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -221,9 +221,10 @@ fn report_is_self_contained_with_summary_plots_sites_and_oom() {
     let page = std::fs::read_to_string(&html).expect("report written");
     for want in [
         "<!DOCTYPE html>",
-        "19.27 GiB in 55 segments, 182 blocks",
-        "20.65 GiB at entry 942",
-        "Out of memory</strong> at entry 1648: a request of 4.03 GiB",
+        "19.27 GiB  in 55 segments, 182 blocks",
+        "peak requested  20.65 GiB  at entry 942",
+        "OUT OF MEMORY at entry 1648, 0.074 s: a request of 4.03 GiB",
+        "fixes, best first",
         "/home/user/train.py:99:train_step",
         "Memory over time - demo_oom.pickle",
         "Segments at the peak (entry 942, rebuilt from the trace)",
