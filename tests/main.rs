@@ -1,6 +1,7 @@
 //! The one integration-test binary: runs the real `memprof` binary on committed fixtures and on
 //! the real snapshots in `../shared/fixtures/real/`.
 
+mod account;
 mod agent;
 mod analyze_fixtures;
 mod attach;

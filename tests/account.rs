@@ -1,0 +1,218 @@
+//! One account, told the same way everywhere: on every real snapshot (and the repository's
+//! snapshot fixtures), each figure that `analyze` (text and JSON), `diagnose` (text and JSON),
+//! the HTML report, `view`'s state at the same moment and the comparison table show is the same
+//! figure, at the same moment, on the one time axis of the input.
+
+use crate::util::{fixture, memprof, real_fixtures, stdout, Scratch};
+use memprof::model::Bytes;
+use memprof::report::view_state::ViewStateReport;
+use memprof::source::torch_snapshot;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The real snapshots (when present) and the repository's snapshot fixtures.
+fn inputs() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![fixture("snapshots")];
+    if let Some(real) = real_fixtures() {
+        dirs.push(real.join("more"));
+        dirs.push(real);
+    }
+    for dir in dirs {
+        for e in std::fs::read_dir(&dir).expect("readable").flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "pickle" || x == "pkl") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = memprof(args);
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn bytes(v: &Value) -> Option<String> {
+    v.as_u64().map(|b| Bytes(b).to_string())
+}
+
+/// The moment of `kind` in a device's account.
+fn moment<'a>(d: &'a Value, kind: &str) -> Option<&'a Value> {
+    d["moments"].as_array()?.iter().find(|m| m["kind"] == kind)
+}
+
+/// Checks one file through every output.
+fn check(path: &Path, scratch: &Scratch) {
+    let file = path.display().to_string();
+    let analyze = json(&["analyze", "--json", &file]);
+    let input = &analyze["inputs"][0];
+    let devices = input["devices"].as_array().expect("devices");
+    let diagnose = json(&["diagnose", "--json", &file]);
+    let analyze_text = stdout(&memprof(&["analyze", &file]));
+    let diagnose_text = stdout(&memprof(&["diagnose", &file]));
+    let html = scratch.join("report.html");
+    let out = memprof(&["report", &file, "-o", &html.display().to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{file}: report");
+    let page = std::fs::read_to_string(&html).expect("the report");
+    assert_eq!(
+        diagnose["time_origin_us"], input["time_origin_us"],
+        "{file}"
+    );
+    let origin = input["time_origin_us"].as_i64();
+    let snapshot = torch_snapshot::read(std::fs::File::open(path).expect("opens"))
+        .expect("parses")
+        .snapshot;
+    for d in devices {
+        let device = d["device"].as_u64().expect("device");
+        // diagnose's account of the device is analyze's, field for field.
+        let other = diagnose["devices"]
+            .as_array()
+            .and_then(|all| all.iter().find(|x| x["device"] == device))
+            .unwrap_or_else(|| panic!("{file}: device {device} in diagnose"));
+        for field in ["moments", "peaks", "pools", "findings"] {
+            assert_eq!(d[field], other[field], "{file}: device {device}: {field}");
+        }
+        // Every moment's time is on the input's axis.
+        let entries = snapshot.timeline.device(device as usize);
+        for m in d["moments"].as_array().expect("moments") {
+            let (Some(entry), Some(seconds)) = (m["entry"].as_u64(), m["seconds"].as_f64()) else {
+                continue;
+            };
+            let time = entries[entry as usize].time_us().expect("a timed entry");
+            let expected = (time - origin.expect("an origin")) as f64 / 1e6;
+            assert!((seconds - expected).abs() < 1e-6, "{file}: {m}");
+        }
+        // A twin's text names the device it copies instead of repeating its figures.
+        let twin = format!("device {device}: the same trace and segments as device");
+        if analyze_text.contains(&twin) {
+            continue;
+        }
+        // The dump's figures, as analyze's text and the report print them.
+        let dump = moment(d, "dump").expect("a dump moment");
+        let f = &dump["figures"];
+        for (label, value) in [
+            ("    reserved      ", &f["reserved_bytes"]),
+            ("    allocated     ", &f["allocated_bytes"]),
+            ("    cached free   ", &f["cached_free_bytes"]),
+        ] {
+            let shown = bytes(value).expect("known at the dump");
+            let line = format!("{label}{shown:>11}");
+            assert!(
+                analyze_text.contains(&line),
+                "{file}: {line:?}\n{analyze_text}"
+            );
+            assert!(page.contains(&line), "{file}: the report lacks {line:?}");
+        }
+        // The peaks, with their moments, in the text.
+        let peak = &d["peaks"]["requested"];
+        if let (Some(shown), Some(entry)) = (bytes(&peak["bytes"]), peak["entry"].as_u64()) {
+            let mut line = format!("    peak requested {shown:>10}  at entry {entry} of ");
+            if let Some(s) = peak["seconds"].as_f64() {
+                line = format!("{line}{}, {s:.3} s", entries.len());
+            }
+            assert!(
+                analyze_text.contains(&line),
+                "{file}: {line:?}\n{analyze_text}"
+            );
+            assert!(page.contains(&line), "{file}: the report lacks {line:?}");
+            // view's state at that entry shows the same figures.
+            let view =
+                ViewStateReport::new(file.clone(), &snapshot, device as u32, entry as usize, 5);
+            let at = moment(d, "peak_requested").expect("the peak's moment");
+            assert_eq!(
+                serde_json::to_value(view.figures).expect("serializes")["requested_bytes"],
+                at["figures"]["requested_bytes"],
+                "{file}: view at the peak"
+            );
+        }
+        // The OOM's figures: analyze's text, diagnose's text and view at that entry agree.
+        if let Some(oom) = moment(d, "oom") {
+            let f = &oom["figures"];
+            let words = |v: &Value| bytes(v).unwrap_or_else(|| "not known".to_string());
+            let line = format!(
+                "at the OOM: reserved {}, allocated {}, requested {}, active {}, cached free {}",
+                words(&f["reserved_bytes"]),
+                words(&f["allocated_bytes"]),
+                words(&f["requested_bytes"]),
+                words(&f["active_bytes"]),
+                words(&f["cached_free_bytes"])
+            );
+            let last_oom = d["oom"]["entry_index"] == oom["entry"];
+            if last_oom {
+                assert!(
+                    analyze_text.contains(&line),
+                    "{file}: {line:?}\n{analyze_text}"
+                );
+                assert!(
+                    diagnose_text.contains(&line),
+                    "{file}: {line:?}\n{diagnose_text}"
+                );
+            }
+            let entry = oom["entry"].as_u64().expect("an entry") as usize;
+            let view = ViewStateReport::new(file.clone(), &snapshot, device as u32, entry, 5);
+            let shown = serde_json::to_value(view.figures).expect("serializes");
+            for k in [
+                "requested_bytes",
+                "reserved_bytes",
+                "allocated_bytes",
+                "cached_free_bytes",
+            ] {
+                assert_eq!(shown[k], f[k], "{file}: view at the OOM: {k}");
+            }
+        }
+    }
+    // The comparison table shows each device's account.
+    if let Some(rows) = analyze["comparison"]["peaks"].as_array() {
+        for row in rows {
+            let d = devices
+                .iter()
+                .find(|d| d["device"] == row["device"])
+                .expect("a compared device");
+            assert_eq!(
+                row["peak_active_bytes"], d["peaks"]["requested"]["bytes"],
+                "{file}"
+            );
+            assert_eq!(
+                row["peak_reserved_bytes"], d["peaks"]["reserved"]["bytes"],
+                "{file}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_output_tells_each_files_one_account() {
+    let scratch = Scratch::new("account");
+    let files = inputs();
+    assert!(!files.is_empty());
+    for file in &files {
+        check(file, &scratch);
+    }
+}
+
+#[test]
+fn at_each_moment_the_blocks_hold_at_least_their_requests() {
+    for file in inputs() {
+        let doc = json(&["analyze", "--json", &file.display().to_string()]);
+        for d in doc["inputs"][0]["devices"].as_array().expect("devices") {
+            for m in d["moments"].as_array().expect("moments") {
+                let f = &m["figures"];
+                let (Some(active), Some(requested)) =
+                    (f["active_bytes"].as_u64(), f["requested_bytes"].as_u64())
+                else {
+                    continue;
+                };
+                // Active blocks (allocated and pending free) are at least what was asked of
+                // them, and reserved holds them all.
+                assert!(active >= requested, "{}: {m}", file.display());
+                let reserved = f["reserved_bytes"].as_u64().expect("reserved");
+                assert!(reserved >= active, "{}: {m}", file.display());
+                let allocated = f["allocated_bytes"].as_u64().expect("allocated");
+                assert!(active >= allocated, "{}: {m}", file.display());
+            }
+        }
+    }
+}
