@@ -414,7 +414,7 @@ fn a_trace_without_requests_says_nothing_was_replayed() {
         (
             "empty",
             Vec::new(),
-            "its trace is empty (memory history was not being recorded)",
+            "its trace is empty (the file kept no trace entry; `analyze` says why)",
         ),
         (
             "frees",

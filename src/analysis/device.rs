@@ -12,7 +12,7 @@ use crate::model::{Action, Replay, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The trace part of a device report (`design/CLI.md`).
+/// The trace part of a device report (docs/json/README.md).
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceSummary {
     pub entries: usize,

@@ -4,7 +4,7 @@
 use crate::model::{BlockState, PoolKind, Segment};
 use serde::Serialize;
 
-/// Fragmentation of a layout (`design/CLI.md`).
+/// Fragmentation of a layout (docs/json/README.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Fragmentation {
     /// allocated - requested: rounding and unsplit remainders inside allocated blocks.
@@ -25,7 +25,7 @@ pub struct SegmentUse {
     pub is_expandable: bool,
 }
 
-/// Totals over a device's segments (the layout fields of `design/CLI.md`'s DEVICE).
+/// Totals over a device's segments (the layout fields of DEVICE in docs/json/analyze.md).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LayoutTotals {
     pub reserved_bytes: u64,

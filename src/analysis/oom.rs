@@ -1,5 +1,5 @@
 //! OOM diagnosis: the cause of an out-of-memory error from the numbers at that moment, checked
-//! in the order of `design/CLI.md` (oversized request, fragmentation, memory held outside the
+//! in the order docs/json/diagnose.md gives (oversized request, fragmentation, memory held outside the
 //! allocator, exhaustion), and the diagnosis object `diagnose` and `analyze` report.
 
 use super::growth::Growth;
@@ -264,7 +264,7 @@ pub struct AtOom {
     pub device_free_bytes: Option<u64>,
 }
 
-/// One diagnosed OOM (`design/CLI.md`, `diagnose`).
+/// One diagnosed OOM (docs/json/diagnose.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Diagnosis {
     pub device: u32,

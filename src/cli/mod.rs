@@ -1,4 +1,4 @@
-//! The command line: clap definitions for every subcommand of `design/CLI.md`, and dispatch.
+//! The command line: clap definitions for every subcommand (docs/commands.md), and dispatch.
 //! One file per built subcommand; `main.rs` maps the outcome to an exit code.
 
 mod agent;

@@ -1,4 +1,4 @@
-//! `memprof plan ...`: the planners' flags (`design/CLI.md`, section "plan") and their runs.
+//! `memprof plan ...`: the planners' flags (docs/planners.md) and their runs.
 
 use super::Outcome;
 use crate::model::{count, Bytes};

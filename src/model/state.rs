@@ -4,7 +4,7 @@
 //! A trace is the tail of a ring buffer, so a replay starts from the allocations alive before
 //! its first entry: live blocks at the end that no `alloc` in the trace created, and addresses
 //! freed in the trace before any `alloc` of them, each with the size its first event or block
-//! gives (the definition in `design/CLI.md`).
+//! gives (the definition in docs/json/analyze.md).
 
 use super::event::{Action, StackId, TraceEntry};
 use super::layout::Segment;

@@ -1,4 +1,4 @@
-//! Built-in model shapes, by the names `design/CLI.md` lists, taken from the published
+//! Built-in model shapes, by the names docs/planners.md lists, taken from the published
 //! `config.json` of each checkpoint (GPT-3 from Brown et al. 2020, Table 2.1).
 
 use super::model::{Mlp, ModelConfig, Norm};

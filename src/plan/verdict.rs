@@ -1,7 +1,7 @@
 //! What "fits" means, the same for every planner: an estimate and the headroom kept beside it
 //! against a capacity. Fit: estimate plus headroom within the capacity (exit 0). Tight: the
 //! estimate alone is within it, the headroom is not (exit 1: it may run, it may not). No fit:
-//! the estimate alone is over (exit 1). Errors in the input exit 2 (`design/CLI.md`).
+//! the estimate alone is over (exit 1). Errors in the input exit 2 (docs/commands.md).
 
 use serde::Serialize;
 

@@ -1,4 +1,4 @@
-//! The `analyze --json` document (`design/CLI.md`, `schema_version` 1).
+//! The `analyze --json` document (docs/json/analyze.md, `schema_version` 2).
 
 use crate::account::DeviceReport;
 use crate::analysis::compare::{compare, Candidate, Comparison};

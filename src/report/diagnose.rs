@@ -1,4 +1,4 @@
-//! The `diagnose` report (`docs/json.md`): the JSON document and the text a person acts on
+//! The `diagnose` report (docs/json/diagnose.md): the JSON document and the text a person acts on
 //! (the cause in one line, the figures at the OOM, the sites, the fixes that avoid it in
 //! replay, what was tried and still fails, and the allocator pressure of every device).
 

@@ -1,4 +1,4 @@
-//! The `plan ... --json` documents (`design/CLI.md`, `schema_version` 1).
+//! The `plan ... --json` documents (docs/json/plan.md, `schema_version` 2).
 
 use super::analyze_json::SCHEMA_VERSION;
 use crate::plan::activations::Recompute;

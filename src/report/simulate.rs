@@ -1,4 +1,4 @@
-//! The `simulate` reports (`design/CLI.md`, `docs/json/simulate.md`): the `--validate`
+//! The `simulate` reports (docs/json/simulate.md): the `--validate`
 //! document, the what-if runs document, and their human text. A device whose trace holds
 //! nothing to replay says so and why, instead of reporting agreement on nothing.
 
@@ -90,7 +90,7 @@ impl ValidateDevice {
 /// Why a device's trace gave nothing to replay, in words.
 fn nothing_to_replay(entries: usize, what: &str) -> String {
     match entries {
-        0 => "its trace is empty (memory history was not being recorded)".to_string(),
+        0 => "its trace is empty (the file kept no trace entry; `analyze` says why)".to_string(),
         1 => format!("its one trace entry is not {what}"),
         n => format!("none of its {n} trace entries is {what}"),
     }

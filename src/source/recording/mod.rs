@@ -1,7 +1,7 @@
 //! memprof recordings (the shim's driver calls, `memprof-wire`) into the model.
 //!
 //! A recording sees the CUDA driver, not PyTorch's caching allocator, so it is mapped at that
-//! level (`design/CLI.md`, "For a memprof recording"), following the one rule of what the driver
+//! level (docs/recordings.md), following the one rule of what the driver
 //! holds (`source::driver_state`, which every reader of driver records walks them through):
 //!
 //! - a successful device allocation (`cuMemAlloc`, `cuMemAllocPitch`, `cuMemAllocAsync`,

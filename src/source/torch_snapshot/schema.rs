@@ -377,7 +377,7 @@ fn block(
         .get(pairs, "history")
         .and_then(|h| doc.as_seq(h))
         .and_then(|h| h.first().copied());
-    // A 2.0 block (no address) without history counts its size (design/CLI.md).
+    // A 2.0 block (no address) without history counts its size (docs/json/analyze.md).
     let mut requested_size = match recorded_address {
         Some(_) => uint(doc, pairs, "requested_size")?,
         None => None,
