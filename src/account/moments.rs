@@ -72,10 +72,9 @@ pub struct TimeAxis {
 
 impl TimeAxis {
     pub fn of(snapshot: &Snapshot) -> TimeAxis {
-        let origin_us = (0..snapshot.timeline.device_count())
-            .filter_map(|d| snapshot.timeline.device(d).iter().find_map(|e| e.time_us()))
-            .min();
-        TimeAxis { origin_us }
+        TimeAxis {
+            origin_us: snapshot.timeline.time_origin_us(),
+        }
     }
 
     /// Where `entry` of `entries` lies on the axis.

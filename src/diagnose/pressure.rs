@@ -58,7 +58,8 @@ fn bursts(entries: &[TraceEntry]) -> Vec<Burst> {
 /// more upper bound of what the allocator could use).
 pub fn pressure(snapshot: &Snapshot, prepared: &Prepared, total: Option<u64>) -> Pressure {
     let entries = snapshot.timeline.device(prepared.device as usize);
-    let first_time = entries.first().and_then(|e| e.time_us());
+    // Times on the input's one axis, as the account's moments.
+    let first_time = snapshot.timeline.time_origin_us();
     let mut retries = Vec::new();
     let mut oom_retries = 0;
     let mut empty_cache = 0;

@@ -2,6 +2,7 @@
 
 use super::event::{ExtraId, StreamIndex, TraceEntry};
 use std::ops::Range;
+use std::sync::OnceLock;
 
 /// Rare per-entry metadata of newer PyTorch versions; absent on almost every entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -23,6 +24,8 @@ pub struct Timeline {
     extras: Vec<EntryExtra>,
     /// `pool_id` of each `PoolIndex`.
     pools: Vec<(i64, i64)>,
+    /// The time of the first timed entry of any device, found once (`time_origin_us`).
+    origin: OnceLock<Option<i64>>,
 }
 
 impl Timeline {
@@ -35,14 +38,29 @@ impl Timeline {
             streams: vec![0],
             extras: Vec::new(),
             pools: Vec::new(),
+            origin: OnceLock::new(),
         }
+    }
+
+    /// The time of the first trace entry of any device that has a time (µs, as PyTorch
+    /// records it): the origin of the input's one time axis. Found once, however many devices.
+    pub fn time_origin_us(&self) -> Option<i64> {
+        *self.origin.get_or_init(|| {
+            (0..self.device_count())
+                .filter_map(|d| self.device(d).iter().find_map(|e| e.time_us()))
+                .min()
+        })
     }
 
     /// The same entries and tables with other device ranges (ranges may share entries).
     #[cfg(test)]
     pub(crate) fn with_devices(self, devices: Vec<Range<usize>>) -> Timeline {
         debug_assert!(devices.iter().all(|r| r.end <= self.entries.len()));
-        Timeline { devices, ..self }
+        Timeline {
+            devices,
+            origin: OnceLock::new(),
+            ..self
+        }
     }
 
     /// The number of devices with a trace list (possibly empty).
