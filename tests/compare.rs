@@ -174,3 +174,54 @@ fn diff_names_the_added_tensors_first_with_their_stack() {
     let out = memprof(&["diff", &b, &bad.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn the_device_that_ran_out_is_shown_against_what_every_device_held() {
+    let dir = Scratch::new("imbalance");
+    let mut stacks = StackTable::default();
+    let mut all = Vec::new();
+    let mut ranges = Vec::new();
+    let mut segments = Vec::new();
+    for (device, extra) in [(0u32, 0), (1, 3)] {
+        let (entries, mut a) = rank(extra, &mut stacks);
+        // The heavy device then asks for more than its 200 MiB device has left.
+        let mut entries = entries;
+        if extra > 0 {
+            entries.push(TraceEntry::oom(
+                64 * MIB,
+                Some(8 * MIB),
+                memprof::model::StreamIndex(0),
+            ));
+        }
+        // One entry a millisecond, on one clock for both devices.
+        for (i, e) in entries.iter_mut().enumerate() {
+            *e = e.with_time(Some(1_000_000 + 1_000 * i as i64));
+        }
+        ranges.push(all.len()..all.len() + entries.len());
+        all.extend(entries);
+        segments.extend(a.layout(device));
+        let _ = a.take_events();
+    }
+    let snapshot = Snapshot {
+        format: SnapshotFormat::Modern,
+        segments,
+        timeline: Timeline::new(all, ranges),
+        stacks,
+        settings: None,
+        annotations: Vec::new(),
+    };
+    let file = dir.join("two_gpus.pickle");
+    write_snapshot(&snapshot, &file);
+    let shown = file.display().to_string();
+    let text = stdout(&memprof(&["diagnose", &shown]));
+    assert!(
+        text.contains(
+            "at the OOM (0.018 s) every device held (requested / reserved): device 0 40.00 MiB / \
+             40.00 MiB; device 1 160.00 MiB / 160.00 MiB. Device 1 held 4.0x the median \
+             (40.00 MiB)"
+        ),
+        "{text}"
+    );
+    let text = stdout(&memprof(&["analyze", &shown]));
+    assert!(text.contains("Device 1 held 4.0x the median"), "{text}");
+}

@@ -71,7 +71,7 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
     });
     let analyses = attach(analyses, replays);
     let axis = TimeAxis::of(snapshot);
-    let devices = analyses
+    let mut devices: Vec<DeviceReport> = analyses
         .into_iter()
         .map(|analysis| {
             let segments: Vec<_> = snapshot.device_segments(analysis.device).collect();
@@ -85,5 +85,6 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
             DeviceReport { analysis, account }
         })
         .collect();
+    super::ranks::add_imbalance(snapshot, axis, &mut devices);
     InputAccount { axis, devices }
 }

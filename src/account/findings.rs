@@ -26,6 +26,8 @@ pub enum FindingKind {
     Oom,
     /// A private pool's free blocks, which only that pool's requests can use.
     PrivatePool,
+    /// What every device held when this one ran out of memory.
+    Imbalance,
 }
 
 /// One verdict: its kind, the moment it speaks of, and the sentence every output prints.

@@ -10,6 +10,7 @@ pub mod figures;
 mod findings;
 pub mod moments;
 pub mod pools;
+mod ranks;
 
 pub use build::{build, DeviceReport, InputAccount, Options};
 pub use figures::Figures;

@@ -176,9 +176,9 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
             peak_active_bytes: peak.bytes,
             peak_entry_index: peak.entry_index,
             peak_time_us: peak.entry_index.and_then(|i| entries[i].time_us()),
-            peak_offset_us: peak.entry_index.and_then(|i| {
-                Some(entries[i].time_us()? - snapshot.timeline.time_origin_us()?)
-            }),
+            peak_offset_us: peak
+                .entry_index
+                .and_then(|i| Some(entries[i].time_us()? - snapshot.timeline.time_origin_us()?)),
             peak_site: peak
                 .entry_index
                 .map(|i| super::sites::site_of(&snapshot.stacks, entries[i].stack)),

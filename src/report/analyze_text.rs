@@ -328,6 +328,13 @@ fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
                 oom_figures(&m.figures, driver_only)
             );
         }
+        for f in a
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::Imbalance)
+        {
+            let _ = writeln!(out, "    {}", f.sentence);
+        }
         if let Some(diag) = &oom.diagnosis {
             let _ = writeln!(
                 out,

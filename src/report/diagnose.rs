@@ -104,6 +104,13 @@ impl DiagnoseReport {
                 .and_then(|(p, i)| p.account.moment_at(MomentKind::Oom, i))
                 .map(|m| m.figures);
             write_one(&mut out, d, figures, pressure.map_or(0, |p| p.oom_retries));
+            let imbalance = device
+                .into_iter()
+                .flat_map(|p| &p.account.findings)
+                .filter(|f| f.kind == FindingKind::Imbalance);
+            for f in imbalance {
+                let _ = writeln!(out, "  {}", f.sentence);
+            }
             let old_name = d
                 .remedies
                 .iter()
