@@ -112,7 +112,7 @@ fn words(failed: u32, at: i64, held: &mut [Held]) -> String {
         let _ = write!(
             out,
             ". Device {failed} held {:.1}x the median ({}): the work is not spread evenly, and \
-             evening it out avoids this OOM before any setting does",
+             evening it out is the first fix to weigh",
             mine as f64 / median as f64,
             Bytes(median)
         );
