@@ -24,6 +24,7 @@ mod mcp;
 mod nvml_fake;
 mod plan;
 mod plan_fit;
+mod plot_account;
 mod plot_truth;
 mod plots;
 mod probe;
