@@ -5,7 +5,9 @@
 //! into target/bench-data/ once; without python3 the benchmark says so and measures nothing.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use memprof::analysis::analyze_snapshot;
+use memprof::account::{build, Options};
+use memprof::analysis::categories::CategoryRules;
+use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
 use memprof::source::torch_snapshot;
 use memprof::tui::keys::Key;
@@ -44,8 +46,16 @@ fn view(c: &mut Criterion) {
         eprintln!("no generated snapshot (python3 and ../shared/tools needed): skipped");
         return;
     };
-    let analyses = analyze_snapshot(&snapshot, 10, None);
-    let Some(mut app) = ViewApp::new("bench".into(), &snapshot, analyses, Theme::colored()) else {
+    // The account, as `view` builds it.
+    let options = Options {
+        top: 10,
+        only: None,
+        rules: &CategoryRules::default(),
+        origin: Origin::TorchSnapshot,
+        capacity: None,
+    };
+    let reports = build(&snapshot, &options).devices;
+    let Some(mut app) = ViewApp::new("bench".into(), &snapshot, reports, Theme::colored()) else {
         eprintln!("the generated snapshot has no device: skipped");
         return;
     };

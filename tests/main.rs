@@ -25,6 +25,7 @@ mod mcp;
 mod nvml_fake;
 mod plan;
 mod plan_fit;
+mod plot_account;
 mod plot_truth;
 mod plots;
 mod probe;

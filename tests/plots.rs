@@ -4,7 +4,7 @@
 
 use crate::util::{fixture, memprof, stderr, stdout, Scratch};
 use memprof::analysis::categories::CategoryRules;
-use memprof::report::plot::{device_series, Stacking};
+use memprof::report::plot::{DevicePlot, Stacking};
 use memprof::source::torch_snapshot;
 use serde_json::json;
 use serde_json::Value;
@@ -465,9 +465,14 @@ fn stacked_by_category(input: &Path, name: &str, extra: &[&str]) -> Vec<(String,
         .snapshot;
     let rules: Vec<String> = extra.iter().map(|r| r.to_string()).collect();
     let rules = CategoryRules::parse(&rules).expect("rules");
-    let device = snapshot.devices()[0];
-    let series = device_series(&snapshot, device, &Stacking::Category(rules));
-    let mark = series.peak.expect("a peak");
+    let account = crate::plot_account::account(&snapshot);
+    let of = DevicePlot {
+        snapshot: &snapshot,
+        report: &account.devices[0],
+        axis: account.axis,
+    };
+    let series = of.series(&Stacking::Category(rules), 1280);
+    let mark = of.peak(&series).expect("a peak");
     assert_eq!(mark.bytes, peak, "{name}: the breakdown sums to the peak");
     let point = series
         .points

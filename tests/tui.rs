@@ -377,6 +377,52 @@ mod attach {
     }
 
     #[test]
+    fn attach_in_torch_mode_shows_pytorchs_figures_and_what_sits_outside() {
+        use memprof::source::attach::figures::TorchDevice;
+        use memprof::tui::attach::render;
+        use memprof::tui::attach::state::{AttachState, Mode};
+        let mut state = AttachState::new(
+            77,
+            Some("python train.py".into()),
+            Mode::Torch {
+                source: "PyTorch (memprof agent in the job) and NVML".into(),
+            },
+        );
+        let device = |device: u32, nvml: Option<u64>| TorchDevice {
+            device,
+            allocated: Some(Bytes(3 * 1024 * MIB)),
+            allocated_peak: Some(Bytes(5 * 1024 * MIB)),
+            reserved: Some(Bytes(4 * 1024 * MIB)),
+            reserved_peak: Some(Bytes(6 * 1024 * MIB)),
+            active: Some(Bytes(3 * 1024 * MIB + 512 * MIB)),
+            active_peak: None,
+            inactive_split: Some(Bytes(200 * MIB)),
+            num_alloc_retries: Some(2),
+            num_ooms: Some(0),
+            nvml_used: nvml.map(Bytes),
+        };
+        state.tick_torch(
+            NOW_MS,
+            vec![device(0, Some(4 * 1024 * MIB + 600 * MIB)), device(1, None)],
+        );
+        let mut terminal = Terminal::new(TestBackend::new(160, 30)).expect("terminal");
+        terminal
+            .draw(|f| render::render(&state, &Theme::plain(), f.area(), f.buffer_mut()))
+            .expect("draws");
+        let screen = terminal.backend().to_string();
+        for want in [
+            "PyTorch (memprof agent in the job) and NVML",
+            "GPU 0  allocated 3.00 GiB (peak 5.00 GiB)  reserved 4.00 GiB (peak 6.00 GiB)  active 3.50 GiB",
+            "inactive split 200.00 MiB  alloc retries 2  OOMs 0",
+            "NVML 4.59 GiB: outside PyTorch 600.00 MiB (CUDA context, NCCL, cuBLAS)",
+            "GPU 1  allocated 3.00 GiB",
+            "NVML: not available",
+        ] {
+            assert!(screen.contains(want), "{want:?} in {screen}");
+        }
+    }
+
+    #[test]
     fn attach_in_shim_mode_follows_the_stream_until_the_process_ends() {
         let clock = Ticking(Cell::new(NOW_MS));
         let (to, feed) = LiveFeed::manual();
@@ -577,7 +623,8 @@ mod attach {
     }
 
     #[test]
-    fn top_marks_shim_processes_and_enter_opens_the_attach_view() {
+    fn top_marks_shim_processes_and_enter_opens_the_attach_view_or_menu() {
+        use memprof::tui::top::menu::AttachChoice;
         let clock = FixedClock(NOW_MS);
         // PID 9 is another user's: whether it runs the shim is unknown.
         let mut sample = ours(NOW_MS, Some(100 * MIB));
@@ -624,8 +671,55 @@ mod attach {
         assert_eq!(row("4242 ").as_deref(), Some("yes"), "{screen}");
         assert_eq!(row("1 ").as_deref(), Some("no"), "{screen}");
         assert_eq!(row("9 ").as_deref(), Some("?"), "{screen}");
-        // The first row has no shim: its view is top's own samples, filtered to it.
+        // The first row has no shim: Enter offers the attach modes; the first is top's own
+        // samples, filtered to it.
         app.on_key(Key::Enter);
+        let menu = draw(&app, 100, 30);
+        for want in [
+            "attach to PID 1",
+            "PID 1 does not run the memprof shim",
+            "1 watch its memory here",
+            "2 snapshot PyTorch's allocator to a file",
+            "memprof attach 1 --snapshot memprof-attach-1.pickle",
+            "3 record a window of allocations with stacks",
+            "memprof attach 1 --record 30 --snapshot memprof-record-1.pickle",
+            "4 arm the OOM observer",
+            "memprof attach 1 --on-oom memprof-oom-1.pickle",
+        ] {
+            assert!(menu.contains(want), "{want:?} in {menu}");
+        }
+        assert_eq!(app.on_key(Key::Esc), Flow::Continue);
+        assert!(
+            app.menu.is_none() && app.attached.is_none(),
+            "Esc closes it"
+        );
+        app.on_key(Key::Enter);
+        app.on_key(Key::Down);
+        app.on_key(Key::Down);
+        assert_eq!(
+            app.on_key(Key::Enter),
+            Flow::Quit,
+            "a mode leaves top to run"
+        );
+        assert_eq!(
+            app.chosen,
+            Some((
+                1,
+                AttachChoice::Record {
+                    seconds: 30,
+                    file: "memprof-record-1.pickle".into()
+                }
+            ))
+        );
+        app.chosen = None;
+        app.on_key(Key::Enter);
+        assert_eq!(app.on_key(Key::Char('4')), Flow::Quit);
+        assert_eq!(
+            app.chosen.take(),
+            Some((1, AttachChoice::OnOom("memprof-oom-1.pickle".into())))
+        );
+        app.on_key(Key::Enter);
+        assert_eq!(app.on_key(Key::Enter), Flow::Continue, "watch stays in top");
         app.on_tick();
         let screen = draw(&app, 80, 24);
         assert!(screen.contains("memprof attach 1 "), "{screen}");

@@ -32,7 +32,7 @@ pub use layout_check::layout_warnings;
 pub use left_alive::left_alive;
 pub use peak::{find_peak, Peak};
 pub use series::{
-    by_site, memory_series, Grouping, Mark, MemorySeries, SeriesPoint, StackBy, XAxis,
+    by_site, memory_series, x_of_entry, Grouping, MemorySeries, SeriesPoint, StackBy, XAxis,
 };
 pub use sites::{
     is_user_label, shown_stack, site_label_of, site_of, site_text, top_sites, ShownStack, Site,

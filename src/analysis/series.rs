@@ -76,14 +76,6 @@ pub struct SeriesPoint {
     pub by_group: Vec<u64>,
 }
 
-/// A marked entry: where it is on the x axis and the bytes it is about.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Mark {
-    pub entry_index: usize,
-    pub x: f64,
-    pub bytes: u64,
-}
-
 /// One device's memory over its trace.
 #[derive(Clone, Debug)]
 pub struct MemorySeries {
@@ -92,24 +84,32 @@ pub struct MemorySeries {
     /// The labels of the groups active memory is split into, stacked bottom first.
     pub groups: Vec<String>,
     pub points: Vec<SeriesPoint>,
-    /// Where active memory first reaches its highest value (none when no entry rises above
-    /// the level alive before the trace).
-    pub peak: Option<Mark>,
-    /// The last `oom` entry; `bytes` is the request that failed.
-    pub oom: Option<Mark>,
     /// Entries in the trace (points may be fewer).
     pub entries: usize,
 }
 
+/// Where on a series' x axis the state just after `entry` of the device's trace lies, given
+/// its offset on the input's time axis (`offset_us`, microseconds from `origin`).
+pub fn x_of_entry(x_axis: XAxis, entry: usize, offset_us: Option<i64>) -> Option<f64> {
+    match x_axis {
+        XAxis::Seconds => offset_us.map(|us| us as f64 / 1e6),
+        XAxis::EntriesReplayed => Some((entry + 1) as f64),
+    }
+}
+
 /// Replays a device's trace and records the memory before the first entry and after each
-/// entry, split by `grouping` (each allocation's group is asked once), keeping at most `max_points` points: the trace is cut into runs of entries and each
-/// run keeps its entry of highest active memory (with the run's highest reserved) and its last
-/// entry, so peaks survive and the value held after the run is the true one.
+/// entry, split by `grouping` (each allocation's group is asked once). The x span is cut into
+/// `columns` equal columns (a plot's pixel columns) and each column keeps, of every quantity a
+/// plot draws (active, reserved, and reserved less active), the entries of its lowest and its
+/// highest value, and its last entry: every extreme survives, and the value held after each
+/// column is the true one. Times count from `origin_us`, the input's one time origin (the
+/// first trace entry of any device).
 pub fn memory_series(
     snapshot: &Snapshot,
     device: u32,
     grouping: Grouping,
-    max_points: usize,
+    columns: usize,
+    origin_us: Option<i64>,
 ) -> MemorySeries {
     let Grouping {
         stack_by,
@@ -118,15 +118,21 @@ pub fn memory_series(
     } = grouping;
     let entries = snapshot.timeline.device(device as usize);
     let timed = !entries.is_empty() && entries.iter().all(|e| e.time_us().is_some());
-    let x_axis = if timed {
+    let x_axis = if timed && origin_us.is_some() {
         XAxis::Seconds
     } else {
         XAxis::EntriesReplayed
     };
-    let origin = time_origin(snapshot);
-    let x_of = |i: usize| match (x_axis, origin, entries[i].time_us()) {
-        (XAxis::Seconds, Some(t0), Some(t)) => (t - t0) as f64 / 1e6,
-        _ => (i + 1) as f64,
+    let x_of = |i: usize| {
+        let offset = entries[i].time_us().zip(origin_us).map(|(t, t0)| t - t0);
+        x_of_entry(x_axis, i, offset).unwrap_or((i + 1) as f64)
+    };
+    let span = x_span(entries.len(), x_axis, &x_of);
+    let columns = columns.max(1);
+    let column_of = |x: f64| {
+        let (lo, hi) = span;
+        let at = if hi > lo { (x - lo) / (hi - lo) } else { 0.0 };
+        ((at * columns as f64).floor().max(0.0) as usize).min(columns - 1)
     };
     // The group of each live allocation, by address.
     let mut group: FxHashMap<u64, usize> = FxHashMap::default();
@@ -137,11 +143,7 @@ pub fn memory_series(
         group.insert(addr, g);
         by_group[g] = by_group[g].wrapping_add(live.size);
     }
-    let mut best = replay.live().total();
-    let mut peak = None;
-    let runs = (max_points / 2).max(1);
-    let run = entries.len().div_ceil(runs).max(1);
-    let mut points: Vec<SeriesPoint> = Vec::with_capacity(entries.len().min(max_points) + 1);
+    let mut points: Vec<SeriesPoint> = Vec::with_capacity(entries.len().min(columns * 3) + 1);
     // Without a trace there is nothing over time, not even the state before it.
     if !entries.is_empty() {
         // Before the first entry: at its time, or at 0 entries replayed.
@@ -151,24 +153,17 @@ pub fn memory_series(
         };
         points.push(SeriesPoint {
             x,
-            active: best,
+            active: replay.live().total(),
             reserved: replay.reserved(),
             by_group: by_group.clone(),
         });
     }
-    // The current run's highest point (by active) and its last point, with their indices.
-    let mut high: Option<(usize, SeriesPoint)> = None;
-    let mut last: Option<(usize, SeriesPoint)> = None;
-    let mut run_reserved = 0u64;
+    let mut column: Option<Column> = None;
     loop {
         let index = replay.position();
         let Some(entry) = entries.get(index) else {
             break;
         };
-        if index.is_multiple_of(run) {
-            end_run(&mut points, high.take(), last.take());
-            run_reserved = 0;
-        }
         let addr = entry.addr().unwrap_or(0);
         let touches_live = matches!(entry.action, Action::Alloc | Action::FreeCompleted);
         if let Some(old) = touches_live
@@ -187,67 +182,103 @@ pub fn memory_series(
             group.insert(addr, g);
             by_group[g] = by_group[g].wrapping_add(new.size);
         }
-        let active = replay.live().total();
-        if active > best {
-            best = active;
-            peak = Some(Mark {
-                entry_index: index,
-                x: x_of(index),
-                bytes: active,
-            });
+        let x = x_of(index);
+        let at = column_of(x);
+        if let Some(done) = column.take_if(|c| c.index != at) {
+            done.flush(&mut points);
         }
-        run_reserved = run_reserved.max(replay.reserved());
-        let point = SeriesPoint {
-            x: x_of(index),
-            active,
-            reserved: replay.reserved(),
-            by_group: by_group.clone(),
-        };
-        if high.as_ref().is_none_or(|(_, h)| active > h.active) {
-            high = Some((index, point.clone()));
-        }
-        if let Some((_, h)) = high.as_mut() {
-            h.reserved = run_reserved;
-        }
-        last = Some((index, point));
+        let now = Column::quantities(replay.live().total(), replay.reserved());
+        column
+            .get_or_insert_with(|| Column::new(at))
+            .add(index, x, now, &by_group);
     }
-    end_run(&mut points, high, last);
-    let oom = entries
-        .iter()
-        .rposition(|e| e.action == Action::Oom)
-        .map(|i| Mark {
-            entry_index: i,
-            x: x_of(i),
-            bytes: entries[i].size,
-        });
+    if let Some(c) = column {
+        c.flush(&mut points);
+    }
     MemorySeries {
         x_axis,
         stack_by,
         groups: labels,
         points,
-        peak,
-        oom,
         entries: entries.len(),
     }
 }
 
-/// The time all devices' series count from: the earliest `time_us` of any trace entry.
-pub fn time_origin(snapshot: &Snapshot) -> Option<i64> {
-    (0..snapshot.timeline.device_count())
-        .flat_map(|d| snapshot.timeline.device(d))
-        .filter_map(|e| e.time_us())
-        .min()
+/// The lowest and highest x of a trace of `n` entries.
+fn x_span(n: usize, x_axis: XAxis, x_of: &dyn Fn(usize) -> f64) -> (f64, f64) {
+    match x_axis {
+        XAxis::EntriesReplayed => (0.0, n as f64),
+        XAxis::Seconds => (0..n)
+            .map(x_of)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+                (lo.min(x), hi.max(x))
+            }),
+    }
 }
 
-/// Adds a finished run's points: its highest, then its last when that is another entry.
-fn end_run(
-    points: &mut Vec<SeriesPoint>,
-    high: Option<(usize, SeriesPoint)>,
+/// The quantities a plot draws of a state: active, reserved, reserved less active.
+const QUANTITIES: usize = 3;
+
+/// The entries one column keeps: per quantity its lowest and its highest, and the last.
+struct Column {
+    index: usize,
+    low: [Option<(usize, u64, SeriesPoint)>; QUANTITIES],
+    high: [Option<(usize, u64, SeriesPoint)>; QUANTITIES],
     last: Option<(usize, SeriesPoint)>,
-) {
-    let high_index = high.as_ref().map(|(i, _)| *i);
-    points.extend(high.map(|(_, p)| p));
-    points.extend(last.filter(|(i, _)| Some(*i) != high_index).map(|(_, p)| p));
+}
+
+impl Column {
+    fn new(index: usize) -> Column {
+        Column {
+            index,
+            low: Default::default(),
+            high: Default::default(),
+            last: None,
+        }
+    }
+
+    fn quantities(active: u64, reserved: u64) -> (u64, u64, [u64; QUANTITIES]) {
+        (
+            active,
+            reserved,
+            [active, reserved, reserved.saturating_sub(active)],
+        )
+    }
+
+    /// Takes the state after entry `index` at `x` (a point is made only when kept).
+    fn add(&mut self, index: usize, x: f64, now: (u64, u64, [u64; QUANTITIES]), by_group: &[u64]) {
+        let (active, reserved, q) = now;
+        let point = || SeriesPoint {
+            x,
+            active,
+            reserved,
+            by_group: by_group.to_vec(),
+        };
+        for ((value, low), high) in q.into_iter().zip(&mut self.low).zip(&mut self.high) {
+            if low.as_ref().is_none_or(|(_, v, _)| value < *v) {
+                *low = Some((index, value, point()));
+            }
+            if high.as_ref().is_none_or(|(_, v, _)| value > *v) {
+                *high = Some((index, value, point()));
+            }
+        }
+        self.last = Some((index, point()));
+    }
+
+    /// Adds the kept points, in trace order, each once.
+    fn flush(self, points: &mut Vec<SeriesPoint>) {
+        let mut kept: Vec<(usize, SeriesPoint)> = self
+            .low
+            .into_iter()
+            .chain(self.high)
+            .flatten()
+            .map(|(i, _, p)| (i, p))
+            .chain(self.last)
+            .collect();
+        kept.sort_by_key(|(i, _)| *i);
+        kept.dedup_by_key(|(i, _)| *i);
+        points.extend(kept.into_iter().map(|(_, p)| p));
+    }
 }
 
 #[cfg(test)]
@@ -277,7 +308,7 @@ mod tests {
     }
 
     #[test]
-    fn splits_active_by_site_and_marks_peak_and_oom() {
+    fn splits_active_by_site_and_keeps_each_columns_extremes() {
         let mut stacks = StackTable::default();
         let f = stacks.add_frame(Frame {
             filename: "/home/me/a.py".into(),
@@ -293,7 +324,13 @@ mod tests {
             TraceEntry::oom(4096, None, StreamIndex(0)),
         ];
         let snap = snapshot(entries, stacks);
-        let s = memory_series(&snap, 0, by_site(&snap, &["/home/me/a.py:1:f".into()]), 100);
+        let s = memory_series(
+            &snap,
+            0,
+            by_site(&snap, &["/home/me/a.py:1:f".into()]),
+            100,
+            None,
+        );
         assert_eq!(s.x_axis, XAxis::EntriesReplayed);
         let active: Vec<u64> = s.points.iter().map(|p| p.active).collect();
         assert_eq!(
@@ -306,16 +343,14 @@ mod tests {
         assert_eq!(s.points[3].by_group, [300, 200]);
         assert_eq!(s.points[4].by_group, [0, 200]);
         assert_eq!(s.points[2].reserved, 1000);
-        assert_eq!(s.peak.map(|m| (m.entry_index, m.bytes)), Some((2, 500)));
-        assert_eq!(s.oom.map(|m| (m.entry_index, m.bytes)), Some((4, 4096)));
-        let small = memory_series(&snap, 0, by_site(&snap, &[]), 2);
+        let small = memory_series(&snap, 0, by_site(&snap, &[]), 1, None);
         let kept: Vec<(f64, u64)> = small.points.iter().map(|p| (p.x, p.active)).collect();
         assert_eq!(
             kept,
-            [(0.0, 0), (3.0, 500), (5.0, 200)],
-            "one run: its highest point and its last"
+            [(0.0, 0), (1.0, 0), (3.0, 500), (5.0, 200)],
+            "one column: its lowest and highest of each quantity, and its last"
         );
-        assert_eq!(small.points[1].by_group, [500]);
-        assert_eq!(small.points[1].reserved, 1000);
+        assert_eq!(small.points[2].by_group, [500]);
+        assert_eq!(small.points[2].reserved, 1000);
     }
 }

@@ -86,19 +86,6 @@ fn analyze_file(
             bail!("{shown}: device {d} has no segments and no trace entries");
         }
     }
-    if let (Some(format), Some(out)) = (plot_format, &args.plot) {
-        let device = pick_device(snapshot, &shown, args.device)?;
-        write_plot(
-            snapshot,
-            path,
-            device,
-            Kind::Timeline,
-            &Stacking::Site,
-            format,
-            out,
-        )?;
-        super::wrote_beside(out);
-    }
     let account = crate::account::build(
         snapshot,
         &crate::account::Options {
@@ -109,6 +96,19 @@ fn analyze_file(
             capacity: None,
         },
     );
+    if let (Some(format), Some(out)) = (plot_format, &args.plot) {
+        let device = pick_device(&account, &shown)?;
+        write_plot(
+            snapshot,
+            &account,
+            device,
+            path,
+            (Kind::Timeline, &Stacking::Site),
+            format,
+            out,
+        )?;
+        super::wrote_beside(out);
+    }
     Ok(InputReport {
         path: shown,
         kind: if loaded.recording.is_some() {

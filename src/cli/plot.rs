@@ -1,11 +1,13 @@
 //! `memprof plot FILE --kind timeline|segments|fragmentation [-o OUT.png|OUT.svg]
-//! [--stack-by site|category]`: one picture of one device of a snapshot.
+//! [--stack-by site|category]`: one picture of one device of a snapshot (by default the device
+//! that ran out of memory), its marks the input's account.
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::account::{DeviceReport, InputAccount, MomentKind};
 use crate::analysis::categories::CategoryRules;
 use crate::model::Snapshot;
-use crate::report::plot::{self, Format, Kind, Stacking};
+use crate::report::plot::{self, DevicePlot, Format, Kind, Stacking};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -21,7 +23,8 @@ pub struct PlotArgs {
     /// Output file; the extension picks the format [default: FILE's stem-KIND.png here].
     #[arg(short = 'o', long = "output", value_name = "OUT.png|OUT.svg")]
     pub output: Option<PathBuf>,
-    /// The device to plot [default: the first one in the file].
+    /// The device to plot [default: the first one that ran out of memory, else the first one
+    /// in the file].
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// What the timeline's areas split active memory by: the top allocation sites, or the
@@ -80,13 +83,28 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Outcome> {
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, true).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
-    let device = pick_device(snapshot, &shown, args.device)?;
+    if let Some(d) = args.device {
+        if !snapshot.devices().contains(&d) {
+            bail!("{shown}: device {d} has no segments and no trace entries");
+        }
+    }
+    let account = crate::account::build(
+        snapshot,
+        &crate::account::Options {
+            top: STACKED_SITES,
+            only: args.device,
+            rules: &CategoryRules::default(),
+            origin: super::analyze::origin(loaded.recording.as_ref()),
+            capacity: None,
+        },
+    );
+    let report = pick_device(&account, &shown)?;
     write_plot(
         snapshot,
+        &account,
+        report,
         &args.file,
-        device,
-        args.kind.kind(),
-        &stacking,
+        (args.kind.kind(), &stacking),
         format,
         &output,
     )?;
@@ -110,26 +128,31 @@ fn stacking(args: &PlotArgs) -> anyhow::Result<Stacking> {
     })
 }
 
-/// The device asked for, or the first one; an error names the file when it has none.
-pub fn pick_device(snapshot: &Snapshot, shown: &str, device: Option<u32>) -> anyhow::Result<u32> {
-    let devices = snapshot.devices();
-    match device {
-        Some(d) if devices.contains(&d) => Ok(d),
-        Some(d) => bail!("{shown}: device {d} has no segments and no trace entries"),
-        None => match devices.first() {
-            Some(&d) => Ok(d),
-            None => bail!("{shown}: no device has segments or trace entries; nothing to plot"),
-        },
+/// Sites the timeline's areas name; the rest is "other".
+const STACKED_SITES: usize = 5;
+
+/// The device to plot among those the account holds (only the one asked for, when one was):
+/// the first that ran out of memory, as `view` opens on it, else the first. An error names the
+/// file when it has none.
+pub fn pick_device<'a>(account: &'a InputAccount, shown: &str) -> anyhow::Result<&'a DeviceReport> {
+    let devices = &account.devices;
+    let oom = devices
+        .iter()
+        .find(|d| d.account.moment(MomentKind::Oom).is_some());
+    match oom.or(devices.first()) {
+        Some(d) => Ok(d),
+        None => bail!("{shown}: no device has segments or trace entries; nothing to plot"),
     }
 }
 
-/// Draws one plot of `file`'s snapshot and writes it to `output`.
+/// Draws one plot (`kind` split by `stacking`) of `report`'s device of `file`'s snapshot and
+/// writes it to `output`.
 pub fn write_plot(
     snapshot: &Snapshot,
+    account: &InputAccount,
+    report: &DeviceReport,
     file: &Path,
-    device: u32,
-    kind: Kind,
-    stacking: &Stacking,
+    (kind, stacking): (Kind, &Stacking),
     format: Format,
     output: &Path,
 ) -> anyhow::Result<()> {
@@ -137,6 +160,11 @@ pub fn write_plot(
         .file_name()
         .unwrap_or(file.as_os_str())
         .to_string_lossy();
-    let bytes = plot::plot(snapshot, &name, device, kind, stacking, format)?;
+    let of = DevicePlot {
+        snapshot,
+        report,
+        axis: account.axis,
+    };
+    let bytes = plot::plot(of, &name, kind, stacking, format)?;
     std::fs::write(output, bytes).with_context(|| format!("{}: cannot write", output.display()))
 }

@@ -1,6 +1,8 @@
 //! `memprof top`: the dashboard of every GPU and its processes, sampled through NVML, with the
-//! processes that run the shim marked; Enter opens a process's attach view. A machine without
-//! NVML gets one line saying so (exit 2), never made-up numbers.
+//! processes that run the shim marked; Enter opens a process's attach view, or for a process
+//! not under the shim the attach menu, whose `memprof attach` modes run here once the
+//! dashboard has closed. A machine without NVML gets one line saying so (exit 2), never
+//! made-up numbers.
 
 use super::Outcome;
 use crate::cli::attach::connect_shim;
@@ -9,6 +11,7 @@ use crate::source::live::{processes_in, socket_dir};
 use crate::source::live_feed::LiveFeed;
 use crate::tui::terminal;
 use crate::tui::theme::Theme;
+use crate::tui::top::menu::AttachChoice;
 use crate::tui::top::TopApp;
 use anyhow::{bail, Context};
 use clap::Args;
@@ -73,5 +76,33 @@ pub fn run(args: &TopArgs) -> anyhow::Result<Outcome> {
         .with_shims(list, open)
         .with_liveness(alive);
     terminal::run(&mut app).context("terminal")?;
-    Ok(Outcome::Ok)
+    match app.chosen.take() {
+        Some((pid, choice)) => super::attach::run(&attach_args(pid, choice)),
+        None => Ok(Outcome::Ok),
+    }
+}
+
+/// The `memprof attach` a choice of the attach menu stands for.
+fn attach_args(pid: u32, choice: AttachChoice) -> super::attach::AttachArgs {
+    let mut args = super::attach::AttachArgs {
+        pid,
+        json: false,
+        duration: None,
+        interval: 1.0,
+        snapshot: None,
+        record: None,
+        on_oom: None,
+        wait: 10.0,
+        no_inject: false,
+    };
+    match choice {
+        AttachChoice::Watch => {}
+        AttachChoice::Snapshot(file) => args.snapshot = Some(file),
+        AttachChoice::Record { seconds, file } => {
+            args.record = Some(seconds as f64);
+            args.snapshot = Some(file);
+        }
+        AttachChoice::OnOom(file) => args.on_oom = Some(file),
+    }
+    args
 }

@@ -5,10 +5,11 @@
 
 use super::analyze_json::AnalyzeReport;
 use super::terminal_text::terminal_lines;
+use crate::account::TimeAxis;
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::{site_text, DeviceAnalysis};
 use crate::model::{Bytes, Snapshot};
-use crate::report::plot::{self, Format, Kind, PlotError, Stacking};
+use crate::report::plot::{self, DevicePlot, Format, Kind, PlotError, Stacking};
 use std::fmt::Write;
 
 /// Escapes text for HTML element content and quoted attribute values.
@@ -84,8 +85,15 @@ pub fn report(
             Kind::Timeline => vec![(kind, &Stacking::Site), (kind, &by_category)],
             _ => vec![(kind, &Stacking::Site)],
         });
+        let of = DevicePlot {
+            snapshot,
+            report: d,
+            axis: TimeAxis {
+                origin_us: input.time_origin_us,
+            },
+        };
         for (kind, stacking) in plots {
-            let svg = plot::plot(snapshot, name, device, kind, stacking, Format::Svg)?;
+            let svg = plot::plot(of, name, kind, stacking, Format::Svg)?;
             page.push_str("<div class=\"plot\">");
             // Inline SVG needs no namespace in HTML; dropping it keeps the page free of URLs.
             let svg = String::from_utf8_lossy(&svg).replacen(SVG_NAMESPACE, "", 1);

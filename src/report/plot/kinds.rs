@@ -1,10 +1,13 @@
 //! The plots memprof draws for one device of a snapshot, by kind: what each one is computed
-//! from and its title.
+//! from and its title. The sites, the peak, the OOM and their times are the device's account
+//! (`crate::account`); only the curves over time and the segment layouts come from the
+//! snapshot itself.
 
-use super::style;
+use super::style::{self, Mark};
 use super::{render, Format, FragmentationPlot, PlotError, SegmentsPlot, TimelinePlot};
+use crate::account::{DeviceReport, MomentKind, TimeAxis};
 use crate::analysis::categories::{self, CategoryRules};
-use crate::analysis::{analyze_device, by_site, layout_at, memory_series, MemorySeries};
+use crate::analysis::{by_site, layout_at, memory_series, x_of_entry, MemorySeries};
 use crate::model::Snapshot;
 
 /// Which picture.
@@ -36,21 +39,74 @@ pub enum Stacking {
     Category(CategoryRules),
 }
 
-/// Most points a series keeps, so big traces stay fast and files small.
-const MAX_POINTS: usize = 2000;
-
-/// One device's memory over time, split by its top sites at the peak or by category.
-pub fn device_series(snapshot: &Snapshot, device: u32, stacking: &Stacking) -> MemorySeries {
-    let grouping = match stacking {
-        Stacking::Site => {
-            let analysis = analyze_device(snapshot, device, STACKED_SITES);
-            let sites: Vec<String> = analysis.top_sites.into_iter().map(|s| s.frame).collect();
-            by_site(snapshot, &sites)
-        }
-        Stacking::Category(rules) => categories::grouping(snapshot, device, rules),
-    };
-    memory_series(snapshot, device, grouping, MAX_POINTS)
+/// What a plot of one device is drawn from: the snapshot, the device's account and the
+/// input's one time axis.
+#[derive(Clone, Copy)]
+pub struct DevicePlot<'a> {
+    pub snapshot: &'a Snapshot,
+    pub report: &'a DeviceReport,
+    pub axis: TimeAxis,
 }
+
+impl DevicePlot<'_> {
+    fn device(&self) -> u32 {
+        self.report.analysis.device
+    }
+
+    /// The device's memory over time at `columns` columns, split by the account's top sites
+    /// at the peak or by category.
+    pub fn series(&self, stacking: &Stacking, columns: usize) -> MemorySeries {
+        let (snapshot, device) = (self.snapshot, self.device());
+        let grouping = match stacking {
+            Stacking::Site => {
+                let sites: Vec<String> = self
+                    .report
+                    .analysis
+                    .top_sites
+                    .iter()
+                    .take(STACKED_SITES)
+                    .map(|s| s.frame.clone())
+                    .collect();
+                by_site(snapshot, &sites)
+            }
+            Stacking::Category(rules) => categories::grouping(snapshot, device, rules),
+        };
+        memory_series(snapshot, device, grouping, columns, self.axis.origin_us)
+    }
+
+    /// The account's peak of requested memory on `series`' x axis (none when the account does
+    /// not know it, or it is the state before the trace).
+    pub fn peak(&self, series: &MemorySeries) -> Option<Mark> {
+        let peak = self.report.account.peaks.requested;
+        let entry = peak.entry?;
+        Some(Mark {
+            entry_index: entry,
+            x: x_of_entry(series.x_axis, entry, peak.offset_us)?,
+            bytes: peak.bytes?,
+        })
+    }
+
+    /// The account's OOMs on `series`' x axis, in trace order; `bytes` is the request that
+    /// failed.
+    pub fn ooms(&self, series: &MemorySeries) -> Vec<Mark> {
+        let entries = self.snapshot.timeline.device(self.device() as usize);
+        let ooms = self.report.account.moments.iter();
+        ooms.filter(|m| m.kind == MomentKind::Oom)
+            .filter_map(|m| {
+                let entry = m.entry?;
+                Some(Mark {
+                    entry_index: entry,
+                    x: x_of_entry(series.x_axis, entry, m.offset_us)?,
+                    bytes: entries.get(entry)?.size,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A series keeps a few points per column of the figure's width, so every extreme survives
+/// downsampling however narrow the spike.
+const COLUMNS: usize = super::canvas::SIZE.0 as usize;
 
 /// A title that fits the figure's width, the file name cut if need be.
 fn fit(make: impl Fn(&str) -> String, name: &str) -> String {
@@ -61,16 +117,16 @@ fn fit(make: impl Fn(&str) -> String, name: &str) -> String {
 /// Draws one kind of plot of one device, a timeline's areas split by `stacking`; `name` (the
 /// file's name) goes in the title.
 pub fn plot(
-    snapshot: &Snapshot,
+    of: DevicePlot<'_>,
     name: &str,
-    device: u32,
     kind: Kind,
     stacking: &Stacking,
     format: Format,
 ) -> Result<Vec<u8>, PlotError> {
+    let (snapshot, device) = (of.snapshot, of.device());
     match kind {
         Kind::Timeline => {
-            let series = device_series(snapshot, device, stacking);
+            let series = of.series(stacking, COLUMNS);
             let by = match stacking {
                 Stacking::Site => "",
                 Stacking::Category(_) => " by category",
@@ -82,13 +138,15 @@ pub fn plot(
             render(
                 &TimelinePlot {
                     title,
+                    peak: of.peak(&series),
+                    ooms: of.ooms(&series),
                     series: &series,
                 },
                 format,
             )
         }
         Kind::Fragmentation => {
-            let series = device_series(snapshot, device, &Stacking::Site);
+            let series = of.series(&Stacking::Site, COLUMNS);
             let title = fit(
                 |n| format!("Fragmentation over time (reserved - active) - {n}, device {device}"),
                 name,
@@ -96,13 +154,14 @@ pub fn plot(
             render(
                 &FragmentationPlot {
                     title,
+                    ooms: of.ooms(&series),
                     series: &series,
                 },
                 format,
             )
         }
         Kind::Segments => {
-            let peak = analyze_device(snapshot, device, 0).trace.peak_entry_index;
+            let peak = of.report.account.peaks.requested.entry;
             let (when, free_label, segments) = match peak {
                 Some(i) => (
                     format!("at the peak (entry {i}, rebuilt from the trace)"),

@@ -15,6 +15,7 @@ mod timeline;
 pub use candidates::{CandidateBar, CandidatesPlot};
 pub use canvas::{render, Figure, Format, PlotError};
 pub use fragmentation::FragmentationPlot;
-pub use kinds::{device_series, plot, Kind, Stacking};
+pub use kinds::{plot, DevicePlot, Kind, Stacking};
 pub use segments::SegmentsPlot;
+pub use style::Mark;
 pub use timeline::TimelinePlot;

@@ -1,9 +1,9 @@
 //! What the figures share: colours, fonts sizes, the size unit of an axis, short site labels,
-//! titles cut to fit, step-shaped lines and the OOM mark of the charts over time.
+//! titles cut to fit, step-shaped lines, the areas' top in each pixel column and the OOM marks
+//! of the charts over time.
 
 use super::font::FAMILY;
 use super::legend::Swatch;
-use crate::analysis::Mark;
 use crate::model::Bytes;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
@@ -120,25 +120,113 @@ pub fn short_site(label: &str) -> String {
     }
 }
 
-/// Marks the OOM on a chart over time with a vertical line.
-pub fn mark_oom<'a, DB: DrawingBackend + 'a>(
+/// A moment of the account marked on a chart over time: where it lies on the x axis and the
+/// bytes it is about.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mark {
+    pub entry_index: usize,
+    pub x: f64,
+    pub bytes: u64,
+}
+
+/// Marks each OOM on a chart over time with a vertical line.
+pub fn mark_ooms<'a, DB: DrawingBackend + 'a>(
     chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
-    oom: Option<Mark>,
+    ooms: &[Mark],
     y_max: f64,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    if let Some(oom) = oom {
+    for oom in ooms {
         let line = OOM.stroke_width(2);
         chart.draw_series(LineSeries::new([(oom.x, 0.0), (oom.x, y_max)], line))?;
     }
     Ok(())
 }
 
-/// The legend entry of the OOM mark.
-pub fn oom_entry(oom: Option<Mark>) -> Option<(String, Swatch)> {
-    oom.map(|oom| {
-        let label = format!("OOM: a request of {} failed", Bytes(oom.bytes));
-        (label, Swatch::Mark(OOM))
-    })
+/// The legend entry of the OOM marks: the request that failed, the last one's when several
+/// did.
+pub fn oom_entry(ooms: &[Mark]) -> Option<(String, Swatch)> {
+    let last = ooms.last()?;
+    let label = match ooms.len() {
+        1 => format!("OOM: a request of {} failed", Bytes(last.bytes)),
+        n => format!(
+            "{n} OOMs; the last: a request of {} failed",
+            Bytes(last.bytes)
+        ),
+    };
+    Some((label, Swatch::Mark(OOM)))
+}
+
+/// How a chart's x span (`lo..hi`) falls into its `pixels` pixel columns, as plotters maps it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Columns {
+    pub lo: f64,
+    pub hi: f64,
+    pub pixels: i32,
+}
+
+impl Columns {
+    /// The pixel column of `x` (0 to `pixels`).
+    fn of(self, x: f64) -> i32 {
+        if self.hi <= self.lo || self.pixels <= 0 {
+            return 0;
+        }
+        let at = (x - self.lo) / (self.hi - self.lo);
+        ((f64::from(self.pixels) * at + 1e-3).floor() as i32).clamp(0, self.pixels)
+    }
+
+    /// Where column `c` starts (not past `hi`).
+    fn start(self, c: i32) -> f64 {
+        if self.pixels <= 0 {
+            return self.lo;
+        }
+        let at = f64::from(c) / f64::from(self.pixels);
+        (self.lo + (self.hi - self.lo) * at).min(self.hi)
+    }
+}
+
+/// A step function through points at `xs` (valued by `value`) as an area `columns` wide shows
+/// it: in each pixel column the highest value held anywhere in it fills the whole column, then
+/// the column's last value holds from the next column on. So a rise narrower than a pixel
+/// still fills its column, and the area tops out at the function's maximum. Returns each
+/// drawn point's x and the index of the point whose values are drawn there.
+pub fn column_tops(
+    xs: &[f64],
+    value: impl Fn(usize) -> u64,
+    columns: Columns,
+) -> Vec<(f64, usize)> {
+    let mut out: Vec<(f64, usize)> = Vec::new();
+    let mut push = |x: f64, i: usize| match out.last_mut() {
+        Some(last) if last.0 == x => last.1 = i,
+        _ => out.push((x, i)),
+    };
+    let mut held: Option<usize> = None;
+    let mut i = 0;
+    while i < xs.len() {
+        let c = columns.of(xs[i]);
+        let mut top = held;
+        let mut j = i;
+        while j < xs.len() && columns.of(xs[j]) == c {
+            if top.is_none_or(|t| value(j) > value(t)) {
+                top = Some(j);
+            }
+            j += 1;
+        }
+        let last = j - 1;
+        let top = top.unwrap_or(last);
+        // The first points start where they are; later columns from their left edge.
+        let x = if held.is_some() {
+            columns.start(c)
+        } else {
+            xs[i]
+        };
+        push(x, top);
+        if top != last {
+            push(columns.start(c + 1), last);
+        }
+        held = Some(last);
+        i = j;
+    }
+    out
 }
 
 /// A step function through `points`: each value holds until the next point's x, where the

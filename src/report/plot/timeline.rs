@@ -1,10 +1,11 @@
 //! Memory over time: active memory stacked by allocation site or by category, reserved memory
-//! as a line, the peak and the OOM marked. Every curve is a step function (memory changes in steps), and the
+//! as a line, the account's peak and OOMs marked. The areas fill, in each pixel column, the
+//! highest memory held in it, so no spike is lost however short. Every curve is a step function (memory changes in steps), and the
 //! legend sits below the plot.
 
 use super::font::FAMILY;
 use super::legend::{self, Swatch};
-use super::style::{self, short_site, steps, tick, Unit};
+use super::style::{self, column_tops, short_site, steps, tick, Columns, Mark, Unit};
 use crate::analysis::{MemorySeries, StackBy, XAxis};
 use crate::model::Bytes;
 use plotters::coord::types::RangedCoordf64;
@@ -15,6 +16,10 @@ use plotters::prelude::*;
 pub struct TimelinePlot<'a> {
     pub title: String,
     pub series: &'a MemorySeries,
+    /// The account's peak of requested memory.
+    pub peak: Option<Mark>,
+    /// The account's OOMs.
+    pub ooms: Vec<Mark>,
 }
 
 /// The axes of a chart over time, drawn: x over the series' own span, y from 0 to `top` bytes
@@ -23,6 +28,8 @@ pub struct TimeAxes<'a, DB: DrawingBackend> {
     pub chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     pub unit: Unit,
     pub y_max: f64,
+    /// How the x span falls into the plot's pixel columns.
+    pub columns: Columns,
 }
 
 /// Clears the area and draws the axes of a chart over time; for an empty series, draws the
@@ -62,7 +69,19 @@ pub fn time_axes<'a, DB: DrawingBackend + 'a>(
         .x_label_formatter(&|v| tick(*v, x_range))
         .y_label_formatter(&|v| tick(*v, y_max))
         .draw()?;
-    Ok(Some(TimeAxes { chart, unit, y_max }))
+    let left = chart.backend_coord(&(x_min, 0.0)).0;
+    let right = chart.backend_coord(&(x_max, 0.0)).0;
+    let columns = Columns {
+        lo: x_min,
+        hi: x_max,
+        pixels: right - left,
+    };
+    Ok(Some(TimeAxes {
+        chart,
+        unit,
+        y_max,
+        columns,
+    }))
 }
 
 /// The x axis label of a series.
@@ -107,7 +126,8 @@ impl super::Figure for TimelinePlot<'_> {
             .map(|p| p.reserved.max(p.active))
             .max()
             .unwrap_or(0)
-            .max(s.oom.map_or(0, |o| o.bytes));
+            .max(self.ooms.iter().map(|o| o.bytes).max().unwrap_or(0))
+            .max(self.peak.map_or(0, |p| p.bytes));
         let n = s.groups.len();
         let colors: Vec<RGBColor> = match s.stack_by {
             StackBy::Site => (0..n)
@@ -144,7 +164,7 @@ impl super::Figure for TimelinePlot<'_> {
             "reserved (segments from the driver)".to_string(),
             Swatch::Line(style::RESERVED, 2),
         ));
-        if let Some(peak) = s.peak {
+        if let Some(peak) = self.peak {
             entries.push((
                 format!(
                     "peak active {} (entry {})",
@@ -154,7 +174,7 @@ impl super::Figure for TimelinePlot<'_> {
                 Swatch::Dot(style::PEAK),
             ));
         }
-        entries.extend(style::oom_entry(s.oom));
+        entries.extend(style::oom_entry(&self.ooms));
         area.fill(&WHITE)?;
         let (plot_area, strip) = if s.points.is_empty() {
             (area.clone(), area.clone())
@@ -165,14 +185,17 @@ impl super::Figure for TimelinePlot<'_> {
             return Ok(());
         };
         let (mut chart, unit, y_max) = (axes.chart, axes.unit, axes.y_max);
+        // Each pixel column shows the state of its highest active memory.
+        let xs: Vec<f64> = s.points.iter().map(|p| p.x).collect();
+        let tops = column_tops(&xs, |i| s.points[i].active, axes.columns);
         // Stacked areas: draw the sum of groups 0..=k for k from the last down, so each band
         // between two sums shows its own colour.
         for k in (0..n).rev() {
-            let points = s.points.iter().map(|p| {
-                let sum: u64 = p.by_group[..=k]
+            let points = tops.iter().map(|&(x, i)| {
+                let sum: u64 = s.points[i].by_group[..=k]
                     .iter()
                     .fold(0u64, |a, b| a.saturating_add(*b));
-                (p.x, unit.of(sum))
+                (x, unit.of(sum))
             });
             chart.draw_series(AreaSeries::new(steps(points), 0.0, colors[k].mix(0.85)))?;
         }
@@ -184,11 +207,11 @@ impl super::Figure for TimelinePlot<'_> {
             steps(s.points.iter().map(|p| (p.x, unit.of(p.reserved)))),
             style::RESERVED.stroke_width(2),
         ))?;
-        if let Some(peak) = s.peak {
+        if let Some(peak) = self.peak {
             let at = (peak.x, unit.of(peak.bytes));
             chart.draw_series([Circle::new(at, 6, style::PEAK.filled())])?;
         }
-        style::mark_oom(&mut chart, s.oom, y_max)?;
+        style::mark_ooms(&mut chart, &self.ooms, y_max)?;
         legend::draw(&strip, &entries)
     }
 }

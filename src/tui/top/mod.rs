@@ -1,8 +1,10 @@
 //! `memprof top`: every GPU and the processes on them, from a `GpuSampler` (NVML, a replay or
 //! the scripted fake) at a fixed interval; `state` holds what is shown, `render` draws it.
-//! Enter opens the attach view of the selected process (its shim stream when it runs the shim,
-//! else top's own samples filtered to it); Esc or q comes back.
+//! Enter opens the attach view of a process that runs the shim (its stream); for any other
+//! process it offers the attach menu (`menu`): top's own samples filtered to it, or one of
+//! `memprof attach`'s modes, which top leaves to run. Esc or q comes back.
 
+pub mod menu;
 pub mod render;
 pub mod state;
 
@@ -12,6 +14,7 @@ use super::theme::Theme;
 use super::{Dashboard, Flow};
 use crate::source::gpu::{Clock, GpuSampler};
 use crate::source::live_feed::LiveFeed;
+use menu::{AttachChoice, AttachMenu, MenuFlow};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use state::TopState;
@@ -38,6 +41,10 @@ pub struct TopApp<'c> {
     liveness: Option<Liveness>,
     /// The attach view opened with Enter.
     pub attached: Option<AttachApp<'c>>,
+    /// The attach menu of a process not under the shim.
+    pub menu: Option<AttachMenu>,
+    /// A `memprof attach` mode chosen in the menu, for the caller to run once top has quit.
+    pub chosen: Option<(u32, AttachChoice)>,
 }
 
 impl<'c> TopApp<'c> {
@@ -57,6 +64,8 @@ impl<'c> TopApp<'c> {
             shims: None,
             liveness: None,
             attached: None,
+            menu: None,
+            chosen: None,
         };
         app.on_tick();
         app
@@ -91,13 +100,20 @@ impl<'c> TopApp<'c> {
         self
     }
 
-    /// Opens the attach view of the selected process.
+    /// Opens the attach view of the selected process when it runs the shim, else its menu.
     fn open_selected(&mut self) {
-        let Some(p) = self.state.selected_process() else {
+        let Some(pid) = self.state.selected_process().map(|p| p.pid) else {
             return;
         };
-        let (pid, command) = (p.pid, p.command.clone());
-        let feed = match &self.shims {
+        match self.shim_feed(pid) {
+            Ok(feed) => self.open_view(pid, Feed::Shim(feed), String::new()),
+            Err(why) => self.menu = Some(AttachMenu::new(pid, why)),
+        }
+    }
+
+    /// The shim's stream of `pid`, or why there is none.
+    fn shim_feed(&self, pid: u32) -> Result<LiveFeed, String> {
+        match &self.shims {
             Some((_, open)) if self.state.has_shim(pid) == Some(true) => open(pid),
             Some(_) if self.state.has_shim(pid) == Some(false) => {
                 Err(format!("PID {pid} does not run the memprof shim"))
@@ -106,16 +122,26 @@ impl<'c> TopApp<'c> {
                 "whether PID {pid} runs the shim cannot be told (not a process of this user)"
             )),
             None => Err("shim detection is off".to_owned()),
-        };
-        let (feed, why) = match feed {
-            Ok(feed) => (Feed::Shim(feed), String::new()),
-            Err(why) => {
-                let check = self.liveness.clone();
-                let alive = Box::new(move || check.as_ref().is_none_or(|alive| alive(pid)));
-                let source = self.sampler.describe();
-                (Feed::Outside { source, alive }, why)
-            }
-        };
+        }
+    }
+
+    /// The attach view of `pid` fed by top's own samples.
+    fn watch(&mut self, pid: u32, why: String) {
+        let check = self.liveness.clone();
+        let alive = Box::new(move || check.as_ref().is_none_or(|alive| alive(pid)));
+        let source = self.sampler.describe();
+        self.open_view(pid, Feed::Outside { source, alive }, why);
+    }
+
+    /// Opens the attach view of `pid` on `feed`; `why` says why it is not the shim's.
+    fn open_view(&mut self, pid: u32, feed: Feed, why: String) {
+        let command = self
+            .state
+            .sample
+            .iter()
+            .flat_map(|s| &s.processes)
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.command.clone());
         let mut view = AttachApp::new(
             pid,
             command,
@@ -144,6 +170,9 @@ impl Dashboard for TopApp<'_> {
             area,
             buf,
         );
+        if let Some(menu) = &self.menu {
+            menu.render(&self.theme, area, buf);
+        }
     }
 
     fn on_key(&mut self, key: Key) -> Flow {
@@ -154,8 +183,29 @@ impl Dashboard for TopApp<'_> {
             }
             return view.on_key(key);
         }
+        if let Some(menu) = &mut self.menu {
+            if key == Key::Interrupt {
+                return Flow::Quit;
+            }
+            let pid = menu.pid;
+            match menu.on_key(key) {
+                MenuFlow::Stay => {}
+                MenuFlow::Back => self.menu = None,
+                MenuFlow::Chose(AttachChoice::Watch) => {
+                    let why = self.menu.take().map(|m| m.why).unwrap_or_default();
+                    self.watch(pid, why);
+                }
+                MenuFlow::Chose(mode) => {
+                    self.menu = None;
+                    self.chosen = Some((pid, mode));
+                    return Flow::Quit;
+                }
+            }
+            return Flow::Continue;
+        }
         if key == Key::Enter && !self.state.help {
             self.open_selected();
+            return Flow::Continue;
         }
         self.state.on_key(key)
     }

@@ -16,7 +16,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Widget};
 pub const KEYS: [(&str, &str); 6] = [
     ("↑ ↓ / k j", "select a process"),
     ("Home End / g G", "first / last process"),
-    ("Enter", "open the selected process (the attach view)"),
+    ("Enter", "open the selected process (or its attach menu)"),
     ("Esc / q", "from the attach view: back to this list"),
     ("?", "this help"),
     ("q / Ctrl-C", "quit"),
