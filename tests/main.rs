@@ -34,6 +34,7 @@ mod scale_input;
 mod shim_local;
 mod shim_preload;
 mod simulate;
+mod site_identity;
 mod stacks;
 mod terminal_text;
 mod torch_run;

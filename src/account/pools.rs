@@ -90,7 +90,7 @@ fn owner_of(members: &[&Segment], stacks: &StackTable) -> Option<String> {
             weighted.extend(b.stack.map(|st| (b.size, st)));
         }
     }
-    weighted.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    weighted.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
     weighted.dedup_by_key(|w| w.1);
     for (needle, owner) in OWNERS {
         let found = weighted.iter().take(64).any(|&(_, st)| {

@@ -19,5 +19,6 @@ pub mod plot;
 pub mod pressure_text;
 pub mod prometheus;
 pub mod simulate;
+pub mod site_identity;
 pub mod terminal_text;
 pub mod view_state;
