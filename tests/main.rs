@@ -39,6 +39,7 @@ mod stacks;
 mod terminal_text;
 mod torch_run;
 mod trace_events;
+mod tree;
 mod tui;
 mod util;
 mod verdicts;

@@ -12,6 +12,7 @@ mod layout;
 mod layout_at;
 pub mod ledger;
 mod left_alive;
+pub mod live_tree;
 pub mod oom;
 mod peak;
 pub mod pressure;

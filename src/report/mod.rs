@@ -21,4 +21,5 @@ pub mod prometheus;
 pub mod simulate;
 pub mod site_identity;
 pub mod terminal_text;
+pub mod tree_svg;
 pub mod view_state;
