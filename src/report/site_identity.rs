@@ -112,8 +112,7 @@ impl Normalizer {
 pub struct SiteDelta {
     /// The site as the later run names it (`file:function` for a group of a function's sites).
     pub site: String,
-    /// The earlier run's name for it, when it differs (a line that moved).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The earlier run's name for it, when it differs (a line that moved); null otherwise.
     pub was: Option<String>,
     pub before_bytes: u64,
     pub after_bytes: u64,
