@@ -144,22 +144,27 @@ fn diff_names_the_added_tensors_first_with_their_stack() {
         lines[0],
         "device 0: peak active 40.00 MiB -> 120.00 MiB, +80.00 MiB (+200.0%)  GREW"
     );
+    assert_eq!(lines[1], "  appeared, largest first:");
     assert_eq!(
         lines[2],
-        "    +  80.00 MiB  /home/user/model.py:20:forward  (new, 80.00 MiB after)"
+        "      +80.00 MiB  model.py:20:forward  (0 B -> 80.00 MiB)"
     );
     assert!(
-        lines[3].contains("model.py:20:forward"),
+        lines[3].contains("+0 B  everything else (total change +80.00 MiB)"),
+        "everything else adds up: {text}"
+    );
+    assert!(
+        lines[5].contains("model.py:20:forward"),
         "the stack follows: {text}"
     );
     let out = memprof(&["diff", "--json", &b, &a]);
     let doc: Value = serde_json::from_str(&stdout(&out)).expect("JSON");
     assert_eq!(doc["kind"], "memprof_diff");
     assert_eq!(
-        doc["devices"][0]["grew"][0]["site"],
-        "/home/user/model.py:20:forward"
+        doc["devices"][0]["appeared"][0]["site"],
+        "model.py:20:forward"
     );
-    assert_eq!(doc["devices"][0]["grew"][0]["before_bytes"], 0);
+    assert_eq!(doc["devices"][0]["appeared"][0]["before_bytes"], 0);
     // No growth: exit 0; a growth within --max-increase: exit 0 too.
     assert_eq!(memprof(&["diff", &b, &b]).status.code(), Some(0));
     assert_eq!(

@@ -168,8 +168,23 @@ fn every_documented_diff_field_is_in_real_output() {
         &[args(&[
             "diff",
             "--json",
+            "--full-stacks",
             &f("snapshots/v2_1_basic.pickle"),
             &f("snapshots/v2_11_full.pickle"),
+        ])],
+    );
+}
+
+#[test]
+fn every_documented_tree_field_is_in_real_output() {
+    check(
+        "tree.md",
+        &[args(&[
+            "tree",
+            "--json",
+            "--depth",
+            "3",
+            &f("snapshots/demo_oom.pickle"),
         ])],
     );
 }

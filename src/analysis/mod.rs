@@ -13,6 +13,7 @@ mod layout_at;
 mod layout_check;
 pub mod ledger;
 mod left_alive;
+pub mod live_tree;
 pub mod oom;
 mod peak;
 pub mod pressure;

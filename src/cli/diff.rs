@@ -10,7 +10,14 @@ use crate::analysis::categories::CategoryBytes;
 use crate::model::Bytes;
 use crate::report::analyze_json::SCHEMA_VERSION;
 use crate::report::gate::{evaluate, Baseline, Check, GateConfig, Measurement, Metric};
+use crate::report::gate_output::signed_bytes;
+use crate::report::site_identity::{compare_sites, SiteChanges};
 use crate::report::terminal_text::terminal_text;
+
+/// Rows of each kind of change listed.
+const SITES_SHOWN: usize = 5;
+/// Frames of a stack printed.
+const STACK_SHOWN: usize = 12;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -34,16 +41,10 @@ pub struct DiffArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// A site at the peak in both runs.
-#[derive(Debug, Serialize)]
-struct SiteChange {
-    site: String,
-    before_bytes: u64,
-    after_bytes: u64,
-    /// Stack of the largest allocation at the site in the later run, innermost first.
-    stack: Vec<String>,
+    /// Show each stack as measured (from the allocator inward frames out) instead of from the
+    /// user's frames.
+    #[arg(long)]
+    pub full_stacks: bool,
 }
 
 /// A category at the peak in both runs.
@@ -92,8 +93,9 @@ struct DeviceDiff {
     increase: Option<f64>,
     /// Within `--max-increase`.
     passed: bool,
-    /// Sites that grew or appeared, largest growth first.
-    grew: Vec<SiteChange>,
+    /// The sites that grew, shrank, appeared and disappeared, and everything else.
+    #[serde(flatten)]
+    sites: SiteChanges,
     /// The categories at the peak in each run, most growth first.
     categories: Vec<CategoryChange>,
 }
@@ -122,7 +124,12 @@ fn categories_by(measurements: &[Measurement]) -> CategoriesBy {
         .collect()
 }
 
-fn device_diff(c: &Check, before: &CategoriesBy, after: &CategoriesBy) -> DeviceDiff {
+fn device_diff(
+    c: &Check,
+    sites: SiteChanges,
+    before: &CategoriesBy,
+    after: &CategoriesBy,
+) -> DeviceDiff {
     let of = |by: &CategoriesBy| {
         by.iter()
             .find(|(key, _)| *key == (c.rank, c.device))
@@ -136,16 +143,7 @@ fn device_diff(c: &Check, before: &CategoriesBy, after: &CategoriesBy) -> Device
         after_bytes: c.measured,
         increase: c.increase(),
         passed: c.passed(),
-        grew: c
-            .grew
-            .iter()
-            .map(|g| SiteChange {
-                site: g.frame.clone(),
-                before_bytes: g.before,
-                after_bytes: g.after,
-                stack: g.stack.clone(),
-            })
-            .collect(),
+        sites,
     }
 }
 
@@ -158,10 +156,7 @@ fn text(report: &DiffReport, label: &str) -> String {
             "left more alive at the end",
         )
     } else {
-        (
-            "no site holds more at the peak",
-            "grew or appeared at the peak",
-        )
+        ("no site holds more at the peak", "grew at the peak")
     };
     for d in &report.devices {
         let change = match d.increase {
@@ -203,37 +198,86 @@ fn text(report: &DiffReport, label: &str) -> String {
         } else {
             format!("  by category at the peak: {}\n", changed.join(", "))
         };
-        if d.grew.is_empty() {
+        if d.sites.is_empty() {
             out.push_str(&format!("  {none}\n"));
-            out.push_str(&by_category);
-            continue;
         }
-        out.push_str(&format!("  {grew}, largest first:\n"));
-        for g in &d.grew {
-            let was = if g.before_bytes == 0 {
-                "new".to_string()
-            } else {
-                format!("{} before", Bytes(g.before_bytes))
-            };
-            out.push_str(&format!(
-                "    +{:>11}  {}  ({was}, {} after)\n",
-                Bytes(g.after_bytes - g.before_bytes).to_string(),
-                g.site,
-                Bytes(g.after_bytes)
-            ));
-        }
-        if let Some(top) = d.grew.first().filter(|t| !t.stack.is_empty()) {
-            out.push_str(&format!(
-                "  stack of the largest allocation at {}, innermost first:\n",
-                top.site
-            ));
-            for frame in top.stack.iter().take(8) {
-                out.push_str(&format!("        {frame}\n"));
-            }
-        }
+        out.push_str(&site_rows(&d.sites, grew));
         out.push_str(&by_category);
     }
     out
+}
+
+/// The site rows: what grew, shrank, appeared and disappeared, then everything else, adding
+/// up to the total change; then the stack of the site that grew most.
+fn site_rows(c: &SiteChanges, grew: &str) -> String {
+    let mut out = String::new();
+    let kinds = [
+        (grew, &c.grew),
+        ("shrank", &c.shrank),
+        ("appeared", &c.appeared),
+        ("disappeared", &c.disappeared),
+    ];
+    for (title, list) in kinds {
+        if list.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("  {title}, largest first:\n"));
+        for g in list.iter() {
+            let was = match &g.was {
+                Some(was) => format!(", was {}", terminal_text(was)),
+                None => String::new(),
+            };
+            out.push_str(&format!(
+                "    {:>12}  {}  ({} -> {}{was})\n",
+                signed_bytes(g.delta()),
+                terminal_text(&g.site),
+                Bytes(g.before_bytes),
+                Bytes(g.after_bytes)
+            ));
+        }
+    }
+    if c.is_empty() {
+        return out;
+    }
+    out.push_str(&format!(
+        "    {:>12}  everything else (total change {})\n",
+        signed_bytes(c.everything_else_bytes),
+        signed_bytes(c.total_change_bytes)
+    ));
+    let top = c.grew.iter().chain(&c.appeared).max_by_key(|d| d.delta());
+    if let Some(top) = top.filter(|t| !t.stack.is_empty() || !t.full_stack.is_empty()) {
+        let (stack, how) = if top.full_stack.is_empty() {
+            (&top.stack, "from the user's frames outward")
+        } else {
+            (&top.full_stack, "innermost first")
+        };
+        out.push_str(&format!(
+            "  stack of the largest allocation at {}, {how}:\n",
+            terminal_text(&top.site)
+        ));
+        for frame in stack.iter().take(STACK_SHOWN) {
+            out.push_str(&format!("        {}\n", terminal_text(frame)));
+        }
+    }
+    out
+}
+
+/// The sites of a check's device compared, every change listed up to `SITES_SHOWN` of a kind.
+fn site_changes(
+    c: &Check,
+    before: &[Measurement],
+    after: &[Measurement],
+    metric: Metric,
+    full: bool,
+) -> SiteChanges {
+    let sites = |ms: &[Measurement]| {
+        ms.iter()
+            .find(|m| (m.rank, m.device) == (c.rank, c.device))
+            .map(|m| m.sites_of(metric).to_vec())
+            .unwrap_or_default()
+    };
+    let deltas = compare_sites(&sites(before), &sites(after), full);
+    SiteChanges::of(deltas, c.baseline.unwrap_or(0), c.measured, SITES_SHOWN)
 }
 
 pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
@@ -272,7 +316,7 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
     let after =
         measure(&args.after, 0, wanted).with_context(|| args.after.display().to_string())?;
     let (before_categories, after_categories) = (categories_by(&before), categories_by(&after));
-    let checks = evaluate(&after, Some(&Baseline::new(before)), &config)?;
+    let checks = evaluate(&after, Some(&Baseline::new(before.clone())), &config)?;
     Ok(DiffReport {
         schema_version: SCHEMA_VERSION,
         kind: "memprof_diff",
@@ -282,7 +326,10 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
         max_increase: config.max_increase,
         devices: checks
             .iter()
-            .map(|c| device_diff(c, &before_categories, &after_categories))
+            .map(|c| {
+                let sites = site_changes(c, &before, &after, config.metric, args.full_stacks);
+                device_diff(c, sites, &before_categories, &after_categories)
+            })
             .collect(),
         metric_label: config.metric.label(),
     })

@@ -23,6 +23,7 @@ mod shim_file;
 mod simulate;
 mod top;
 mod torch_hook;
+mod tree;
 mod view;
 
 use clap::{Args, Parser, Subcommand};
@@ -79,6 +80,8 @@ pub enum Command {
     Gate(gate::GateArgs),
     /// What changed at the peak between two runs, by site.
     Diff(diff::DiffArgs),
+    /// The live memory at one moment as a caller-first tree (text, JSON, SVG icicle).
+    Tree(tree::TreeArgs),
     /// Draw memory over time, the segment map or fragmentation over time (PNG or SVG).
     Plot(plot::PlotArgs),
     /// Write a self-contained HTML report: summary, plots, top sites, the OOM.
@@ -134,6 +137,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Plan(args) => plan::run(&args),
         Command::Gate(args) => gate::run(&args),
         Command::Diff(args) => diff::run(&args),
+        Command::Tree(args) => tree::run(&args),
         Command::Plot(args) => plot::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Export(args) => export::run(&args),

@@ -61,6 +61,15 @@ impl StackTable {
         (self.frames.len() - 1) as u32
     }
 
+    /// Rewrites every frame in place (a path moved, a line shifted), each frame's kind worked
+    /// out again.
+    pub fn map_frames(&mut self, mut f: impl FnMut(&mut Frame)) {
+        for (frame, kind) in self.frames.iter_mut().zip(self.kinds.iter_mut()) {
+            f(frame);
+            *kind = frame.kind();
+        }
+    }
+
     /// Adds a stack of frame indices (innermost first); `None` for an empty stack.
     pub fn add_stack(&mut self, frames: Box<[u32]>) -> Option<StackId> {
         if frames.is_empty() {

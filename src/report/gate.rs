@@ -1,6 +1,7 @@
 //! The CI memory gate: what is measured per input and device, the versioned baseline file, and
 //! the verdict of comparing a run against a baseline and a limit. Pure: no I/O.
 
+use super::site_identity::{compare_sites, Normalizer, SiteChanges};
 use crate::analysis::categories::CategoryBytes;
 use crate::analysis::DeviceAnalysis;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -88,7 +89,7 @@ impl Measurement {
     }
 
     /// The sites behind a metric's value.
-    fn sites_of(&self, metric: Metric) -> &[SiteBytes] {
+    pub fn sites_of(&self, metric: Metric) -> &[SiteBytes] {
         match metric {
             Metric::PeakActive | Metric::PeakReserved | Metric::ProcessPeak => &self.sites,
             Metric::LeftAlive => &self.left_alive_sites,
@@ -180,12 +181,14 @@ pub struct GateConfig {
     pub limit: Option<u64>,
 }
 
-/// A site whose bytes at the peak grew against the baseline.
+/// A site whose bytes at the peak grew against the baseline (or, without one, holds the
+/// most), named as `site_identity` names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Growth {
     pub frame: String,
     pub before: u64,
     pub after: u64,
+    /// From the user's frames outward.
     pub stack: Vec<String>,
 }
 
@@ -200,9 +203,12 @@ pub struct Check {
     pub baseline: Option<u64>,
     /// Why it failed; empty when it passed.
     pub failures: Vec<String>,
-    /// Sites that grew most against the baseline; without one, the largest sites at the peak
-    /// (grown from nothing), so that a check over its limit names them too.
+    /// Sites that grew or appeared most against the baseline; without one, the largest sites
+    /// at the peak (grown from nothing), so that a check over its limit names them too.
     pub grew: Vec<Growth>,
+    /// Every kind of change against the baseline (`None` without one), adding up to the
+    /// total change.
+    pub changes: Option<SiteChanges>,
 }
 
 impl Check {
@@ -284,12 +290,18 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
         measured,
         baseline: base.map(|b| b.value(metric)),
         failures: Vec::new(),
-        grew: growth(
-            base.map_or(&[][..], |b| b.sites_of(metric)),
-            current,
-            metric,
-        ),
+        grew: Vec::new(),
+        changes: None,
     };
+    match base {
+        Some(b) => {
+            let deltas = compare_sites(b.sites_of(metric), current.sites_of(metric), false);
+            let changes = SiteChanges::of(deltas, b.value(metric), measured, GREW_SHOWN);
+            result.grew = grown(&changes);
+            result.changes = Some(changes);
+        }
+        None => result.grew = largest(current.sites_of(metric)),
+    }
     if let Some(limit) = config.limit {
         if measured > limit {
             result.failures.push(format!(
@@ -325,24 +337,15 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
     result
 }
 
-/// Sites whose bytes grew most (at the peak, or left alive), against the baseline's sites.
-fn growth(base: &[SiteBytes], current: &Measurement, metric: Metric) -> Vec<Growth> {
-    let mut grew: Vec<Growth> = current
-        .sites_of(metric)
-        .iter()
-        .map(|site| {
-            let before = base
-                .iter()
-                .find(|b| b.frame == site.frame)
-                .map_or(0, |b| b.bytes);
-            Growth {
-                frame: site.frame.clone(),
-                before,
-                after: site.bytes,
-                stack: site.stack.clone(),
-            }
+/// The sites that grew or appeared, most growth first.
+fn grown(changes: &SiteChanges) -> Vec<Growth> {
+    let mut grew: Vec<Growth> = (changes.grew.iter().chain(&changes.appeared))
+        .map(|d| Growth {
+            frame: d.site.clone(),
+            before: d.before_bytes,
+            after: d.after_bytes,
+            stack: d.stack.clone(),
         })
-        .filter(|g| g.after > g.before)
         .collect();
     grew.sort_by(|a, b| {
         (b.after - b.before)
@@ -351,6 +354,21 @@ fn growth(base: &[SiteBytes], current: &Measurement, metric: Metric) -> Vec<Grow
     });
     grew.truncate(GREW_SHOWN);
     grew
+}
+
+/// Without a baseline: the largest sites (they come most bytes first).
+fn largest(sites: &[SiteBytes]) -> Vec<Growth> {
+    let n = Normalizer::of_sites(sites);
+    sites
+        .iter()
+        .take(GREW_SHOWN)
+        .map(|s| Growth {
+            frame: n.label(&s.frame),
+            before: 0,
+            after: s.bytes,
+            stack: n.user_stack(&s.stack),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! comments, and JUnit XML for CI test reports.
 
 use super::gate::{Check, Growth, Metric};
+use super::site_identity::SiteChanges;
 use super::terminal_text::{code_fence, code_span, terminal_text};
 use crate::analysis::is_user_label;
 use crate::model::{count, Bytes};
@@ -96,9 +97,48 @@ pub fn text(checks: &[Check]) -> String {
                     let _ = writeln!(out, "                      {}", terminal_text(frame));
                 }
             }
+            if let Some(changes) = &c.changes {
+                out.push_str(&other_changes(changes));
+            }
         }
     }
     out
+}
+
+/// Below the grown sites: what shrank and disappeared, and everything else, so that the rows
+/// add up to the total change.
+fn other_changes(c: &SiteChanges) -> String {
+    let mut out = String::new();
+    for (title, list) in [("shrank:", &c.shrank), ("disappeared:", &c.disappeared)] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "       {title}");
+        for d in list {
+            let _ = writeln!(
+                out,
+                "         {:>12}  {}  ({} -> {})",
+                signed_bytes(d.delta()),
+                terminal_text(&d.site),
+                Bytes(d.before_bytes),
+                Bytes(d.after_bytes)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "       everything else: {} (total change {})",
+        signed_bytes(c.everything_else_bytes),
+        signed_bytes(c.total_change_bytes)
+    );
+    out
+}
+
+/// `+1.00 GiB`, `-512 B`, `+0 B`.
+pub fn signed_bytes(delta: i128) -> String {
+    let magnitude = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
+    let sign = if delta < 0 { '-' } else { '+' };
+    format!("{sign}{}", Bytes(magnitude))
 }
 
 /// Text for a table cell or a line: non-printing characters escaped (a newline too, which
@@ -244,6 +284,7 @@ mod tests {
                 after: 2 << 30,
                 stack: vec!["??:0:malloc".into(), "/w/model.py:42:forward".into()],
             }],
+            changes: None,
         }
     }
 

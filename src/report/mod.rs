@@ -19,5 +19,7 @@ pub mod plot;
 pub mod pressure_text;
 pub mod prometheus;
 pub mod simulate;
+pub mod site_identity;
 pub mod terminal_text;
+pub mod tree_svg;
 pub mod view_state;

@@ -1,0 +1,302 @@
+//! `memprof tree FILE`: the live memory at one moment (the OOM by default, else the peak) as a
+//! caller-first tree with inclusive and self bytes and their share, as text, JSON or an SVG
+//! icicle. Sizes are requested bytes: the root holds the account's `requested_bytes` then.
+
+use super::analyze::origin;
+use super::input::load_snapshot;
+use super::Outcome;
+use crate::account::{self, DeviceReport, InputAccount, MomentKind};
+use crate::analysis::categories::CategoryRules;
+use crate::analysis::live_tree::{by_stack_of_blocks, by_stack_of_live, tree, walk, Node};
+use crate::model::{Bytes, Replay, Snapshot};
+use crate::report::analyze_json::SCHEMA_VERSION;
+use crate::report::site_identity::Normalizer;
+use crate::report::terminal_text::terminal_text;
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    /// A snapshot or a memprof recording.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The moment: `peak`, `oom`, `dump`, `entry N` (just after trace entry N) or `time T`
+    /// (seconds from the first trace entry). Default: the OOM, else the peak.
+    #[arg(long, value_name = "MOMENT")]
+    pub at: Option<String>,
+    /// Levels shown below the root.
+    #[arg(long, value_name = "N", default_value_t = 12)]
+    pub depth: usize,
+    /// Leave out nodes under this share of the root: `1%` or `0.01`.
+    #[arg(long, value_name = "PERCENT", default_value = "1%")]
+    pub min_share: String,
+    /// Only this device.
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the tree as an SVG icicle (the first device shown).
+    #[arg(long, value_name = "OUT.svg")]
+    pub svg: Option<PathBuf>,
+}
+
+/// Which moment the user asked for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum At {
+    Default,
+    Peak,
+    Oom,
+    Dump,
+    Entry(usize),
+    Time(f64),
+}
+
+fn parse_at(text: Option<&str>) -> anyhow::Result<At> {
+    let Some(text) = text else {
+        return Ok(At::Default);
+    };
+    let t = text.trim().to_ascii_lowercase();
+    let (word, rest) = t
+        .split_once([' ', ':', '='])
+        .map_or((t.as_str(), ""), |(w, r)| (w, r.trim()));
+    Ok(match (word, rest) {
+        ("peak", "") => At::Peak,
+        ("oom", "") => At::Oom,
+        ("dump", "") => At::Dump,
+        ("entry", n) if n.parse::<usize>().is_ok() => At::Entry(n.parse().unwrap_or(0)),
+        ("time", s) => match s.trim_end_matches('s').parse::<f64>() {
+            Ok(v) if v.is_finite() => At::Time(v),
+            _ => bail!("--at {text:?}: expected time T, T in seconds (time 1.5)"),
+        },
+        _ => bail!("--at {text:?}: expected peak, oom, dump, entry N or time T"),
+    })
+}
+
+/// The moment resolved on one device.
+#[derive(Debug, Serialize)]
+struct MomentShown {
+    /// `peak_requested`, `oom`, `dump`, `entry`.
+    kind: String,
+    /// The trace entry just after which the tree is; null for the dump and the state before
+    /// the trace.
+    entry: Option<usize>,
+    seconds: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct DeviceTree {
+    device: u32,
+    moment: MomentShown,
+    /// The account's requested bytes at that moment (null where it holds no moment there);
+    /// the root's `inclusive_bytes` is the same figure.
+    requested_bytes: Option<u64>,
+    tree: Node,
+}
+
+#[derive(Debug, Serialize)]
+struct TreeReport {
+    schema_version: u32,
+    kind: &'static str,
+    input: String,
+    /// What the bytes are: `requested_bytes`.
+    figure: &'static str,
+    devices: Vec<DeviceTree>,
+}
+
+pub fn run(args: &TreeArgs) -> anyhow::Result<Outcome> {
+    let at = parse_at(args.at.as_deref())?;
+    let min_share = super::gate::parse_increase(&args.min_share)
+        .map_err(|_| anyhow::anyhow!("--min-share {:?}: expected 1% or 0.01", args.min_share))?;
+    let shown = args.file.display().to_string();
+    let loaded = load_snapshot(&args.file, false).with_context(|| shown.clone())?;
+    let snapshot = &loaded.parsed.snapshot;
+    let rules = CategoryRules::default();
+    let input = account::build(
+        snapshot,
+        &account::Options {
+            top: 1,
+            only: args.device,
+            rules: &rules,
+            origin: origin(loaded.recording.as_ref()),
+            capacity: None,
+        },
+    );
+    let mut devices = Vec::new();
+    for d in &input.devices {
+        if !d.account.holds_memory() && args.device.is_none() {
+            continue;
+        }
+        devices.push(device_tree(snapshot, &input, d, at, args.depth, min_share)?);
+    }
+    let report = TreeReport {
+        schema_version: SCHEMA_VERSION,
+        kind: "memprof_tree",
+        input: shown,
+        figure: "requested_bytes",
+        devices,
+    };
+    if let (Some(out), Some(first)) = (&args.svg, report.devices.first()) {
+        let title = format!(
+            "{} device {}: live memory at {}",
+            report.input, first.device, first.moment.kind
+        );
+        std::fs::write(out, crate::report::tree_svg::svg(&first.tree, &title))
+            .with_context(|| format!("writing {}", out.display()))?;
+        super::wrote_beside(out);
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+        stdout.write_all(b"\n")?;
+    } else {
+        stdout.write_all(text(&report).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
+
+fn device_tree(
+    snapshot: &Snapshot,
+    input: &InputAccount,
+    d: &DeviceReport,
+    at: At,
+    depth: usize,
+    min_share: f64,
+) -> anyhow::Result<DeviceTree> {
+    let device = d.analysis.device;
+    let entries = snapshot.timeline.device(device as usize);
+    let a = &d.account;
+    let moment = |kind: MomentKind| a.moment(kind);
+    let (kind, entry, dump) = match at {
+        At::Default => match moment(MomentKind::Oom).or(moment(MomentKind::PeakRequested)) {
+            Some(m) => (m.kind, m.entry, false),
+            None => (MomentKind::Dump, None, true),
+        },
+        At::Peak => match moment(MomentKind::PeakRequested) {
+            Some(m) => (m.kind, m.entry, false),
+            None => bail!("device {device}: the input has no trace, so no peak; try --at dump"),
+        },
+        At::Oom => match moment(MomentKind::Oom) {
+            Some(m) => (m.kind, m.entry, false),
+            None => bail!("device {device}: the trace has no out-of-memory error"),
+        },
+        At::Dump => (MomentKind::Dump, None, true),
+        At::Entry(n) if n < entries.len() => (MomentKind::Dump, Some(n), false),
+        At::Entry(n) => bail!(
+            "device {device}: --at entry {n}, but the trace has {} entries",
+            entries.len()
+        ),
+        At::Time(t) => {
+            let us = (t * 1e6).round() as i64;
+            let found = (0..entries.len())
+                .take_while(|&i| input.axis.offset_of(entries, i).is_none_or(|o| o <= us))
+                .last();
+            match found {
+                Some(i) => (MomentKind::Dump, Some(i), false),
+                None => bail!("device {device}: no trace entry at or before {t} s"),
+            }
+        }
+    };
+    let segments: Vec<_> = snapshot.device_segments(device).collect();
+    let by_stack = if dump {
+        by_stack_of_blocks(segments.iter().copied())
+    } else {
+        let mut replay = Replay::new(entries, segments.iter().copied());
+        if let Some(e) = entry {
+            replay.run_through(e);
+        }
+        by_stack_of_live(replay.live())
+    };
+    let labels: Vec<String> = {
+        let mut l = Vec::new();
+        for id in by_stack.keys().flatten() {
+            l.extend(crate::analysis::shown_stack(&snapshot.stacks, *id, false).frames);
+        }
+        l
+    };
+    let normalizer = Normalizer::of(labels.iter().map(String::as_str));
+    let root = format!("device {device}");
+    let node = tree(
+        &snapshot.stacks,
+        &by_stack,
+        &root,
+        &|f| normalizer.label(f),
+        depth,
+        min_share,
+    );
+    let (kind_name, requested) = if dump {
+        ("dump".to_string(), a.dump().requested_bytes)
+    } else if matches!(at, At::Entry(_) | At::Time(_)) {
+        let figures = a.figures_at(entry);
+        ("entry".to_string(), figures.and_then(|f| f.requested_bytes))
+    } else {
+        let figures = (a.moments.iter())
+            .find(|m| m.kind == kind && m.entry == entry)
+            .map(|m| m.figures);
+        let name = serde_json::to_value(kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        (name, figures.and_then(|f| f.requested_bytes))
+    };
+    let seconds = entry
+        .and_then(|e| input.axis.offset_of(entries, e))
+        .map(|us| us as f64 / 1e6);
+    Ok(DeviceTree {
+        device,
+        moment: MomentShown {
+            kind: kind_name,
+            entry,
+            seconds,
+        },
+        requested_bytes: requested,
+        tree: node,
+    })
+}
+
+fn text(report: &TreeReport) -> String {
+    let mut out = String::new();
+    if report.devices.is_empty() {
+        out.push_str("no device holds memory\n");
+    }
+    for d in &report.devices {
+        let when = match (d.moment.entry, d.moment.seconds) {
+            (Some(e), Some(s)) => format!(" (entry {e}, {s:.3} s)"),
+            (Some(e), None) => format!(" (entry {e})"),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "device {}: live memory at {}{when}: {} requested\n",
+            d.device,
+            d.moment.kind,
+            Bytes(d.tree.inclusive_bytes)
+        ));
+        out.push_str(&format!(
+            "  {:>11} {:>11} {:>6}  caller first\n",
+            "inclusive", "self", "share"
+        ));
+        walk(&d.tree, 0, &mut |n, depth| {
+            if depth == 0 {
+                return;
+            }
+            let hidden = if n.hidden_children > 0 {
+                format!("  (+{} below, not shown)", n.hidden_children)
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "  {:>11} {:>11} {:>5.1}%  {}{}{hidden}\n",
+                Bytes(n.inclusive_bytes).to_string(),
+                Bytes(n.self_bytes).to_string(),
+                n.share * 100.0,
+                "  ".repeat(depth - 1),
+                terminal_text(&n.name)
+            ));
+        });
+    }
+    out
+}
