@@ -216,3 +216,86 @@ fn at_each_moment_the_blocks_hold_at_least_their_requests() {
         }
     }
 }
+
+#[test]
+fn a_private_pools_free_blocks_are_its_own() {
+    let file = fixture("snapshots/private_pool.pickle")
+        .display()
+        .to_string();
+    let doc = json(&["analyze", "--json", &file]);
+    let pools = doc["inputs"][0]["devices"][0]["pools"]
+        .as_array()
+        .expect("pools")
+        .clone();
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    assert_eq!(pools[0]["id"], serde_json::json!([0, 0]));
+    let free: u64 = pools
+        .iter()
+        .map(|p| p["cached_free_bytes"].as_u64().expect("free"))
+        .sum();
+    let dump = moment(&doc["inputs"][0]["devices"][0], "dump").expect("dump");
+    assert_eq!(Some(free), dump["figures"]["cached_free_bytes"].as_u64());
+    let text = stdout(&memprof(&["analyze", &file]));
+    for line in [
+        "    default pool    68.00 MiB  reserved, 56.08 MiB allocated, 11.92 MiB cached free",
+        "    pool (1,2)      24.00 MiB  reserved, 1.00 MiB allocated, 23.00 MiB cached free",
+        "    pool (1,2) holds 24.00 MiB reserved, 1.00 MiB allocated; its 23.00 MiB cached free \
+         serves only that pool's requests",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    let text = stdout(&memprof(&["diagnose", &file]));
+    assert!(
+        text.contains("its 23.00 MiB cached free serves only that pool's requests"),
+        "{text}"
+    );
+}
+
+#[test]
+fn comparisons_compare_only_what_is_known_and_only_ranks() {
+    // Two files without a trace: their peaks are not known, so nothing is called balanced.
+    let scratch = Scratch::new("compare-unknown");
+    let copy = scratch.join("segments_only_2.pickle");
+    std::fs::copy(fixture("snapshots/segments_only.pickle"), &copy).expect("copies");
+    let one = fixture("snapshots/segments_only.pickle")
+        .display()
+        .to_string();
+    let text = stdout(&memprof(&["analyze", &one, &copy.display().to_string()]));
+    assert!(
+        text.starts_with(
+            "no comparison of peaks: fewer than two devices have a trace that tells their peak"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("balanced"), "{text}");
+    assert!(text.contains("      not known      not known"), "{text}");
+    let doc = json(&["analyze", "--json", &one, &copy.display().to_string()]);
+    assert_eq!(doc["comparison"]["outlier"], Value::Null);
+    assert_eq!(
+        doc["comparison"]["peaks"][0]["peak_active_bytes"],
+        Value::Null
+    );
+    // A recording and the snapshot joined with it are one run, not two ranks.
+    let text = stdout(&memprof(&[
+        "analyze",
+        &fixture("recordings/ledger.memprof").display().to_string(),
+        &fixture("recordings/ledger.oom-857.pickle")
+            .display()
+            .to_string(),
+    ]));
+    assert!(!text.contains("outlier"), "{text}");
+    assert!(!text.contains("balanced"), "{text}");
+}
+
+#[test]
+fn a_device_without_pressure_is_not_headed_as_one_with_it() {
+    let file = fixture("snapshots/multi_device.pickle")
+        .display()
+        .to_string();
+    let text = stdout(&memprof(&["diagnose", &file]));
+    assert!(text.contains("device 0: no allocator pressure"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.ends_with(": allocator pressure")),
+        "{text}"
+    );
+}

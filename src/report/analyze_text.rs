@@ -236,6 +236,13 @@ fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
             );
         }
     }
+    for f in a
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::PrivatePool)
+    {
+        let _ = writeln!(out, "    {}", f.sentence);
+    }
     render_trace(r, out);
     for f in &a.findings {
         if matches!(
