@@ -5,7 +5,6 @@
 //! into target/bench-data/ once; without python3 the benchmark says so and measures nothing.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use memprof::analysis::analyze_snapshot;
 use memprof::model::Snapshot;
 use memprof::source::torch_snapshot;
 use memprof::tui::keys::Key;
@@ -44,8 +43,19 @@ fn view(c: &mut Criterion) {
         eprintln!("no generated snapshot (python3 and ../shared/tools needed): skipped");
         return;
     };
-    let analyses = analyze_snapshot(&snapshot, 10, None);
-    let Some(mut app) = ViewApp::new("bench".into(), &snapshot, analyses, Theme::colored()) else {
+    let rules = memprof::analysis::categories::CategoryRules::default();
+    let account = memprof::account::build(
+        &snapshot,
+        &memprof::account::Options {
+            top: 10,
+            only: None,
+            rules: &rules,
+            origin: memprof::diagnose::Origin::TorchSnapshot,
+            capacity: None,
+        },
+    );
+    let Some(mut app) = ViewApp::new("bench".into(), &snapshot, account.devices, Theme::colored())
+    else {
         eprintln!("the generated snapshot has no device: skipped");
         return;
     };

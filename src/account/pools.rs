@@ -81,7 +81,7 @@ const OWNERS: [(&str, &str); 7] = [
 
 /// The owner the stacks of a private pool's blocks and segments name: the first rule of
 /// `OWNERS` that some frame of the pool's largest stacks matches.
-fn owner_of(members: &[&Segment], stacks: &StackTable) -> Option<String> {
+pub(crate) fn owner_of(members: &[&Segment], stacks: &StackTable) -> Option<String> {
     // The stacks holding the most bytes speak first.
     let mut weighted: Vec<(u64, StackId)> = Vec::new();
     for s in members {
@@ -90,7 +90,7 @@ fn owner_of(members: &[&Segment], stacks: &StackTable) -> Option<String> {
             weighted.extend(b.stack.map(|st| (b.size, st)));
         }
     }
-    weighted.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    weighted.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
     weighted.dedup_by_key(|w| w.1);
     for (needle, owner) in OWNERS {
         let found = weighted.iter().take(64).any(|&(_, st)| {
