@@ -42,6 +42,7 @@ pub struct Stall {
     pub bytes: u64,
     /// The stream the block was allocated on (`cudaStream_t`).
     pub stream: u64,
+    /// The site that allocated the block (that freed it, where the trace did not see it made).
     pub site: String,
 }
 
@@ -52,7 +53,8 @@ pub struct LeakSuspects {
     pub bytes: u64,
     /// Optimizer steps the trace shows (iteration `n` is what ran after `n - 1` of them).
     pub steps: u32,
-    /// By site, most bytes first (at most `LISTED`).
+    /// By site: those made in more than one iteration first, then most bytes first (at most
+    /// `LISTED`).
     pub sites: Vec<LeakSite>,
 }
 
@@ -98,9 +100,10 @@ pub fn anomalies(
     step_ends.dedup();
     let iteration = |i: usize| step_ends.partition_point(|&e| e <= i) as u32 + 1;
     let site = |i: usize| crate::analysis::site_of(stacks, entries[i].stack);
-    // By address: the `alloc` entry alive there, and the `free_requested` one waiting.
+    // By address: the `alloc` entry alive there, and the `free_requested` one waiting with
+    // the `alloc` it frees (where the trace saw it).
     let mut alive: FxHashMap<u64, usize> = FxHashMap::default();
-    let mut pending: FxHashMap<u64, usize> = FxHashMap::default();
+    let mut pending: FxHashMap<u64, (usize, Option<usize>)> = FxHashMap::default();
     let mut stalls = Vec::new();
     let mut buckets = vec![(0usize, 0u64); LIFETIME_BOUNDS_US.len() + 1];
     for (i, e) in entries.iter().enumerate() {
@@ -110,17 +113,18 @@ pub fn anomalies(
                 alive.insert(addr, i);
             }
             Action::FreeRequested => {
-                if let Some(born) = alive.remove(&addr) {
+                let made = alive.remove(&addr);
+                if let Some(born) = made {
                     if let (Some(from), Some(to)) = (entries[born].time_us(), e.time_us()) {
                         let k = LIFETIME_BOUNDS_US.partition_point(|&b| b <= to - from);
                         buckets[k].0 += 1;
                         buckets[k].1 = buckets[k].1.saturating_add(e.size);
                     }
                 }
-                pending.insert(addr, i);
+                pending.insert(addr, (i, made));
             }
             Action::FreeCompleted => {
-                let Some(asked) = pending.remove(&addr) else {
+                let Some((asked, made)) = pending.remove(&addr) else {
                     alive.remove(&addr);
                     continue;
                 };
@@ -131,7 +135,8 @@ pub fn anomalies(
                         wait_us,
                         bytes: e.size,
                         stream: timeline.stream(e.stream),
-                        site: site(asked),
+                        // Where the block was made, else where it was freed.
+                        site: site(made.unwrap_or(asked)),
                     });
                 }
             }
@@ -170,7 +175,14 @@ pub fn anomalies(
         }
     }
     let mut sites: Vec<LeakSite> = by_site.into_values().collect();
-    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    // Sites still making live allocations in several iterations first: what grows with the
+    // run, not what a run keeps (weights, optimizer state).
+    sites.sort_by(|a, b| {
+        (b.iterations > 1)
+            .cmp(&(a.iterations > 1))
+            .then(b.bytes.cmp(&a.bytes))
+            .then_with(|| a.site.cmp(&b.site))
+    });
     sites.truncate(LISTED);
     let lifetimes = if buckets.iter().all(|b| b.0 == 0) {
         Vec::new()
