@@ -83,7 +83,7 @@ fn foreach_adamw(path: &std::path::Path) {
         take(a, s, 0);
         addr
     };
-    // `malloc` holds `take`; frees go through the allocator and are taken at the next malloc.
+    // Frees go through the allocator; their entries are taken at the next malloc.
     let params: Vec<u64> = (0..4).map(|_| malloc(&mut a, 16 * MIB, to)).collect();
     let mut grads_made = false;
     for iteration in 0..2 {
@@ -117,7 +117,6 @@ fn foreach_adamw(path: &std::path::Path) {
             a.free(t).expect("allocated");
         }
     }
-    drop(malloc);
     take(&mut a, None, 0);
     // Stretch the stall: 5 ms between the first free_requested and its free_completed.
     let requested = all
@@ -131,7 +130,7 @@ fn foreach_adamw(path: &std::path::Path) {
             .expect("its completion");
     for e in &mut all[completed..] {
         let t = e.time_us().expect("timed");
-        *e = e.clone().with_time(Some(t + 5000));
+        *e = e.with_time(Some(t + 5000));
     }
     let layout = a.layout(0);
     write_snapshot(&model_snapshot(all, layout, stacks, None), path);

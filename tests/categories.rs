@@ -127,7 +127,13 @@ fn an_adam_step_shows_parameters_gradients_and_optimizer_state() {
             assert_eq!(count("parameter"), count("gradient"), "{dump}");
             let (p, g) = (bytes(dump, "parameter"), bytes(dump, "gradient"));
             assert!(p.abs_diff(g) * 50 < p, "{dump}");
-            assert_eq!(bytes(dump, "optimizer_state"), 2 * parameters, "{dump}");
+            // Two states per parameter, in block sizes at the dump.
+            assert_eq!(
+                count("optimizer_state").map(|n| n / 2),
+                count("parameter"),
+                "{dump}"
+            );
+            assert!(bytes(dump, "optimizer_state").abs_diff(2 * p) * 20 < p, "{dump}");
         } else {
             assert!(state + 2 * parameters > total / 10 * 9, "{rel}: {peak}");
         }
