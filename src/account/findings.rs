@@ -4,7 +4,7 @@
 //! temporaries and live memory without a stack.
 
 use super::{peak_is_known, DeviceAccount, MomentKind};
-use crate::analysis::categories::{Categories, Unrecorded};
+use crate::analysis::categories::{Categories, Unrecorded, Wrapper};
 use crate::analysis::DeviceAnalysis;
 use crate::model::{count, Bytes};
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,8 @@ pub enum FindingKind {
     OptimizerTemporaries,
     /// Live memory without a call stack: why, and what to change.
     UnrecordedStacks,
+    /// A user function that passes allocations on for several callers: the callers hold them.
+    Wrapper,
 }
 
 /// One verdict: its kind, the moment it speaks of, and the sentence every output prints.
@@ -89,6 +91,7 @@ pub fn findings(d: &DeviceAnalysis, account: &DeviceAccount, entries: usize) -> 
         out.extend(optimizer_temporaries(c, d.trace.peak_entry_index));
         let known = peak_is_known(entries, d.trace.peak_entry_index);
         out.extend(unrecorded(&c.unrecorded, known));
+        out.extend(c.wrappers.iter().map(|w| wrapper(w, known)));
     }
     for p in account.pools.iter().filter(|p| !p.is_default()) {
         let owner = p
@@ -162,6 +165,42 @@ fn optimizer_temporaries(c: &Categories, peak: Option<usize>) -> Option<Finding>
             }
         ),
     })
+}
+
+/// A wrapper's memory, attributed to its callers.
+fn wrapper(w: &Wrapper, peak_known: bool) -> Finding {
+    let callers: Vec<String> = w
+        .callers
+        .iter()
+        .map(|c| format!("{} ({})", c.site, Bytes(c.bytes)))
+        .collect();
+    let more = w.caller_count.saturating_sub(w.callers.len());
+    let more = if more > 0 {
+        format!(" and {} more", count(more as u64, "caller", "callers"))
+    } else {
+        String::new()
+    };
+    Finding {
+        kind: FindingKind::Wrapper,
+        moment: Some(if peak_known {
+            MomentKind::PeakRequested
+        } else {
+            MomentKind::Dump
+        }),
+        sentence: format!(
+            "{} is the innermost user frame of {} alive {}, made for {} distinct callers; by \
+             caller: {}{more}",
+            w.site,
+            Bytes(w.bytes),
+            if peak_known {
+                "at the peak"
+            } else {
+                "at the dump"
+            },
+            w.caller_count,
+            callers.join(", ")
+        ),
+    }
 }
 
 /// Live memory that has no stack: made before recording began (the model built first), or

@@ -272,7 +272,9 @@ fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
     for f in &a.findings {
         if matches!(
             f.kind,
-            FindingKind::OptimizerTemporaries | FindingKind::UnrecordedStacks
+            FindingKind::OptimizerTemporaries
+                | FindingKind::UnrecordedStacks
+                | FindingKind::Wrapper
         ) {
             let _ = writeln!(out, "  {}", terminal_text(&f.sentence));
         }

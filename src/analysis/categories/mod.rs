@@ -8,6 +8,7 @@ mod lifetimes;
 mod phases;
 mod rules;
 mod temporaries;
+mod wrappers;
 
 pub use phases::Phase;
 pub use rules::{CategoryRule, CategoryRules};
@@ -19,6 +20,7 @@ pub use lifetimes::Lifetimes;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use temporaries::unrecorded;
+pub use wrappers::{CallerBytes, Wrapper};
 
 /// The built-in categories, in the order a breakdown lists equal amounts. A private pool's
 /// allocations come after them, one category per pool owner (`pool_category`).
@@ -74,6 +76,9 @@ pub struct Categories {
     pub optimizer_temporaries: Option<StepTemporaries>,
     /// Allocations without a call stack, alive at the peak (at the dump without a trace).
     pub unrecorded: Unrecorded,
+    /// User frames alive at the peak as the innermost for several callers (wrappers that pass
+    /// an allocation on), most bytes first.
+    pub wrappers: Vec<Wrapper>,
 }
 
 /// The temporaries an optimizer step makes and frees within itself (`_multi_tensor_adam`'s
@@ -470,6 +475,7 @@ pub fn categorize<'a>(
     let mut c = Classifier::with_lifetimes(snapshot, device, lifetimes, rules);
     let at_peak = c.lifetimes.live_at(peak_entry);
     let unrecorded = unrecorded(&at_peak);
+    let wrappers = wrappers::wrappers(&snapshot.stacks, &at_peak);
     let at_peak = c.breakdown(at_peak);
     let optimizer_temporaries = c.step_temporaries();
     let at_oom = oom_entry.map(|i| {
@@ -485,6 +491,7 @@ pub fn categorize<'a>(
             at_dump,
             optimizer_temporaries,
             unrecorded,
+            wrappers,
         },
         phases,
     )
