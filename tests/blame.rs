@@ -321,3 +321,18 @@ fn a_helper_that_serves_many_callers_is_attributed_to_them() {
         "{said}"
     );
 }
+
+#[test]
+fn a_private_pools_allocations_are_a_category_of_their_own() {
+    let file = crate::util::fixture("snapshots/private_pool.pickle");
+    let doc = analyze_json(&[file]);
+    let d = device(&doc);
+    let pools = d["pools"].as_array().expect("pools");
+    let private: u64 = pools
+        .iter()
+        .filter(|p| p["id"] != serde_json::json!([0, 0]))
+        .map(|p| p["allocated_bytes"].as_u64().expect("allocated"))
+        .sum();
+    assert!(private > 0, "{pools:?}");
+    assert_eq!(bytes(&d["categories"]["at_dump"], "private_pool"), private);
+}
