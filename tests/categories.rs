@@ -70,9 +70,10 @@ fn categories_sum_to_the_live_total_on_every_real_snapshot() {
                 d["trace"]["peak_active_bytes"].as_u64().expect("peak"),
                 "{name}: at_peak"
             );
+            // The dump's blocks are counted by block size, as `allocated_bytes` counts them.
             assert_eq!(
                 sum(&c["at_dump"]),
-                d["requested_bytes"].as_u64().expect("requested"),
+                d["allocated_bytes"].as_u64().expect("allocated"),
                 "{name}: at_dump"
             );
             assert_eq!(c["at_oom"].is_null(), d["oom"].is_null(), "{name}: at_oom");
@@ -80,7 +81,8 @@ fn categories_sum_to_the_live_total_on_every_real_snapshot() {
                 for entry in list.as_array().expect("list") {
                     let category = entry["category"].as_str().expect("category");
                     assert!(
-                        memprof::analysis::categories::BUILTIN.contains(&category),
+                        memprof::analysis::categories::BUILTIN.contains(&category)
+                            || category.starts_with("private_pool"),
                         "{name}: {category}"
                     );
                     assert!(entry["count"].as_u64() > Some(0), "{name}: {entry}");
@@ -113,8 +115,25 @@ fn an_adam_step_shows_parameters_gradients_and_optimizer_state() {
         if rel.contains("Niu") {
             // Its step replaces the parameters (`p.data = ...`): the new ones are parameters.
             let dump = &d["categories"]["at_dump"];
-            assert_eq!(bytes(dump, "parameter"), bytes(dump, "gradient"), "{dump}");
-            assert_eq!(bytes(dump, "optimizer_state"), 2 * parameters, "{dump}");
+            // One gradient per parameter; the dump counts block sizes, which round each
+            // differently (a parameter may sit in a split block).
+            let count = |c: &str| {
+                dump.as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|x| x["category"] == c)
+                    .and_then(|x| x["count"].as_u64())
+            };
+            assert_eq!(count("parameter"), count("gradient"), "{dump}");
+            let (p, g) = (bytes(dump, "parameter"), bytes(dump, "gradient"));
+            assert!(p.abs_diff(g) * 50 < p, "{dump}");
+            // Two states per parameter, in block sizes at the dump.
+            assert_eq!(
+                count("optimizer_state").map(|n| n / 2),
+                count("parameter"),
+                "{dump}"
+            );
+            assert!(bytes(dump, "optimizer_state").abs_diff(2 * p) * 20 < p, "{dump}");
         } else {
             assert!(state + 2 * parameters > total / 10 * 9, "{rel}: {peak}");
         }

@@ -8,6 +8,7 @@ mod attach;
 mod attach_shim;
 mod attach_torch;
 mod bad_input;
+mod blame;
 mod categories;
 mod commands;
 mod compare;

@@ -1,10 +1,12 @@
 //! The verdicts an account gives, each a sentence with its evidence, decided once here so
 //! that every output words them the same: what a dump without a usable trace can and cannot
-//! show, the OOM's cause, and what private pools keep to themselves.
+//! show, the OOM's cause, what private pools keep to themselves, the optimizer step's
+//! temporaries and live memory without a stack.
 
 use super::{peak_is_known, DeviceAccount, MomentKind};
+use crate::analysis::categories::{Categories, Unrecorded, Wrapper};
 use crate::analysis::DeviceAnalysis;
-use crate::model::Bytes;
+use crate::model::{count, Bytes};
 use serde::{Deserialize, Serialize};
 
 /// Below this share of reserved memory cached free, a dump is at the limit of what the
@@ -28,6 +30,12 @@ pub enum FindingKind {
     PrivatePool,
     /// What every device held when this one ran out of memory.
     Imbalance,
+    /// The optimizer step's own temporaries, and what removes them.
+    OptimizerTemporaries,
+    /// Live memory without a call stack: why, and what to change.
+    UnrecordedStacks,
+    /// A user function that passes allocations on for several callers: the callers hold them.
+    Wrapper,
 }
 
 /// One verdict: its kind, the moment it speaks of, and the sentence every output prints.
@@ -81,6 +89,12 @@ pub fn findings(d: &DeviceAnalysis, account: &DeviceAccount, entries: usize) -> 
             });
         }
     }
+    if let Some(c) = &d.categories {
+        out.extend(optimizer_temporaries(c, d.trace.peak_entry_index));
+        let known = peak_is_known(entries, d.trace.peak_entry_index);
+        out.extend(unrecorded(&c.unrecorded, known));
+        out.extend(c.wrappers.iter().map(|w| wrapper(w, known)));
+    }
     for p in account.pools.iter().filter(|p| !p.is_default()) {
         let owner = p
             .owner
@@ -97,6 +111,140 @@ pub fn findings(d: &DeviceAnalysis, account: &DeviceAccount, entries: usize) -> 
                 Bytes(p.reserved_bytes),
                 Bytes(p.allocated_bytes),
                 Bytes(p.cached_free_bytes)
+            ),
+        });
+    }
+    out
+}
+
+/// The optimizer step's temporaries at their most, with the change that removes them: a
+/// foreach implementation's are its per-step copies; a hand-written step's are its
+/// out-of-place arithmetic.
+fn optimizer_temporaries(c: &Categories, peak: Option<usize>) -> Option<Finding> {
+    let t = c.optimizer_temporaries.as_ref()?;
+    let at_peak = c
+        .at_peak
+        .iter()
+        .find(|b| b.category == "optimizer_temporary")
+        .map(|b| b.bytes)
+        .filter(|_| peak.is_some())
+        .unwrap_or(0);
+    let at_peak = if at_peak > 0 {
+        format!(" ({} of them at the peak)", Bytes(at_peak))
+    } else {
+        String::new()
+    };
+    let advice = match t.implementation.as_deref() {
+        Some(i) if i.starts_with("_fused_") => format!(
+            "made by {i}; they are the fused kernel's own, so only a smaller optimizer state \
+             (8-bit, Adafactor) or fewer parameters per step lowers them"
+        ),
+        Some(i) => format!(
+            "made by {i}, the foreach implementation, which works on copies of every \
+             parameter's tensors at once; a fused optimizer (`fused=True`) or `foreach=False` \
+             removes most of that {} transient",
+            Bytes(t.peak_bytes)
+        ),
+        None => format!(
+            "made by the step's own arithmetic at {}; written in place (`mul_`, `addcdiv_`, \
+             `add_`) the step would not allocate them",
+            t.site
+        ),
+    };
+    Some(Finding {
+        kind: FindingKind::OptimizerTemporaries,
+        moment: None,
+        sentence: format!(
+            "optimizer step temporaries: {} alive at once inside the optimizer step (after \
+             entry {}, {} {}){at_peak}, {advice}",
+            Bytes(t.peak_bytes),
+            t.peak_entry_index,
+            t.count,
+            if t.count == 1 {
+                "allocation"
+            } else {
+                "allocations"
+            }
+        ),
+    })
+}
+
+/// A wrapper's memory, attributed to its callers.
+fn wrapper(w: &Wrapper, peak_known: bool) -> Finding {
+    let callers: Vec<String> = w
+        .callers
+        .iter()
+        .map(|c| format!("{} ({})", c.site, Bytes(c.bytes)))
+        .collect();
+    let more = w.caller_count.saturating_sub(w.callers.len());
+    let more = if more > 0 {
+        format!(" and {} more", count(more as u64, "caller", "callers"))
+    } else {
+        String::new()
+    };
+    Finding {
+        kind: FindingKind::Wrapper,
+        moment: Some(if peak_known {
+            MomentKind::PeakRequested
+        } else {
+            MomentKind::Dump
+        }),
+        sentence: format!(
+            "{} is the innermost user frame of {} alive {}, made for {} distinct callers; by \
+             caller: {}{more}",
+            w.site,
+            Bytes(w.bytes),
+            if peak_known {
+                "at the peak"
+            } else {
+                "at the dump"
+            },
+            w.caller_count,
+            callers.join(", ")
+        ),
+    }
+}
+
+/// Live memory that has no stack: made before recording began (the model built first), or
+/// made during it by a thread whose frames were not kept.
+fn unrecorded(u: &Unrecorded, peak_known: bool) -> Vec<Finding> {
+    let when = if peak_known {
+        "at the peak"
+    } else {
+        "at the dump"
+    };
+    let moment = Some(if peak_known {
+        MomentKind::PeakRequested
+    } else {
+        MomentKind::Dump
+    });
+    let mut out = Vec::new();
+    if u.before_trace_bytes > 0 && peak_known {
+        out.push(Finding {
+            kind: FindingKind::UnrecordedStacks,
+            moment,
+            sentence: format!(
+                "<no stack recorded>: {} in {} alive {when} was allocated before recording \
+                 began (the model was built, or moved to the GPU, before \
+                 `torch.cuda.memory._record_memory_history()` was called); call it before \
+                 building the model to see who made them",
+                Bytes(u.before_trace_bytes),
+                count(u.before_trace_count as u64, "allocation", "allocations")
+            ),
+        });
+    }
+    if u.in_trace_bytes > 0 {
+        out.push(Finding {
+            kind: FindingKind::UnrecordedStacks,
+            moment,
+            sentence: format!(
+                "<no stack recorded>: {} in {} alive {when} was allocated while recording but \
+                 without frames: with `stacks=\"python\"` an allocation made off the Python \
+                 thread (the autograd engine's backward) has none, as has one recorded with \
+                 `context=None`; record with `stacks=\"all\"` (and `context=\"all\"`) to see \
+                 them",
+                Bytes(u.in_trace_bytes),
+                count(u.in_trace_count as u64, "allocation", "allocations")
             ),
         });
     }

@@ -5,6 +5,7 @@
 //! never derive a figure or a verdict of their own (docs/json/account.md says what each word
 //! means).
 
+pub mod anomalies;
 mod build;
 pub mod figures;
 mod findings;
@@ -12,6 +13,7 @@ pub mod moments;
 pub mod pools;
 mod ranks;
 
+pub use anomalies::Anomalies;
 pub use build::{build, DeviceReport, InputAccount, Options};
 pub use figures::Figures;
 pub use findings::{Finding, FindingKind};
@@ -59,6 +61,8 @@ pub struct DeviceAccount {
     /// The pools at the dump, the default pool first.
     pub pools: Vec<Pool>,
     pub findings: Vec<Finding>,
+    /// Pending-free stalls, leak suspects and the lifetimes of freed blocks over the trace.
+    pub anomalies: Anomalies,
 }
 
 impl DeviceAccount {
@@ -236,6 +240,12 @@ pub fn account_of(input: &DeviceInput<'_>) -> DeviceAccount {
         peaks,
         pools,
         findings: Vec::new(),
+        anomalies: anomalies::anomalies(
+            input.entries,
+            &input.snapshot.timeline,
+            &input.snapshot.stacks,
+            d.phases.as_deref().unwrap_or_default(),
+        ),
     };
     account.findings = findings::findings(d, &account, input.entries.len());
     account

@@ -81,7 +81,7 @@ const OWNERS: [(&str, &str); 7] = [
 
 /// The owner the stacks of a private pool's blocks and segments name: the first rule of
 /// `OWNERS` that some frame of the pool's largest stacks matches.
-fn owner_of(members: &[&Segment], stacks: &StackTable) -> Option<String> {
+pub(crate) fn owner_of(members: &[&Segment], stacks: &StackTable) -> Option<String> {
     // The stacks holding the most bytes speak first.
     let mut weighted: Vec<(u64, StackId)> = Vec::new();
     for s in members {

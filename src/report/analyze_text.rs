@@ -276,6 +276,16 @@ fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
             let _ = writeln!(out, "{line}");
         }
     }
+    for f in &a.findings {
+        if matches!(
+            f.kind,
+            FindingKind::OptimizerTemporaries
+                | FindingKind::UnrecordedStacks
+                | FindingKind::Wrapper
+        ) {
+            let _ = writeln!(out, "  {}", terminal_text(&f.sentence));
+        }
+    }
     let trace_peak = d
         .trace
         .peak_entry_index
@@ -351,6 +361,9 @@ fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
                 if driver_only { "" } else { ", replayed" }
             );
         }
+    }
+    for line in super::anomalies_text::lines(&a.anomalies, d.trace.entries, "  ") {
+        let _ = writeln!(out, "{line}");
     }
     let judged = crate::account::peak_is_known(d.trace.entries, d.trace.peak_entry_index);
     if let Some(p) = d.pressure.as_ref().filter(|_| judged) {

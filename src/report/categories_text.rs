@@ -37,21 +37,24 @@ fn total(list: &[CategoryBytes]) -> Bytes {
 
 /// One line per moment, indented by `indent`.
 pub fn moments(c: &Categories, has_peak: bool, indent: &str) -> Vec<String> {
-    let mut lines = vec![format!("{indent}what the live memory is:")];
-    let mut moment = |when: &str, list: &[CategoryBytes]| {
+    let mut lines = vec![format!(
+        "{indent}what the live memory is (the trace's moments in requested bytes, the dump in \
+         allocated bytes):"
+    )];
+    let mut moment = |when: &str, list: &[CategoryBytes], figure: &str| {
         lines.push(format!(
-            "{indent}  {when:<12} {:>10}: {}",
+            "{indent}  {when:<12} {:>10} {figure:<9}: {}",
             total(list).to_string(),
             breakdown(list)
         ));
     };
     if has_peak {
-        moment("at the peak", &c.at_peak);
+        moment("at the peak", &c.at_peak, "requested");
     }
     if let Some(oom) = &c.at_oom {
-        moment("at the OOM", oom);
+        moment("at the OOM", oom, "requested");
     }
-    moment("at the dump", &c.at_dump);
+    moment("at the dump", &c.at_dump, "allocated");
     lines
 }
 

@@ -7,6 +7,8 @@ mod context;
 mod lifetimes;
 mod phases;
 mod rules;
+mod temporaries;
+mod wrappers;
 
 pub use phases::Phase;
 pub use rules::{CategoryRule, CategoryRules};
@@ -17,12 +19,16 @@ use context::Context;
 pub use lifetimes::Lifetimes;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
+use temporaries::unrecorded;
+pub use wrappers::{CallerBytes, Wrapper};
 
-/// The built-in categories, in the order a breakdown lists equal amounts.
-pub const BUILTIN: [&str; 7] = [
+/// The built-in categories, in the order a breakdown lists equal amounts. A private pool's
+/// allocations come after them, one category per pool owner (`pool_category`).
+pub const BUILTIN: [&str; 8] = [
     "parameter",
     "gradient",
     "optimizer_state",
+    "optimizer_temporary",
     "activation",
     "autograd",
     "workspace",
@@ -32,10 +38,20 @@ pub const BUILTIN: [&str; 7] = [
 const PARAMETER: usize = 0;
 const GRADIENT: usize = 1;
 const OPTIMIZER_STATE: usize = 2;
-const ACTIVATION: usize = 3;
-const AUTOGRAD: usize = 4;
-const WORKSPACE: usize = 5;
-const OTHER: usize = 6;
+const OPTIMIZER_TEMPORARY: usize = 3;
+const ACTIVATION: usize = 4;
+const AUTOGRAD: usize = 5;
+const WORKSPACE: usize = 6;
+const OTHER: usize = 7;
+
+/// The category of a private pool's allocations: `private_pool`, with the owner its blocks'
+/// frames name (`private_pool:CUDA graphs`).
+pub fn pool_category(owner: Option<&str>) -> String {
+    match owner {
+        Some(o) => format!("private_pool:{o}"),
+        None => "private_pool".to_string(),
+    }
+}
 
 /// Bytes and allocations of one category at one moment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -54,8 +70,43 @@ pub struct Categories {
     pub at_peak: Vec<CategoryBytes>,
     /// At the last `oom` entry, replayed; `None` without one.
     pub at_oom: Option<Vec<CategoryBytes>>,
-    /// The allocated blocks of the dump (`requested_bytes`).
+    /// The allocated blocks of the dump, by block size (`allocated_bytes`).
     pub at_dump: Vec<CategoryBytes>,
+    /// The optimizer step's own temporaries at their most; `None` when no step made any.
+    pub optimizer_temporaries: Option<StepTemporaries>,
+    /// Allocations without a call stack, alive at the peak (at the dump without a trace).
+    pub unrecorded: Unrecorded,
+    /// User frames alive at the peak as the innermost for several callers (wrappers that pass
+    /// an allocation on), most bytes first.
+    pub wrappers: Vec<Wrapper>,
+}
+
+/// The temporaries an optimizer step makes and frees within itself (`_multi_tensor_adam`'s
+/// intermediates, a hand-written step's `exp_avg / denom`), at the moment most of them are
+/// alive at once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepTemporaries {
+    pub peak_bytes: u64,
+    /// The entry after which that many are alive.
+    pub peak_entry_index: usize,
+    /// How many allocations those are.
+    pub count: usize,
+    /// The foreach or fused implementation whose frames made most of them
+    /// (`_multi_tensor_adam`), when the stacks name one.
+    pub implementation: Option<String>,
+    /// The site that made most of them.
+    pub site: String,
+}
+
+/// Live allocations whose stack PyTorch did not record, split by when they were made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Unrecorded {
+    /// Alive before the first trace entry (made before recording began).
+    pub before_trace_bytes: u64,
+    pub before_trace_count: usize,
+    /// Made during the trace with no frame recorded.
+    pub in_trace_bytes: u64,
+    pub in_trace_count: usize,
 }
 
 /// Sorts allocations of one device into categories.
@@ -72,6 +123,8 @@ pub struct Classifier<'a> {
     /// allocation of such a size alive across an optimizer step is a parameter.
     parameter_sizes: FxHashSet<u64>,
     by_rule: FxHashMap<StackId, Option<usize>>,
+    /// The dump's segments of private pools, by address: start, end, category index.
+    pools: Vec<(u64, u64, usize)>,
 }
 
 impl<'a> Classifier<'a> {
@@ -79,12 +132,13 @@ impl<'a> Classifier<'a> {
         let segments: Vec<_> = snapshot.device_segments(device).collect();
         let entries = snapshot.timeline.device(device as usize);
         let lifetimes = Lifetimes::new(entries, &segments, &snapshot.stacks);
-        Classifier::with_lifetimes(snapshot, lifetimes, rules)
+        Classifier::with_lifetimes(snapshot, device, lifetimes, rules)
     }
 
     /// A classifier over lifetimes already gathered (from a shared replay).
     pub fn with_lifetimes(
         snapshot: &'a Snapshot,
+        device: u32,
         lifetimes: Lifetimes<'a>,
         rules: &CategoryRules,
     ) -> Classifier<'a> {
@@ -100,6 +154,7 @@ impl<'a> Classifier<'a> {
                 }
             })
             .collect();
+        let pools = pool_ranges(snapshot, device, &mut names);
         let mut c = Classifier {
             stacks: &snapshot.stacks,
             snapshot,
@@ -109,6 +164,7 @@ impl<'a> Classifier<'a> {
             lifetimes,
             parameter_sizes: FxHashSet::default(),
             by_rule: FxHashMap::default(),
+            pools,
         };
         c.parameter_sizes = c.sizes_of_parameters();
         c
@@ -153,6 +209,9 @@ impl<'a> Classifier<'a> {
         if let Some(i) = self.by_rules(live.stack) {
             return i;
         }
+        if let Some(i) = self.by_pool(addr) {
+            return i;
+        }
         self.builtin(addr, live)
     }
 
@@ -171,6 +230,13 @@ impl<'a> Classifier<'a> {
             return Some(self.rule_index[r]);
         }
         self.names.iter().position(|n| n == text)
+    }
+
+    /// The private pool whose segment (at the dump) holds `addr`.
+    fn by_pool(&self, addr: u64) -> Option<usize> {
+        let i = self.pools.partition_point(|p| p.0 <= addr).checked_sub(1)?;
+        let (_, end, category) = self.pools[i];
+        (addr < end).then_some(category)
     }
 
     /// The first `--category` rule that a frame of the filtered stack matches (cached per stack).
@@ -223,6 +289,8 @@ impl<'a> Classifier<'a> {
                 Some((older_addr, older)) => self.builtin(older_addr, &older),
                 None => OPTIMIZER_STATE,
             },
+            // Made in the step and freed there: the step's own intermediates.
+            Context::Optimizer => OPTIMIZER_TEMPORARY,
             Context::Backward if l.outlived_run(born, end) => GRADIENT,
             Context::Backward => AUTOGRAD,
             // Made in forward and kept across an optimizer step: a cache, not an activation.
@@ -312,14 +380,21 @@ impl<'a> Classifier<'a> {
         self.breakdown(live)
     }
 
-    /// The categories of the dump's allocated blocks.
+    /// The categories of the dump's allocated blocks, by block size: they sum to the dump's
+    /// allocated bytes. Each is classified by its requested size, as the trace knows it.
     pub fn at_dump(&mut self, device: u32) -> Vec<CategoryBytes> {
-        let live = self.dump_live(device);
-        self.breakdown(live)
+        let mut sums = vec![(0u64, 0usize); self.names.len()];
+        for (addr, live, size) in self.dump_live(device) {
+            let c = self.category(addr, &live);
+            sums[c].0 = sums[c].0.wrapping_add(size);
+            sums[c].1 += 1;
+        }
+        self.listed(&sums)
     }
 
-    /// The allocated blocks of the dump, with the lifetimes the trace gives them.
-    fn dump_live(&self, device: u32) -> Vec<(u64, Live)> {
+    /// The allocated blocks of the dump, with the lifetimes the trace gives them, and their
+    /// block sizes.
+    fn dump_live(&self, device: u32) -> Vec<(u64, Live, u64)> {
         self.snapshot
             .device_segments(device)
             .flat_map(|s| &s.blocks)
@@ -329,10 +404,50 @@ impl<'a> Classifier<'a> {
                     Some(l) => l.with_size(b.requested_size),
                     None => Live::before_trace(b.requested_size, b.stack),
                 };
-                (b.address, live)
+                (b.address, live, b.size)
             })
             .collect()
     }
+}
+
+/// The dump's private-pool segments of `device` by address, each with the category of its
+/// pool (added to `names` as needed).
+fn pool_ranges(
+    snapshot: &Snapshot,
+    device: u32,
+    names: &mut Vec<String>,
+) -> Vec<(u64, u64, usize)> {
+    let segments: Vec<&crate::model::Segment> = snapshot
+        .device_segments(device)
+        .filter(|s| s.pool_id != (0, 0))
+        .collect();
+    let mut ids: Vec<(i64, i64)> = segments.iter().map(|s| s.pool_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut out = Vec::new();
+    for id in ids {
+        let members: Vec<&crate::model::Segment> = segments
+            .iter()
+            .copied()
+            .filter(|s| s.pool_id == id)
+            .collect();
+        let owner = crate::account::pools::owner_of(&members, &snapshot.stacks);
+        let name = pool_category(owner.as_deref());
+        let index = match names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name);
+                names.len() - 1
+            }
+        };
+        out.extend(
+            members
+                .iter()
+                .map(|s| (s.address, s.address.saturating_add(s.total_size), index)),
+        );
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Active memory over the whole trace split by category: every allocation as `Classifier`
@@ -357,9 +472,12 @@ pub fn categorize<'a>(
     oom_entry: Option<usize>,
     rules: &CategoryRules,
 ) -> (Categories, Vec<Phase>) {
-    let mut c = Classifier::with_lifetimes(snapshot, lifetimes, rules);
+    let mut c = Classifier::with_lifetimes(snapshot, device, lifetimes, rules);
     let at_peak = c.lifetimes.live_at(peak_entry);
+    let unrecorded = unrecorded(&at_peak);
+    let wrappers = wrappers::wrappers(&snapshot.stacks, &at_peak);
     let at_peak = c.breakdown(at_peak);
+    let optimizer_temporaries = c.step_temporaries();
     let at_oom = oom_entry.map(|i| {
         let live = c.lifetimes.live_at(Some(i));
         c.breakdown(live)
@@ -371,6 +489,9 @@ pub fn categorize<'a>(
             at_peak,
             at_oom,
             at_dump,
+            optimizer_temporaries,
+            unrecorded,
+            wrappers,
         },
         phases,
     )
