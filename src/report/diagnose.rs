@@ -4,7 +4,7 @@
 
 use super::analyze_json::SCHEMA_VERSION;
 use super::analyze_text::{figure, oom_figures};
-use super::pressure_text;
+use super::pressure_text::{self, shell_value};
 use crate::account::{DeviceAccount, Figures, FindingKind, MomentKind};
 use crate::analysis::oom::{Diagnosis, Remedy, RemedyKind};
 use crate::analysis::pressure::Pressure;
@@ -232,17 +232,6 @@ fn write_device(out: &mut String, p: &DevicePressure) {
     }
 }
 
-/// A settings string as a shell needs it: quoted when it holds anything but plain characters.
-fn shell_value(value: &str) -> String {
-    let plain = value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '.' | ',' | '-'));
-    if plain {
-        value.to_string()
-    } else {
-        format!("'{value}'")
-    }
-}
 
 /// One diagnosis with the account's `figures` at its OOM; `retries` the device's OOM retries
 /// (they bracket the capacity too).

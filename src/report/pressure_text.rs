@@ -162,7 +162,7 @@ pub fn lines(p: &Pressure, has_oom: bool) -> Vec<String> {
 }
 
 /// A settings string as a shell needs it: quoted when it holds anything but plain characters.
-fn shell_value(value: &str) -> String {
+pub fn shell_value(value: &str) -> String {
     let plain = value
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '.' | ',' | '-'));
