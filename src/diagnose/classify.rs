@@ -27,6 +27,36 @@ pub enum Origin<'a> {
     },
 }
 
+/// The pressure of a trace without releases or `oom` entries, not replayed: nothing hit the
+/// limit, and only a capacity given bounds it. `attach` puts in the trace's peak of reserved
+/// memory and the headroom it leaves.
+fn quiet(capacity: Option<u64>) -> Pressure {
+    Pressure {
+        oom_retries: 0,
+        empty_cache_bursts: 0,
+        capacity_bytes_min: capacity,
+        capacity_bytes_max: capacity,
+        capacity_max_from: None,
+        capacity_source: if capacity.is_some() {
+            "given"
+        } else {
+            "unknown"
+        },
+        retry_before_oom: None,
+        oom_entry_index: None,
+        headroom_at_peak_bytes: None,
+        peak_reserved_bytes: 0,
+        retries: Vec::new(),
+        empty_cache_sites: Vec::new(),
+    }
+}
+
+/// A trace without releases or `oom` entries longer than this is not replayed through the
+/// allocator model by `analyze` (its allocated peak is then not known; `memprof simulate`
+/// replays it). The default `_record_memory_history(max_entries=100_000)` keeps traces well
+/// below it.
+pub const QUIET_REPLAY_MAX_ENTRIES: usize = 500_000;
+
 /// What the allocator replay of one device found: its pressure, the model's figures at the
 /// account's moments, and the cause of its OOM (without remedies).
 #[derive(Clone, Debug, Default)]
@@ -52,8 +82,15 @@ pub fn classify_ooms(
 pub fn attach(mut devices: Vec<DeviceAnalysis>, replays: Vec<DeviceReplay>) -> Vec<DeviceAnalysis> {
     for (d, r) in devices.iter_mut().zip(replays) {
         debug_assert_eq!(d.device, r.device);
-        if r.pressure.is_some() {
-            d.pressure = r.pressure;
+        if let Some(mut p) = r.pressure {
+            if r.replayed.is_none() && d.oom.is_none() {
+                // Not replayed (`quiet`): the trace's own peak of reserved memory.
+                p.peak_reserved_bytes = d.trace.peak_reserved_bytes;
+                p.headroom_at_peak_bytes = p
+                    .capacity_bytes_max
+                    .map(|c| c.saturating_sub(p.peak_reserved_bytes));
+            }
+            d.pressure = Some(p);
         }
         d.replayed = r.replayed;
         if let Some(oom) = d.oom.as_mut() {
@@ -128,6 +165,21 @@ pub fn replay_devices(
         let trace = DeviceTrace::of(snapshot, device);
         if trace.entries.is_empty() {
             done.push(blank(device));
+            continue;
+        }
+        let releases = trace.entries.iter().any(|e| {
+            matches!(
+                e.action,
+                Action::Oom | Action::SegmentFree | Action::SegmentUnmap
+            )
+        });
+        if !releases && trace.entries.len() > QUIET_REPLAY_MAX_ENTRIES {
+            // Nothing hit the limit; only the block sizes (the allocated peak) would come of a
+            // replay, which would double the time of `analyze` on such a trace.
+            done.push(DeviceReplay {
+                pressure: Some(quiet(capacity)),
+                ..blank(device)
+            });
             continue;
         }
         let prepared = replay::prepare(&trace, &config, None);

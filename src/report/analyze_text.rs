@@ -417,7 +417,15 @@ fn render_trace(r: &DeviceReport, out: &mut String) {
                     "{} (torch.cuda.max_memory_allocated(): block sizes)",
                     place(&peaks.allocated)
                 ),
-                None => "(block sizes need the allocator replay, which this trace did not allow)"
+                None if t.entries > crate::diagnose::classify::QUIET_REPLAY_MAX_ENTRIES
+                    && r.replayed.is_none() =>
+                {
+                    "(block sizes: `memprof simulate` replays the allocator, which `analyze` skips \
+                     on a trace this long that never hit the limit)"
+                        .to_string()
+                }
+                None => "(block sizes need an allocator replay that reproduces the record, and \
+                         this one did not)"
                     .to_string(),
             }
         );

@@ -232,7 +232,6 @@ fn write_device(out: &mut String, p: &DevicePressure) {
     }
 }
 
-
 /// One diagnosis with the account's `figures` at its OOM; `retries` the device's OOM retries
 /// (they bracket the capacity too).
 fn write_one(out: &mut String, d: &Diagnosis, figures: Option<Figures>, retries: usize) {
