@@ -2,6 +2,7 @@
 //! the real snapshots in `../shared/fixtures/real/`.
 
 mod agent;
+mod amplification;
 mod analyze_fixtures;
 mod attach;
 mod attach_shim;
