@@ -10,7 +10,7 @@ use crate::analysis::categories::CategoryBytes;
 use crate::model::Bytes;
 use crate::report::analyze_json::SCHEMA_VERSION;
 use crate::report::gate::{evaluate, Baseline, Check, GateConfig, Measurement, Metric};
-use crate::report::terminal_text::terminal_text;
+use crate::report::terminal_text::{terminal_lines, terminal_text};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -218,17 +218,17 @@ fn text(report: &DiffReport, label: &str) -> String {
             out.push_str(&format!(
                 "    +{:>11}  {}  ({was}, {} after)\n",
                 Bytes(g.after_bytes - g.before_bytes).to_string(),
-                g.site,
+                terminal_text(&g.site),
                 Bytes(g.after_bytes)
             ));
         }
         if let Some(top) = d.grew.first().filter(|t| !t.stack.is_empty()) {
             out.push_str(&format!(
                 "  stack of the largest allocation at {}, innermost first:\n",
-                top.site
+                terminal_text(&top.site)
             ));
             for frame in top.stack.iter().take(8) {
-                out.push_str(&format!("        {frame}\n"));
+                out.push_str(&format!("        {}\n", terminal_text(frame)));
             }
         }
         out.push_str(&by_category);
@@ -243,7 +243,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        stdout.write_all(text(&report, report.metric_label).as_bytes())?;
+        stdout.write_all(terminal_lines(&text(&report, report.metric_label)).as_bytes())?;
     }
     stdout.flush()?;
     Ok(if report.devices.iter().all(|d| d.passed) {

@@ -132,11 +132,11 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
         );
     }
     for w in &loaded.parsed.warnings {
-        eprintln!("memprof: warning: {shown}: {w}");
+        super::warn(&format!("{shown}: {w}"));
     }
     let (recorded, warning) = replay::recorded_config(snapshot);
     if let Some(w) = warning {
-        eprintln!("memprof: warning: {shown}: {w}");
+        super::warn(&format!("{shown}: {w}"));
     }
     if recorded.backend == Backend::CudaMallocAsync {
         bail!("{shown}: recorded with backend:cudaMallocAsync, which has no caching rules to simulate");
@@ -147,7 +147,7 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
         .collect();
     for p in &prepared {
         for w in warnings(p.issues.iter().chain(&p.recorded_run.issues)) {
-            eprintln!("memprof: warning: {shown}: device {}: {w}", p.device);
+            super::warn(&format!("{shown}: device {}: {w}", p.device));
         }
     }
     if args.validate {

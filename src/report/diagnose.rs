@@ -9,6 +9,7 @@ use crate::analysis::pressure::Pressure;
 use crate::analysis::site_text;
 use crate::analysis::version::{Release, VersionRange};
 use crate::model::Bytes;
+use crate::report::terminal_text::terminal_text;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use std::fmt::Write;
@@ -257,7 +258,7 @@ fn write_one(out: &mut String, d: &Diagnosis, retries: usize) {
         let _ = writeln!(
             out,
             "  failing request: {}",
-            site_text(&first.frame, first.via.as_deref())
+            terminal_text(&site_text(&first.frame, first.via.as_deref()))
         );
         if !rest.is_empty() {
             let _ = writeln!(out, "  live at the OOM, by site:");
@@ -266,7 +267,7 @@ fn write_one(out: &mut String, d: &Diagnosis, retries: usize) {
                     out,
                     "    {:>12}  {}",
                     Bytes(s.bytes).to_string(),
-                    site_text(&s.frame, s.via.as_deref())
+                    terminal_text(&site_text(&s.frame, s.via.as_deref()))
                 );
             }
         }
@@ -378,7 +379,7 @@ fn write_remedy(out: &mut String, k: usize, r: &Remedy) {
                     out,
                     "         {label} {:>12}  {}",
                     Bytes(s.bytes).to_string(),
-                    site_text(&s.frame, s.via.as_deref())
+                    terminal_text(&site_text(&s.frame, s.via.as_deref()))
                 );
             }
         }
