@@ -5,7 +5,10 @@
 //! Generated inputs come from `../shared/tools/gen_snapshot.py` (needs python3); real ones from
 //! `../shared/fixtures/real/`. Missing inputs are skipped with a note. `many_device_lists` is
 //! the shape of a 200 KB pickle that took 21 s: 300k device trace lists, one list object
-//! holding one OOM entry, written once and referenced by every device.
+//! holding one OOM entry, written once and referenced by every device. `many_ooms` is the shape
+//! of a 576 KB snapshot whose diagnosis took 5.6 s: one trace of 16,000 `oom` entries, each
+//! replayed under every setting the diagnosis tries; its time per entry stays flat as the
+//! trace doubles.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memprof::analysis::analyze_snapshot;
@@ -17,7 +20,7 @@ use std::process::Command;
 
 #[path = "../tests/scale_input.rs"]
 mod scale_input;
-use scale_input::shared_oom_lists;
+use scale_input::{many_ooms, shared_oom_lists};
 
 fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared")
@@ -152,5 +155,50 @@ fn many_device_lists(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse, many_device_lists);
+/// What `diagnose` does with a snapshot of one device: read, replay, and the diagnosis of its
+/// last OOM with the remedies' replays.
+fn diagnose_one(bytes: &[u8]) -> usize {
+    use memprof::analysis::version::VersionRange;
+    use memprof::diagnose::remedies::Recorded;
+    use memprof::diagnose::{diagnose_device, Depth};
+    use memprof::sim::replay::{self, DeviceTrace};
+    let Ok(parsed) = torch_snapshot::read(bytes) else {
+        return 0;
+    };
+    let snapshot = &parsed.snapshot;
+    let (config, _) = replay::recorded_config(snapshot);
+    let recorded = Recorded {
+        config: &config,
+        conf: snapshot.alloc_conf(),
+        version: VersionRange::default(),
+    };
+    DeviceTrace::all(snapshot)
+        .iter()
+        .filter_map(|trace| {
+            let prepared = replay::prepare(trace, &config, None);
+            diagnose_device(snapshot, &prepared, &recorded, None, Depth::WithRemedies)
+        })
+        .count()
+}
+
+fn many_ooms_in_one_trace(c: &mut Criterion) {
+    let mut group = c.benchmark_group("many_ooms");
+    group.sample_size(10);
+    for ooms in [4_000, 8_000, 16_000] {
+        let Ok(bytes) = many_ooms(ooms, 1 << 30) else {
+            eprintln!("the many-OOMs pickle could not be written: skipped");
+            return;
+        };
+        assert_eq!(diagnose_one(&bytes), 1, "the last OOM is diagnosed");
+        group.throughput(Throughput::Elements(ooms as u64));
+        group.bench_with_input(
+            BenchmarkId::new("read_diagnose", ooms),
+            &bytes,
+            |b, bytes| b.iter(|| diagnose_one(bytes)),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, parse, many_device_lists, many_ooms_in_one_trace);
 criterion_main!(benches);

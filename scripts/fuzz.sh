@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
 shift || true
-all=(snapshot snapshot_analysis recording live agent_http gate alloc_conf sizes oom_log)
+all=(snapshot snapshot_analysis amplification recording live agent_http gate alloc_conf sizes oom_log)
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 sanitizer="${FUZZ_SANITIZER:-none}"
@@ -38,6 +38,7 @@ seed_text() { # TARGET NAME TEXT
 }
 seed snapshot fixtures/snapshots/*.pickle fixtures/invalid/* "$shared"/*.pickle "$shared"/more/*.pickle
 seed snapshot_analysis fixtures/snapshots/*.pickle fixtures/invalid/* "$shared"/*.pickle "$shared"/more/*.pickle
+seed amplification fixtures/snapshots/*.pickle fixtures/invalid/* "$shared"/*.pickle "$shared"/more/*.pickle
 recordings=(fixtures/recordings/*.memprof)
 while IFS= read -r f; do recordings+=("$f"); done < <(find target/tmp -name '*.memprof' -size -64k 2>/dev/null | head -200)
 seed recording "${recordings[@]}"
@@ -78,7 +79,7 @@ fi
 
 dict() { # TARGET -> libFuzzer dictionary flag, when there is one
     case "$1" in
-    snapshot | snapshot_analysis) echo "-dict=fuzz/snapshot.dict" ;;
+    snapshot | snapshot_analysis | amplification) echo "-dict=fuzz/snapshot.dict" ;;
     agent_http) echo "-dict=fuzz/http.dict" ;;
     *) echo "" ;;
     esac

@@ -309,3 +309,71 @@ fn an_oom_outside_the_allocator_names_the_library_from_the_recording_beside_it()
         .unwrap_or_default()
         .contains("libfakenccl"));
 }
+
+/// `memprof ARGS`, failing the test (not hanging it) when it has not ended within a minute.
+fn memprof_within_a_minute(args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memprof"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("memprof runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().ok();
+            panic!("memprof {args:?} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("ended")
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path");
+    // SAFETY: `name` is a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// A FIFO where the recording or snapshot beside an input would be is not opened: reading it
+/// would wait for a writer forever.
+#[test]
+fn a_fifo_beside_the_input_is_passed_over_without_hanging() {
+    let dir = Scratch::new("diagnose-fifo-beside");
+    // A recording whose snapshot beside it is a FIFO.
+    let recording = dir.join("train.memprof");
+    std::fs::copy(fixture("recordings/ledger.memprof"), &recording).expect("copied");
+    mkfifo(&dir.join("train.oom-857.pickle"));
+    let out = memprof_within_a_minute(&["analyze", &recording.display().to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A snapshot whose recording beside it is a FIFO, with an OOM outside the allocator (the
+    // case that looks for it).
+    let other = Scratch::new("diagnose-fifo-recording");
+    let snapshot = other.join("train.oom-857.pickle");
+    if !crate::util::have("python3") {
+        return;
+    }
+    let made = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import pickle, sys\n\
+             s = pickle.load(open(sys.argv[1], 'rb'))\n\
+             s['device_traces'][0].append({'action': 'oom', 'size': 20 << 20, \
+             'device_free': 10 << 20, 'stream': 0, 'time_us': 200, 'frames': []})\n\
+             pickle.dump(s, open(sys.argv[2], 'wb'), protocol=4)\n",
+        )
+        .arg(fixture("recordings/ledger.oom-857.pickle"))
+        .arg(&snapshot)
+        .output()
+        .expect("python3 runs");
+    assert!(made.status.success(), "{}", stderr(&made));
+    mkfifo(&other.join("train.memprof"));
+    let out = memprof_within_a_minute(&[
+        "diagnose",
+        &snapshot.display().to_string(),
+        "--capacity",
+        "400MiB",
+    ]);
+    assert!(out.status.code().is_some_and(|c| c < 2), "{}", stderr(&out));
+}

@@ -3,6 +3,7 @@
 
 mod account;
 mod agent;
+mod amplification;
 mod analyze_fixtures;
 mod attach;
 mod attach_shim;

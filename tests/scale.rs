@@ -97,3 +97,51 @@ fn devices_alike_are_one_line_of_text_and_every_device_in_json() {
     assert_eq!(diagnoses.len(), DEVICES);
     assert!(diagnoses.iter().enumerate().all(|(i, d)| d["device"] == i));
 }
+
+/// 16,000 `oom` entries in one trace (a 576 KB file): `diagnose` and `simulate --sweep` replay
+/// every one of them under each setting they try. Each release at an OOM once visited every
+/// block cached so far, which made them quadratic; the results are checked here, the time by
+/// `benches/` and by this test finishing.
+#[test]
+fn sixteen_thousand_ooms_in_one_trace_are_diagnosed_and_swept() {
+    const OOMS: usize = 16_000;
+    let dir = crate::util::Scratch::new("many_ooms");
+    let file = dir.join("ooms.pickle");
+    std::fs::write(
+        &file,
+        crate::scale_input::many_ooms(OOMS, REQUEST).expect("written"),
+    )
+    .expect("written");
+    let path = file.to_str().expect("a UTF-8 path");
+
+    let out = crate::util::memprof(&["diagnose", "--json", path]);
+    assert!(
+        out.status.code() == Some(1) || out.status.success(),
+        "{}",
+        crate::util::stderr(&out)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let diagnoses = doc["diagnoses"].as_array().expect("diagnoses");
+    assert_eq!(diagnoses.len(), 1, "{doc}");
+    let last = REQUEST + 512 * (OOMS as u64 - 1);
+    assert_eq!(diagnoses[0]["entry_index"], OOMS - 1);
+    assert_eq!(diagnoses[0]["request_bytes"], last);
+    assert_eq!(diagnoses[0]["cause"], "oversized_request");
+    assert!(!diagnoses[0]["tried"].as_array().expect("tried").is_empty());
+
+    let out = crate::util::memprof(&["simulate", "--sweep", "--json", path]);
+    assert!(out.status.success(), "{}", crate::util::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let runs = doc["runs"].as_array().expect("runs");
+    assert!(runs.len() > 1, "the sweep ran settings: {doc}");
+    for run in runs {
+        let device = &run["devices"][0];
+        assert_eq!(device["replayed_requests"], OOMS, "{}", run["alloc_conf"]);
+        assert_eq!(device["oom"]["entry_index"], 0, "{}", run["alloc_conf"]);
+        assert_eq!(
+            device["oom"]["request_bytes"], REQUEST,
+            "{}",
+            run["alloc_conf"]
+        );
+    }
+}

@@ -161,3 +161,155 @@ fn gate_escapes_frames_in_text_and_markdown() {
     assert_no_fake_line("gate markdown", &markdown);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Copies the clipboard (OSC 52), rings the bell, and carries a NUL, U+FFFE and U+FFFF (which
+/// XML forbids) and a C1 CSI.
+const CLIPBOARD: &str = "\u{1b}]52;c;cHduZWQ=\u{7}\u{0}\u{fffe}\u{ffff}\u{9b}2J";
+/// The same in a file name (which cannot hold a NUL).
+const CLIPBOARD_NAME: &str = "\u{1b}]52;c;cHduZWQ=\u{7}\u{fffe}\u{ffff}\u{9b}2J";
+
+/// `snapshot` whose trace ends in an OOM at a frame named `HOSTILE` and `CLIPBOARD`, with an
+/// entry of an action named `HOSTILE` (skipped with a warning that names it).
+fn oom_snapshot(size: u64) -> Vec<u8> {
+    let frames = json!([{"filename": format!("/home/u/{HOSTILE}.py"), "line": 3,
+                          "name": format!("{HOSTILE}{CLIPBOARD}")}]);
+    let snap = json!({
+        "segments": [{"device": 0, "address": 4096, "total_size": 4194304,
+            "stream": 0, "segment_type": "large", "frames": [],
+            "blocks": [
+                {"address": 4096, "size": size, "requested_size": size,
+                 "state": "active_allocated", "frames": frames},
+                {"address": 4096 + size, "size": 4194304 - size, "requested_size": 0,
+                 "state": "inactive", "frames": []}]}],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": 4096, "size": 4194304, "stream": 0,
+             "time_us": 1000, "frames": []},
+            {"action": "alloc", "addr": 4096, "size": size, "stream": 0,
+             "time_us": 1001, "frames": frames},
+            {"action": HOSTILE, "addr": 0, "size": 1, "stream": 0, "time_us": 1002,
+             "frames": []},
+            {"action": "oom", "addr": 0, "size": 1u64 << 33, "stream": 0, "time_us": 1003,
+             "device_free": 0, "frames": frames}]]
+    });
+    serde_pickle::to_vec(&snap, serde_pickle::SerOptions::new()).expect("pickle")
+}
+
+/// No character that is not printable: controls but line breaks, C1 controls, U+FFFE, U+FFFF.
+fn assert_printable(what: &str, text: &str) {
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|&c| (c.is_control() && c != '\n') || matches!(c, '\u{fffe}' | '\u{ffff}'))
+        .collect();
+    assert!(raw.is_empty(), "{what}: raw {raw:?} in:\n{text}");
+}
+
+#[test]
+fn diagnose_diff_warnings_and_plot_escape_frames_and_file_names() {
+    let dir = scratch("diagnose");
+    // The files' own names carry the sequences too.
+    let small = dir.join(format!("small{CLIPBOARD_NAME}.pickle"));
+    let big = dir.join(format!("big{HOSTILE}.pickle"));
+    std::fs::write(&small, oom_snapshot(1 << 20)).expect("written");
+    std::fs::write(&big, oom_snapshot(3 << 20)).expect("written");
+
+    let out = memprof(&["diagnose", &path(&big)]);
+    let text = stdout(&out);
+    assert!(text.contains("OUT OF MEMORY"), "{text}\n{}", stderr(&out));
+    assert!(text.contains("\\x1b]52;c;"), "the frame, escaped: {text}");
+    for (what, text) in [("diagnose", text), ("diagnose stderr", stderr(&out))] {
+        assert_printable(what, &text);
+        assert_no_fake_line(what, &text);
+    }
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains("unknown action"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = memprof(&["diff", &path(&small), &path(&big)]);
+    assert!(out.status.code().is_some_and(|c| c < 2), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("\\x1b]0;pwned"), "the frame, escaped: {text}");
+    for (what, text) in [("diff", text), ("diff stderr", stderr(&out))] {
+        assert_printable(what, &text);
+        assert_no_fake_line(what, &text);
+    }
+
+    let svg = dir.join(format!("timeline{CLIPBOARD_NAME}.svg"));
+    let out = memprof(&["plot", &path(&big), "-o", &path(&svg)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("wrote "), "{}", stdout(&out));
+    for (what, text) in [("plot", stdout(&out)), ("plot stderr", stderr(&out))] {
+        assert_printable(what, &text);
+        assert_no_fake_line(what, &text);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `xmllint --noout FILE` (well-formedness): true when it passes.
+fn well_formed(file: &Path) -> bool {
+    let out = std::process::Command::new("xmllint")
+        .arg("--noout")
+        .arg(file)
+        .output()
+        .expect("xmllint runs");
+    if !out.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    out.status.success()
+}
+
+#[test]
+fn junit_svg_and_markdown_stay_well_formed_with_hostile_frames_and_names() {
+    let dir = scratch("documents");
+    let small = dir.join("small.pickle");
+    // Markup in the file's name: it must not reach the Markdown as HTML.
+    let big = dir.join("<img src=x onerror=alert(1)>.pickle");
+    std::fs::write(&small, oom_snapshot(1 << 20)).expect("written");
+    std::fs::write(&big, oom_snapshot(3 << 20)).expect("written");
+    let base = path(&dir.join("base.json"));
+    let write = memprof(&["gate", &path(&small), "--write-baseline", &base]);
+    assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
+    let (junit, md) = (dir.join("gate.xml"), dir.join("gate.md"));
+    let out = memprof(&[
+        "gate",
+        &path(&big),
+        "--baseline",
+        &base,
+        "--junit",
+        &path(&junit),
+        "--markdown",
+        &path(&md),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let xml = std::fs::read_to_string(&junit).expect("junit written");
+    assert_printable("junit", &xml);
+    let markdown = std::fs::read_to_string(&md).expect("markdown written");
+    assert_printable("markdown", &markdown);
+    assert!(!markdown.contains("<img"), "raw HTML: {markdown}");
+    assert!(
+        markdown.contains("&lt;img"),
+        "the name, escaped: {markdown}"
+    );
+
+    let svg = dir.join("timeline.svg");
+    let out = memprof(&["plot", &path(&big), "-o", &path(&svg)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let drawn = std::fs::read_to_string(&svg).expect("svg written");
+    assert_printable("svg", &drawn);
+    assert!(drawn.contains("\\x1b]0;pwned"), "the frame, escaped");
+
+    let html = dir.join("report.html");
+    let out = memprof(&["report", &path(&big), "-o", &path(&html)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_printable(
+        "html",
+        &std::fs::read_to_string(&html).expect("html written"),
+    );
+
+    if crate::util::have("xmllint") {
+        assert!(well_formed(&junit), "junit is well-formed");
+        assert!(well_formed(&svg), "svg is well-formed");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -11,6 +11,7 @@ use crate::diagnose::remedies::{pressure_remedies, Recorded};
 use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
 use crate::model::Bytes;
 use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState};
+use crate::report::terminal_text::terminal_lines;
 use crate::sim::replay::{self, DeviceTrace};
 use crate::sim::Backend;
 use crate::source::oom_log::parse_log;
@@ -53,7 +54,8 @@ pub fn run(args: &DiagnoseArgs) -> anyhow::Result<Outcome> {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        stdout.write_all(report.text(&source.display().to_string()).as_bytes())?;
+        let text = report.text(&source.display().to_string());
+        stdout.write_all(terminal_lines(&text).as_bytes())?;
     }
     stdout.flush()?;
     Ok(if args.fail_on_oom && !report.diagnoses.is_empty() {
@@ -96,7 +98,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     let loaded = load_snapshot(path, !args.json).with_context(|| shown.clone())?;
     let snapshot = &loaded.parsed.snapshot;
     for w in &loaded.parsed.warnings {
-        eprintln!("memprof: warning: {shown}: {w}");
+        super::warn(&format!("{shown}: {w}"));
     }
     if let Some(info) = &loaded.recording {
         let diagnoses = snapshot.devices().into_iter().filter_map(|device| {
@@ -112,7 +114,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     }
     let (config, warning) = replay::recorded_config(snapshot);
     if let Some(w) = warning {
-        eprintln!("memprof: warning: {shown}: {w}");
+        super::warn(&format!("{shown}: {w}"));
     }
     let version = version::infer(
         snapshot.format,

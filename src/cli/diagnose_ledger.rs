@@ -8,6 +8,7 @@ use crate::analysis::ledger::LedgerView;
 use crate::analysis::oom::{Cause, Diagnosis, RemedyKind};
 use crate::model::Bytes;
 use crate::report::terminal_text::terminal_text;
+use crate::source::open;
 use memprof_wire::FileHeader;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -21,10 +22,8 @@ fn recording_beside(snapshot: &Path) -> Option<PathBuf> {
     candidates.into_iter().find_map(|c| {
         let path = snapshot.with_file_name(c);
         let mut head = [0u8; memprof_wire::FILE_HEADER_LEN];
-        std::fs::File::open(&path)
-            .ok()?
-            .read_exact(&mut head)
-            .ok()?;
+        // Only a regular file, opened without blocking, under the roots inside `memprof mcp`.
+        open::regular(&path).ok()?.file.read_exact(&mut head).ok()?;
         let header = FileHeader::decode(&head).ok()?;
         (header.pid == pid).then_some(path)
     })

@@ -12,7 +12,7 @@ use crate::report::analyze_json::SCHEMA_VERSION;
 use crate::report::gate::{evaluate, Baseline, Check, GateConfig, Measurement, Metric};
 use crate::report::gate_output::signed_bytes;
 use crate::report::site_identity::{compare_sites, SiteChanges};
-use crate::report::terminal_text::terminal_text;
+use crate::report::terminal_text::{terminal_lines, terminal_text};
 
 /// Rows of each kind of change listed.
 const SITES_SHOWN: usize = 5;
@@ -287,7 +287,7 @@ pub fn run(args: &DiffArgs) -> anyhow::Result<Outcome> {
         serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
         stdout.write_all(b"\n")?;
     } else {
-        stdout.write_all(text(&report, report.metric_label).as_bytes())?;
+        stdout.write_all(terminal_lines(&text(&report, report.metric_label)).as_bytes())?;
     }
     stdout.flush()?;
     Ok(if report.devices.iter().all(|d| d.passed) {

@@ -61,7 +61,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<Outcome> {
     let shown = args.file.display().to_string();
     let loaded = load_snapshot(&args.file, true).with_context(|| shown.clone())?;
     for warning in &loaded.parsed.warnings {
-        eprintln!("memprof: warning: {shown}: {warning}");
+        super::warn(&format!("{shown}: {warning}"));
     }
     write_whole(&args.output, |out| format.write(&loaded.parsed, out))?;
     super::wrote(&args.output)?;

@@ -10,6 +10,7 @@
 use super::input::{load_opened, load_snapshot, open, peek, Loaded};
 use crate::analysis::ledger::{ledger_of, DeviceLedger, LedgerWalk, TorchSegment};
 use crate::model::Action;
+use crate::source::open;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 
@@ -53,7 +54,12 @@ struct Torch {
 /// `segment_map`) and gone by the dump, counted in the default pool (trace entries do not say);
 /// the same of its host segments and host trace.
 fn segments(snapshot: &Path) -> anyhow::Result<Torch> {
-    let loaded = load_snapshot(snapshot, false).with_context(|| snapshot.display().to_string())?;
+    segments_named(snapshot, snapshot)
+}
+
+/// `segments` of the snapshot read from `read`, named `shown` in errors.
+fn segments_named(read: &Path, shown: &Path) -> anyhow::Result<Torch> {
+    let loaded = load_snapshot(read, false).with_context(|| shown.display().to_string())?;
     let host = loaded.parsed.host.as_ref().map_or_else(Vec::new, |h| {
         let made = (h.trace.iter())
             .filter(|e| e.action == Action::SegmentAlloc)
@@ -123,7 +129,12 @@ pub fn load_with_ledger(
         },
         None => {
             let found = beside(path, pid);
-            match found.is_file().then(|| segments(&found)) {
+            // Opened as `source::open` opens what an input names (a FIFO put there must not
+            // hang the command), then read through that very file.
+            let read = open::regular(&found)
+                .ok()
+                .map(|opened| segments_named(&opened.fd_path(), &found));
+            match read {
                 Some(Ok(torch)) => Some((found, torch)),
                 Some(Err(e)) => {
                     warning = Some(format!("{e:#}; the ledger has no PyTorch share"));
@@ -166,11 +177,13 @@ pub fn load_with_ledger(
 }
 
 /// The ledger of `recording` alone (not its model), joined with `snapshot`; refused when they
-/// are not of the same process.
+/// are not of the same process. The recording is one found beside the snapshot, opened as
+/// `source::open` opens what an input names.
 pub fn ledger_with(recording: &Path, snapshot: &Path) -> anyhow::Result<Vec<DeviceLedger>> {
     let torch = segments(snapshot)?;
-    let file = std::fs::File::open(recording)
-        .with_context(|| format!("{}: cannot open", recording.display()))?;
+    let file = open::regular(recording)
+        .with_context(|| format!("{}: cannot open", recording.display()))?
+        .file;
     ledger_of(std::io::BufReader::new(file), &torch.segments, &torch.host)
         .with_context(|| format!("{} and {}", snapshot.display(), recording.display()))
 }

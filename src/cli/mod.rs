@@ -26,6 +26,7 @@ mod torch_hook;
 mod tree;
 mod view;
 
+use crate::report::terminal_text::terminal_text;
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -151,7 +152,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
 /// file. A closed stdout is an error the caller passes on (`main` ends quietly on it).
 fn wrote(path: &Path) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "wrote {}", path.display())?;
+    let shown = path.display().to_string();
+    writeln!(stdout, "wrote {}", terminal_text(&shown))?;
     stdout.flush()
 }
 
@@ -159,7 +161,19 @@ fn wrote(path: &Path) -> std::io::Result<()> {
 /// `--json` document stays the only thing there).
 fn wrote_beside(path: &Path) {
     // A closed stderr must not fail the command.
-    let _ = writeln!(std::io::stderr(), "wrote {}", path.display());
+    let shown = path.display().to_string();
+    let _ = writeln!(std::io::stderr(), "wrote {}", terminal_text(&shown));
+}
+
+/// `memprof: warning: TEXT` on stderr, with `TEXT` (which names files and quotes them)
+/// escaped for the terminal.
+fn warn(text: &str) {
+    // A closed stderr must not fail the command.
+    let _ = writeln!(
+        std::io::stderr(),
+        "memprof: warning: {}",
+        terminal_text(text)
+    );
 }
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ pub(super) fn report(args: &SimulateArgs) -> anyhow::Result<SimulateReport> {
         .collect();
     for p in &prepared {
         for w in warnings(p.issues.iter().chain(&p.recorded_run.issues)) {
-            eprintln!("memprof: warning: {shown}: device {}: {w}", p.device);
+            super::warn(&format!("{shown}: device {}: {w}", p.device));
         }
     }
     if args.validate {

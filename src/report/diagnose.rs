@@ -12,6 +12,7 @@ use crate::analysis::site_text;
 use crate::analysis::version::{Release, VersionRange};
 use crate::diagnose::remedies::PressureRemedies;
 use crate::model::{count, Bytes};
+use crate::report::terminal_text::terminal_text;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use std::fmt::Write;
@@ -296,7 +297,7 @@ fn write_one(out: &mut String, d: &Diagnosis, figures: Option<Figures>, retries:
         let _ = writeln!(
             out,
             "  failing request: {}",
-            site_text(&first.frame, first.via.as_deref())
+            terminal_text(&site_text(&first.frame, first.via.as_deref()))
         );
         if !rest.is_empty() {
             let _ = writeln!(out, "  live at the OOM, by site:");
@@ -305,7 +306,7 @@ fn write_one(out: &mut String, d: &Diagnosis, figures: Option<Figures>, retries:
                     out,
                     "    {:>12}  {}",
                     Bytes(s.bytes).to_string(),
-                    site_text(&s.frame, s.via.as_deref())
+                    terminal_text(&site_text(&s.frame, s.via.as_deref()))
                 );
             }
         }
@@ -420,7 +421,7 @@ fn write_remedy(out: &mut String, k: usize, r: &Remedy) {
                     out,
                     "         {label} {:>12}  {}",
                     Bytes(s.bytes).to_string(),
-                    site_text(&s.frame, s.via.as_deref())
+                    terminal_text(&site_text(&s.frame, s.via.as_deref()))
                 );
             }
         }

@@ -3,7 +3,7 @@
 
 use super::gate::{Check, Growth, Metric};
 use super::site_identity::SiteChanges;
-use super::terminal_text::{code_fence, code_span, terminal_text};
+use super::terminal_text::{code_fence, code_span, markdown_text, markup_text, terminal_text};
 use crate::analysis::is_user_label;
 use crate::model::{count, Bytes};
 use std::fmt::Write;
@@ -144,7 +144,7 @@ pub fn signed_bytes(delta: i128) -> String {
 /// Text for a table cell or a line: non-printing characters escaped (a newline too, which
 /// would end the row), and `|`, which would end the cell.
 fn markdown_cell(text: &str) -> String {
-    terminal_text(text).to_string().replace('|', "\\|")
+    markdown_text(text)
 }
 
 /// A Markdown summary for a pull-request comment.
@@ -202,19 +202,7 @@ pub fn markdown(checks: &[Check]) -> String {
 }
 
 fn xml_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for ch in text.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
+    markup_text(text)
 }
 
 /// JUnit XML: one test case per rank and device. Hand-written: a dozen lines of XML do not
@@ -340,7 +328,7 @@ mod tests {
         assert!(md.starts_with("### memprof gate: failed"));
         assert!(
             md.contains(
-                "| 0 | a<b>.pickle | 1 | peak active | 2.00 GiB | 3.00 GiB | +50.0% | **fail** |"
+                "| 0 | a&lt;b&gt;.pickle | 1 | peak active | 2.00 GiB | 3.00 GiB | +50.0% | **fail** |"
             ),
             "{md}"
         );

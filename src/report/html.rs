@@ -10,22 +10,12 @@ use crate::analysis::categories::CategoryRules;
 use crate::analysis::{site_text, DeviceAnalysis};
 use crate::model::{Bytes, Snapshot};
 use crate::report::plot::{self, DevicePlot, Format, Kind, PlotError, Stacking};
+use crate::report::terminal_text::markup_text;
 use std::fmt::Write;
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    markup_text(text)
 }
 
 const SVG_NAMESPACE: &str = " xmlns=\"http://www.w3.org/2000/svg\"";

@@ -30,7 +30,50 @@ pub fn needs_escape(c: char) -> bool {
                 | '\u{2066}'..='\u{2069}'
                 | '\u{061c}'
                 | '\u{feff}'
+                | '\u{fffe}'
+                | '\u{ffff}'
         )
+}
+
+/// `text` for XML, SVG and HTML (element content and quoted attribute values): non-printing
+/// characters escaped as on a terminal (which also keeps out every character XML 1.0 forbids:
+/// controls, U+FFFE and U+FFFF), then the markup characters as entities.
+pub fn markup_text(text: &str) -> String {
+    let visible = terminal_text(text).to_string();
+    let mut out = String::with_capacity(visible.len());
+    for c in visible.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` for Markdown prose and table cells: non-printing characters escaped, HTML's markup
+/// characters as entities (so no tag from the file reaches the rendered page), and the Markdown
+/// punctuation that could start a link, a code span, emphasis or a cell behind a backslash
+/// (underscores stay: inside a name they emphasize nothing).
+pub fn markdown_text(text: &str) -> String {
+    let visible = terminal_text(text).to_string();
+    let mut out = String::with_capacity(visible.len());
+    for c in visible.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '`' | '*' | '[' | ']' | '|' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Writes `c` as a visible escape: `\t`, `\n`, `\r`, `\xNN` for other controls below U+0100,

@@ -88,9 +88,22 @@ pub type UnmappedKey = (u64, u64, BlockId);
 #[derive(Clone, Debug, Default)]
 pub struct Pool {
     pub free: BTreeSet<FreeKey>,
+    /// The free blocks `release_cached_blocks` can give back (whole segments, and expandable
+    /// blocks that span a whole page), a subset of `free` kept beside it so that an OOM's
+    /// release visits only them: the others stay cached however often it runs, and visiting
+    /// them at every OOM made a trace of many OOMs quadratic.
+    pub releasable: BTreeSet<FreeKey>,
     pub unmapped: BTreeSet<UnmappedKey>,
     /// Best-fit calls so far (the GC's clock).
     pub get_free_blocks_call_count: u64,
+}
+
+impl Pool {
+    /// Takes a block out of the free set.
+    pub fn remove_free(&mut self, key: &FreeKey) {
+        self.free.remove(key);
+        self.releasable.remove(key);
+    }
 }
 
 /// All blocks of a device, by id; ids of removed blocks are reused.

@@ -360,7 +360,7 @@ impl CachingAllocator {
         }
         let id = self.best_fit(req)?;
         let key = self.blocks[id].key(id);
-        self.pools[req.pool.index()].free.remove(&key);
+        self.pools[req.pool.index()].remove_free(&key);
         Some(id)
     }
 
@@ -497,6 +497,28 @@ impl CachingAllocator {
         self.blocks[id].gc_count_base = self.pools[pi].get_free_blocks_call_count;
         let key = self.blocks[id].key(id);
         self.pools[pi].free.insert(key);
+        if self.can_release(id) {
+            self.pools[pi].releasable.insert(key);
+        }
+    }
+
+    /// Whether `release_cached_blocks` gives a free block back: a whole segment, or an
+    /// expandable block with a whole page inside (`unmap_block` unmaps only whole pages).
+    fn can_release(&self, id: BlockId) -> bool {
+        let b = &self.blocks[id];
+        if !b.is_expandable() {
+            return !b.is_split();
+        }
+        let Some(seg) = self
+            .expandable
+            .get(b.expandable as usize)
+            .and_then(Option::as_ref)
+        else {
+            return false;
+        };
+        let begin = seg.base + round_up(b.addr - seg.base, seg.page);
+        let end = seg.base + (b.addr + b.size - seg.base) / seg.page * seg.page;
+        begin < end
     }
 
     /// Marks an allocated block as used by another stream (`record_stream`): its free then
@@ -587,7 +609,7 @@ impl CachingAllocator {
         let pi = s.pool.index();
         if s_mapped {
             let key = s.key(src);
-            self.pools[pi].free.remove(&key);
+            self.pools[pi].remove_free(&key);
         } else {
             self.pools[pi].unmapped.remove(&(s.stream, s_addr, src));
         }

@@ -47,7 +47,7 @@ impl CachingAllocator {
             candidate = next;
         }
         let key = self.blocks[candidate].key(candidate);
-        self.pools[req.pool.index()].free.remove(&key);
+        self.pools[req.pool.index()].remove_free(&key);
         Some(candidate)
     }
 
@@ -217,7 +217,7 @@ impl CachingAllocator {
             (b.addr, b.size, b.stream, b.pool, b.expandable);
         let pi = pool.index();
         let key = b.key(id);
-        self.pools[pi].free.remove(&key);
+        self.pools[pi].remove_free(&key);
         if begin > addr {
             let mut before = Block::new(addr, begin - addr, stream, pool);
             before.expandable = expandable;

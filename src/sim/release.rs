@@ -17,7 +17,7 @@ impl CachingAllocator {
         self.emit(Action::SegmentFree, addr, size, stream, pool);
         self.driver.free(addr, size);
         self.stats.num_device_free += 1;
-        self.pools[pi].free.remove(&key);
+        self.pools[pi].remove_free(&key);
         self.blocks.remove(id);
     }
 
@@ -91,7 +91,7 @@ impl CachingAllocator {
 
     fn release_blocks(&mut self, pool: PoolRef) {
         let pi = pool.index();
-        let ids: Vec<BlockId> = self.pools[pi].free.iter().map(|k| k.3).collect();
+        let ids: Vec<BlockId> = self.pools[pi].releasable.iter().map(|k| k.3).collect();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.blocks[id];

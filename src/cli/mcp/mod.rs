@@ -73,9 +73,20 @@ impl ServerHandler for Server {
         let roots = Arc::clone(&self.roots);
         let arguments = request.arguments.unwrap_or_default();
         // The commands read and compute synchronously: off the thread that serves the protocol.
-        let outcome = tokio::task::spawn_blocking(move || TOOLS[index].call(&roots, arguments))
-            .await
-            .map_err(|e| ErrorData::internal_error(format!("the tool failed: {e}"), None))?;
+        // A call that has not answered within the limit is answered with an error, so that a
+        // client never waits on it; files are opened without blocking (`source::open`), so
+        // none should come near it.
+        let call = tokio::task::spawn_blocking(move || TOOLS[index].call(&roots, arguments));
+        let outcome = match tokio::time::timeout(CALL_LIMIT, call).await {
+            Ok(done) => {
+                done.map_err(|e| ErrorData::internal_error(format!("the tool failed: {e}"), None))?
+            }
+            Err(_) => Err(format!(
+                "{}: no answer within {} s; the call was abandoned",
+                request.name,
+                CALL_LIMIT.as_secs()
+            )),
+        };
         Ok(match outcome {
             Ok(json) => CallToolResult::success(vec![ContentBlock::text(json)]),
             Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
@@ -84,8 +95,14 @@ impl ServerHandler for Server {
     }
 }
 
+/// How long one tool call may take before its client is answered with an error.
+const CALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 pub fn run(args: &McpArgs) -> anyhow::Result<Outcome> {
     let roots = Arc::new(Roots::new(&args.root)?);
+    // Every file a tool opens because an input names it (a recording's libraries, the
+    // recording beside a snapshot) must be under the roots too.
+    crate::source::open::confine(roots.folders());
     if std::io::stdin().is_terminal() {
         eprintln!(
             "memprof mcp: serving the Model Context Protocol on stdin and stdout; an MCP client \

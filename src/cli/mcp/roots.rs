@@ -55,6 +55,11 @@ impl Roots {
         Ok(canonical)
     }
 
+    /// The canonical root folders.
+    pub fn folders(&self) -> Vec<PathBuf> {
+        self.0.clone()
+    }
+
     /// The roots, comma separated.
     fn shown(&self) -> String {
         let all: Vec<String> = self.0.iter().map(|r| r.display().to_string()).collect();

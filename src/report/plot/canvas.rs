@@ -2,6 +2,7 @@
 //! the caller writes the bytes where it was told to.
 
 use super::font;
+use crate::report::terminal_text::terminal_lines;
 use plotters::coord::Shift;
 use plotters::prelude::{BitMapBackend, DrawingArea, DrawingAreaErrorKind, DrawingBackend};
 use plotters::prelude::{IntoDrawingArea, SVGBackend};
@@ -61,7 +62,9 @@ pub fn render(figure: &impl Figure, format: Format) -> Result<Vec<u8>, PlotError
                 figure.draw(&root).map_err(drawing)?;
                 root.present().map_err(drawing)?;
             }
-            Ok(svg.into_bytes())
+            // Every label from the file has its non-printing characters escaped (which keeps
+            // out the characters XML forbids), as in every other output.
+            Ok(terminal_lines(&svg).into_bytes())
         }
         Format::Png => {
             let (w, h) = SIZE;

@@ -54,6 +54,7 @@ pub fn decode<R: Refill, F: Fold>(
         }
     }
     let root = vm.run()?;
+    vm.doc.bytes_read = vm.input.offset();
     Ok((vm.doc, root))
 }
 
@@ -519,6 +520,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             }
             if let Value::Node(id) = item {
                 if id != list && matches!(self.doc.nodes[id as usize], Node::Dict(_)) {
+                    self.doc.bytes_read = self.input.offset();
                     if let Some(handle) = self.fold.fold(&self.doc, list, id) {
                         let slot = self.node_memo[id as usize];
                         if slot != NO_MEMO {

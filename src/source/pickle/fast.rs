@@ -130,6 +130,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                 keys: &self.flat_keys,
                 values: &self.flat_values[..len],
             };
+            self.doc.bytes_read = self.window_base.wrapping_add(start as u64);
             let handle = self.fold.fold_flat(&self.doc, dict)?;
             for &(slot, value) in &stores {
                 self.memo_store(slot, value);

@@ -18,7 +18,7 @@ pub use decode::decode;
 pub use error::{DecodeError, DecodeErrorKind};
 pub use fold::{FlatDict, Fold, KeepAll};
 pub use input::Refill;
-pub use value::{Document, Node, NodeId, StrId, Value};
+pub use value::{Document, Node, NodeId, StrId, Value, RENDER_MAX};
 
 #[cfg(test)]
 mod tests;

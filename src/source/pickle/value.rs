@@ -27,6 +27,9 @@ pub enum Value {
 
 /// Longest rendering of a value, see `Document::render`.
 const RENDER_LIMIT: usize = 4096;
+/// What `Document::render` returns is never longer than this (the limit, the "..." and the
+/// closing brackets of the nesting it stops in).
+pub const RENDER_MAX: usize = RENDER_LIMIT + 64;
 
 /// A container.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,9 +47,17 @@ pub struct Document {
     pub(super) strings: Vec<Box<str>>,
     pub(super) byte_strings: Vec<Box<[u8]>>,
     pub(super) big_ints: Vec<Box<[u8]>>,
+    /// How many bytes of the pickle had been read when this document was last handed out
+    /// (to a `Fold` while decoding, or whole at the end): what the pickle has paid for so far.
+    pub(super) bytes_read: u64,
 }
 
 impl Document {
+    /// Bytes of the pickle read so far (all of it once `decode` has returned).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id as usize]
     }
@@ -173,7 +184,22 @@ impl Document {
                 let _ = write!(out, "{f:?}");
             }
             Value::Str(id) => {
-                let _ = write!(out, "{:?}", self.str(id));
+                // Only as much of a long string as fits: its escaped form may be longer.
+                let text = self.str(id);
+                let room = RENDER_LIMIT - out.len();
+                let cut = (0..=room.min(text.len()))
+                    .rev()
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(0);
+                let _ = write!(out, "{:?}", &text[..cut]);
+                if out.len() > RENDER_LIMIT {
+                    let keep = (0..=RENDER_LIMIT)
+                        .rev()
+                        .find(|&i| out.is_char_boundary(i))
+                        .unwrap_or(0);
+                    out.truncate(keep);
+                    out.push_str("...");
+                }
             }
             Value::Bytes(i) => {
                 let _ = write!(out, "<{} bytes>", self.byte_strings[i as usize].len());

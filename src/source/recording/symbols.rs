@@ -8,6 +8,7 @@
 //! Frames of inlined functions come first, as the innermost.
 
 use crate::model::Frame;
+use crate::source::open::{self, Opened};
 use memprof_wire::Mapping;
 use rustc_hash::FxHashMap;
 use std::ffi::OsStr;
@@ -43,28 +44,31 @@ fn load_segments(head: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
 impl ElfFile {
     /// Reads what it can of `path`; only a regular file is opened (a recording may name any
     /// path, a device or a pipe included).
-    fn open(path: &Path) -> ElfFile {
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+    /// The file a mapping names, when it is a regular file (see `source::open`); a file
+    /// that cannot be read symbolizes to its name and offset.
+    fn open(opened: Option<Opened>) -> ElfFile {
+        let Some(opened) = opened else {
             return ElfFile {
                 loader: None,
                 segments: Vec::new(),
             };
-        }
+        };
         let mut head = Vec::new();
-        let read = std::fs::File::open(path).and_then(|f| {
-            std::io::Read::read_to_end(&mut std::io::Read::take(f, HEAD_BYTES), &mut head)
-        });
+        let read = std::io::Read::read_to_end(
+            &mut std::io::Read::take(&opened.file, HEAD_BYTES),
+            &mut head,
+        );
         let segments = read
             .ok()
             .and_then(|_| load_segments(&head))
             .unwrap_or_default();
         ElfFile {
-            loader: addr2line::Loader::new(path).ok(),
+            // By the opened file's descriptor: the name cannot be swapped in between.
+            loader: addr2line::Loader::new(opened.fd_path()).ok(),
             segments,
         }
     }
 
-    /// The address in the file's own terms (as its symbols and DWARF use) of file offset `at`.
     fn file_address(&self, at: u64) -> Option<u64> {
         self.segments
             .iter()
@@ -73,10 +77,14 @@ impl ElfFile {
     }
 }
 
-/// Symbolizes addresses of one recording; files are opened once each.
+/// Symbolizes addresses of one recording; files are opened once each, however they are spelled.
 pub struct Symbolizer<'a> {
     mappings: &'a [Mapping],
-    files: FxHashMap<&'a [u8], ElfFile>,
+    /// Each spelling of a path, to its file in `loaded`.
+    files: FxHashMap<&'a [u8], usize>,
+    /// Each canonical path opened, to its file in `loaded`.
+    canonical: FxHashMap<std::path::PathBuf, usize>,
+    loaded: Vec<ElfFile>,
 }
 
 /// The last path component, for `file+0xOFFSET` frames.
@@ -90,10 +98,37 @@ impl<'a> Symbolizer<'a> {
         Symbolizer {
             mappings,
             files: FxHashMap::default(),
+            canonical: FxHashMap::default(),
+            loaded: Vec::new(),
         }
     }
 
     /// The frames of return address `addr`, innermost (inlined) first; at least one.
+    /// The index in `loaded` of the file `path` names: one already loaded by another
+    /// spelling, or newly opened (an empty file when it cannot be).
+    fn load(&mut self, path: &Path) -> usize {
+        let opened = open::regular(path).ok();
+        if let Some(&index) = opened
+            .as_ref()
+            .and_then(|o| self.canonical.get(&o.canonical))
+        {
+            return index;
+        }
+        let canonical = opened.as_ref().map(|o| o.canonical.clone());
+        self.loaded.push(ElfFile::open(opened));
+        let index = self.loaded.len() - 1;
+        if let Some(canonical) = canonical {
+            self.canonical.insert(canonical, index);
+        }
+        index
+    }
+
+    /// How many files were opened (each canonical path once), for tests.
+    #[cfg(test)]
+    fn files_loaded(&self) -> usize {
+        self.canonical.len()
+    }
+
     pub fn frames(&mut self, addr: u64) -> Vec<Frame> {
         let unknown = || {
             vec![Frame {
@@ -116,10 +151,15 @@ impl<'a> Symbolizer<'a> {
             return unknown();
         };
         let path: &'a [u8] = &mapping.path;
-        let file = self
-            .files
-            .entry(path)
-            .or_insert_with(|| ElfFile::open(Path::new(OsStr::from_bytes(path))));
+        let index = match self.files.get(path) {
+            Some(&index) => index,
+            None => {
+                let index = self.load(Path::new(OsStr::from_bytes(path)));
+                self.files.insert(path, index);
+                index
+            }
+        };
+        let file = &self.loaded[index];
         let object_name = String::from_utf8_lossy(path).into_owned();
         let fallback = || Frame {
             filename: object_name.clone(),
@@ -231,5 +271,45 @@ mod tests {
             }]
         );
         assert_eq!(symbols.frames(0x10)[0].name, "0x10");
+    }
+
+    #[test]
+    fn spellings_of_one_file_load_it_once_and_a_fifo_is_not_opened() {
+        let mappings = own_mappings();
+        let addr = a_named_function as fn() -> u64 as usize as u64 + 2;
+        let own = (mappings.iter())
+            .find(|m| m.start <= addr && addr - m.start < m.len)
+            .expect("this function is mapped");
+        let path = String::from_utf8(own.path.clone()).expect("a UTF-8 path");
+        let (dir, name) = path.rsplit_once('/').expect("a folder");
+        let dir_tmp = tempfile::tempdir().expect("a scratch folder");
+        let fifo = dir_tmp.path().join("trace_pipe");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("a path");
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // The same mapping under 50 spellings, each at its own addresses, then a FIFO.
+        let span = own.start + own.len;
+        let mut respelled: Vec<Mapping> = (0..50u64)
+            .map(|i| Mapping {
+                start: own.start + (i + 1) * span,
+                path: format!("{dir}/{}{name}", "./".repeat(i as usize)).into_bytes(),
+                ..own.clone()
+            })
+            .collect();
+        respelled.push(Mapping {
+            start: 0x1000,
+            len: 0x1000,
+            file_offset: 0,
+            path: fifo.as_os_str().as_encoded_bytes().to_vec(),
+        });
+        let mut symbols = Symbolizer::new(&respelled);
+        for i in 0..50u64 {
+            let frames = symbols.frames(addr + (i + 1) * span);
+            let last = frames.last().expect("a frame");
+            assert!(last.name.ends_with("a_named_function"), "{frames:?}");
+        }
+        assert_eq!(symbols.files_loaded(), 1, "one file, loaded once");
+        // Opened without O_NONBLOCK, this would wait for a writer forever.
+        assert!(symbols.frames(0x1010)[0].name.ends_with("trace_pipe+0x10"));
     }
 }

@@ -1,9 +1,10 @@
 //! Turns trace-entry dicts into compact `TraceEntry` rows while the pickle is decoded, and
 //! interns the stacks, streams and metadata they point to.
 
+use super::budget::{Budget, ITEM};
 use super::intern::Interner;
 use crate::model::{Action, EntryExtra, StreamIndex, TraceEntry};
-use crate::source::pickle::{Document, FlatDict, Fold, Node, NodeId, StrId, Value};
+use crate::source::pickle::{Document, FlatDict, Fold, Node, NodeId, StrId, Value, RENDER_MAX};
 
 /// A contiguous run of entries folded out of one list.
 #[derive(Clone, Copy, Debug)]
@@ -14,25 +15,44 @@ pub struct Run {
 }
 
 /// The rare metadata of an entry, with PyTorch's placeholders ("N/A", "") read as absent.
+/// The text it copies is charged to `budget` first.
 fn entry_extra(
     doc: &Document,
+    budget: &mut Budget,
     compile_context: Option<Value>,
     user_metadata: Option<Value>,
     forward_frames: Option<Value>,
-) -> EntryExtra {
+) -> Result<EntryExtra, String> {
+    let forward_items = forward_frames.and_then(|value| doc.as_seq(value));
+    let mut bytes = [compile_context, user_metadata, forward_frames]
+        .iter()
+        .flatten()
+        .filter(|v| forward_items.is_none() || Some(**v) != forward_frames)
+        .map(|&v| text_len(doc, v))
+        .sum::<u64>();
+    for &item in forward_items.unwrap_or(&[]) {
+        bytes = bytes.saturating_add(text_len(doc, item) + ITEM);
+    }
+    budget.charge(doc, bytes, "an entry's metadata")?;
     let present = |value: Option<Value>, placeholder: &str| {
         value
             .map(|v| text_of(doc, v))
             .filter(|text| !text.is_empty() && text != placeholder)
     };
-    EntryExtra {
+    Ok(EntryExtra {
         compile_context: present(compile_context, "N/A"),
         user_metadata: present(user_metadata, ""),
-        forward_frames: forward_frames.map_or_else(Vec::new, |value| match doc.as_seq(value) {
+        forward_frames: forward_frames.map_or_else(Vec::new, |value| match forward_items {
             Some(items) => items.iter().map(|&v| text_of(doc, v)).collect(),
             None => vec![doc.render(value)],
         }),
-    }
+    })
+}
+
+/// The length `text_of` gives a value, at most: a string's own, or the rendering limit.
+fn text_len(doc: &Document, value: Value) -> u64 {
+    doc.as_str(value)
+        .map_or(RENDER_MAX as u64, |s| s.len() as u64)
 }
 
 /// A string value as it is, anything else rendered.
@@ -365,10 +385,9 @@ impl TraceFolder {
         );
         let mut extra = None;
         if context.is_some() || metadata.is_some() || forward.is_some() {
-            let found = entry_extra(doc, context, metadata, forward);
-            if found != EntryExtra::default() {
-                extra = Some(interner.extra(found));
-            }
+            extra = interner.extra_of(doc, [context, metadata, forward], |doc, budget| {
+                entry_extra(doc, budget, context, metadata, forward)
+            })?;
         }
         *row = match addr {
             Some(addr) => TraceEntry::new(action, Some(addr), size, stream),

@@ -4,6 +4,7 @@
 //! (the folder has already turned them into rows, with the device traces' entries). Unknown keys
 //! are ignored; a snapshot whose two lists are absent or empty has no host allocator data.
 
+use super::budget::{Budget, ITEM};
 use super::fold::Run;
 use crate::model::{HostAllocator, HostSegment, TraceEntry};
 use crate::source::pickle::{Document, NodeId, Value};
@@ -42,6 +43,7 @@ pub fn take_entries(
 /// entries. `traces` is the `host_traces` value, checked to be a list that held only entries.
 pub fn read(
     doc: &Document,
+    budget: &mut Budget,
     segments: Option<Value>,
     traces: Option<Value>,
     trace: Vec<TraceEntry>,
@@ -67,8 +69,8 @@ pub fn read(
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, &item) in items.iter().enumerate() {
-        let segment =
-            segment(doc, item, &describe).map_err(|why| format!("host_segments[{i}]: {why}"))?;
+        let segment = segment(doc, budget, item, &describe)
+            .map_err(|why| format!("host_segments[{i}]: {why}"))?;
         out.push(segment);
     }
     if out.is_empty() && trace.is_empty() {
@@ -100,17 +102,20 @@ fn uint(
 /// `active_allocated`; `device`, `stream`, `frames` and other keys are not needed.
 fn segment(
     doc: &Document,
+    budget: &mut Budget,
     value: Value,
     describe: &impl Fn(Value) -> String,
 ) -> Result<HostSegment, String> {
     let pairs = doc
         .as_dict(value)
         .ok_or_else(|| format!("is {}, expected a dict", describe(value)))?;
+    let held = std::mem::size_of::<HostSegment>() as u64;
+    budget.charge(doc, pairs.len() as u64 * ITEM + held, "a host segment")?;
     let address = uint(doc, pairs, "address", describe)?.ok_or("'address' is missing")?;
     let size = uint(doc, pairs, "total_size", describe)?.ok_or("'total_size' is missing")?;
     let allocated = match uint(doc, pairs, "allocated_size", describe)? {
         Some(bytes) => bytes,
-        None => blocks_allocated(doc, pairs, describe)?,
+        None => blocks_allocated(doc, budget, pairs, describe)?,
     };
     if allocated > size {
         return Err(format!(
@@ -143,6 +148,7 @@ fn segment(
 /// The bytes of a segment's blocks in state `active_allocated` (0 without blocks).
 fn blocks_allocated(
     doc: &Document,
+    budget: &mut Budget,
     pairs: &[(Value, Value)],
     describe: &impl Fn(Value) -> String,
 ) -> Result<u64, String> {
@@ -157,6 +163,7 @@ fn blocks_allocated(
         let block = doc
             .as_dict(b)
             .ok_or_else(|| format!("blocks[{j}] is {}, expected a dict", describe(b)))?;
+        budget.charge(doc, block.len() as u64 * ITEM + ITEM, "a host block")?;
         let allocated =
             doc.get(block, "state").and_then(|s| doc.as_str(s)) == Some("active_allocated");
         if allocated {

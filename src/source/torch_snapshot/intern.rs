@@ -2,6 +2,7 @@
 //! that holds them, so shared frame lists are converted once), streams, pool ids and rare
 //! metadata.
 
+use super::budget::{Budget, ITEM};
 use crate::model::{EntryExtra, ExtraId, Frame, PoolIndex, StackId, StackTable, StreamIndex};
 use crate::source::pickle::{Document, NodeId, Value};
 use rustc_hash::FxHashMap;
@@ -19,9 +20,14 @@ pub struct Interner {
     stream_ids: FxHashMap<u64, StreamIndex>,
     pub extras: Vec<EntryExtra>,
     extra_ids: FxHashMap<EntryExtra, ExtraId>,
+    /// The metadata made from each triple of pickle values (compile context, user metadata,
+    /// forward frames), so that values shared by many entries are converted once.
+    extra_by_values: FxHashMap<[(u8, u64); 3], Option<ExtraId>>,
     /// `pool_id` pairs of trace entries, by `PoolIndex`.
     pub pools: Vec<(i64, i64)>,
     pool_ids: FxHashMap<(i64, i64), PoolIndex>,
+    /// What the conversions out of the pickle have cost so far.
+    pub budget: Budget,
 }
 
 impl Interner {
@@ -91,6 +97,8 @@ impl Interner {
             };
         };
         let items = doc.as_seq(frames).ok_or("'frames' is not a list")?;
+        self.budget
+            .charge_items(doc, items.len(), ITEM as usize, "a frames list")?;
         let mut ids = Vec::with_capacity(items.len());
         for &item in items {
             ids.push(self.frame(doc, item)?);
@@ -116,6 +124,9 @@ impl Interner {
                 .and_then(|v| doc.as_str(v))
                 .unwrap_or("??")
         };
+        let copied = text("filename").len() + text("name").len() + std::mem::size_of::<Frame>();
+        let looked = pairs.len() as u64 * ITEM;
+        self.budget.charge(doc, copied as u64 + looked, "a frame")?;
         let frame = Frame {
             filename: text("filename").to_string(),
             line: doc
@@ -129,7 +140,32 @@ impl Interner {
         Ok(id)
     }
 
-    pub fn extra(&mut self, extra: EntryExtra) -> ExtraId {
+    /// The interned metadata of an entry whose metadata fields hold `values`, made by `make`
+    /// the first time these values are seen; `None` when it is all absent.
+    pub fn extra_of(
+        &mut self,
+        doc: &Document,
+        values: [Option<Value>; 3],
+        make: impl FnOnce(&Document, &mut Budget) -> Result<EntryExtra, String>,
+    ) -> Result<Option<ExtraId>, String> {
+        // A dict's node may be reused for another dict later in the file; lists and strings
+        // are never reused, so only they (and scalars) make a key.
+        let key = match values.iter().flatten().any(|&v| doc.as_dict(v).is_some()) {
+            true => None,
+            false => Some(values.map(|v| v.map_or((u8::MAX, 0), value_key))),
+        };
+        if let Some(id) = key.and_then(|key| self.extra_by_values.get(&key)) {
+            return Ok(*id);
+        }
+        let extra = make(doc, &mut self.budget)?;
+        let id = (extra != EntryExtra::default()).then(|| self.extra(extra));
+        if let Some(key) = key {
+            self.extra_by_values.insert(key, id);
+        }
+        Ok(id)
+    }
+
+    fn extra(&mut self, extra: EntryExtra) -> ExtraId {
         if let Some(&id) = self.extra_ids.get(&extra) {
             return id;
         }
@@ -137,5 +173,20 @@ impl Interner {
         let id = ExtraId(NonZeroU32::new(self.extras.len() as u32).unwrap_or(NonZeroU32::MIN));
         self.extra_ids.insert(extra, id);
         id
+    }
+}
+
+/// A value as a hashable key: its kind and payload.
+fn value_key(value: Value) -> (u8, u64) {
+    match value {
+        Value::None => (0, 0),
+        Value::Bool(b) => (1, b.into()),
+        Value::Int(i) => (2, i as u64),
+        Value::BigInt(i) => (3, i.into()),
+        Value::Float(f) => (4, f.to_bits()),
+        Value::Str(id) => (5, id.into()),
+        Value::Bytes(i) => (6, i.into()),
+        Value::Folded(h) => (7, h.into()),
+        Value::Node(id) => (8, id.into()),
     }
 }

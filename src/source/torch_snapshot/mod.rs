@@ -1,5 +1,6 @@
 //! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()`) into the model.
 
+mod budget;
 mod fold;
 mod host;
 mod intern;
@@ -8,6 +9,7 @@ mod schema;
 use crate::model::{FormatKeys, HostAllocator, Snapshot};
 use crate::source::pickle::{self, DecodeError, Refill};
 
+pub use budget::{Expansion, FLOOR, PER_INPUT_BYTE};
 pub use schema::ShapeError;
 
 /// Why a snapshot could not be read.
@@ -17,6 +19,8 @@ pub enum SnapshotError {
     Decode(#[from] DecodeError),
     #[error(transparent)]
     Shape(#[from] ShapeError),
+    #[error(transparent)]
+    Expansion(#[from] Expansion),
 }
 
 /// A snapshot and what was odd about it but not fatal.

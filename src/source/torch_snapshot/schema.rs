@@ -1,14 +1,16 @@
 //! The typed view of a decoded snapshot: segments, blocks, traces, settings and annotations,
 //! for every layout from PyTorch 2.0 (block `history`) to 2.11. Unknown keys are ignored.
 
+use super::budget::{Budget, Expansion, ITEM};
 use super::fold::TraceFolder;
 use super::host;
 use super::intern::Interner;
+use super::SnapshotError;
 use crate::model::{
     AllocatorSettings, Annotation, Block, BlockState, FormatKeys, HostAllocator, PoolKind, Segment,
     SettingValue, Snapshot, SnapshotFormat, Timeline, TraceEntry,
 };
-use crate::source::pickle::{Document, NodeId, Value};
+use crate::source::pickle::{Document, NodeId, Value, RENDER_MAX};
 use rustc_hash::FxHashMap;
 use std::ops::Range;
 
@@ -17,16 +19,25 @@ use std::ops::Range;
 #[error("not a PyTorch memory snapshot: {0}")]
 pub struct ShapeError(pub String);
 
-fn shape<T>(message: impl Into<String>) -> Result<T, ShapeError> {
-    Err(ShapeError(message.into()))
+fn shape<T>(message: impl Into<String>) -> Result<T, SnapshotError> {
+    Err(ShapeError(message.into()).into())
 }
 
 /// What `build` read: the snapshot, warnings, which version-telling keys the file had, and
 /// the pinned host memory of PyTorch's host allocator when the file carries some.
 pub type Built = (Snapshot, Vec<String>, FormatKeys, Option<HostAllocator>);
 
+/// What a failure while converting means: the bound was passed (`budget`), or the snapshot
+/// has the wrong shape.
+fn refusal(budget: &Budget, message: String) -> SnapshotError {
+    match budget.exceeded() {
+        true => Expansion { place: message }.into(),
+        false => ShapeError(message).into(),
+    }
+}
+
 /// Reads the root value of a decoded snapshot.
-pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, ShapeError> {
+pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, SnapshotError> {
     let mut warnings = Vec::new();
     let entry_keys = folder.entry_keys();
     let TraceFolder {
@@ -47,10 +58,11 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
             host_traces = doc.get(top, "host_traces");
             let Some(segments) = doc.get(top, "segments") else {
                 let keys: Vec<String> = top.iter().map(|(k, _)| doc.render(*k)).collect();
-                return shape(format!(
+                return Err(ShapeError(format!(
                     "the top-level dict has no 'segments' key (keys: {})",
                     keys.join(", ")
-                ));
+                ))
+                .into());
             };
             (
                 segments,
@@ -59,11 +71,12 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
                 doc.get(top, "external_annotations"),
             )
         } else {
-            return shape(format!(
-            "the pickle holds {}, expected a dict with 'segments' and 'device_traces' or a list \
-             of segments",
-            describe(doc, root)
-        ));
+            return Err(ShapeError(format!(
+                "the pickle holds {}, expected a dict with 'segments' and 'device_traces' or a \
+                 list of segments",
+                describe(doc, root)
+            ))
+            .into());
         };
 
     let segment_items = doc.as_seq(segments_value).ok_or_else(|| {
@@ -76,7 +89,7 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
     let mut history_format = false;
     for (i, &item) in segment_items.iter().enumerate() {
         let (segment, history) = segment(doc, item, &mut interner)
-            .map_err(|why| ShapeError(format!("segments[{i}]: {why}")))?;
+            .map_err(|why| refusal(&interner.budget, format!("segments[{i}]: {why}")))?;
         history_format |= history;
         segments.push(segment);
     }
@@ -93,7 +106,13 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
             }
             None => format!("trace entry {}", problem.position),
         };
-        return shape(format!(
+        if interner.budget.exceeded() {
+            return Err(Expansion {
+                place: format!("{place}: {}", problem.message),
+            }
+            .into());
+        }
+        return Err(ShapeError(format!(
             "{place}: {}{}",
             problem.message,
             if problems > 1 {
@@ -101,8 +120,18 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
             } else {
                 String::new()
             }
-        ));
+        ))
+        .into());
     }
+    interner
+        .budget
+        .charge_items(
+            doc,
+            entries.len(),
+            std::mem::size_of::<TraceEntry>(),
+            "the trace entries",
+        )
+        .map_err(|why| refusal(&interner.budget, why))?;
     for (action, count) in unknown_actions {
         warnings.push(format!(
             "skipped {count} trace entries with unknown action '{action}'"
@@ -120,10 +149,15 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
         _ => None,
     };
     let (entries, runs, host_entries) = host::take_entries(entries, runs, host_list);
-    let host = host::read(doc, host_segments, host_traces, host_entries, |v| {
-        describe(doc, v)
-    })
-    .map_err(ShapeError)?;
+    let host = host::read(
+        doc,
+        &mut interner.budget,
+        host_segments,
+        host_traces,
+        host_entries,
+        |v| describe(doc, v),
+    )
+    .map_err(|why| refusal(&interner.budget, why))?;
 
     let timeline = match traces_value {
         None | Some(Value::None) => Timeline::new(Vec::new(), Vec::new()),
@@ -175,7 +209,11 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
         Some(v) if v != Value::None => Some(allocator_settings(doc, v).map_err(ShapeError)?),
         _ => None,
     };
-    let annotations = annotations_value.map_or_else(Vec::new, |v| annotations(doc, v));
+    let annotations = match annotations_value {
+        Some(v) => annotations(doc, v, &mut interner.budget)
+            .map_err(|why| refusal(&interner.budget, why))?,
+        None => Vec::new(),
+    };
     let format = if traces_value.is_none() && doc.as_seq(root).is_some() {
         SnapshotFormat::SegmentsOnly
     } else if history_format {
@@ -294,6 +332,9 @@ fn segment(
     let pairs = doc
         .as_dict(value)
         .ok_or_else(|| format!("is {}, expected a dict", describe(doc, value)))?;
+    let looked = pairs.len() as u64 * ITEM;
+    let held = std::mem::size_of::<Segment>() as u64;
+    interner.budget.charge(doc, looked + held, "a segment")?;
     let address = required(doc, pairs, "address")?;
     let total_size = required(doc, pairs, "total_size")?;
     let device = required(doc, pairs, "device")?;
@@ -366,6 +407,9 @@ fn block(
     let pairs = doc
         .as_dict(value)
         .ok_or_else(|| format!("is {}, expected a dict", describe(doc, value)))?;
+    let looked = pairs.len() as u64 * ITEM;
+    let held = std::mem::size_of::<Block>() as u64;
+    interner.budget.charge(doc, looked + held, "a block")?;
     let size = required(doc, pairs, "size")?;
     let state_value = doc.get(pairs, "state").ok_or("'state' is missing")?;
     let state_name = doc.as_str(state_value).ok_or("'state' is not a string")?;
@@ -481,20 +525,35 @@ fn other_settings(doc: &Document, pairs: &[(Value, Value)]) -> Vec<(String, Sett
         .collect()
 }
 
-/// `external_annotations`; entries that are not dicts are skipped.
-fn annotations(doc: &Document, value: Value) -> Vec<Annotation> {
+/// `external_annotations`; entries that are not dicts are skipped. The text each copies is
+/// charged to `budget` first.
+fn annotations(
+    doc: &Document,
+    value: Value,
+    budget: &mut Budget,
+) -> Result<Vec<Annotation>, String> {
     let Some(items) = doc.as_seq(value) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     items
         .iter()
-        .filter_map(|&item| doc.as_dict(item))
-        .map(|pairs| {
+        .enumerate()
+        .filter_map(|(i, &item)| Some((i, doc.as_dict(item)?)))
+        .map(|(i, pairs)| {
+            let text_len = |key| {
+                doc.get(pairs, key)
+                    .map_or(0, |v| doc.as_str(v).map_or(RENDER_MAX, str::len) as u64)
+            };
+            let cost = text_len("stage")
+                + text_len("name")
+                + pairs.len() as u64 * ITEM
+                + std::mem::size_of::<Annotation>() as u64;
+            budget.charge(doc, cost, &format!("external_annotations[{i}]"))?;
             let text = |key| {
                 doc.get(pairs, key)
                     .map(|v| doc.as_str(v).map_or_else(|| doc.render(v), str::to_string))
             };
-            Annotation {
+            Ok(Annotation {
                 device: doc
                     .get(pairs, "device")
                     .and_then(|v| doc.as_u64(v))
@@ -502,7 +561,7 @@ fn annotations(doc: &Document, value: Value) -> Vec<Annotation> {
                 time_us: doc.get(pairs, "time_us").and_then(|v| doc.as_i64(v)),
                 stage: text("stage"),
                 name: text("name"),
-            }
+            })
         })
         .collect()
 }
