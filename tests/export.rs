@@ -502,7 +502,7 @@ fn json_events_read_back_into_the_source() {
         export(&source, "json", &out);
         let doc: EventsDoc =
             serde_json::from_slice(&std::fs::read(&out).expect("written")).expect("the schema");
-        assert_eq!(doc.schema_version, 2);
+        assert_eq!(doc.schema_version, 1);
         assert_eq!(doc.kind, "memprof_events");
         let s = load(&source);
 

@@ -120,8 +120,8 @@ fn real_snapshots_without_a_trace_say_nothing_was_replayed() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stdout(&out),
-        "device 0: nothing to validate: its trace is empty (memory history was not being \
-         recorded); reserved 104.00 MiB as the snapshot shows\n"
+        "device 0: nothing to validate: its trace is empty (the file kept no trace entry; \
+         `analyze` says why); reserved 104.00 MiB as the snapshot shows\n"
     );
     let out = memprof(&["simulate", &no_device.display().to_string(), "--sweep"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
