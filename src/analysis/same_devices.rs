@@ -27,9 +27,24 @@ impl SameDevices {
             device: d,
             annotations: annotations.get(&d).map_or(&[], Vec::as_slice),
         };
+        // Only a device whose trace length and segment count another device shares can have a
+        // twin: the others are never hashed (one device alone costs nothing).
+        let shape = |d: u32| {
+            (
+                snapshot.timeline.device(d as usize).len(),
+                snapshot.device_segments(d).count(),
+            )
+        };
+        let mut shapes: FxHashMap<(usize, usize), usize> = FxHashMap::default();
+        for &d in devices {
+            *shapes.entry(shape(d)).or_default() += 1;
+        }
         let mut firsts: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
         let mut twin = FxHashMap::default();
         for &d in devices {
+            if shapes.get(&shape(d)).is_none_or(|&n| n < 2) {
+                continue;
+            }
             let this = device(d);
             let candidates = firsts.entry(this.fingerprint()).or_default();
             match candidates.iter().find(|&&c| device(c).alike(&this)) {
