@@ -26,21 +26,6 @@ pub enum MomentKind {
     Dump,
 }
 
-impl MomentKind {
-    /// How the text names the moment.
-    pub fn words(self) -> &'static str {
-        match self {
-            MomentKind::PeakRequested => "the peak of requested memory",
-            MomentKind::PeakAllocated => "the peak of allocated memory",
-            MomentKind::PeakReserved => "the peak of reserved memory",
-            MomentKind::Oom => "the out-of-memory error",
-            MomentKind::OomRetry => "an OOM retry",
-            MomentKind::EmptyCache => "an empty_cache() call",
-            MomentKind::Dump => "the dump",
-        }
-    }
-}
-
 /// One moment of one device, with the figures then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Moment {
