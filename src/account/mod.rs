@@ -253,7 +253,7 @@ pub fn account_of(input: &DeviceInput<'_>) -> DeviceAccount {
 
 /// Whether a trace of `entries` entries tells the peak: it needs a trace, and a trace of one
 /// entry that rose above nothing tells nothing.
-pub fn peak_is_known(entries: usize, peak_entry: Option<usize>) -> bool {
+pub(crate) fn peak_is_known(entries: usize, peak_entry: Option<usize>) -> bool {
     entries > 1 || (entries == 1 && peak_entry.is_some())
 }
 

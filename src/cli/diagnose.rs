@@ -146,7 +146,7 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     let mut done: FxHashMap<u32, (usize, Option<usize>)> = FxHashMap::default();
     for r in &account.devices {
         let device = r.device;
-        let judged = crate::account::peak_is_known(r.trace.entries, r.trace.peak_entry_index);
+        let judged = r.account.peaks.requested.bytes.is_some();
         let dump = r.account.dump();
         let mut row = DevicePressure {
             device,

@@ -365,7 +365,7 @@ fn render_device(r: &DeviceReport, driver_only: bool, out: &mut String) {
     for line in super::anomalies_text::lines(&a.anomalies, d.trace.entries, "  ") {
         let _ = writeln!(out, "{line}");
     }
-    let judged = crate::account::peak_is_known(d.trace.entries, d.trace.peak_entry_index);
+    let judged = a.peaks.requested.bytes.is_some();
     if let Some(p) = d.pressure.as_ref().filter(|_| judged) {
         let quiet = p.oom_retries == 0 && p.empty_cache_bursts == 0;
         if !(quiet && d.oom.is_some()) {
@@ -404,7 +404,7 @@ fn render_trace(r: &DeviceReport, out: &mut String) {
         out,
         "  over the trace (seconds from the input's first trace entry):"
     );
-    if crate::account::peak_is_known(t.entries, t.peak_entry_index) {
+    if peaks.requested.bytes.is_some() {
         let place = |p: &crate::account::PeakOf| {
             moment_place(p.entry, p.offset_us.map(|us| us as f64 / 1e6), t.entries)
         };

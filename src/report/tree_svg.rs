@@ -1,6 +1,7 @@
 //! The live-memory tree as a self-contained SVG icicle: the root across the top, each node's
 //! children below it, widths in proportion to inclusive bytes, a tooltip on every node.
 
+use super::terminal_text::markup_text;
 use crate::analysis::live_tree::Node;
 use crate::model::Bytes;
 use std::fmt::Write;
@@ -9,21 +10,6 @@ const WIDTH: f64 = 1200.0;
 const ROW: f64 = 18.0;
 /// Roughly how wide one character of the 11px label font is.
 const CHAR: f64 = 6.5;
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 fn depth_of(node: &Node) -> usize {
     1 + node.children.iter().map(depth_of).max().unwrap_or(0)
@@ -40,8 +26,8 @@ pub fn svg(root: &Node, title: &str) -> String {
 <svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="11">
 <title>{}</title>
 <text x="4" y="13">{}</text>"#,
-        escape(title),
-        escape(title)
+        markup_text(title),
+        markup_text(title)
     );
     node(&mut out, root, 0.0, WIDTH, ROW * 1.5, root.inclusive_bytes);
     out.push_str("</svg>\n");
@@ -69,7 +55,7 @@ fn node(out: &mut String, n: &Node, x: f64, width: f64, y: f64, total: u64) {
     let _ = writeln!(
         out,
         r#"<g><title>{}</title><rect x="{x:.2}" y="{y:.2}" width="{:.2}" height="{:.2}" fill="rgb(240,{green},60)" stroke="white" stroke-width="0.5"/>"#,
-        escape(&tip),
+        markup_text(&tip),
         width,
         ROW - 1.0
     );
@@ -87,7 +73,7 @@ fn node(out: &mut String, n: &Node, x: f64, width: f64, y: f64, total: u64) {
             r#"<text x="{:.2}" y="{:.2}">{}</text>"#,
             x + 2.0,
             y + ROW - 5.0,
-            escape(&label)
+            markup_text(&label)
         );
     }
     out.push_str("</g>\n");
