@@ -2,7 +2,7 @@
 //! entries (with remedies replayed through the simulator), from a memprof recording's failed
 //! allocations (driver figures only), or from the OOM messages of a log.
 
-use super::input::load_snapshot;
+use super::input::{load_snapshot, Loaded};
 use super::Outcome;
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::oom::Diagnosis;
@@ -96,6 +96,16 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     };
     let shown = path.display().to_string();
     let loaded = load_snapshot(path, !args.json).with_context(|| shown.clone())?;
+    from_loaded(path, &loaded, total)
+}
+
+/// The report of a snapshot or recording already read from `path`; `total` is `--capacity`.
+pub(super) fn from_loaded(
+    path: &Path,
+    loaded: &Loaded,
+    total: Option<u64>,
+) -> anyhow::Result<DiagnoseReport> {
+    let shown = path.display().to_string();
     let snapshot = &loaded.parsed.snapshot;
     for w in &loaded.parsed.warnings {
         super::warn(&format!("{shown}: {w}"));

@@ -43,13 +43,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
         plot: None,
         categories: Vec::new(),
     })?;
-    let (diagnosis, _) = super::diagnose::report(&super::diagnose::DiagnoseArgs {
-        file: Some(args.file.clone()),
-        log: None,
-        capacity: None,
-        json: true,
-        fail_on_oom: false,
-    })?;
+    let diagnosis = super::diagnose::from_loaded(&args.file, &loaded, None)?;
     let page = html::report(
         snapshot,
         &name.to_string_lossy(),
