@@ -61,6 +61,40 @@ fn check(path: &Path, scratch: &Scratch) {
         diagnose["time_origin_us"], input["time_origin_us"],
         "{file}"
     );
+    // The gate's baseline keeps each device's account: its peaks, else the dump's figures.
+    let baseline = scratch.join("baseline.json");
+    let out = memprof(&[
+        "gate",
+        &file,
+        "--write-baseline",
+        &baseline.display().to_string(),
+    ]);
+    // (A file without devices has nothing to gate: one line and exit 2.)
+    let gated = if devices.is_empty() { 2 } else { 0 };
+    assert_eq!(out.status.code(), Some(gated), "{file}: gate");
+    let measurements: Value = match std::fs::read_to_string(&baseline) {
+        Ok(text) if gated == 0 => {
+            serde_json::from_str::<Value>(&text).expect("JSON")["measurements"].clone()
+        }
+        _ => Value::Array(Vec::new()),
+    };
+    for m in measurements.as_array().expect("measurements") {
+        let d = devices
+            .iter()
+            .find(|d| d["device"] == m["device"])
+            .expect("a measured device");
+        let dump = &moment(d, "dump").expect("a dump moment")["figures"];
+        let peaks = &d["peaks"];
+        let known = !peaks["requested"]["bytes"].is_null();
+        let (active, reserved) = if known {
+            (&peaks["requested"]["bytes"], &peaks["reserved"]["bytes"])
+        } else {
+            (&dump["requested_bytes"], &dump["reserved_bytes"])
+        };
+        assert_eq!(&m["peak_active_bytes"], active, "{file}: gate");
+        assert_eq!(&m["peak_reserved_bytes"], reserved, "{file}: gate");
+        assert_eq!(m["peak_known"].as_bool().unwrap_or(true), known, "{file}");
+    }
     let origin = input["time_origin_us"].as_i64();
     let snapshot = torch_snapshot::read(std::fs::File::open(path).expect("opens"))
         .expect("parses")

@@ -163,6 +163,21 @@ fn junit_validates_against_the_schema_and_markdown_matches_its_snapshot() {
     }
 }
 
+/// A dump without a trace has no peak: the gate compares the dump's figures and says so, as
+/// `analyze` does, instead of calling them a peak.
+#[test]
+fn without_a_trace_the_gate_names_the_dump_not_a_peak() {
+    let out = memprof(&["gate", &snapshot("segments_only"), "--limit", "1KiB"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("limited to 1.00 KiB but requested at the dump (no trace, peak not known) was 60.58 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("largest sites at the dump:"), "{text}");
+    assert!(!text.contains("peak active"), "{text}");
+}
+
 #[test]
 fn absolute_limit_and_the_reserved_metric() {
     let low = memprof(&["gate", &snapshot("v2_1_basic"), "--limit", "10MiB"]);

@@ -153,8 +153,14 @@ pub fn anomalies(
     born.sort_unstable();
     let mut seen_iterations: FxHashMap<String, Vec<u32>> = FxHashMap::default();
     let (mut count, mut bytes) = (0usize, 0u64);
+    // Sites by stack: one label per distinct stack, however many allocations share it.
+    let mut labels: FxHashMap<Option<crate::model::StackId>, String> = FxHashMap::default();
     for &b in &born {
-        let (label, it, size) = (site(b), iteration(b), entries[b].size);
+        let label = labels
+            .entry(entries[b].stack)
+            .or_insert_with(|| site(b))
+            .clone();
+        let (it, size) = (iteration(b), entries[b].size);
         count += 1;
         bytes = bytes.saturating_add(size);
         let s = by_site.entry(label.clone()).or_insert(LeakSite {

@@ -307,10 +307,7 @@ pub(super) fn report(args: &DiffArgs) -> anyhow::Result<DiffReport> {
     for path in [&args.before, &args.after] {
         refuse_left_alive_from_json(path, config.metric)?;
     }
-    let wanted = Wanted {
-        categories: true,
-        ..Wanted::for_metric(config.metric)
-    };
+    let wanted = Wanted::for_metric(config.metric);
     let before =
         measure(&args.before, 0, wanted).with_context(|| args.before.display().to_string())?;
     let after =

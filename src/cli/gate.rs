@@ -4,7 +4,7 @@
 use super::input::load_snapshot;
 use super::Outcome;
 use crate::analysis::categories::CategoryRules;
-use crate::analysis::{analyze_snapshot, analyze_snapshot_with_categories, left_alive, Site};
+use crate::analysis::{left_alive, Site};
 use crate::model::Bytes;
 use crate::report::gate::{evaluate, Baseline, GateConfig, Measurement, Metric, SiteBytes};
 use crate::report::gate_input::{parse_analyze_json, parse_baseline};
@@ -166,12 +166,10 @@ fn is_analyze_json(path: &Path) -> bool {
     super::input::peek(path, 1).is_some_and(|head| head == b"{")
 }
 
-/// What `measure` works out beyond the peaks and their sites: each costs a pass of its own (the
-/// categories and what was left alive replay the trace, the process peak reads the recording
-/// again for its ledger).
+/// What `measure` works out beyond the input's account: each costs a pass of its own (what was
+/// left alive replays the trace, the process peak reads the recording again for its ledger).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Wanted {
-    pub categories: bool,
     pub left_alive: bool,
     pub process_peak: bool,
 }
@@ -180,7 +178,6 @@ impl Wanted {
     /// The figure `metric` compares.
     pub(super) fn for_metric(metric: Metric) -> Wanted {
         Wanted {
-            categories: false,
             left_alive: metric == Metric::LeftAlive,
             process_peak: metric == Metric::ProcessPeak,
         }
@@ -189,7 +186,6 @@ impl Wanted {
     /// Every figure a baseline file keeps, so that any metric can be checked against it later.
     fn baseline() -> Wanted {
         Wanted {
-            categories: false,
             left_alive: true,
             process_peak: true,
         }
@@ -218,11 +214,18 @@ pub(super) fn measure(
         (load_snapshot(path, false)?, None)
     };
     let snapshot = &loaded.parsed.snapshot;
-    let devices = if wanted.categories {
-        analyze_snapshot_with_categories(snapshot, SITES_KEPT, None, &CategoryRules::default())
-    } else {
-        analyze_snapshot(snapshot, SITES_KEPT, None)
-    };
+    let rules = CategoryRules::default();
+    let account = crate::account::build(
+        snapshot,
+        &crate::account::Options {
+            top: SITES_KEPT,
+            only: None,
+            rules: &rules,
+            origin: super::analyze::origin(loaded.recording.as_ref()),
+            capacity: None,
+        },
+    );
+    let devices = account.devices;
     if devices.is_empty() {
         bail!("no device has a segment or a trace entry");
     }

@@ -2,8 +2,8 @@
 //! the verdict of comparing a run against a baseline and a limit. Pure: no I/O.
 
 use super::site_identity::{compare_sites, Normalizer, SiteChanges};
+use crate::account::DeviceReport;
 use crate::analysis::categories::CategoryBytes;
-use crate::analysis::DeviceAnalysis;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
@@ -48,17 +48,31 @@ pub struct Measurement {
     /// total. `None` for a PyTorch snapshot, which sees only PyTorch's memory.
     #[serde(default)]
     pub process_peak_bytes: Option<u64>,
+    /// Whether the input shows its peaks (a trace); without one the peak figures are those
+    /// of the dump, as the account says (baselines written before this field had a trace).
+    #[serde(default = "known", skip_serializing_if = "is_known")]
+    pub peak_known: bool,
+}
+
+fn known() -> bool {
+    true
+}
+
+fn is_known(k: &bool) -> bool {
+    *k
 }
 
 impl Measurement {
-    /// The measurement of one analyzed device.
-    pub fn of(rank: usize, input: &str, device: &DeviceAnalysis) -> Measurement {
+    /// The measurement of one device from its account: its peaks where the input shows them,
+    /// else the state at the dump.
+    pub fn of(rank: usize, input: &str, device: &DeviceReport) -> Measurement {
+        let (peaks, dump) = (&device.account.peaks, device.account.dump());
         Measurement {
             rank,
             input: input.to_string(),
             device: device.device,
-            peak_active_bytes: device.trace.peak_active_bytes,
-            peak_reserved_bytes: device.trace.peak_reserved_bytes,
+            peak_active_bytes: peaks.requested.bytes.or(dump.requested_bytes).unwrap_or(0),
+            peak_reserved_bytes: peaks.reserved.bytes.or(dump.reserved_bytes).unwrap_or(0),
             sites: device
                 .top_sites
                 .iter()
@@ -76,6 +90,7 @@ impl Measurement {
                 .map(|c| c.at_peak.clone())
                 .unwrap_or_default(),
             process_peak_bytes: None,
+            peak_known: peaks.requested.bytes.is_some(),
         }
     }
 
@@ -209,9 +224,21 @@ pub struct Check {
     /// Every kind of change against the baseline (`None` without one), adding up to the
     /// total change.
     pub changes: Option<SiteChanges>,
+    /// Whether the current input shows its peaks (see `Measurement::peak_known`).
+    pub peak_known: bool,
 }
 
 impl Check {
+    /// What was measured, in a reader's words: a peak metric of an input without a trace is
+    /// the state at the dump.
+    pub fn label(&self) -> &'static str {
+        match (self.metric, self.peak_known) {
+            (Metric::PeakActive, false) => "requested at the dump (no trace, peak not known)",
+            (Metric::PeakReserved, false) => "reserved at the dump (no trace, peak not known)",
+            (metric, _) => metric.label(),
+        }
+    }
+
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }
@@ -292,7 +319,9 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
         failures: Vec::new(),
         grew: Vec::new(),
         changes: None,
+        peak_known: current.peak_known,
     };
+    let label = result.label();
     match base {
         Some(b) => {
             let deltas = compare_sites(b.sites_of(metric), current.sites_of(metric), false);
@@ -307,7 +336,7 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
             result.failures.push(format!(
                 "limited to {} but {} was {}",
                 crate::model::Bytes(limit),
-                metric.label(),
+                label,
                 crate::model::Bytes(measured)
             ));
         }
@@ -317,7 +346,7 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
     if result.baseline == Some(0) && measured > 0 {
         result.failures.push(format!(
             "{} grew from 0 B to {}, more than the allowed +{:.1}%",
-            metric.label(),
+            label,
             crate::model::Bytes(measured),
             config.max_increase * 100.0
         ));
@@ -326,7 +355,7 @@ fn check(current: &Measurement, base: Option<&Measurement>, config: &GateConfig)
         if increase > config.max_increase {
             result.failures.push(format!(
                 "{} grew from {} to {} (+{:.1}%), more than the allowed +{:.1}%",
-                metric.label(),
+                label,
                 crate::model::Bytes(before),
                 crate::model::Bytes(measured),
                 increase * 100.0,
@@ -394,6 +423,7 @@ mod tests {
             left_alive_sites: Vec::new(),
             categories: Vec::new(),
             process_peak_bytes: None,
+            peak_known: true,
         }
     }
 

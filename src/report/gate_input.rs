@@ -85,6 +85,9 @@ pub fn parse_analyze_json(
                     })
                     .unwrap_or_default(),
                 process_peak_bytes: process_peak(&input["ledger"], &d["device"]),
+                // Documents before the account (schema 1) have no `peaks`, and had a trace
+                // wherever they gave a peak.
+                peak_known: !d["peaks"]["requested"]["bytes"].is_null() || d["peaks"].is_null(),
             });
         }
     }

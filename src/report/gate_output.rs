@@ -66,7 +66,7 @@ pub fn text(checks: &[Check]) -> String {
             out,
             "  {status} {}: {} {}",
             subject(c),
-            c.metric.label(),
+            c.label(),
             change(c)
         );
         for why in &c.failures {
@@ -76,6 +76,8 @@ pub fn text(checks: &[Check]) -> String {
             let title = match (c.baseline, c.metric) {
                 (Some(_), Metric::LeftAlive) => "sites that left more alive:",
                 (None, Metric::LeftAlive) => "sites that left most alive:",
+                (Some(_), _) if !c.peak_known => "sites that grew most at the dump:",
+                (None, _) if !c.peak_known => "largest sites at the dump:",
                 (Some(_), _) => "sites that grew most at the peak:",
                 (None, _) => "largest sites at the peak:",
             };
@@ -168,7 +170,7 @@ pub fn markdown(checks: &[Check]) -> String {
             c.rank,
             markdown_cell(&c.input),
             c.device,
-            c.metric.label(),
+            c.label(),
             c.baseline
                 .map_or_else(|| "-".to_string(), |b| Bytes(b).to_string()),
             Bytes(c.measured),

@@ -2,6 +2,7 @@
 //! `_multi_tensor_*` kernels or a hand-written step allocate and free within the step), and the
 //! live allocations whose stack was not recorded.
 
+use super::context::Context;
 use super::{Classifier, StepTemporaries, Unrecorded, OPTIMIZER_TEMPORARY};
 use crate::model::{Action, Live, StackId};
 use rustc_hash::FxHashMap;
@@ -29,11 +30,21 @@ impl Classifier<'_> {
         // (born, end, size, stack) of every temporary.
         let mut made: Vec<(usize, usize, u64, Option<StackId>)> = Vec::new();
         let mut delta = vec![0i128; n + 1];
+        // Only the built-in rules' optimizer context, a `--category` rule or an entry's
+        // `user_metadata` can name an allocation a step temporary: the others are not
+        // classified at all (most of a trace).
+        let named_otherwise = self.rule_index.contains(&OPTIMIZER_TEMPORARY);
         for (i, e) in entries.iter().enumerate() {
             if e.action != Action::Alloc {
                 continue;
             }
             let Some(addr) = e.addr() else { continue };
+            if !named_otherwise
+                && e.extra.is_none()
+                && self.lifetimes.context(self.stacks, e.stack) != Context::Optimizer
+            {
+                continue;
+            }
             let live = Live::from_alloc(e, i);
             if self.category(addr, &live) != OPTIMIZER_TEMPORARY {
                 continue;
