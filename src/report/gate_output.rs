@@ -275,6 +275,7 @@ mod tests {
                 stack: vec!["??:0:malloc".into(), "/w/model.py:42:forward".into()],
             }],
             changes: None,
+            peak_known: true,
         }
     }
 
