@@ -377,3 +377,102 @@ fn a_fifo_beside_the_input_is_passed_over_without_hanging() {
     ]);
     assert!(out.status.code().is_some_and(|c| c < 2), "{}", stderr(&out));
 }
+
+/// `diagnose --micro-batch N` on an OOM with a trace says what would have fit, in one line,
+/// and that line is `plan fit`'s answer at the capacity the remedies were replayed under.
+#[test]
+fn diagnose_says_what_micro_batch_would_have_fit() {
+    let file = path("snapshots/demo_oom.pickle");
+    let (code, doc) = diagnose_json(&[&file, "--micro-batch", "4"]);
+    assert_eq!(code, Some(0));
+    let fits = doc["would_fit"].as_array().expect("would_fit");
+    assert_eq!(fits.len(), 1, "{fits:?}");
+    let largest = fits[0]["largest_micro_batch"].as_u64().expect("largest");
+    assert!((1..4).contains(&largest), "{largest}");
+    let line = fits[0]["line"].as_str().expect("line");
+    assert!(
+        line.starts_with(&format!(
+            "at micro-batch {largest} instead of 4 this run fits with"
+        )),
+        "{line}"
+    );
+    let capacity = doc["diagnoses"][0]["replay_capacity_bytes"]
+        .as_u64()
+        .expect("replayed")
+        .to_string();
+    let device = fits[0]["device"].as_u64().expect("device").to_string();
+    let out = memprof(&[
+        "plan",
+        "fit",
+        &file,
+        "--capacity",
+        &capacity,
+        "--cuda-context",
+        "0",
+        "--micro-batch",
+        "4",
+        "--device",
+        &device,
+        "--json",
+    ]);
+    let fit: Value = serde_json::from_str(&stdout(&out)).expect("plan fit JSON");
+    assert_eq!(
+        fit["micro_batch"]["largest"].as_u64(),
+        Some(largest),
+        "{fit}"
+    );
+    let text = stdout(&memprof(&["diagnose", &file, "--micro-batch", "4"]));
+    assert!(
+        text.contains(&format!("  what would have fit: {line}\n")),
+        "{text}"
+    );
+    // Without the micro-batch nothing is said about it.
+    let (_, plain) = diagnose_json(&[&file]);
+    assert!(plain.get("would_fit").is_none(), "{plain}");
+    assert!(!stdout(&memprof(&["diagnose", &file])).contains("what would have fit"));
+}
+
+/// The same on the real snapshots that hold an OOM in their trace: every replayed OOM gets its
+/// line. Skipped, saying so, where the real snapshots are absent or none holds an `oom` entry.
+#[test]
+fn diagnose_what_would_have_fit_on_real_ooms() {
+    let Some(dir) = crate::util::real_fixtures() else {
+        return;
+    };
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for d in [dir.clone(), dir.join("more")] {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            files.extend(
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "pickle" || x == "pkl")),
+            );
+        }
+    }
+    let mut checked = 0;
+    for f in &files {
+        let shown = f.display().to_string();
+        let (_, doc) = diagnose_json(&[&shown, "--micro-batch", "2"]);
+        let replayed: Vec<u64> = doc["diagnoses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["replay_capacity_bytes"].is_u64())
+            .filter_map(|d| d["device"].as_u64())
+            .collect();
+        if replayed.is_empty() {
+            continue;
+        }
+        let lines = doc["would_fit"].as_array().cloned().unwrap_or_default();
+        for device in replayed {
+            assert!(
+                lines.iter().any(|w| w["device"].as_u64() == Some(device)),
+                "{shown}: device {device} has no line"
+            );
+        }
+        checked += 1;
+    }
+    if checked == 0 {
+        crate::util::skip("no real snapshot here holds a replayed OOM in its trace");
+    }
+}

@@ -252,6 +252,7 @@ fn diagnose(file: &Path, json: bool) -> anyhow::Result<Outcome> {
         file: Some(file.to_path_buf()),
         log: None,
         capacity: None,
+        micro_batch: None,
         json,
         fail_on_oom: false,
     })

@@ -10,7 +10,9 @@ use crate::analysis::version;
 use crate::diagnose::remedies::{pressure_remedies, Recorded};
 use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
 use crate::model::Bytes;
-use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState};
+use crate::model::Snapshot;
+use crate::plan::fit::{one_line, what_fits, FitAsk};
+use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState, WouldFit};
 use crate::report::terminal_text::terminal_lines;
 use crate::sim::replay::{self, DeviceTrace};
 use crate::sim::Backend;
@@ -38,6 +40,10 @@ pub struct DiagnoseArgs {
     /// allocator. Snapshots only: a message prints it.
     #[arg(long, value_name = "SIZE", conflicts_with = "log")]
     pub capacity: Option<String>,
+    /// The run's micro-batch: an OOM in a snapshot's trace then also says the largest
+    /// micro-batch that fits the replay's capacity (as `plan fit`). Snapshots only.
+    #[arg(long, value_name = "N", conflicts_with = "log", value_parser = clap::value_parser!(u64).range(1..))]
+    pub micro_batch: Option<u64>,
     /// Print one JSON document (schema_version 2) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -96,7 +102,43 @@ fn from_snapshot(path: &Path, args: &DiagnoseArgs) -> anyhow::Result<DiagnoseRep
     };
     let shown = path.display().to_string();
     let loaded = load_snapshot(path, !args.json).with_context(|| shown.clone())?;
-    from_loaded(path, &loaded, total)
+    let mut report = from_loaded(path, &loaded, total)?;
+    if let Some(micro_batch) = args.micro_batch {
+        report.would_fit = would_fit(&loaded.parsed.snapshot, &report.diagnoses, micro_batch);
+    }
+    Ok(report)
+}
+
+/// `plan fit`'s one line for each device whose OOM was replayed, at the capacity the replay
+/// used (what the allocator may reserve, so no CUDA context comes off it). A device whose
+/// trace cannot answer (no trace, nothing that scales) gets no line.
+fn would_fit(snapshot: &Snapshot, diagnoses: &[Diagnosis], micro_batch: u64) -> Vec<WouldFit> {
+    let mut lines: Vec<WouldFit> = Vec::new();
+    for d in diagnoses {
+        let Some(capacity) = d.replay_capacity_bytes else {
+            continue;
+        };
+        if lines.iter().any(|w| w.device == d.device) {
+            continue;
+        }
+        let ask = FitAsk {
+            capacity,
+            context_bytes: 0,
+            micro_batch: Some(micro_batch),
+            seq_len: None,
+        };
+        let Ok(report) = what_fits(snapshot, d.device, &ask) else {
+            continue;
+        };
+        if let (Some(line), Some(a)) = (one_line(&report), report.micro_batch.as_ref()) {
+            lines.push(WouldFit {
+                device: d.device,
+                line,
+                largest_micro_batch: a.largest,
+            });
+        }
+    }
+    lines
 }
 
 /// The report of a snapshot or recording already read from `path`; `total` is `--capacity`.

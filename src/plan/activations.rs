@@ -56,7 +56,9 @@ pub struct ActivationSettings {
     pub element_bytes: f64,
     /// The loss works in place on its saved softmax (Megatron-LM's vocab-parallel cross
     /// entropy) instead of PyTorch's `cross_entropy` on fp32 logits, whose backward holds the
-    /// log-softmax, its gradient and the input gradient at once.
+    /// log-softmax, its gradient and the input gradient at once. It also marks Megatron-LM's
+    /// head under sequence parallelism, which keeps the output projection's input sharded
+    /// where PyTorch's keeps it gathered.
     pub fused_loss: bool,
 }
 
@@ -99,7 +101,8 @@ pub struct ActivationMemory {
     /// One layer's activations rebuilt during the backward pass of full recompute.
     pub recompute_peak: f64,
     /// The loss's backward beyond the kept fp32 logits: PyTorch's `cross_entropy` holds the
-    /// log-softmax's gradient and the logits' gradient (fp32 each, 8sbv/t) beside it. It
+    /// log-softmax's gradient and the logits' gradient (fp32 each, 8sbv/t) beside it, 12sbv/t
+    /// under TP's `loss_parallel` (`loss_bytes_per_logit`). It
     /// happens before any layer is recomputed, so only what exceeds `recompute_peak` counts.
     pub loss: f64,
 }
@@ -251,6 +254,21 @@ pub fn published_per_layer(
     bytes * s.element_bytes / 2.0
 }
 
+/// Bytes per logit the loss's backward holds beside the kept fp32 logits (4 B each).
+///
+/// At TP 1 PyTorch's fused `log_softmax` backward holds the incoming gradient and its result
+/// (8 B). With the vocabulary split across TP ranks, PyTorch's
+/// `torch.distributed.tensor.parallel.loss_parallel` (its `_nll_loss_and_log_softmax_backward`;
+/// torchtitan enables it whenever TP > 1) builds `(grad_input + exp(x)) * grad_output` from a
+/// zeroed `grad_input`: that, `exp(x)` and their sum are alive at once (12 B).
+pub fn loss_bytes_per_logit(tp: u64) -> f64 {
+    if tp > 1 {
+        12.0
+    } else {
+        8.0
+    }
+}
+
 /// Activation memory of the first pipeline stage (the heaviest under 1F1B: it holds `pp`
 /// micro-batches of `ceil(L / pp)` layers, so the total is per-layer x L when L divides).
 pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> ActivationMemory {
@@ -266,8 +284,16 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
     // Logits on this GPU (s b v / t: the vocabulary is split across TP ranks).
     let logits = sbh / model.hidden_size as f64 * model.vocab as f64 / t;
     let output = if pp == 1 {
-        // Final norm input and output projection input (2sbh/t each), fp32 logits 4sbv/t.
-        4.0 * sbh / t + 4.0 * logits
+        // Final norm input (2sbh/t), output projection input, fp32 logits 4sbv/t. Under
+        // PyTorch's sequence parallelism the projection is a `ColwiseParallel` whose input is
+        // all-gathered from sequence shards and kept whole by the matmul for backward (2sbh);
+        // Megatron-LM's keeps its shard and gathers again in backward (2sbh/t).
+        let projection_input = if s.sp && s.tp > 1 && !s.fused_loss {
+            2.0 * sbh
+        } else {
+            2.0 * sbh / t
+        };
+        2.0 * sbh / t + projection_input + 4.0 * logits
     } else {
         0.0
     };
@@ -280,7 +306,7 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         Recompute::None | Recompute::Selective => 0.0,
     };
     let loss = if pp == 1 && !s.fused_loss {
-        (8.0 * logits - recompute_peak).max(0.0)
+        (loss_bytes_per_logit(s.tp) * logits - recompute_peak).max(0.0)
     } else {
         0.0
     };
@@ -495,6 +521,29 @@ mod tests {
         assert_eq!(m.head(), m.embedding + m.output + m.loss);
         let parts = m.layers + m.shape + m.head() + m.recompute_peak;
         assert_eq!(m.total(), parts);
+    }
+
+    /// torchtitan's Table 4 layout (Llama 3.1 70B, TP 8 with sequence parallelism, s 8192,
+    /// b 16, full recompute): PyTorch's `loss_parallel` holds 16 bytes a logit in backward (12
+    /// beyond the kept fp32 logits) and the `ColwiseParallel` output projection keeps its
+    /// gathered input whole (2sbh); Megatron-LM's head (`fused_loss`) keeps its shard (2sbh/t)
+    /// and works in place.
+    #[test]
+    fn pytorch_tensor_parallel_head_keeps_more_than_megatron() {
+        let model = builtin::find("llama-3.1-70b").expect("built-in");
+        let mut s = settings(8192, 16, 8, true, Recompute::Full);
+        s.attention = Attention::Flash;
+        let sbh = 8192.0 * 16.0 * 8192.0;
+        let logits = 8192.0 * 16.0 * 128256.0 / 8.0;
+        let m = activation_memory(&model, &s);
+        assert_eq!(m.output, 2.0 * sbh / 8.0 + 2.0 * sbh + 4.0 * logits);
+        assert_eq!(m.loss, 12.0 * logits - m.recompute_peak);
+        s.fused_loss = true;
+        let megatron = activation_memory(&model, &s);
+        assert_eq!(megatron.output, 4.0 * sbh / 8.0 + 4.0 * logits);
+        assert_eq!(megatron.loss, 0.0);
+        // At TP 1 the loss is PyTorch's fused log-softmax backward: 8 bytes beyond the logits.
+        assert_eq!(loss_bytes_per_logit(1), 8.0);
     }
 
     /// torchtitan's per-operator policy on Llama 3.1 8B (s 8192, b 2): the block input, Q, V,

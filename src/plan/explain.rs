@@ -193,6 +193,8 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
     let vocab = model.vocab;
     let loss = if setup.precision.fused_loss() {
         "; Megatron-LM's loss works in place"
+    } else if l.tp > 1 {
+        " + the loss's backward, 12sbv/t less the layer being recomputed (PyTorch's loss_parallel: a zeroed gradient, exp of the log-softmax and their sum, fp32 each)"
     } else {
         " + the loss's backward, 8sbv/t less the layer being recomputed (the log-softmax's and the logits' fp32 gradients)"
     };
@@ -200,7 +202,13 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
         "sbh per micro-batch in flight (embedding dropout; the logits are on the last stage)"
             .to_string()
     } else {
-        format!("sbh (embedding dropout) + 4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits){loss}")
+        let projection = if l.sp && l.tp > 1 && !setup.precision.fused_loss() {
+            "2sbh/t + 2sbh + 4sbv/t with v = {vocab} (final norm input, output projection input gathered whole by PyTorch's sequence parallelism, fp32 logits)"
+        } else {
+            "4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits)"
+        }
+        .replace("{vocab}", &vocab.to_string());
+        format!("sbh (embedding dropout) + {projection}{loss}")
     };
     vec![
         Term {

@@ -60,6 +60,20 @@ pub struct DiagnoseReport {
     pub time_origin_us: Option<i64>,
     pub diagnoses: Vec<Diagnosis>,
     pub devices: Vec<DevicePressure>,
+    /// With `--micro-batch`: for each device that ran out of memory, what would have fit
+    /// (`plan fit`'s answer at the replay's capacity, in one line).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_fit: Vec<WouldFit>,
+}
+
+/// One device's "what would have fit" line.
+#[derive(Clone, Debug, Serialize)]
+pub struct WouldFit {
+    pub device: u32,
+    /// "at micro-batch 3 instead of 4 this run fits with 2.10 GiB to spare".
+    pub line: String,
+    /// The largest micro-batch whose scaled replay fits (0: not even 1).
+    pub largest_micro_batch: u64,
 }
 
 impl DiagnoseReport {
@@ -75,6 +89,7 @@ impl DiagnoseReport {
             time_origin_us,
             diagnoses,
             devices,
+            would_fit: Vec::new(),
         }
     }
 
@@ -105,6 +120,9 @@ impl DiagnoseReport {
                 .and_then(|(p, i)| p.account.moment_at(MomentKind::Oom, i))
                 .map(|m| m.figures);
             write_one(&mut out, d, figures, pressure.map_or(0, |p| p.oom_retries));
+            for w in self.would_fit.iter().filter(|w| w.device == d.device) {
+                let _ = writeln!(out, "  what would have fit: {}", w.line);
+            }
             let imbalance = device
                 .into_iter()
                 .flat_map(|p| &p.account.findings)
