@@ -29,7 +29,9 @@ impl Classifier<'_> {
         let n = entries.len();
         // (born, end, size, stack) of every temporary.
         let mut made: Vec<(usize, usize, u64, Option<StackId>)> = Vec::new();
-        let mut delta = vec![0i128; n + 1];
+        // Where each temporary starts and stops being alive (+size at its `alloc`, -size at
+        // its end), in trace order: a list of the temporaries alone, not one slot per entry.
+        let mut changes: Vec<(usize, i128)> = Vec::new();
         // Only the built-in rules' optimizer context, a `--category` rule or an entry's
         // `user_metadata` can name an allocation a step temporary: the others are not
         // classified at all (most of a trace).
@@ -50,14 +52,20 @@ impl Classifier<'_> {
                 continue;
             }
             let end = self.lifetimes.end_of(addr, &live);
-            delta[i] += i128::from(e.size);
-            delta[end.min(n)] -= i128::from(e.size);
+            changes.push((i, i128::from(e.size)));
+            if end < n {
+                changes.push((end, -i128::from(e.size)));
+            }
             made.push((i, end, e.size, e.stack));
         }
+        // Frees before allocations at one entry, as the live total after the entry counts them.
+        changes.sort_unstable();
         let (mut sum, mut best) = (0i128, (0i128, 0usize));
-        for (i, d) in delta.iter().take(n).enumerate() {
+        for (k, &(i, d)) in changes.iter().enumerate() {
             sum += d;
-            if sum > best.0 {
+            // The total after entry `i`: once every change at `i` is counted.
+            let last_at_i = changes.get(k + 1).is_none_or(|next| next.0 != i);
+            if last_at_i && sum > best.0 {
                 best = (sum, i);
             }
         }
