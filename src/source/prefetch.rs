@@ -26,12 +26,24 @@ pub struct Prefetch {
 
 /// Refills `chunk` with `HEAD` bytes of room and then up to `CHUNK` bytes of input;
 /// `Ok(false)` at the end of input.
+///
+/// The bytes are read with `read` into the buffer's initialized length, which a recycled
+/// buffer keeps: it is zeroed once when made, not before every read (`read_to_end` into
+/// spare capacity zeroes it each time for a source without its own `read_buf`, as the
+/// counting and progress wrappers around the file are).
 fn fill<R: Read>(inner: &mut R, chunk: &mut Vec<u8>) -> io::Result<bool> {
-    chunk.clear();
-    chunk.resize(HEAD, 0);
-    // `read_to_end` reads into the spare capacity without zeroing it first.
-    inner.take(CHUNK as u64).read_to_end(chunk)?;
-    Ok(chunk.len() == HEAD + CHUNK)
+    chunk.resize(HEAD + CHUNK, 0);
+    let mut filled = HEAD;
+    while filled < chunk.len() {
+        match inner.read(&mut chunk[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    chunk.truncate(filled);
+    Ok(filled == HEAD + CHUNK)
 }
 
 impl Prefetch {

@@ -6,6 +6,8 @@ use super::context::Context;
 use super::{Classifier, StepTemporaries, Unrecorded, OPTIMIZER_TEMPORARY};
 use crate::model::{Action, Live, StackId};
 use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// The implementation a frame name says: PyTorch's multi-tensor or fused optimizer function
 /// (`_multi_tensor_adam`), else the `_foreach_*` operator a compiled frame runs.
@@ -29,9 +31,11 @@ impl Classifier<'_> {
         let n = entries.len();
         // (born, end, size, stack) of every temporary.
         let mut made: Vec<(usize, usize, u64, Option<StackId>)> = Vec::new();
-        // Where each temporary starts and stops being alive (+size at its `alloc`, -size at
-        // its end), in trace order: a list of the temporaries alone, not one slot per entry.
-        let mut changes: Vec<(usize, i128)> = Vec::new();
+        // The temporaries alive, by the entry that ends each (the earliest first), and their
+        // total; the most is reached just after some temporary's `alloc` (once everything that
+        // ended at or before that entry is gone), so the total is looked at there only.
+        let mut ending: BinaryHeap<Reverse<(usize, u64)>> = BinaryHeap::new();
+        let (mut sum, mut best) = (0i128, (0i128, 0usize));
         // Only the built-in rules' optimizer context, a `--category` rule or an entry's
         // `user_metadata` can name an allocation a step temporary: the others are not
         // classified at all (most of a trace).
@@ -48,26 +52,32 @@ impl Classifier<'_> {
                 continue;
             }
             let live = Live::from_alloc(e, i);
-            if self.category(addr, &live) != OPTIMIZER_TEMPORARY {
+            let end = self.lifetimes.end_of(addr, &live);
+            // Made in the optimizer and freed within its run is a temporary by the built-in
+            // rules (what `category` would find, without its other lookups), unless a pool
+            // or a rule could claim it first; the rest go through `category`.
+            let plainly = !named_otherwise
+                && e.extra.is_none()
+                && self.pools.is_empty()
+                && !self.lifetimes.outlived_run(i, end);
+            if !plainly && self.category(addr, &live) != OPTIMIZER_TEMPORARY {
                 continue;
             }
-            let end = self.lifetimes.end_of(addr, &live);
-            changes.push((i, i128::from(e.size)));
-            if end < n {
-                changes.push((end, -i128::from(e.size)));
+            while let Some(&Reverse((ended, size))) = ending.peek() {
+                if ended > i {
+                    break;
+                }
+                ending.pop();
+                sum -= i128::from(size);
             }
-            made.push((i, end, e.size, e.stack));
-        }
-        // Frees before allocations at one entry, as the live total after the entry counts them.
-        changes.sort_unstable();
-        let (mut sum, mut best) = (0i128, (0i128, 0usize));
-        for (k, &(i, d)) in changes.iter().enumerate() {
-            sum += d;
-            // The total after entry `i`: once every change at `i` is counted.
-            let last_at_i = changes.get(k + 1).is_none_or(|next| next.0 != i);
-            if last_at_i && sum > best.0 {
+            sum += i128::from(e.size);
+            if sum > best.0 {
                 best = (sum, i);
             }
+            if end < n {
+                ending.push(Reverse((end, e.size)));
+            }
+            made.push((i, end, e.size, e.stack));
         }
         let (bytes, at) = best;
         if bytes <= 0 {
