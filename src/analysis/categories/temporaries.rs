@@ -53,14 +53,24 @@ impl Classifier<'_> {
             }
             let live = Live::from_alloc(e, i);
             let end = self.lifetimes.end_of(addr, &live);
-            // Made in the optimizer and freed within its run is a temporary by the built-in
-            // rules (what `category` would find, without its other lookups), unless a pool
-            // or a rule could claim it first; the rest go through `category`.
-            let plainly = !named_otherwise
-                && e.extra.is_none()
-                && self.pools.is_empty()
-                && !self.lifetimes.outlived_run(i, end);
-            if !plainly && self.category(addr, &live) != OPTIMIZER_TEMPORARY {
+            // Without a pool, rule or metadata that could claim it first, what the built-in
+            // rules say of an optimizer allocation: a temporary when freed within its run, else
+            // what the allocation it replaced was (`builtin`'s reading, its lookups shared).
+            let temporary = if self.rules.is_empty() && e.extra.is_none() && self.pools.is_empty() {
+                if !self.lifetimes.outlived_run(i, end) {
+                    true
+                } else {
+                    match self.lifetimes.replaced_by(i) {
+                        Some((older_addr, older)) => {
+                            self.builtin(older_addr, &older) == OPTIMIZER_TEMPORARY
+                        }
+                        None => false,
+                    }
+                }
+            } else {
+                self.category(addr, &live) == OPTIMIZER_TEMPORARY
+            };
+            if !temporary {
                 continue;
             }
             while let Some(&Reverse((ended, size))) = ending.peek() {
