@@ -38,42 +38,44 @@ else
   bin=target/release/memprof
 fi
 
-measure() { # prints "seconds max_rss_kb" for one run of the command
-  "$timer" -f "%e %M" -o "$data/time.out" "$@" >/dev/null
-  tail -n 1 "$data/time.out"
+measure() { # prints "seconds max_rss_kb cpu_seconds" for one run of the command
+  "$timer" -f "%e %M %U %S" -o "$data/time.out" "$@" >/dev/null
+  tail -n 1 "$data/time.out" | awk '{print $1, $2, $3 + $4}'
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # compare NAME FILE [python]: times memprof, a plain read and (for a pickle) pickle.load.
 compare() {
   local name=$1 f=$2 python=${3:-}
-  local py_t=() py_m=() mp_t=() mp_m=() cat_t=()
+  local py_t=() py_m=() py_c=() mp_t=() mp_m=() mp_c=() cat_t=()
   for _ in $(seq "$runs"); do
     if [ -n "$python" ]; then
-      read -r t m < <(measure python3 -c "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))" "$f")
-      py_t+=("$t"); py_m+=("$m")
+      read -r t m c < <(measure python3 -c "import pickle,sys; pickle.load(open(sys.argv[1],'rb'))" "$f")
+      py_t+=("$t"); py_m+=("$m"); py_c+=("$c")
     fi
-    read -r t m < <(measure "$bin" analyze --json "$f")
-    mp_t+=("$t"); mp_m+=("$m")
-    read -r t _ < <(measure cat "$f")
+    read -r t m c < <(measure "$bin" analyze --json "$f")
+    mp_t+=("$t"); mp_m+=("$m"); mp_c+=("$c")
+    read -r t _ _ < <(measure cat "$f")
     cat_t+=("$t")
   done
-  local size mt mm ct pt=0 pm=0
-  size=$(stat -c %s "$f")
+  local size mt mm mc ct pt=0 pm=0 pc=0
+  size=$(stat -L -c %s "$f")
   mt=$(printf '%s\n' "${mp_t[@]}" | median); mm=$(printf '%s\n' "${mp_m[@]}" | median)
+  mc=$(printf '%s\n' "${mp_c[@]}" | median)
   ct=$(printf '%s\n' "${cat_t[@]}" | median)
   if [ -n "$python" ]; then
     pt=$(printf '%s\n' "${py_t[@]}" | median); pm=$(printf '%s\n' "${py_m[@]}" | median)
+    pc=$(printf '%s\n' "${py_c[@]}" | median)
   fi
   awk -v name="$name" -v f="$f" -v size="$size" -v runs="$runs" -v mt="$mt" -v mm="$mm" \
-    -v ct="$ct" -v pt="$pt" -v pm="$pm" 'function rate(t) { return t > 0 ? sprintf("%.0f MB/s", size / 1e6 / t) : "too fast to time" }
+    -v ct="$ct" -v pt="$pt" -v pm="$pm" -v mc="$mc" -v pc="$pc" 'function rate(t) { return t > 0 ? sprintf("%.0f MB/s", size / 1e6 / t) : "too fast to time" }
   BEGIN {
     printf "%s: %s (%.1f MB), medians of %d alternating runs\n", name, f, size / 1e6, runs
-    printf "  memprof analyze --json: %.3f s (%s), peak RSS %.1f MB = %.2fx the file\n", mt, rate(mt), mm * 1024 / 1e6, mm * 1024 / size
+    printf "  memprof analyze --json: %.3f s (%s), CPU %.3f s, peak RSS %.1f MB = %.2fx the file\n", mt, rate(mt), mc, mm * 1024 / 1e6, mm * 1024 / size
     printf "  plain read (cat):       %.3f s (%s)\n", ct, rate(ct)
     if (pt > 0) {
-      printf "  python pickle.load:     %.3f s (%s), peak RSS %.1f MB = %.2fx the file\n", pt, rate(pt), pm * 1024 / 1e6, pm * 1024 / size
-      printf "  ratio pickle.load / memprof: %.1fx   (goal: 30x)\n", (mt > 0 ? pt / mt : 0)
+      printf "  python pickle.load:     %.3f s (%s), CPU %.3f s, peak RSS %.1f MB = %.2fx the file\n", pt, rate(pt), pc, pm * 1024 / 1e6, pm * 1024 / size
+      printf "  ratio pickle.load / memprof: %.1fx wall, %.1fx CPU   (goal: 30x)\n", (mt > 0 ? pt / mt : 0), (mc > 0 ? pc / mc : 0)
     }
     printf "  memprof RSS / file size:     %.2fx  (goal: 1.0x)\n", mm * 1024 / size
   }'
@@ -83,7 +85,7 @@ echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at 
 compare snapshot "$file" python
 if [ "${MEMPROF_BENCH_RECORDING:-1}" != 0 ]; then
   # A recording of about the snapshot's size (at least 1 MB).
-  mb=$(( $(stat -c %s "$file") / 1000000 ))
+  mb=$(( $(stat -L -c %s "$file") / 1000000 ))
   [ "$mb" -ge 1 ] || mb=1
   rec=$data/gen_${mb}mb.memprof
   [ -f "$rec" ] || python3 benches/gen_recording.py "$rec" "$mb"
