@@ -84,21 +84,18 @@ fn is_step(p: &Phase) -> bool {
     p.name.starts_with("optimizer step") || p.name.starts_with("Optimizer.step")
 }
 
-/// The anomalies of `entries` (one device's trace).
-pub fn anomalies(
-    entries: &[TraceEntry],
-    timeline: &Timeline,
-    stacks: &StackTable,
-    phases: &[Phase],
-) -> Anomalies {
-    let mut step_ends: Vec<usize> = phases
-        .iter()
-        .filter(|p| is_step(p))
-        .map(|p| p.end_entry)
-        .collect();
-    step_ends.sort_unstable();
-    step_ends.dedup();
-    let iteration = |i: usize| step_ends.partition_point(|&e| e <= i) as u32 + 1;
+/// What one walk over a device's trace gathers for its anomalies: every stall, the lifetime
+/// histogram's counts, and the `alloc` entries still alive at the end (in trace order). It
+/// needs nothing but the trace, so `account::build` runs it beside the analysis.
+#[derive(Debug, Default)]
+pub struct TracePass {
+    stalls: Vec<Stall>,
+    buckets: Vec<(usize, u64)>,
+    alive: Vec<usize>,
+}
+
+/// Walks `entries` (one device's trace) for its anomalies.
+pub fn trace_pass(entries: &[TraceEntry], timeline: &Timeline, stacks: &StackTable) -> TracePass {
     let site = |i: usize| crate::analysis::site_of(stacks, entries[i].stack);
     // By address: the `alloc` entry alive there, and the `free_requested` one waiting with
     // the `alloc` it frees (where the trace saw it).
@@ -143,14 +140,43 @@ pub fn anomalies(
             _ => {}
         }
     }
+    let mut alive: Vec<usize> = alive.into_values().collect();
+    alive.sort_unstable();
+    TracePass {
+        stalls,
+        buckets,
+        alive,
+    }
+}
+
+/// The anomalies of `entries` (one device's trace) from its walk, numbering iterations by the
+/// optimizer steps among `phases`.
+pub fn anomalies(
+    pass: TracePass,
+    entries: &[TraceEntry],
+    stacks: &StackTable,
+    phases: &[Phase],
+) -> Anomalies {
+    let mut step_ends: Vec<usize> = phases
+        .iter()
+        .filter(|p| is_step(p))
+        .map(|p| p.end_entry)
+        .collect();
+    step_ends.sort_unstable();
+    step_ends.dedup();
+    let iteration = |i: usize| step_ends.partition_point(|&e| e <= i) as u32 + 1;
+    let site = |i: usize| crate::analysis::site_of(stacks, entries[i].stack);
+    let TracePass {
+        mut stalls,
+        buckets,
+        alive: born,
+    } = pass;
     let stall_bytes = stalls.iter().fold(0u64, |a, s| a.saturating_add(s.bytes));
     let stall_count = stalls.len();
     stalls.sort_by_key(|s| (std::cmp::Reverse(s.wait_us), s.entry));
     stalls.truncate(LISTED);
     // Leak suspects, by site.
     let mut by_site: FxHashMap<String, LeakSite> = FxHashMap::default();
-    let mut born: Vec<usize> = alive.into_values().collect();
-    born.sort_unstable();
     let mut seen_iterations: FxHashMap<String, Vec<u32>> = FxHashMap::default();
     let (mut count, mut bytes) = (0usize, 0u64);
     // Sites by stack: one label per distinct stack, however many allocations share it.

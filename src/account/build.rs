@@ -1,6 +1,8 @@
-//! Builds the account of an input: the analysis's replay of each device's trace and the
-//! allocator replays run side by side (two cores), then each device's account from both.
+//! Builds the account of an input: the analysis's replay of each device's trace, and the
+//! allocator replays with the anomalies' walk of each trace, run side by side (two cores), then
+//! each device's account from both.
 
+use super::anomalies::{trace_pass, TracePass};
 use super::{account_of, DeviceAccount, DeviceInput, TimeAxis};
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
@@ -8,6 +10,7 @@ use crate::diagnose::classify::{attach, replay_devices};
 use crate::diagnose::Origin;
 use crate::model::Snapshot;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 
 /// What an account is built with.
@@ -58,16 +61,27 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
         .into_iter()
         .filter(|d| options.only.is_none_or(|o| o == *d))
         .collect();
-    let (analyses, replays) = std::thread::scope(|scope| {
-        let replays =
-            scope.spawn(|| replay_devices(snapshot, options.origin, &ids, options.capacity));
+    // The second thread replays the allocator and walks each trace for its anomalies, which
+    // need nothing from the analysis.
+    let (analyses, (replays, mut walked)) = std::thread::scope(|scope| {
+        let second = scope.spawn(|| {
+            let replays = replay_devices(snapshot, options.origin, &ids, options.capacity);
+            let walked: BTreeMap<u32, TracePass> = ids
+                .iter()
+                .map(|&d| {
+                    let entries = snapshot.timeline.device(d as usize);
+                    (d, trace_pass(entries, &snapshot.timeline, &snapshot.stacks))
+                })
+                .collect();
+            (replays, walked)
+        });
         let analyses =
             analyze_snapshot_with_categories(snapshot, options.top, options.only, options.rules);
-        // A panic in the replay is a bug: raise it here, as if it had run on this thread.
-        let replays = replays
+        // A panic there is a bug: raise it here, as if it had run on this thread.
+        let second = second
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (analyses, replays)
+        (analyses, second)
     });
     let analyses = attach(analyses, replays);
     let axis = TimeAxis::of(snapshot);
@@ -75,13 +89,20 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
         .into_iter()
         .map(|analysis| {
             let segments: Vec<_> = snapshot.device_segments(analysis.device).collect();
-            let account = account_of(&DeviceInput {
-                analysis: &analysis,
-                segments: &segments,
-                entries: snapshot.timeline.device(analysis.device as usize),
-                snapshot,
-                axis,
-            });
+            let entries = snapshot.timeline.device(analysis.device as usize);
+            let trace = walked
+                .remove(&analysis.device)
+                .unwrap_or_else(|| trace_pass(entries, &snapshot.timeline, &snapshot.stacks));
+            let account = account_of(
+                &DeviceInput {
+                    analysis: &analysis,
+                    segments: &segments,
+                    entries,
+                    snapshot,
+                    axis,
+                },
+                trace,
+            );
             DeviceReport { analysis, account }
         })
         .collect();

@@ -116,8 +116,8 @@ pub struct DeviceInput<'a> {
     pub axis: TimeAxis,
 }
 
-/// Builds the account of one device.
-pub fn account_of(input: &DeviceInput<'_>) -> DeviceAccount {
+/// Builds the account of one device, from its input and the walk of its trace for anomalies.
+pub fn account_of(input: &DeviceInput<'_>, walked: anomalies::TracePass) -> DeviceAccount {
     let d = input.analysis;
     let states = &d.trace_states;
     let replayed = d.replayed.as_ref();
@@ -241,8 +241,8 @@ pub fn account_of(input: &DeviceInput<'_>) -> DeviceAccount {
         pools,
         findings: Vec::new(),
         anomalies: anomalies::anomalies(
+            walked,
             input.entries,
-            &input.snapshot.timeline,
             &input.snapshot.stacks,
             d.phases.as_deref().unwrap_or_default(),
         ),
