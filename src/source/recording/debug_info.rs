@@ -89,8 +89,8 @@ fn endian_of(object: &object::File) -> RunTimeEndian {
 pub struct DebugInfo {
     context: addr2line::Context<Reader>,
     package: Option<gimli::DwarfPackage<Reader>>,
-    /// `(address, name's place in map)` of each symbol, by address.
-    symbols: Vec<(u64, Range<usize>)>,
+    /// `(address, size, name's place in map)` of each symbol, by address.
+    symbols: Vec<(u64, u64, Range<usize>)>,
     map: Arc<Mmap>,
 }
 
@@ -109,7 +109,7 @@ impl DebugInfo {
                 let name = symbol.name().as_bytes();
                 let start = (name.as_ptr() as usize).checked_sub(base)?;
                 let end = start.checked_add(name.len()).filter(|&e| e <= map.len())?;
-                Some((symbol.address(), start..end))
+                Some((symbol.address(), symbol.size(), start..end))
             })
             .collect();
         Some(DebugInfo {
@@ -141,13 +141,18 @@ impl DebugInfo {
         self.context.find_location(probe).ok().flatten()
     }
 
-    /// The name of the symbol at or before `probe`.
+    /// The name of the symbol that holds `probe` (the last one at or before it, when that
+    /// one's size is not known).
     pub fn find_symbol(&self, probe: u64) -> Option<&str> {
-        let i = match self.symbols.binary_search_by_key(&probe, |&(a, _)| a) {
+        let i = match self.symbols.binary_search_by_key(&probe, |&(a, _, _)| a) {
             Ok(i) => i,
             Err(i) => i.checked_sub(1)?,
         };
-        std::str::from_utf8(self.map.get(self.symbols[i].1.clone())?).ok()
+        let (address, size, name) = &self.symbols[i];
+        if *size != 0 && probe.wrapping_sub(*address) >= *size {
+            return None;
+        }
+        std::str::from_utf8(self.map.get(name.clone())?).ok()
     }
 
     /// The DWARF of a split unit: from the package when it has the unit, else from the `.dwo`
