@@ -39,6 +39,36 @@ seed_text() { # TARGET NAME TEXT
 seed snapshot fixtures/snapshots/*.pickle fixtures/invalid/* "$shared"/*.pickle "$shared"/more/*.pickle
 seed snapshot_analysis fixtures/snapshots/*.pickle fixtures/invalid/* "$shared"/*.pickle "$shared"/more/*.pickle
 seed amplification fixtures/snapshots/*.pickle fixtures/invalid/* "$shared"/*.pickle "$shared"/more/*.pickle
+# Snapshots that name one trace entry many times (memo references past one APPENDS batch, DUP),
+# written by Python's pickle, for the targets that read snapshots.
+if command -v python3 >/dev/null; then
+    for t in snapshot snapshot_analysis amplification; do
+        python3 - "fuzz/corpus/$t" <<'PY'
+import pickle, struct, sys
+out = sys.argv[1]
+frame = {"filename": "train.py", "line": 7, "name": "step"}
+entry = {"action": "alloc", "addr": 512, "size": 512, "stream": 0}
+nested = dict(entry, frames=[frame])
+segment = {"address": 0, "total_size": 2 << 20, "device": 0, "stream": 0,
+           "segment_type": "large", "blocks": [{"address": 0, "size": 2 << 20,
+                                                "state": "active_allocated"}]}
+def write(name, obj):
+    with open(f"{out}/{name}", "wb") as f:
+        f.write(pickle.dumps(obj, 4))
+write("shared_entry", {"segments": [], "device_traces": [[nested] * 1500]})
+write("shared_flat_entry", {"segments": [], "device_traces": [[entry] * 1500]})
+write("shared_entry_then_segments",
+      {"device_traces": [[nested] * 3], "segments": [segment, dict(segment, address=4 << 20)]})
+def text(s):
+    return b"X" + struct.pack("<I", len(s)) + s.encode()
+dup = (b"\x80\x02}(" + text("segments") + b"]" + text("device_traces") + b"]](}("
+       + text("action") + text("alloc") + text("addr") + b"K\x00" + text("size") + b"K\x01u"
+       + b"2" * 3000 + b"eau.")
+with open(f"{out}/duplicated_entry", "wb") as f:
+    f.write(dup)
+PY
+    done
+fi
 recordings=(fixtures/recordings/*.memprof)
 while IFS= read -r f; do recordings+=("$f"); done < <(find target/tmp -name '*.memprof' -size -64k 2>/dev/null | head -200)
 seed recording "${recordings[@]}"

@@ -130,6 +130,106 @@ fn shared_forward_frames(entries: usize, refs: usize, text: usize) -> std::io::R
     w.finish()
 }
 
+/// A trace list naming each of two alloc entries `refs` times (one with a frames list, which
+/// the reader takes when it is appended; one flat, which it takes as it is decoded), then
+/// two segments of one block each.
+fn shared_entries(refs: usize) -> std::io::Result<Vec<u8>> {
+    let mut w = PickleWriter::new(Vec::new())?;
+    w.begin_dict(2)?;
+    w.key("device_traces")?;
+    w.begin_list(1)?;
+    w.item()?;
+    w.begin_list(2 * refs)?;
+    let mut entries = [None, None];
+    for (i, with_frames) in [(0, true), (1, false)] {
+        for _ in 0..refs {
+            w.item()?;
+            if let Some(id) = entries[i] {
+                w.get(id)?;
+                continue;
+            }
+            entries[i] = Some(w.begin_dict(4 + with_frames as usize)?);
+            w.key("action")?;
+            w.str("alloc")?;
+            for (key, value) in [("addr", 512 * i as i128), ("size", 512), ("stream", 0)] {
+                w.key(key)?;
+                w.int(value)?;
+            }
+            if with_frames {
+                w.key("frames")?;
+                w.begin_list(1)?;
+                w.item()?;
+                w.begin_dict(3)?;
+                w.key("filename")?;
+                w.str("train.py")?;
+                w.key("line")?;
+                w.int(7)?;
+                w.key("name")?;
+                w.str("step")?;
+                w.end()?;
+                w.end()?;
+            }
+            w.end()?;
+        }
+    }
+    w.end()?;
+    w.end()?;
+    w.key("segments")?;
+    w.begin_list(2)?;
+    for address in [0, 4 << 20] {
+        w.item()?;
+        w.begin_dict(6)?;
+        for (key, value) in [("address", address), ("total_size", 2 << 20), ("device", 0)] {
+            w.key(key)?;
+            w.int(value)?;
+        }
+        w.key("stream")?;
+        w.int(0)?;
+        w.key("segment_type")?;
+        w.str("large")?;
+        w.key("blocks")?;
+        w.begin_list(1)?;
+        w.item()?;
+        w.begin_dict(3)?;
+        w.key("address")?;
+        w.int(address)?;
+        w.key("size")?;
+        w.int(2 << 20)?;
+        w.key("state")?;
+        w.str("active_allocated")?;
+        w.end()?;
+        w.end()?;
+        w.end()?;
+    }
+    w.end()?;
+    w.end()?;
+    w.finish()
+}
+
+/// A trace list holding one flat alloc entry and `dups` copies of it made by DUP (one byte
+/// each, where a memo reference takes two): the cheapest way a pickle names a dict again.
+fn duplicated_entry(dups: usize) -> Vec<u8> {
+    fn text(out: &mut Vec<u8>, s: &str) {
+        out.push(b'X');
+        out.extend((s.len() as u32).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    let mut out = b"\x80\x02}(".to_vec();
+    text(&mut out, "segments");
+    out.push(b']');
+    text(&mut out, "device_traces");
+    out.extend(b"]](}(");
+    text(&mut out, "action");
+    text(&mut out, "alloc");
+    text(&mut out, "addr");
+    out.extend(b"K\x00");
+    text(&mut out, "size");
+    out.extend(b"K\x01u");
+    out.extend(std::iter::repeat_n(b'2', dups));
+    out.extend(b"eau.");
+    out
+}
+
 fn empty_segments_and_traces(w: &mut Writer) -> std::io::Result<()> {
     w.key("segments")?;
     w.begin_list(0)?;
@@ -243,4 +343,37 @@ fn forward_frames_shared_by_many_entries_are_read_once() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let device = &crate::util::devices(&doc)[0];
     assert_eq!(device["trace"]["entries"], 20_000, "{device}");
+}
+
+#[test]
+fn one_trace_entry_named_thousands_of_times_is_a_row_each_time() {
+    // A valid file: Python reads 10,000 entries. The references come in batches of 1,000
+    // (APPENDS), as Python writes them; each names an entry the reader took already.
+    let dir = Scratch::new("amplification_shared_entries");
+    let file = dir.join("entries.pickle");
+    std::fs::write(&file, shared_entries(5_000).expect("written")).expect("written");
+    let out = memprof_capped(&["analyze", "--json"], &file);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let device = &crate::util::devices(&doc)[0];
+    assert_eq!(device["trace"]["entries"], 10_000, "{device}");
+    // The dicts after the shared entries are read as themselves.
+    assert_eq!(device["segments"], 2, "{device}");
+    assert_eq!(device["reserved_bytes"], 4 << 20, "{device}");
+}
+
+#[test]
+fn one_trace_entry_duplicated_past_the_bound_is_refused_within_it() {
+    // 10 million one-byte DUPs of one entry: 400 MB of rows from 10 MB, past the bound of
+    // 32 bytes a byte (a memo reference, two bytes, stays within it).
+    let dir = Scratch::new("amplification_duplicated_entry");
+    let file = dir.join("dup.pickle");
+    std::fs::write(&file, duplicated_entry(10_000_000)).expect("written");
+    let out = memprof_capped(&["analyze"], &file);
+    assert_refused(&out, &file);
+    assert!(
+        stderr(&out).contains("device_traces[0]["),
+        "names where: {}",
+        stderr(&out)
+    );
 }

@@ -28,6 +28,7 @@ pub fn decode<R: Refill, F: Fold>(
         memo: Memo::default(),
         memo_count: 0,
         node_memo: Vec::new(),
+        node_fold: Vec::new(),
         free_nodes: Vec::new(),
         string_ids: FxHashMap::default(),
         flat_keys: Vec::with_capacity(FLAT_PAIRS),
@@ -70,6 +71,10 @@ pub(super) struct Machine<'f, R, F> {
     /// For each node, the memo slot that holds it (`NO_MEMO` if none), so a folded dict's slot
     /// can be updated.
     pub(super) node_memo: Vec<u32>,
+    /// For each node, the fold's handle once the fold took it (it is then free for reuse): a
+    /// reference to it still on the stack (a memo read or DUP before the APPENDS that took it)
+    /// is that handle, never the node's next use, and the node is freed only once.
+    pub(super) node_fold: Vec<Option<u32>>,
     pub(super) free_nodes: Vec<NodeId>,
     pub(super) string_ids: FxHashMap<Box<str>, StrId>,
     /// The keys of the last flat dict read (see `FlatDict`), and their shape number, which
@@ -475,10 +480,12 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         if let Some(id) = self.free_nodes.pop() {
             self.doc.nodes[id as usize] = node;
             self.node_memo[id as usize] = NO_MEMO;
+            self.node_fold[id as usize] = None;
             return id;
         }
         self.doc.nodes.push(node);
         self.node_memo.push(NO_MEMO);
+        self.node_fold.push(None);
         (self.doc.nodes.len() - 1) as NodeId
     }
 
@@ -492,6 +499,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                 other => *other = Node::Dict(Vec::new()),
             }
             self.node_memo[id as usize] = NO_MEMO;
+            self.node_fold[id as usize] = None;
             return id;
         }
         self.new_node(Node::Dict(Vec::new()))
@@ -511,16 +519,22 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             }
             _ => return Err(malformed("APPEND to something that is not a list")),
         }
+        // What a fold charges for the rows it adopts is measured against the bytes read so far.
+        self.doc.bytes_read = self.input.offset();
         for i in from..self.stack.len() {
-            let item = self.stack[i];
+            let mut item = self.stack[i];
+            if let Value::Node(id) = item {
+                if let Some(handle) = self.node_fold[id as usize] {
+                    item = Value::Folded(handle);
+                }
+            }
             if let Value::Folded(handle) = item {
-                if self.fold.adopt(list, handle) {
+                if self.fold.adopt(&self.doc, list, handle) {
                     continue;
                 }
             }
             if let Value::Node(id) = item {
                 if id != list && matches!(self.doc.nodes[id as usize], Node::Dict(_)) {
-                    self.doc.bytes_read = self.input.offset();
                     if let Some(handle) = self.fold.fold(&self.doc, list, id) {
                         let slot = self.node_memo[id as usize];
                         if slot != NO_MEMO {
@@ -529,6 +543,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
                                 self.forget_flat_keys();
                             }
                         }
+                        self.node_fold[id as usize] = Some(handle);
                         self.free_nodes.push(id);
                         continue;
                     }

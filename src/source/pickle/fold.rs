@@ -39,9 +39,10 @@ pub trait Fold {
         None
     }
 
-    /// A dict taken by `fold_flat` was appended to `list`. `false` if the handle is not one
-    /// awaiting adoption (the same dict appended twice); it then stays in the list as a value.
-    fn adopt(&mut self, _list: NodeId, _handle: u32) -> bool {
+    /// A dict the fold took (by `fold_flat`, or by `fold` and then named again through the
+    /// memo or the stack) was appended to `list`; `doc` has read `doc.bytes_read()` bytes.
+    /// `false` if the fold does not take it there; it then stays in the list as a value.
+    fn adopt(&mut self, _doc: &Document, _list: NodeId, _handle: u32) -> bool {
         false
     }
 }

@@ -140,6 +140,22 @@ fn fold_takes_dicts_out_of_lists_and_reuses_their_nodes() {
     assert_eq!(doc.render(root), "[{\"keep\": 2}]");
 }
 
+#[test]
+fn a_dict_taken_by_the_fold_and_named_again_in_one_appends_is_its_handle() {
+    // d = {'take': 1, 'l': [1]}; pickle.dumps({'a': [d, d, d], 'b': [{'x': 1}, {'y': 2}]}, 4):
+    // the two memo references to d reach the stack before the APPENDS that takes d, so they
+    // name a node the fold took and freed. They read as its handle, and the node is freed
+    // once, so the two dicts of 'b' get nodes of their own.
+    let bytes = b"\x80\x04\x95A\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(}\x94(\x8c\x04take\x94K\x01\x8c\x01l\x94]\x94K\x01auh\x03h\x03e\x8c\x01b\x94]\x94(}\x94\x8c\x01x\x94K\x01s}\x94\x8c\x01y\x94K\x02seu.";
+    let mut fold = TakeMarked(0);
+    let (doc, root) = decode(&bytes[..], &mut fold).expect("decodes");
+    assert_eq!(fold.0, 1, "d is read once");
+    assert_eq!(
+        doc.render(root),
+        "{\"a\": [<trace entry>, <trace entry>], \"b\": [{\"x\": 1}, {\"y\": 2}]}"
+    );
+}
+
 /// A fold that takes dicts with a "take" key, flat ones early, and records the order in which
 /// taken dicts reach their list.
 #[derive(Default)]
@@ -182,7 +198,7 @@ impl Fold for OrderedTake {
         Some(self.next)
     }
 
-    fn adopt(&mut self, _: NodeId, handle: u32) -> bool {
+    fn adopt(&mut self, _: &Document, _: NodeId, handle: u32) -> bool {
         let Some(i) = self.staged.iter().position(|&(h, _)| h == handle) else {
             return false;
         };
@@ -310,7 +326,7 @@ impl Fold for RenderAll {
         Some(handle)
     }
 
-    fn adopt(&mut self, _: NodeId, handle: u32) -> bool {
+    fn adopt(&mut self, _: &Document, _: NodeId, handle: u32) -> bool {
         match self.staged.iter().position(|&(h, _)| h == handle) {
             Some(i) => {
                 let (_, text) = self.staged.swap_remove(i);

@@ -31,6 +31,7 @@
 //!
 //! [`read_with`] feeds another keeper (the ledger) from the same pass over the file.
 
+mod debug_info;
 mod fold;
 mod symbols;
 

@@ -7,6 +7,7 @@
 //! unreadable gives `file+0xOFFSET` frames (the offset stays meaningful for the original file).
 //! Frames of inlined functions come first, as the innermost.
 
+use super::debug_info::DebugInfo;
 use crate::model::Frame;
 use crate::source::open::{self, Opened};
 use memprof_wire::Mapping;
@@ -17,7 +18,7 @@ use std::path::Path;
 
 /// An ELF file of the recorded process, as far as it could be read.
 struct ElfFile {
-    loader: Option<addr2line::Loader>,
+    loader: Option<DebugInfo>,
     /// `(file offset, file size, virtual address)` of each loadable segment.
     segments: Vec<(u64, u64, u64)>,
 }
@@ -63,8 +64,7 @@ impl ElfFile {
             .and_then(|_| load_segments(&head))
             .unwrap_or_default();
         ElfFile {
-            // By the opened file's descriptor: the name cannot be swapped in between.
-            loader: addr2line::Loader::new(opened.fd_path()).ok(),
+            loader: DebugInfo::load(&opened),
             segments,
         }
     }
@@ -190,7 +190,7 @@ impl<'a> Symbolizer<'a> {
         if out.is_empty() {
             if let Some(symbol) = loader.find_symbol(probe) {
                 let name = addr2line::demangle_auto(symbol.into(), None).into_owned();
-                let line = loader.find_location(probe).ok().flatten();
+                let line = loader.find_location(probe);
                 out.push(Frame {
                     filename: (line.as_ref())
                         .and_then(|l| l.file)
@@ -271,6 +271,101 @@ mod tests {
             }]
         );
         assert_eq!(symbols.frames(0x10)[0].name, "0x10");
+    }
+
+    /// Builds `liba.so` in `dir` with split DWARF (`-gsplit-dwarf`: its skeleton unit names
+    /// `DIR/a.dwo`, which holds the functions), `inner` inlined into `outer`; false without gcc.
+    fn split_dwarf_library(dir: &Path) -> bool {
+        std::fs::write(
+            dir.join("a.c"),
+            "extern int sink(int);\n\
+             static inline __attribute__((always_inline)) int inner(int x) { return sink(x) * 3; }\n\
+             int outer(int x) { return inner(x) + 2; }\n",
+        )
+        .expect("written");
+        let gcc = |args: &[&str]| {
+            std::process::Command::new("gcc")
+                .args(args)
+                .current_dir(dir)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        gcc(&[
+            "-c",
+            "-g",
+            "-gsplit-dwarf",
+            "-O2",
+            "-fPIC",
+            "a.c",
+            "-o",
+            "a.o",
+        ]) && gcc(&["-shared", "a.o", "-o", "liba.so"])
+    }
+
+    /// The frame names at each return address inside `outer` of `lib`, mapped at `start`.
+    fn names_in_outer(lib: &Path, start: u64) -> Vec<Vec<String>> {
+        use object::{Object, ObjectSymbol};
+        let bytes = std::fs::read(lib).expect("built");
+        let object = object::File::parse(&bytes[..]).expect("an ELF file");
+        let outer = object
+            .symbols()
+            .find(|s| s.name() == Ok("outer"))
+            .expect("outer is defined");
+        let segments = load_segments(&bytes).expect("program headers");
+        let file_offset = |vaddr: u64| {
+            let (offset, _, at) = *segments
+                .iter()
+                .find(|&&(_, size, at)| at <= vaddr && vaddr - at < size)
+                .expect("outer is in a segment");
+            offset + (vaddr - at)
+        };
+        let mapping = [Mapping {
+            start,
+            len: bytes.len() as u64,
+            file_offset: 0,
+            path: lib.as_os_str().as_encoded_bytes().to_vec(),
+        }];
+        let mut symbols = Symbolizer::new(&mapping);
+        (0..outer.size())
+            .map(|k| {
+                let frames = symbols.frames(start + file_offset(outer.address() + k) + 1);
+                frames.into_iter().map(|f| f.name).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn split_dwarf_is_read_from_the_dwo_the_binary_names_and_a_fifo_there_is_not_opened() {
+        let dir = tempfile::tempdir().expect("a scratch folder");
+        if !split_dwarf_library(dir.path()) {
+            eprintln!("SKIPPED: split_dwarf_is_read_from_the_dwo...: no gcc to build a library");
+            return;
+        }
+        let lib = dir.path().join("liba.so");
+        let inlined = |names: &[Vec<String>]| {
+            names
+                .iter()
+                .any(|n| n.len() == 2 && n[0] == "inner" && n[1] == "outer")
+        };
+        // The inlined function is known only from the .dwo.
+        let names = names_in_outer(&lib, 0x7000_0000_0000);
+        assert!(inlined(&names), "{names:?}");
+        // A FIFO where the .dwo was: opened as the files a recording names are, never
+        // waiting for a writer; the symbol table still names the function.
+        let dwo = dir.path().join("a.dwo");
+        std::fs::remove_file(&dwo).expect("removed");
+        let c = std::ffi::CString::new(dwo.as_os_str().as_encoded_bytes()).expect("a path");
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(names_in_outer(&lib, 0x7000_0000_0000));
+        });
+        let names = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("symbolizing does not wait on the FIFO");
+        assert!(!inlined(&names), "{names:?}");
+        assert!(names.iter().all(|n| n == &["outer"]), "{names:?}");
     }
 
     #[test]

@@ -50,6 +50,17 @@ impl Budget {
         Ok(())
     }
 
+    /// Fails as `charge` would for `held` bytes more, charging nothing: for what is charged
+    /// once it is complete (the trace rows), checked while it grows.
+    #[inline]
+    pub fn check(&mut self, doc: &Document, held: u64, what: &str) -> Result<(), String> {
+        if self.exceeded || self.spent.saturating_add(held) > limit(doc.bytes_read()) {
+            self.exceeded = true;
+            return Err(what.to_string());
+        }
+        Ok(())
+    }
+
     /// Charges `count` items of `size` bytes each.
     #[inline]
     pub fn charge_items(

@@ -122,9 +122,27 @@ fn action_of(actions: &mut Vec<u8>, doc: &Document, name: StrId) -> Option<Actio
     Action::ALL.get(actions[i] as usize).copied()
 }
 
-/// Handle for dicts taken in `fold` (as a row, or skipped with a warning); staged handles of
-/// `fold_flat` never take this value, so a stray memo reference cannot be adopted.
-const TAKEN: u32 = u32::MAX;
+// Marks in `TraceFolder::taken` (row indices are below them).
+/// Staged by `fold_flat`, not appended yet.
+const AWAITING: u32 = u32::MAX;
+/// Skipped as a bad entry: each reference counts as one more.
+const BAD: u32 = u32::MAX - 1;
+/// Skipped for an action this version does not know (`TraceFolder::unknown_of`).
+const UNKNOWN: u32 = u32::MAX - 2;
+/// Staged, then passed over by a later dict's adoption (it was used elsewhere first): its row
+/// is in `TraceFolder::orphans`.
+const ORPHAN: u32 = u32::MAX - 3;
+/// A row index past the marks: the dict cannot be appended again (a file of 4 billion rows).
+const NOT_AGAIN: u32 = u32::MAX - 4;
+
+/// The mark of the row at `index` of `entries`.
+fn row_mark(index: usize) -> u32 {
+    u32::try_from(index).map_or(NOT_AGAIN, |i| i.min(NOT_AGAIN))
+}
+
+/// The handle a dict gets when there is no room for one more (4 billion dicts): it names
+/// nothing, so a reference to it is not adopted.
+const NO_HANDLE: u32 = u32::MAX;
 
 /// Which trace-entry field a key string names.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -238,8 +256,15 @@ pub struct TraceFolder {
     /// Bit `Field as u32` is set when some dict with an `action` key had that field: which
     /// keys the PyTorch that wrote the file puts in trace entries.
     entry_fields_seen: u32,
-    /// The handle the next staged entry gets.
-    next_handle: u32,
+    /// What became of each dict taken, by handle (handles are its indices): the index of its
+    /// row in `entries`, or a mark (`AWAITING` and those after it). A dict the pickle names
+    /// again (a memo reference, or one stack value appended twice) is read from here: one row
+    /// per reference, copied, as Python reads the file, without reading the dict again.
+    taken: Vec<u32>,
+    /// The action of each dict marked `UNKNOWN`, by handle (in handle order).
+    unknown_of: Vec<(u32, StrId)>,
+    /// The row of each dict marked `ORPHAN`, by handle (in handle order).
+    orphans: Vec<(u32, TraceEntry)>,
 }
 
 impl TraceFolder {
@@ -420,6 +445,34 @@ impl TraceFolder {
         self.offered.1 - 1
     }
 
+    /// A new handle, marked `mark`; `None` once there is no room for one more.
+    fn new_handle(&mut self, mark: u32) -> Option<u32> {
+        let handle = u32::try_from(self.taken.len())
+            .ok()
+            .filter(|&h| h != NO_HANDLE)?;
+        self.taken.push(mark);
+        Some(handle)
+    }
+
+    /// Appends the row of a dict named again to `list`, when the bound allows one more row
+    /// (rows are charged together at the end, see `schema::build`; this keeps their number
+    /// within the bound while they are made).
+    fn push_again(&mut self, doc: &Document, list: NodeId, entry: TraceEntry) {
+        let position = self.offer(list);
+        let rows = (self.entries.len() as u64 + 1) * std::mem::size_of::<TraceEntry>() as u64;
+        match self.interner.budget.check(doc, rows, "the trace entries") {
+            Ok(()) => self.push(list, entry),
+            Err(message) => {
+                self.problems += 1;
+                self.first_problem.get_or_insert(EntryProblem {
+                    list,
+                    position,
+                    message,
+                });
+            }
+        }
+    }
+
     fn push(&mut self, list: NodeId, entry: TraceEntry) {
         let index = self.entries.len();
         self.entries.push(entry);
@@ -453,18 +506,22 @@ impl Fold for TraceFolder {
             &mut entry,
         );
         self.node_values = values;
-        match read {
+        let mark = match read {
             Ok(()) => {
                 self.push(list, entry);
-                Some(TAKEN)
+                row_mark(self.entries.len() - 1)
             }
             Err(EntryError::NotAnEntry) => {
                 self.offered.1 -= 1;
-                None
+                return None;
             }
             Err(EntryError::UnknownAction(name)) => {
                 self.count_unknown_action(doc.str(name));
-                Some(TAKEN)
+                let handle = self.new_handle(UNKNOWN);
+                if let Some(handle) = handle {
+                    self.unknown_of.push((handle, name));
+                }
+                return Some(handle.unwrap_or(NO_HANDLE));
             }
             Err(EntryError::Bad(message)) => {
                 self.problems += 1;
@@ -473,9 +530,10 @@ impl Fold for TraceFolder {
                     position,
                     message,
                 });
-                Some(TAKEN)
+                BAD
             }
-        }
+        };
+        Some(self.new_handle(mark).unwrap_or(NO_HANDLE))
     }
 
     fn wants_flat(&self) -> bool {
@@ -499,29 +557,74 @@ impl Fold for TraceFolder {
             dict.values,
             &mut self.staged[at],
         );
-        if read.is_err() {
+        let handle = match read {
+            Ok(()) => self.new_handle(AWAITING),
+            Err(_) => None,
+        };
+        let Some(handle) = handle else {
             self.staged.pop();
             return None;
-        }
-        let handle = self.next_handle;
-        self.next_handle = match handle.wrapping_add(1) {
-            TAKEN => 0,
-            next => next,
         };
         self.staged_handles.push(handle);
         Some(handle)
     }
 
     #[inline]
-    fn adopt(&mut self, list: NodeId, handle: u32) -> bool {
-        // Staged entries are appended in the order they were staged; one staged but never
-        // appended (a dict used elsewhere) is dropped when a later one is adopted.
+    fn adopt(&mut self, doc: &Document, list: NodeId, handle: u32) -> bool {
+        let Some(&mark) = self.taken.get(handle as usize) else {
+            return false;
+        };
+        match mark {
+            AWAITING => self.adopt_staged(list, handle),
+            NOT_AGAIN => false,
+            BAD => {
+                self.offer(list);
+                self.problems += 1;
+                true
+            }
+            UNKNOWN => {
+                let Ok(i) = self.unknown_of.binary_search_by_key(&handle, |&(h, _)| h) else {
+                    return false;
+                };
+                let name = self.unknown_of[i].1;
+                self.offer(list);
+                self.count_unknown_action(doc.str(name));
+                true
+            }
+            ORPHAN => {
+                let Ok(i) = self.orphans.binary_search_by_key(&handle, |&(h, _)| h) else {
+                    return false;
+                };
+                let entry = self.orphans[i].1;
+                self.push_again(doc, list, entry);
+                true
+            }
+            index => {
+                let entry = self.entries[index as usize];
+                self.push_again(doc, list, entry);
+                true
+            }
+        }
+    }
+}
+
+impl TraceFolder {
+    /// Appends the staged entry `handle` to `list`. Staged entries are appended in the order
+    /// they were staged; those passed over (a dict used elsewhere first) are kept as orphans,
+    /// in case a list names them later.
+    #[inline]
+    fn adopt_staged(&mut self, list: NodeId, handle: u32) -> bool {
         let Some(k) = self.staged_handles[self.staged_next..]
             .iter()
             .position(|&h| h == handle)
         else {
             return false;
         };
+        for passed in self.staged_next..self.staged_next + k {
+            let h = self.staged_handles[passed];
+            self.taken[h as usize] = ORPHAN;
+            self.orphans.push((h, self.staged[passed]));
+        }
         let entry = self.staged[self.staged_next + k];
         self.staged_next += k + 1;
         if self.staged_next == self.staged.len() {
@@ -531,6 +634,7 @@ impl Fold for TraceFolder {
         }
         self.offer(list);
         self.push(list, entry);
+        self.taken[handle as usize] = row_mark(self.entries.len() - 1);
         true
     }
 }
