@@ -148,6 +148,16 @@ impl DeviceAccount {
         }
     }
 
+    /// The moment a tree of live memory shows by default: the last OOM, else the peak of
+    /// requested bytes, else the dump.
+    pub fn oom_else_peak(&self) -> MomentQuery {
+        let kind = [MomentKind::Oom, MomentKind::PeakRequested]
+            .into_iter()
+            .find(|k| self.moment(*k).is_some())
+            .unwrap_or(MomentKind::Dump);
+        MomentQuery::Named(kind)
+    }
+
     /// The figures just after `entry` (`None`: the dump) as far as the account and the trace
     /// tell them: the account's where it has a moment there, and else the trace's `requested`
     /// and `reserved` bytes, which a replay of the trace knows at any entry; the block figures

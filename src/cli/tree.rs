@@ -5,13 +5,13 @@
 use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::account::{self, DeviceReport, InputAccount, MomentKind, MomentQuery};
+use crate::account::{self, DeviceReport, InputAccount, MomentQuery};
 use crate::analysis::categories::CategoryRules;
-use crate::analysis::live_tree::{by_stack_of_blocks, by_stack_of_live, tree, walk, Node};
-use crate::model::{Bytes, Replay, Snapshot};
+use crate::analysis::live_tree::{walk, Node};
+use crate::model::{Bytes, Snapshot};
 use crate::report::analyze_json::SCHEMA_VERSION;
-use crate::report::site_identity::Normalizer;
 use crate::report::terminal_text::terminal_text;
+use crate::report::tree_at::tree_at;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -144,44 +144,11 @@ fn device_tree(
     let device = d.analysis.device;
     let entries = snapshot.timeline.device(device as usize);
     let a = &d.account;
-    // By default the OOM, else the peak, else the dump.
-    let query = at.unwrap_or_else(|| {
-        let kind = [MomentKind::Oom, MomentKind::PeakRequested]
-            .into_iter()
-            .find(|k| a.moment(*k).is_some())
-            .unwrap_or(MomentKind::Dump);
-        MomentQuery::Named(kind)
-    });
+    let query = at.unwrap_or_else(|| a.oom_else_peak());
     let resolved = a
         .resolve(query, entries, input.axis)
         .map_err(|e| anyhow::anyhow!("device {device}: {e}"))?;
-    let segments: Vec<_> = snapshot.device_segments(device).collect();
-    let by_stack = if resolved.is_dump() {
-        by_stack_of_blocks(segments.iter().copied())
-    } else {
-        let mut replay = Replay::new(entries, segments.iter().copied());
-        if let Some(e) = resolved.entry {
-            replay.run_through(e);
-        }
-        by_stack_of_live(replay.live())
-    };
-    let labels: Vec<String> = {
-        let mut l = Vec::new();
-        for id in by_stack.keys().flatten() {
-            l.extend(crate::analysis::shown_stack(&snapshot.stacks, *id, false).frames);
-        }
-        l
-    };
-    let normalizer = Normalizer::of(labels.iter().map(String::as_str));
-    let root = format!("device {device}");
-    let node = tree(
-        &snapshot.stacks,
-        &by_stack,
-        &root,
-        &|f| normalizer.label(f),
-        depth,
-        min_share,
-    );
+    let node = tree_at(snapshot, device, &resolved, depth, min_share);
     let kind = match resolved.kind {
         Some(kind) => serde_json::to_value(kind)
             .ok()
