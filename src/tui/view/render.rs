@@ -20,7 +20,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Widget, Wrap};
 const PANEL_WIDTH: u16 = 64;
 
 /// The keys of `view`, for the help overlay.
-pub const KEYS: [(&str, &str); 15] = [
+pub const KEYS: [(&str, &str); 17] = [
     ("← → / h l", "move the cursor one column"),
     ("Shift+← → / PgUp PgDn", "move ten columns"),
     ("Home End / g G", "first / last entry"),
@@ -32,6 +32,8 @@ pub const KEYS: [(&str, &str); 15] = [
     ("↑ ↓ / k j", "select a block (its stack is shown)"),
     ("[ ]", "scroll the stack up / down"),
     ("f", "full stack / filtered stack"),
+    ("t", "show / hide the tree of what is live"),
+    ("Enter", "open / close a frame of the tree"),
     ("Tab / Shift+Tab", "next / previous panel"),
     ("d", "next device"),
     ("?", "this help"),
@@ -144,6 +146,7 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Blocks => " Largest blocks at the cursor ",
             Panel::Sites => " Top sites at the peak ",
             Panel::Oom => " Out of memory ",
+            Panel::Tree => " Live at the cursor, caller first ",
         };
         let title_style = if i == 0 {
             app.theme.title().patch(app.theme.selected())
@@ -160,6 +163,7 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Blocks => render_blocks(app, inner, buf),
             Panel::Sites => render_sites(app, inner, buf),
             Panel::Oom => render_oom(app, inner, buf),
+            Panel::Tree => super::tree::render(app, inner, buf),
         }
     }
 }
