@@ -210,6 +210,24 @@ fn the_tree_pane_shows_what_is_live_at_the_cursor_and_folds() {
     assert!(a.cursor_tree.is_none(), "hidden again");
 }
 
+/// The anomalies panel (Tab from the sites) shows the account's anomaly lines as `analyze`
+/// prints them.
+#[test]
+fn the_anomalies_panel_lists_stalls_leak_suspects_and_lifetimes() {
+    let snap = load("pending_free");
+    let mut a = app("pending_free", &snap, Theme::plain());
+    let t = draw(&mut a, 100, 40, &[Key::Tab, Key::Tab, Key::Tab]);
+    let text = screen(&t);
+    assert!(text.contains("Anomalies over the trace"), "{text}");
+    for line in [
+        "pending-free stalls",
+        "leak suspects",
+        "freed blocks by lifetime",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+}
+
 /// The text of a drawn screen, one line per row.
 fn screen(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();

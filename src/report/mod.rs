@@ -3,7 +3,7 @@
 
 pub mod analyze_json;
 pub mod analyze_text;
-mod anomalies_text;
+pub mod anomalies_text;
 pub mod at_json;
 pub mod attach_json;
 pub mod categories_text;

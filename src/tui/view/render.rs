@@ -1,6 +1,7 @@
 //! Draws the `view` screen from the app's state: header, chart, the visible panels (cursor
 //! state and segment map, largest blocks and the selected one's stack, opened on its site,
-//! top sites at the peak, the OOM), the key line, and the help overlay. Pure: the same state
+//! top sites at the peak, the anomalies, the OOM, the tree at the cursor), the key line, and
+//! the help overlay. Pure: the same state
 //! draws the same buffer.
 
 use super::chart;
@@ -147,6 +148,7 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Sites => " Top sites at the peak ",
             Panel::Oom => " Out of memory ",
             Panel::Tree => " Live at the cursor, caller first ",
+            Panel::Anomalies => " Anomalies over the trace ",
         };
         let title_style = if i == 0 {
             app.theme.title().patch(app.theme.selected())
@@ -164,6 +166,7 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Sites => render_sites(app, inner, buf),
             Panel::Oom => render_oom(app, inner, buf),
             Panel::Tree => super::tree::render(app, inner, buf),
+            Panel::Anomalies => render_anomalies(app, inner, buf),
         }
     }
 }
@@ -462,6 +465,22 @@ fn render_oom(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             "no diagnosis (the allocator backend is not modelled)",
         )),
     }
+    Paragraph::new(lines)
+        .wrap(Wrap { trim: true })
+        .render(area, buf);
+}
+
+/// The account's anomaly lines, as `analyze` prints them.
+fn render_anomalies(app: &ViewApp, area: Rect, buf: &mut Buffer) {
+    let device = app.device();
+    let lines: Vec<Line> = crate::report::anomalies_text::lines(
+        &device.account.anomalies,
+        device.analysis.trace.entries,
+        "",
+    )
+    .into_iter()
+    .map(|l| Line::raw(crate::report::terminal_text::terminal_text(&l).to_string()))
+    .collect();
     Paragraph::new(lines)
         .wrap(Wrap { trim: true })
         .render(area, buf);

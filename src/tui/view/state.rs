@@ -19,6 +19,8 @@ pub enum Panel {
     Oom,
     /// What is live at the cursor as a caller-first tree (shown with `t`).
     Tree,
+    /// Pending-free stalls, leak suspects and the lifetimes of freed blocks over the trace.
+    Anomalies,
 }
 
 /// The fewest entries a zoomed window shows.
@@ -68,6 +70,9 @@ impl ViewState {
     /// The state opening a device: whole trace visible, cursor at the peak (else the end).
     pub fn new(entries: usize, devices: usize, peak: Option<usize>, oom: Option<usize>) -> Self {
         let mut panels = vec![Panel::Cursor, Panel::Blocks, Panel::Sites];
+        if entries > 0 {
+            panels.push(Panel::Anomalies);
+        }
         if oom.is_some() {
             panels.push(Panel::Oom);
         }
