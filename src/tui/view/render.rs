@@ -1,8 +1,7 @@
 //! Draws the `view` screen from the app's state: header, chart, the visible panels (cursor
 //! state and segment map, largest blocks and the selected one's stack, opened on its site,
 //! top sites at the peak, the anomalies, the OOM, the tree at the cursor), the key line, and
-//! the help overlay. Pure: the same state
-//! draws the same buffer.
+//! the help overlay. Pure: the same state draws the same buffer.
 
 use super::chart;
 use super::state::Panel;
