@@ -303,6 +303,32 @@ fn real_optimizer_steps_name_their_temporaries_and_gradients() {
     }
 }
 
+/// The autograd engine's gradients have no Python frame (its thread runs none), so no module:
+/// their site is the node that makes a parameter's `.grad`, `AccumulateGrad`, not the
+/// allocation helper it called (`at::_ops::new_empty_strided`).
+#[test]
+fn the_engines_gradients_are_sited_at_accumulate_grad() {
+    let rel =
+        "more/sidsoc12__spring2024-assignment2-systems__mem_snapshot_ctx128_fp32_train.pickle";
+    let Some(d) = real(rel) else { return };
+    let sites = d["top_sites"].as_array().expect("sites");
+    let frames: Vec<&str> = sites.iter().filter_map(|s| s["frame"].as_str()).collect();
+    assert!(
+        !frames.iter().any(|f| f.contains("new_empty_strided")),
+        "{frames:?}"
+    );
+    let grad = sites
+        .iter()
+        .find(|s| s["frame"] == "torch::autograd::AccumulateGrad::apply")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    let gradients = bytes(&d["categories"]["at_peak"], "gradient");
+    let at_site = grad["bytes"].as_u64().unwrap_or(0);
+    assert!(
+        at_site > 12 << 30 && at_site <= gradients,
+        "{at_site} of {gradients} gradient bytes"
+    );
+}
+
 #[test]
 fn a_helper_that_serves_many_callers_is_attributed_to_them() {
     // FlexGen's `allocate` helper makes every weight and cache tensor for its callers.

@@ -135,6 +135,21 @@ fn every_documented_analyze_field_is_in_real_output() {
 }
 
 #[test]
+fn every_documented_analyze_at_field_is_in_real_output() {
+    check(
+        "analyze-at.md",
+        &[args(&[
+            "analyze",
+            "--json",
+            "--full-stacks",
+            "--at",
+            "oom",
+            &f("snapshots/demo_oom.pickle"),
+        ])],
+    );
+}
+
+#[test]
 fn every_documented_account_field_is_in_real_output() {
     check(
         "account.md",

@@ -4,6 +4,7 @@
 mod account;
 mod agent;
 mod amplification;
+mod analyze_at;
 mod analyze_fixtures;
 mod attach;
 mod attach_shim;

@@ -130,3 +130,54 @@ fn cuts_moments_and_the_svg() {
         "the frames are drawn"
     );
 }
+
+/// The HTML report's tree of each device has the root of `memprof tree --json`'s (the same
+/// default moment, the same requested bytes), its `<details>` close, and frame names are
+/// escaped.
+#[test]
+fn the_report_holds_the_same_tree() {
+    let mut files = vec![fixture("snapshots/demo_oom.pickle")];
+    if let Some(dir) = real_fixtures() {
+        files.push(dir.join("kkaitlyn111__cs336-a2-systems__memory_ctx128_fullstep.pickle"));
+        files.push(dir.join("more/hlinander__equivariant-posteriors__oom_snapshot_new.pickle"));
+    }
+    let scratch = Scratch::new("tree-report");
+    for file in files.into_iter().filter(|f| f.is_file()) {
+        let html = scratch.join("report.html");
+        let f = file.display().to_string();
+        let out = memprof(&["report", &f, "-o", &html.display().to_string()]);
+        assert_eq!(out.status.code(), Some(0), "{f}: {}", stderr(&out));
+        let page = std::fs::read_to_string(&html).expect("written");
+        let roots: Vec<u64> = page
+            .split("<div class=\"tree\" data-root-bytes=\"")
+            .skip(1)
+            .map(|s| {
+                s.split('"')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("bytes")
+            })
+            .collect();
+        let doc = tree_json(&file, &[]);
+        let expected: Vec<u64> = (doc["devices"].as_array().expect("devices").iter())
+            .filter_map(|d| d["tree"]["inclusive_bytes"].as_u64())
+            .filter(|&b| b > 0)
+            .collect();
+        assert!(!expected.is_empty(), "{f}: a tree to compare");
+        assert_eq!(
+            roots, expected,
+            "{f}: the report's trees against tree --json"
+        );
+        let section = &page[page.find("class=\"tree\"").expect("a tree")..];
+        let section = &section[..section.find("</div>\n<h3").unwrap_or(section.len())];
+        assert_eq!(
+            section.matches("<details").count(),
+            section.matches("</details>").count(),
+            "{f}: every node closes"
+        );
+        assert!(
+            !section.contains("<module>"),
+            "{f}: frame names are escaped"
+        );
+    }
+}

@@ -169,6 +169,65 @@ fn the_cursor_column_moves_with_the_keys() {
     assert_eq!(after[0] + 2, before[0]);
 }
 
+/// `t` shows the tree of what is live at the cursor (the peak, where `view` opens): its root
+/// holds the requested bytes the cursor panel shows, `Enter` opens and closes the selected
+/// frame, and the tree follows the cursor.
+#[test]
+fn the_tree_pane_shows_what_is_live_at_the_cursor_and_folds() {
+    let snap = load("demo_oom");
+    let mut a = app("demo_oom", &snap, Theme::plain());
+    let t = draw(&mut a, 100, 30, &[Key::Char('t')]);
+    let text = screen(&t);
+    assert!(text.contains("Live at the cursor, caller first"), "{text}");
+    let (_, root) = a.cursor_tree.as_ref().expect("built when shown");
+    assert_eq!(
+        root.inclusive_bytes, a.at_cursor.allocated,
+        "the root is what is live"
+    );
+    let rows = |a: &ViewApp| -> usize {
+        let (_, root) = a.cursor_tree.as_ref().expect("a tree");
+        memprof::tui::view::tree::rows(root, &a.state.tree_open).len()
+    };
+    assert_eq!(
+        rows(&a),
+        1 + root.children.len(),
+        "the root opens on its callers"
+    );
+    let opened = draw(&mut a, 100, 30, &[Key::Down, Key::Enter]);
+    assert!(rows(&a) > 1 + a.cursor_tree.as_ref().map_or(0, |t| t.1.children.len()));
+    assert_snapshot!("view_demo_oom_tree", opened.backend());
+    draw(&mut a, 100, 30, &[Key::Enter]);
+    draw(&mut a, 100, 30, &[Key::Up, Key::Enter]);
+    assert_eq!(rows(&a), 1, "the root closed");
+    // The cursor moves: the tree is rebuilt at the new entry.
+    draw(&mut a, 100, 30, &[Key::Home]);
+    assert_eq!(a.cursor_tree.as_ref().map(|t| t.0), Some(Some(0)));
+    assert_eq!(
+        a.cursor_tree.as_ref().map(|t| t.1.inclusive_bytes),
+        Some(a.at_cursor.allocated)
+    );
+    draw(&mut a, 100, 30, &[Key::Char('t')]);
+    assert!(a.cursor_tree.is_none(), "hidden again");
+}
+
+/// The anomalies panel (Tab from the sites) shows the account's anomaly lines as `analyze`
+/// prints them.
+#[test]
+fn the_anomalies_panel_lists_stalls_leak_suspects_and_lifetimes() {
+    let snap = load("pending_free");
+    let mut a = app("pending_free", &snap, Theme::plain());
+    let t = draw(&mut a, 100, 40, &[Key::Tab, Key::Tab, Key::Tab]);
+    let text = screen(&t);
+    assert!(text.contains("Anomalies over the trace"), "{text}");
+    for line in [
+        "pending-free stalls",
+        "leak suspects",
+        "freed blocks by lifetime",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+}
+
 /// The text of a drawn screen, one line per row.
 fn screen(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();

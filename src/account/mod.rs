@@ -6,6 +6,7 @@
 //! means).
 
 pub mod anomalies;
+pub mod at;
 mod build;
 pub mod figures;
 mod findings;
@@ -14,6 +15,7 @@ pub mod pools;
 mod ranks;
 
 pub use anomalies::Anomalies;
+pub use at::{MomentQuery, Resolved};
 pub use build::{build, DeviceReport, InputAccount, Options};
 pub use figures::Figures;
 pub use findings::{Finding, FindingKind};

@@ -78,7 +78,7 @@ struct Position {
 
 /// The site of a stack: the innermost user frame, else the innermost Python frame; for a stack
 /// of compiled frames only (the autograd engine's thread, a recording) the backward node that
-/// allocated (not the helper it called), else the outermost ATen operator, else the innermost frame that is not noise.
+/// allocated (not the helper it called; `AccumulateGrad` for a parameter's gradient), else the outermost ATen operator, else the innermost frame that is not noise.
 /// `via` is the outermost library frame inside the user frame that does more than pass the
 /// call on.
 fn locate(frames: &[(&Frame, FrameKind)]) -> Option<Position> {
@@ -96,8 +96,10 @@ fn locate(frames: &[(&Frame, FrameKind)]) -> Option<Position> {
         .or_else(|| {
             frames.iter().position(|&(f, k)| {
                 native(f, k)
-                    && f.name.contains("autograd::generated::")
-                    && !f.name.contains("::details::")
+                    && ((f.name.contains("autograd::generated::")
+                        && !f.name.contains("::details::"))
+                        // The node that makes a parameter's `.grad`.
+                        || f.name.starts_with("torch::autograd::AccumulateGrad::apply"))
             })
         })
         .or_else(|| {

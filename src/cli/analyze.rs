@@ -22,6 +22,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub fn run(args: &AnalyzeArgs) -> anyhow::Result<Outcome> {
+    if let Some(at) = &args.at {
+        return super::analyze_at::run(args, at);
+    }
     let report = report(args)?;
     // Buffered: stdout writes at each newline, and JSON comes in many small pieces.
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());

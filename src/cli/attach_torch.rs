@@ -244,6 +244,7 @@ fn analyze(file: &Path, json: bool) -> anyhow::Result<Outcome> {
         device: None,
         plot: None,
         categories: Vec::new(),
+        at: None,
     })
 }
 

@@ -3,6 +3,7 @@
 
 mod agent;
 mod analyze;
+mod analyze_at;
 mod attach;
 mod attach_torch;
 mod diagnose;
@@ -123,6 +124,16 @@ pub struct AnalyzeArgs {
     /// (as `stack` shows it) that REGEX matches; repeatable, the first match wins.
     #[arg(long = "category", value_name = "NAME=REGEX")]
     pub categories: Vec<String>,
+    /// The account's figures, categories and sites at one moment, as JSON: `peak`,
+    /// `peak-allocated`, `peak-reserved`, `oom`, `dump`, a trace entry (`120`) or a time in
+    /// seconds on the input's axis (`2.5s`).
+    #[arg(
+        long,
+        value_name = "MOMENT",
+        requires = "json",
+        conflicts_with = "plot"
+    )]
+    pub at: Option<String>,
 }
 
 /// Runs a parsed command.

@@ -42,6 +42,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<Outcome> {
         device: args.device,
         plot: None,
         categories: Vec::new(),
+        at: None,
     })?;
     let diagnosis = super::diagnose::from_loaded(&args.file, &loaded, None)?;
     let page = html::report(

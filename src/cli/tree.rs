@@ -5,14 +5,14 @@
 use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::account::{self, DeviceReport, InputAccount, MomentKind};
+use crate::account::{self, DeviceReport, InputAccount, MomentQuery};
 use crate::analysis::categories::CategoryRules;
-use crate::analysis::live_tree::{by_stack_of_blocks, by_stack_of_live, tree, walk, Node};
-use crate::model::{Bytes, Replay, Snapshot};
+use crate::analysis::live_tree::{walk, Node};
+use crate::model::{Bytes, Snapshot};
 use crate::report::analyze_json::SCHEMA_VERSION;
-use crate::report::site_identity::Normalizer;
 use crate::report::terminal_text::terminal_text;
-use anyhow::{bail, Context};
+use crate::report::tree_at::tree_at;
+use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use std::io::Write;
@@ -23,8 +23,9 @@ pub struct TreeArgs {
     /// A snapshot or a memprof recording.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// The moment: `peak`, `oom`, `dump`, `entry N` (just after trace entry N) or `time T`
-    /// (seconds from the first trace entry). Default: the OOM, else the peak.
+    /// The moment: `peak`, `peak-allocated`, `peak-reserved`, `oom`, `dump`, a trace entry
+    /// (`120`: just after it) or a time in seconds from the first trace entry (`2.5s`).
+    /// Default: the OOM, else the peak.
     #[arg(long, value_name = "MOMENT")]
     pub at: Option<String>,
     /// Levels shown below the root.
@@ -42,38 +43,6 @@ pub struct TreeArgs {
     /// Also write the tree as an SVG icicle (the first device shown).
     #[arg(long, value_name = "OUT.svg")]
     pub svg: Option<PathBuf>,
-}
-
-/// Which moment the user asked for.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum At {
-    Default,
-    Peak,
-    Oom,
-    Dump,
-    Entry(usize),
-    Time(f64),
-}
-
-fn parse_at(text: Option<&str>) -> anyhow::Result<At> {
-    let Some(text) = text else {
-        return Ok(At::Default);
-    };
-    let t = text.trim().to_ascii_lowercase();
-    let (word, rest) = t
-        .split_once([' ', ':', '='])
-        .map_or((t.as_str(), ""), |(w, r)| (w, r.trim()));
-    Ok(match (word, rest) {
-        ("peak", "") => At::Peak,
-        ("oom", "") => At::Oom,
-        ("dump", "") => At::Dump,
-        ("entry", n) if n.parse::<usize>().is_ok() => At::Entry(n.parse().unwrap_or(0)),
-        ("time", s) => match s.trim_end_matches('s').parse::<f64>() {
-            Ok(v) if v.is_finite() => At::Time(v),
-            _ => bail!("--at {text:?}: expected time T, T in seconds (time 1.5)"),
-        },
-        _ => bail!("--at {text:?}: expected peak, oom, dump, entry N or time T"),
-    })
 }
 
 /// The moment resolved on one device.
@@ -108,7 +77,12 @@ struct TreeReport {
 }
 
 pub fn run(args: &TreeArgs) -> anyhow::Result<Outcome> {
-    let at = parse_at(args.at.as_deref())?;
+    let at = args
+        .at
+        .as_deref()
+        .map(MomentQuery::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--at {e}"))?;
     let min_share = super::gate::parse_increase(&args.min_share)
         .map_err(|_| anyhow::anyhow!("--min-share {:?}: expected 1% or 0.01", args.min_share))?;
     let shown = args.file.display().to_string();
@@ -163,97 +137,33 @@ fn device_tree(
     snapshot: &Snapshot,
     input: &InputAccount,
     d: &DeviceReport,
-    at: At,
+    at: Option<MomentQuery>,
     depth: usize,
     min_share: f64,
 ) -> anyhow::Result<DeviceTree> {
     let device = d.analysis.device;
     let entries = snapshot.timeline.device(device as usize);
     let a = &d.account;
-    let moment = |kind: MomentKind| a.moment(kind);
-    let (kind, entry, dump) = match at {
-        At::Default => match moment(MomentKind::Oom).or(moment(MomentKind::PeakRequested)) {
-            Some(m) => (m.kind, m.entry, false),
-            None => (MomentKind::Dump, None, true),
-        },
-        At::Peak => match moment(MomentKind::PeakRequested) {
-            Some(m) => (m.kind, m.entry, false),
-            None => bail!("device {device}: the input has no trace, so no peak; try --at dump"),
-        },
-        At::Oom => match moment(MomentKind::Oom) {
-            Some(m) => (m.kind, m.entry, false),
-            None => bail!("device {device}: the trace has no out-of-memory error"),
-        },
-        At::Dump => (MomentKind::Dump, None, true),
-        At::Entry(n) if n < entries.len() => (MomentKind::Dump, Some(n), false),
-        At::Entry(n) => bail!(
-            "device {device}: --at entry {n}, but the trace has {} entries",
-            entries.len()
-        ),
-        At::Time(t) => {
-            let us = (t * 1e6).round() as i64;
-            let found = (0..entries.len())
-                .take_while(|&i| input.axis.offset_of(entries, i).is_none_or(|o| o <= us))
-                .last();
-            match found {
-                Some(i) => (MomentKind::Dump, Some(i), false),
-                None => bail!("device {device}: no trace entry at or before {t} s"),
-            }
-        }
-    };
-    let segments: Vec<_> = snapshot.device_segments(device).collect();
-    let by_stack = if dump {
-        by_stack_of_blocks(segments.iter().copied())
-    } else {
-        let mut replay = Replay::new(entries, segments.iter().copied());
-        if let Some(e) = entry {
-            replay.run_through(e);
-        }
-        by_stack_of_live(replay.live())
-    };
-    let labels: Vec<String> = {
-        let mut l = Vec::new();
-        for id in by_stack.keys().flatten() {
-            l.extend(crate::analysis::shown_stack(&snapshot.stacks, *id, false).frames);
-        }
-        l
-    };
-    let normalizer = Normalizer::of(labels.iter().map(String::as_str));
-    let root = format!("device {device}");
-    let node = tree(
-        &snapshot.stacks,
-        &by_stack,
-        &root,
-        &|f| normalizer.label(f),
-        depth,
-        min_share,
-    );
-    let (kind_name, requested) = if dump {
-        ("dump".to_string(), a.dump().requested_bytes)
-    } else if matches!(at, At::Entry(_) | At::Time(_)) {
-        let figures = a.figures_at(entry);
-        ("entry".to_string(), figures.and_then(|f| f.requested_bytes))
-    } else {
-        let figures = (a.moments.iter())
-            .find(|m| m.kind == kind && m.entry == entry)
-            .map(|m| m.figures);
-        let name = serde_json::to_value(kind)
+    let query = at.unwrap_or_else(|| a.oom_else_peak());
+    let resolved = a
+        .resolve(query, entries, input.axis)
+        .map_err(|e| anyhow::anyhow!("device {device}: {e}"))?;
+    let node = tree_at(snapshot, device, &resolved, depth, min_share);
+    let kind = match resolved.kind {
+        Some(kind) => serde_json::to_value(kind)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        (name, figures.and_then(|f| f.requested_bytes))
+            .unwrap_or_default(),
+        None => "entry".to_string(),
     };
-    let seconds = entry
-        .and_then(|e| input.axis.offset_of(entries, e))
-        .map(|us| us as f64 / 1e6);
     Ok(DeviceTree {
         device,
         moment: MomentShown {
-            kind: kind_name,
-            entry,
-            seconds,
+            kind,
+            entry: resolved.entry,
+            seconds: resolved.offset_us.map(|us| us as f64 / 1e6),
         },
-        requested_bytes: requested,
+        requested_bytes: resolved.figures.and_then(|f| f.requested_bytes),
         tree: node,
     })
 }

@@ -1,7 +1,7 @@
 //! `memprof report`: one self-contained HTML page (no script, no external file or font): the
 //! account in the words `analyze` and `diagnose` print, then each device's plots as inline SVG
-//! (the timeline twice: by site and by category), its live memory by category and the top
-//! sites with their stacks. Every text that comes from the file is escaped.
+//! (the timeline twice: by site and by category), its live memory by category, the tree of
+//! what is live at the OOM or the peak, and the top sites with their stacks. Every text that comes from the file is escaped.
 
 use super::analyze_json::AnalyzeReport;
 use super::terminal_text::terminal_lines;
@@ -44,10 +44,11 @@ pub fn report(
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>{title}</title><style>{STYLE}</style></head><body>\n<h1>{title}</h1>\n\
+         <title>{title}</title><style>{STYLE}{}</style></head><body>\n<h1>{title}</h1>\n\
          <p class=\"muted\">Written by memprof {}. Sizes in binary units (1 GiB = 2<sup>30</sup> \
          bytes). The words are those of <code>memprof analyze</code> and <code>memprof \
          diagnose</code> on the same file.</p>\n",
+        super::html_tree::STYLE,
         env!("CARGO_PKG_VERSION")
     );
     page.push_str("<h2>Diagnosis</h2>\n");
@@ -91,6 +92,7 @@ pub fn report(
             page.push_str("</div>\n");
         }
         super::html_categories::section(&mut page, &d.analysis);
+        super::html_tree::section(&mut page, snapshot, d, of.axis);
         sites(&mut page, &d.analysis);
     }
     page.push_str("</body></html>\n");

@@ -3,7 +3,8 @@
 
 pub mod analyze_json;
 pub mod analyze_text;
-mod anomalies_text;
+pub mod anomalies_text;
+pub mod at_json;
 pub mod attach_json;
 pub mod categories_text;
 pub mod diagnose;
@@ -13,6 +14,7 @@ pub mod gate_input;
 pub mod gate_output;
 pub mod html;
 mod html_categories;
+mod html_tree;
 mod ledger_text;
 pub mod plan_json;
 pub mod plan_text;
@@ -22,5 +24,6 @@ pub mod prometheus;
 pub mod simulate;
 pub mod site_identity;
 pub mod terminal_text;
+pub mod tree_at;
 pub mod tree_svg;
 pub mod view_state;

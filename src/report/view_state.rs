@@ -88,16 +88,12 @@ impl ViewStateReport {
             },
         );
         let axis = account.axis;
-        let known = account
+        let none = crate::account::DeviceAccount::default();
+        let figures = account
             .devices
             .first()
-            .and_then(|d| d.account.figures_at(state.index))
-            .unwrap_or_default();
-        let figures = Figures {
-            requested_bytes: Some(known.requested_bytes.unwrap_or(state.allocated)),
-            reserved_bytes: Some(known.reserved_bytes.unwrap_or(state.reserved)),
-            ..known
-        };
+            .map_or(&none, |d| &d.account)
+            .figures_with_trace(state.index, state.allocated, state.reserved);
         let entries = snapshot.timeline.device(device as usize);
         let segments: Vec<Segment> = match state.index {
             Some(i) => layout_at(snapshot, device, i),

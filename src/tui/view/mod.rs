@@ -5,18 +5,25 @@ pub mod chart;
 pub mod render;
 pub mod state;
 pub mod summary;
+pub mod tree;
 
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
-use crate::account::{DeviceAccount, DeviceReport};
+use crate::account::{DeviceAccount, DeviceReport, MomentKind, MomentQuery, TimeAxis};
 use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
+use crate::analysis::live_tree::Node;
 use crate::analysis::{shown_stack, DeviceAnalysis, ShownStack};
 use crate::model::Snapshot;
+use crate::report::tree_at::tree_at;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use state::ViewState;
 use summary::{CursorState, Summary};
+
+/// Levels and the smallest share the tree pane keeps (smaller nodes fold into their caller).
+const TREE_DEPTH: usize = 64;
+const TREE_MIN_SHARE: f64 = 0.01;
 
 /// One device of the file: its summary and what `analyze` says about it.
 pub struct DeviceView<'a> {
@@ -40,6 +47,9 @@ pub struct ViewApp<'a> {
     pub at_cursor: CursorState,
     /// The categories alive at the cursor, recomputed with `at_cursor`.
     pub cursor_categories: Vec<CategoryBytes>,
+    /// The tree of what is live at the cursor, and the entry it is at (`None`: the dump);
+    /// built while the tree pane is shown.
+    pub cursor_tree: Option<(Option<usize>, Node)>,
     pub theme: Theme,
 }
 
@@ -77,6 +87,7 @@ impl<'a> ViewApp<'a> {
             state,
             at_cursor,
             cursor_categories,
+            cursor_tree: None,
             theme,
         })
     }
@@ -111,6 +122,50 @@ impl<'a> ViewApp<'a> {
             self.at_cursor = self.device().summary.state_at(self.state.cursor);
             self.cursor_categories =
                 categories_at(&mut self.devices[self.state.device], &self.at_cursor);
+        }
+        self.refresh_tree();
+    }
+
+    /// Builds the tree at the cursor when the pane is shown and the cursor has moved (or the
+    /// device changed).
+    fn refresh_tree(&mut self) {
+        if !self.state.tree_shown() {
+            self.cursor_tree = None;
+            return;
+        }
+        let entry = self.at_cursor.index;
+        if self.cursor_tree.as_ref().is_some_and(|(e, _)| *e == entry) {
+            return;
+        }
+        let d = self.device();
+        let device = d.analysis.device;
+        let entries = self.snapshot.timeline.device(device as usize);
+        let query = match entry {
+            Some(i) => MomentQuery::Entry(i),
+            None => MomentQuery::Named(MomentKind::Dump),
+        };
+        let axis = TimeAxis::of(self.snapshot);
+        self.cursor_tree = d.account.resolve(query, entries, axis).ok().map(|at| {
+            let node = tree_at(self.snapshot, device, &at, TREE_DEPTH, TREE_MIN_SHARE);
+            (entry, node)
+        });
+    }
+
+    /// Opens or closes the selected node of the tree pane.
+    fn toggle_tree_node(&mut self) {
+        let Some((_, root)) = &self.cursor_tree else {
+            return;
+        };
+        let rows = tree::rows(root, &self.state.tree_open);
+        let Some(row) = rows.get(self.state.tree_selected.min(rows.len().saturating_sub(1))) else {
+            return;
+        };
+        if row.node.children.is_empty() {
+            return;
+        }
+        let path = row.path.clone();
+        if !self.state.tree_open.remove(&path) {
+            self.state.tree_open.insert(path);
         }
     }
 }
@@ -155,6 +210,9 @@ impl Dashboard for ViewApp<'_> {
             // Scrolling starts from where the stack opened.
             self.state.stack_scroll = Some(self.first_stack_line());
         }
+        if !had_help && key == Key::Enter && self.state.tree_focused() {
+            self.toggle_tree_node();
+        }
         let flow = self.state.on_key(key);
         if !had_help && key == Key::Char('d') {
             if let Some(next) = self.state.next_device() {
@@ -162,9 +220,15 @@ impl Dashboard for ViewApp<'_> {
                 self.state.switch_device(next, fresh);
                 self.at_cursor = self.devices[next].summary.state_at(self.state.cursor);
                 self.cursor_categories = categories_at(&mut self.devices[next], &self.at_cursor);
+                self.cursor_tree = None;
             }
         }
         self.refresh_cursor();
+        let rows = self
+            .cursor_tree
+            .as_ref()
+            .map_or(1, |(_, root)| tree::rows(root, &self.state.tree_open).len());
+        self.state.tree_selected = self.state.tree_selected.min(rows.saturating_sub(1));
         let blocks = self.at_cursor.largest.len();
         self.state.selected_block = self.state.selected_block.min(blocks.saturating_sub(1));
         if self.state.stack_scroll.is_some() {

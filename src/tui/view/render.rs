@@ -1,7 +1,7 @@
 //! Draws the `view` screen from the app's state: header, chart, the visible panels (cursor
 //! state and segment map, largest blocks and the selected one's stack, opened on its site,
-//! top sites at the peak, the OOM), the key line, and the help overlay. Pure: the same state
-//! draws the same buffer.
+//! top sites at the peak, the anomalies, the OOM, the tree at the cursor), the key line, and
+//! the help overlay. Pure: the same state draws the same buffer.
 
 use super::chart;
 use super::state::Panel;
@@ -20,7 +20,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Widget, Wrap};
 const PANEL_WIDTH: u16 = 64;
 
 /// The keys of `view`, for the help overlay.
-pub const KEYS: [(&str, &str); 15] = [
+pub const KEYS: [(&str, &str); 17] = [
     ("← → / h l", "move the cursor one column"),
     ("Shift+← → / PgUp PgDn", "move ten columns"),
     ("Home End / g G", "first / last entry"),
@@ -32,6 +32,8 @@ pub const KEYS: [(&str, &str); 15] = [
     ("↑ ↓ / k j", "select a block (its stack is shown)"),
     ("[ ]", "scroll the stack up / down"),
     ("f", "full stack / filtered stack"),
+    ("t", "show / hide the tree of what is live"),
+    ("Enter", "open / close a frame of the tree"),
     ("Tab / Shift+Tab", "next / previous panel"),
     ("d", "next device"),
     ("?", "this help"),
@@ -144,6 +146,8 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Blocks => " Largest blocks at the cursor ",
             Panel::Sites => " Top sites at the peak ",
             Panel::Oom => " Out of memory ",
+            Panel::Tree => " Live at the cursor, caller first ",
+            Panel::Anomalies => " Anomalies over the trace ",
         };
         let title_style = if i == 0 {
             app.theme.title().patch(app.theme.selected())
@@ -160,6 +164,8 @@ fn render_panels(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             Panel::Blocks => render_blocks(app, inner, buf),
             Panel::Sites => render_sites(app, inner, buf),
             Panel::Oom => render_oom(app, inner, buf),
+            Panel::Tree => super::tree::render(app, inner, buf),
+            Panel::Anomalies => render_anomalies(app, inner, buf),
         }
     }
 }
@@ -458,6 +464,22 @@ fn render_oom(app: &ViewApp, area: Rect, buf: &mut Buffer) {
             "no diagnosis (the allocator backend is not modelled)",
         )),
     }
+    Paragraph::new(lines)
+        .wrap(Wrap { trim: true })
+        .render(area, buf);
+}
+
+/// The account's anomaly lines, as `analyze` prints them.
+fn render_anomalies(app: &ViewApp, area: Rect, buf: &mut Buffer) {
+    let device = app.device();
+    let lines: Vec<Line> = crate::report::anomalies_text::lines(
+        &device.account.anomalies,
+        device.analysis.trace.entries,
+        "",
+    )
+    .into_iter()
+    .map(|l| Line::raw(crate::report::terminal_text::terminal_text(&l).to_string()))
+    .collect();
     Paragraph::new(lines)
         .wrap(Wrap { trim: true })
         .render(area, buf);

@@ -4,6 +4,7 @@
 
 use crate::tui::keys::Key;
 use crate::tui::Flow;
+use std::collections::BTreeSet;
 
 /// The panels below the chart, in Tab order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +17,10 @@ pub enum Panel {
     Sites,
     /// The OOM and its diagnosis.
     Oom,
+    /// What is live at the cursor as a caller-first tree (shown with `t`).
+    Tree,
+    /// Pending-free stalls, leak suspects and the lifetimes of freed blocks over the trace.
+    Anomalies,
 }
 
 /// The fewest entries a zoomed window shows.
@@ -55,12 +60,19 @@ pub struct ViewState {
     pub oom: Option<usize>,
     /// One line for the status bar after a key that could not be done.
     pub message: Option<String>,
+    /// Row selected in the tree pane.
+    pub tree_selected: usize,
+    /// The tree's open nodes, by path (the root is `[]`); kept as the cursor moves.
+    pub tree_open: BTreeSet<Vec<String>>,
 }
 
 impl ViewState {
     /// The state opening a device: whole trace visible, cursor at the peak (else the end).
     pub fn new(entries: usize, devices: usize, peak: Option<usize>, oom: Option<usize>) -> Self {
         let mut panels = vec![Panel::Cursor, Panel::Blocks, Panel::Sites];
+        if entries > 0 {
+            panels.push(Panel::Anomalies);
+        }
         if oom.is_some() {
             panels.push(Panel::Oom);
         }
@@ -82,7 +94,19 @@ impl ViewState {
             peak,
             oom,
             message: None,
+            tree_selected: 0,
+            tree_open: BTreeSet::from([Vec::new()]),
         }
+    }
+
+    /// Whether the tree pane is shown.
+    pub fn tree_shown(&self) -> bool {
+        self.panels.contains(&Panel::Tree)
+    }
+
+    /// Whether the tree pane has the focus.
+    pub fn tree_focused(&self) -> bool {
+        self.panels.get(self.focus) == Some(&Panel::Tree)
     }
 
     /// Switches to another device's trace, keeping the focus, the terminal size and the
@@ -90,6 +114,7 @@ impl ViewState {
     pub fn switch_device(&mut self, device: usize, fresh: ViewState) {
         let (columns, rows, focus, full_stack) =
             (self.columns, self.rows, self.focus, self.full_stack);
+        let tree = self.tree_shown();
         *self = ViewState {
             device,
             columns,
@@ -98,6 +123,19 @@ impl ViewState {
             full_stack,
             ..fresh
         };
+        if tree {
+            self.toggle_tree();
+        }
+    }
+
+    /// Shows the tree pane first and focused, or takes it away.
+    fn toggle_tree(&mut self) {
+        if let Some(i) = self.panels.iter().position(|&p| p == Panel::Tree) {
+            self.panels.remove(i);
+        } else {
+            self.panels.insert(0, Panel::Tree);
+        }
+        self.focus = 0;
     }
 
     /// Entries per chart column (at least one).
@@ -141,6 +179,11 @@ impl ViewState {
                 }
                 None => self.message = Some("this trace has no OOM".into()),
             },
+            Key::Char('t') => self.toggle_tree(),
+            Key::Up | Key::Char('k') if self.tree_focused() => {
+                self.tree_selected = self.tree_selected.saturating_sub(1)
+            }
+            Key::Down | Key::Char('j') if self.tree_focused() => self.tree_selected += 1,
             Key::Up | Key::Char('k') => {
                 self.selected_block = self.selected_block.saturating_sub(1);
                 self.stack_scroll = None;

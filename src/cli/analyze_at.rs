@@ -1,0 +1,68 @@
+//! `memprof analyze --at MOMENT --json FILE`: the account's figures, categories and sites of
+//! each device at one moment.
+
+use super::analyze::origin;
+use super::input::load_snapshot;
+use super::{AnalyzeArgs, Outcome};
+use crate::account::at::state_at;
+use crate::account::{self, MomentQuery};
+use crate::analysis::categories::CategoryRules;
+use crate::report::at_json::{AtReport, DeviceAt};
+use anyhow::{bail, Context};
+use std::io::Write;
+
+pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
+    let query = MomentQuery::parse(at).map_err(|e| anyhow::anyhow!("--at {e}"))?;
+    let [file] = args.files.as_slice() else {
+        bail!("--at reads one FILE");
+    };
+    let rules = CategoryRules::parse(&args.categories).map_err(anyhow::Error::msg)?;
+    let shown = file.display().to_string();
+    let loaded = load_snapshot(file, false).with_context(|| shown.clone())?;
+    let snapshot = &loaded.parsed.snapshot;
+    if let Some(d) = args.device {
+        if !snapshot.devices().contains(&d) {
+            bail!("{shown}: device {d} has no segments and no trace entries");
+        }
+    }
+    let input = account::build(
+        snapshot,
+        &account::Options {
+            top: args.top,
+            only: args.device,
+            rules: &rules,
+            origin: origin(loaded.recording.as_ref()),
+            capacity: None,
+        },
+    );
+    let mut devices = Vec::new();
+    for d in &input.devices {
+        if !d.account.holds_memory() && args.device.is_none() {
+            continue;
+        }
+        let device = d.analysis.device;
+        let entries = snapshot.timeline.device(device as usize);
+        let resolved = d
+            .account
+            .resolve(query, entries, input.axis)
+            .map_err(|e| anyhow::anyhow!("{shown}: device {device}: --at {at}: {e}"))?;
+        let mut state = state_at(snapshot, device, &d.account, &resolved, &rules, args.top);
+        if !args.full_stacks {
+            state
+                .top_sites
+                .iter_mut()
+                .for_each(|s| s.full_stack.clear());
+        }
+        devices.push(DeviceAt {
+            device,
+            moment: (&resolved).into(),
+            state,
+        });
+    }
+    let report = AtReport::new(shown, at.to_string(), devices);
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer(&mut stdout, &report).context("writing JSON")?;
+    stdout.write_all(b"\n")?;
+    stdout.flush()?;
+    Ok(Outcome::Ok)
+}
