@@ -227,7 +227,10 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     // Requested and reserved bytes come from the trace at every entry; the other figures
     // need the allocator's block sizes, which the account holds at its moments (the peaks,
     // each OOM, the dump) and which the cursor shows when it sits on one.
-    let known = app.device().account.figures_at(c.index);
+    let figures = app
+        .device()
+        .account
+        .figures_with_trace(c.index, c.allocated, c.reserved);
     let percent = |part: u64| {
         if c.reserved == 0 {
             String::new()
@@ -240,7 +243,6 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         Some(b) => Bytes(b).to_string(),
         None => "not known here (p: the peak, o: the OOM)".to_string(),
     };
-    let figures = known.unwrap_or_default();
     lines.push(figure(
         "requested",
         Bytes(figures.requested_bytes.unwrap_or(c.allocated)).to_string(),
