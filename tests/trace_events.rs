@@ -230,3 +230,61 @@ fn the_checker_catches_what_perfetto_reads_wrong() {
         assert!(found.contains(want), "{want:?} not in:\n{found}");
     }
 }
+
+/// The export's markers are the account's moments: each moment at an entry is an instant of
+/// its name on its device, at its time on the one axis, with the account's figures.
+#[test]
+fn perfetto_markers_are_the_accounts_moments() {
+    let dir = scratch("trace-markers");
+    let out = dir.join("trace.json");
+    let mut files: Vec<std::path::PathBuf> = ["demo_oom", "v2_11_full", "multi_device"]
+        .iter()
+        .map(|n| fixture(&format!("snapshots/{n}.pickle")))
+        .collect();
+    files.extend(all_real_snapshots().into_iter().take(6));
+    let name = |kind: &str| match kind {
+        "peak_requested" => "peak requested",
+        "peak_allocated" => "peak allocated",
+        "peak_reserved" => "peak reserved",
+        "oom" => "OOM",
+        "oom_retry" => "OOM retry",
+        "empty_cache" => "empty_cache()",
+        other => panic!("a moment of kind {other} at an entry"),
+    };
+    let mut marked = 0;
+    for file in &files {
+        export(file, "perfetto", &out);
+        let trace: Value =
+            serde_json::from_slice(&std::fs::read(&out).expect("written")).expect("JSON");
+        let events = trace["traceEvents"].as_array().expect("events");
+        let analyzed = crate::util::memprof(&["analyze", "--json", &file.display().to_string()]);
+        let analyzed: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
+        for d in analyzed["inputs"][0]["devices"]
+            .as_array()
+            .expect("devices")
+        {
+            let pid = d["device"].as_u64().expect("device") + 1;
+            for m in d["moments"].as_array().expect("moments") {
+                let Some(entry) = m["entry"].as_u64() else {
+                    continue;
+                };
+                let kind = m["kind"].as_str().expect("kind");
+                let found = events.iter().find(|e| {
+                    e["ph"] == "i"
+                        && e["pid"] == pid
+                        && e["name"] == name(kind)
+                        && e["args"]["entry"] == entry
+                });
+                let e = found.unwrap_or_else(|| panic!("{}: no marker for {m}", file.display()));
+                assert_eq!(e["args"]["figures"], m["figures"], "{}", file.display());
+                if let Some(seconds) = m["seconds"].as_f64() {
+                    let ts = e["ts"].as_f64().expect("ts");
+                    assert!((ts / 1e6 - seconds).abs() < 1e-6, "{}: {m}", file.display());
+                }
+                marked += 1;
+            }
+        }
+    }
+    assert!(marked > 0, "no moment was marked");
+    let _ = std::fs::remove_dir_all(&dir);
+}

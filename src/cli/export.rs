@@ -3,6 +3,8 @@
 
 use super::input::load_snapshot;
 use super::Outcome;
+use crate::account::InputAccount;
+use crate::analysis::categories::CategoryRules;
 use crate::report::export::{events_json, perfetto, torch_snapshot};
 use crate::source::torch_snapshot::Parsed;
 use anyhow::{bail, Context};
@@ -45,11 +47,20 @@ impl Format {
         })
     }
 
-    fn write(self, parsed: &Parsed, out: &mut BufWriter<File>) -> io::Result<()> {
+    /// Writes `parsed` in this format; the Perfetto trace marks the moments of `account`.
+    fn write(
+        self,
+        parsed: &Parsed,
+        account: Option<&InputAccount>,
+        out: &mut BufWriter<File>,
+    ) -> io::Result<()> {
         let (snapshot, keys) = (&parsed.snapshot, &parsed.keys);
         match self {
             Format::TorchSnapshot => torch_snapshot::write(snapshot, keys, &mut *out)?,
-            Format::Perfetto => perfetto::write(snapshot, &mut *out)?,
+            Format::Perfetto => {
+                let account = account.ok_or_else(|| io::Error::other("no account to mark"))?;
+                perfetto::write(snapshot, account, &mut *out)?
+            }
             Format::Json => events_json::write(snapshot, &mut *out)?,
         }
         out.flush()
@@ -63,7 +74,23 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<Outcome> {
     for warning in &loaded.parsed.warnings {
         super::warn(&format!("{shown}: {warning}"));
     }
-    write_whole(&args.output, |out| format.write(&loaded.parsed, out))?;
+    // The Perfetto trace's markers are the account's moments.
+    let account = matches!(format, Format::Perfetto).then(|| {
+        let rules = CategoryRules::default();
+        crate::account::build(
+            &loaded.parsed.snapshot,
+            &crate::account::Options {
+                top: 10,
+                only: None,
+                rules: &rules,
+                origin: super::analyze::origin(loaded.recording.as_ref()),
+                capacity: None,
+            },
+        )
+    });
+    write_whole(&args.output, |out| {
+        format.write(&loaded.parsed, account.as_ref(), out)
+    })?;
     super::wrote(&args.output)?;
     Ok(Outcome::Ok)
 }

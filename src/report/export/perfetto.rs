@@ -1,7 +1,8 @@
 //! Chrome trace-event JSON for ui.perfetto.dev (and chrome://tracing): per device, one process
 //! (pid = device + 1: Perfetto reads pid 0 as the idle process) with counter tracks for active
 //! bytes (live requested) and reserved bytes, computed by the model's `Replay`, and instant
-//! events for OOMs and earlier snapshot calls.
+//! events for the account's moments (the peaks, each OOM and OOM retry, each `empty_cache()`
+//! call, with the account's figures there) and earlier snapshot calls.
 //!
 //! Time is `time_us` relative to the earliest entry of any device in the file: one origin for
 //! all devices. A device whose trace has no times uses the entry index as `ts`; its tracks
@@ -13,6 +14,7 @@
 //! Perfetto names a counter track after the event's name and its argument key joined by a
 //! space, so events are named "active" and "reserved" with the argument "bytes".
 
+use crate::account::{InputAccount, Moment, MomentKind};
 use crate::model::{Action, Replay, Snapshot, TraceEntry};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -27,8 +29,8 @@ pub const UNTIMED: &str = " (ts = entry index)";
 /// The argument every counter event carries its value in.
 pub const VALUE_KEY: &str = "bytes";
 
-/// Writes the trace as `{"traceEvents": [...], ...}`.
-pub fn write<W: Write>(snapshot: &Snapshot, mut out: W) -> io::Result<()> {
+/// Writes the trace as `{"traceEvents": [...], ...}`, its markers the moments of `account`.
+pub fn write<W: Write>(snapshot: &Snapshot, account: &InputAccount, mut out: W) -> io::Result<()> {
     let devices = snapshot.devices();
     let untimed: Vec<String> = devices
         .iter()
@@ -65,10 +67,28 @@ pub fn write<W: Write>(snapshot: &Snapshot, mut out: W) -> io::Result<()> {
         .filter_map(TraceEntry::time_us)
         .min();
     for device in devices {
-        events.device(snapshot, device, origin)?;
+        let moments: &[Moment] = account
+            .devices
+            .iter()
+            .find(|d| d.device == device)
+            .map_or(&[], |d| &d.account.moments);
+        events.device(snapshot, device, origin, moments)?;
     }
     out.write_all(b"]}\n")?;
     out.flush()
+}
+
+/// The name of a moment's marker, in the account's words.
+fn marker_name(kind: MomentKind) -> &'static str {
+    match kind {
+        MomentKind::PeakRequested => "peak requested",
+        MomentKind::PeakAllocated => "peak allocated",
+        MomentKind::PeakReserved => "peak reserved",
+        MomentKind::Oom => "OOM",
+        MomentKind::OomRetry => "OOM retry",
+        MomentKind::EmptyCache => "empty_cache()",
+        MomentKind::Dump => "dump",
+    }
 }
 
 /// Whether a trace has times (an empty one counts as timed: it has no track).
@@ -118,7 +138,13 @@ impl<W: Write> Events<'_, W> {
         serde_json::to_writer(&mut *self.out, event).map_err(io::Error::from)
     }
 
-    fn device(&mut self, snapshot: &Snapshot, device: u32, origin: Option<i64>) -> io::Result<()> {
+    fn device(
+        &mut self,
+        snapshot: &Snapshot,
+        device: u32,
+        origin: Option<i64>,
+        moments: &[Moment],
+    ) -> io::Result<()> {
         let pid = device + 1;
         let meta = |name: &str, args: Value| json!({"ph": "M", "name": name, "pid": pid, "tid": 0, "args": args});
         self.event(&meta(
@@ -153,17 +179,22 @@ impl<W: Write> Events<'_, W> {
             active.set(replay.live().total());
             reserved.set(replay.reserved());
             let entry = &entries[index];
-            match entry.action {
-                Action::Oom => self.event(&json!({
-                    "ph": "i", "s": "p", "name": "OOM", "pid": pid, "tid": 0, "ts": ts,
-                    "args": {"entry": index, "request_bytes": entry.size,
-                             "device_free_bytes": entry.device_free()},
-                }))?,
-                Action::Snapshot => self.event(&json!({
+            if entry.action == Action::Snapshot {
+                self.event(&json!({
                     "ph": "i", "s": "p", "name": "snapshot", "pid": pid, "tid": 0, "ts": ts,
                     "args": {"entry": index, "active_bytes": entry.size},
-                }))?,
-                _ => {}
+                }))?;
+            }
+            for m in moments.iter().filter(|m| m.entry == Some(index)) {
+                let mut args = json!({"entry": index, "figures": m.figures});
+                if m.kind == MomentKind::Oom {
+                    args["request_bytes"] = json!(entry.size);
+                    args["device_free_bytes"] = json!(entry.device_free());
+                }
+                self.event(&json!({
+                    "ph": "i", "s": "p", "name": marker_name(m.kind), "pid": pid, "tid": 0,
+                    "ts": ts, "args": args,
+                }))?;
             }
         }
         for counter in [&mut active, &mut reserved] {
