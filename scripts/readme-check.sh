@@ -10,6 +10,7 @@
 # `needs ` (a GPU, a terminal) are not run, as in tests/doc_examples.rs; the names that stand
 # for a user's own files (snapshot.pickle, train.memprof, step.pickle) are given the shipped
 # stand-ins docs/README.md lists. Builds everything from scratch: about 15 minutes on 2 cores.
+# CARGO_BUILD_JOBS, when set, reaches the user's cargo (to leave cores to other work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -82,8 +83,8 @@ for block in "$work"/block*.sh; do
     mkdir -p /opt/rust && mount --bind -o ro "$1" /opt/rust
     cd "$2" && exec setpriv --reuid "$3" --regid "$4" --init-groups --reset-env \
       env PATH="/opt/rust/bin:$5/.cargo/bin:$5/.venvs/memprof/bin:$5/.local/bin:/usr/local/bin:/usr/bin:/bin" \
-      HOME="$5" USER="$6" CARGO_TERM_COLOR=never bash -e "$7"
-  ' _ "$toolchain" "$clone" "$uid" "$gid" "$home" "$user" "$block" \
+      HOME="$5" USER="$6" CARGO_TERM_COLOR=never ${8:+CARGO_BUILD_JOBS="$8"} bash -e "$7"
+  ' _ "$toolchain" "$clone" "$uid" "$gid" "$home" "$user" "$block" "${CARGO_BUILD_JOBS:-}" \
     >"$block.log" 2>&1 || status=$?
   took=$(( $(date +%s) - start ))
   tail -n 5 "$block.log" | sed 's/^/   | /'
