@@ -10,6 +10,7 @@
 # `needs ` (a GPU, a terminal) are not run, as in tests/doc_examples.rs; the names that stand
 # for a user's own files (snapshot.pickle, train.memprof, step.pickle) are given the shipped
 # stand-ins docs/README.md lists. Builds everything from scratch: about 15 minutes on 2 cores.
+# CARGO_BUILD_JOBS, when set, reaches the user's cargo (to leave cores to other work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -44,10 +45,13 @@ chown -R "$uid:$gid" "$home/projects"
 # The Rust toolchain the README asks for, read-only, at a path the user can read.
 toolchain=$(rustc --print sysroot)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+fail=0
+# The blocks' logs are kept when a check fails.
+trap '[ "$fail" -ne 0 ] || rm -rf "$work"' EXIT
 chmod 755 "$work"
 
-# Each ```sh block of README.md becomes one script, run with bash -e as the user.
+# Each ```sh block of README.md becomes one script, run with bash -e as the user; its trace
+# marks when each command started (seconds from the block's start).
 python3 - "$repo/README.md" "$work" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -60,7 +64,7 @@ for i, block in enumerate(blocks):
             line = f"echo 'not run ({comment.group(2)}): {line.split('#')[0].strip()}'"
         lines.append(line)
     with open(f"{sys.argv[2]}/block{i:02}.sh", "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("PS4='+ [${SECONDS} s] '\nset -x\n" + "\n".join(lines) + "\n")
 print(f"readme-check: {len(blocks)} command blocks", file=sys.stderr)
 PY
 chmod -R a+rX "$work"
@@ -71,10 +75,9 @@ for pair in snapshot.pickle:snapshots/demo_oom.pickle step.pickle:snapshots/v2_1
   install -o "$uid" -g "$gid" -m 644 "$clone/fixtures/${pair#*:}" "$clone/${pair%%:*}"
 done
 
-fail=0
 for block in "$work"/block*.sh; do
   echo "== $(basename "$block"):"
-  sed 's/^/   /' "$block"
+  tail -n +3 "$block" | sed 's/^/   /'
   start=$(date +%s)
   status=0
   # A private mount namespace lends the toolchain at /opt/rust; the user sees nothing of root's.
@@ -82,24 +85,31 @@ for block in "$work"/block*.sh; do
     mkdir -p /opt/rust && mount --bind -o ro "$1" /opt/rust
     cd "$2" && exec setpriv --reuid "$3" --regid "$4" --init-groups --reset-env \
       env PATH="/opt/rust/bin:$5/.cargo/bin:$5/.venvs/memprof/bin:$5/.local/bin:/usr/local/bin:/usr/bin:/bin" \
-      HOME="$5" USER="$6" CARGO_TERM_COLOR=never bash -e "$7"
-  ' _ "$toolchain" "$clone" "$uid" "$gid" "$home" "$user" "$block" \
+      HOME="$5" USER="$6" CARGO_TERM_COLOR=never ${8:+CARGO_BUILD_JOBS="$8"} bash -e "$7"
+  ' _ "$toolchain" "$clone" "$uid" "$gid" "$home" "$user" "$block" "${CARGO_BUILD_JOBS:-}" \
     >"$block.log" 2>&1 || status=$?
   took=$(( $(date +%s) - start ))
   tail -n 5 "$block.log" | sed 's/^/   | /'
+  grep -E '^\+ \[[0-9]+ s\] ' "$block.log" | grep -v "^+ \[[0-9]* s\] echo 'not run" |
+    cut -c1-100 | sed 's/^+ /   started at /' || true
   echo "   exit $status, ${took} s"
   [ "$status" -eq 0 ] || fail=1
   if grep -q '^cargo test --workspace' "$block"; then
     skipped=$(grep -oE 'SKIPPED: [^ ]+: .*not in this repository, see fixtures/README.md' \
       "$block.log" | awk '{print $2}' | sort -u | wc -l)
-    passed=$(grep -oE '^test result: ok\. [0-9]+ passed' "$block.log" | awk '{s += $4} END {print s + 0}')
-    said=$(grep -oE '[0-9]+ of them pass after printing' README.md | grep -oE '^[0-9]+' || echo "?")
-    echo "   cargo test: $passed passed (skips included), $skipped skipped without the real snapshots; the README says $said"
+    counts=$(grep -E '^test result: ' "$block.log" |
+      awk '{p += $4; f += $6; i += $8} END {print p + 0, f + 0, i + 0}')
+    read -r passed failed ignored <<<"$counts"
+    others=$(grep -oE 'SKIPPED: [^ ]+: ' "$block.log" | sort -u | wc -l)
+    said=$(tr '\n' ' ' <README.md | tr -s ' ' | grep -oE '[0-9]+ of them pass after printing' |
+      grep -oE '^[0-9]+' || echo "?")
+    echo "   cargo test: $passed passed, $failed failed, $ignored ignored; $others printed SKIPPED," \
+      "$skipped of them for the real snapshots, which the README says of $said"
     [ "$skipped" = "$said" ] || fail=1
   fi
 done
 if [ "$fail" -ne 0 ]; then
-  echo "readme-check: the README does not hold as written (logs above)" >&2
+  echo "readme-check: the README does not hold as written (logs above; whole logs in $work)" >&2
   exit 1
 fi
 echo "readme-check: every command block of README.md ran as $user from $clone"
