@@ -345,12 +345,22 @@ fn perfetto_counters_peak_where_analyze_says() {
         let devices = snapshot.devices();
         let count = |ph: &str| events.iter().filter(|e| e["ph"] == ph).count();
         assert_eq!(count("M"), 3 * devices.len(), "{name}: metadata events");
-        let markers = devices
+        // A marker for each `snapshot` call and each moment of the account at an entry.
+        let calls = devices
             .iter()
             .flat_map(|&d| snapshot.timeline.device(d as usize))
-            .filter(|e| matches!(e.action, Action::Oom | Action::Snapshot))
+            .filter(|e| e.action == Action::Snapshot)
             .count();
-        assert_eq!(count("i"), markers, "{name}: instant events");
+        let analyzed = crate::util::memprof(&["analyze", "--json", &source.display().to_string()]);
+        let analyzed: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
+        let moments = analyzed["inputs"][0]["devices"]
+            .as_array()
+            .expect("devices")
+            .iter()
+            .flat_map(|d| d["moments"].as_array().cloned().unwrap_or_default())
+            .filter(|m| !m["entry"].is_null())
+            .count();
+        assert_eq!(count("i"), calls + moments, "{name}: instant events");
         let oom_events = events
             .iter()
             .filter(|e| e["ph"] == "i" && e["name"] == "OOM")
