@@ -131,12 +131,17 @@ fn real_snapshots_without_a_trace_say_nothing_was_replayed() {
     );
 }
 
-/// A snapshot pickle with the given trace (device 0, stream 0) and final segments.
+/// A snapshot pickle with the given trace (device 0, stream 0) and final segments, in a file
+/// of its own (tests that build the same case run at once, and each removes its file).
 fn snapshot_file(name: &str, trace: Vec<Value>, segments: Vec<Value>) -> PathBuf {
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let doc = json!({ "segments": segments, "device_traces": [trace] });
     let bytes = serde_pickle::to_vec(&doc, serde_pickle::SerOptions::new()).expect("pickles");
-    let path =
-        std::env::temp_dir().join(format!("memprof-sim-{}-{name}.pickle", std::process::id()));
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(
+        "memprof-sim-{}-{n}-{name}.pickle",
+        std::process::id()
+    ));
     std::fs::write(&path, bytes).expect("writes");
     path
 }
