@@ -6,6 +6,8 @@
 #
 #   sudo bash scripts/readme-check.sh [USER]     # USER: made if missing (default memprof-newcomer)
 #
+# USER's ~/projects, ~/.venvs/memprof and ~/.cache/memprof are replaced: give it a user of its own.
+#
 # Needs root (to make the user and hand it the toolchain). Lines whose comment starts with
 # `needs ` (a GPU, a terminal) are not run, as in tests/doc_examples.rs; the names that stand
 # for a user's own files (snapshot.pickle, train.memprof, step.pickle) are given the shipped
@@ -32,7 +34,8 @@ home=$(getent passwd "$user" | cut -d: -f6)
 # The clone, at an ordinary but long path (Unix socket paths made under it must still fit).
 clone="$home/projects/gpu-tools/checkouts/first.last/src/memprof"
 [ "${#clone}" -gt 60 ] || { echo "readme-check: $clone is not over 60 characters" >&2; exit 1; }
-rm -rf "$home/projects"
+# What the README made in an earlier run goes (cargo's download cache stays).
+rm -rf "$home/projects" "$home/.venvs/memprof" "$home/.cache/memprof"
 mkdir -p "$(dirname "$clone")"
 git clone --quiet --no-local "$repo" "$clone"
 # What is committed, plus the working tree's changes (a check before committing sees them).

@@ -7,10 +7,19 @@
 
 use crate::shim_preload::shim;
 use crate::util::Scratch;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// Runs `script` under `memprof run --torch` in `dir`, with a temporary directory of its own
+/// (`dir/tmp`): other tests and programs on the machine make and remove hook directories in
+/// the system's.
 fn run_torch(dir: &Path, python_path: Option<&Path>, script: &str) -> Output {
+    let tmp = dir.join("tmp");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .expect("a private temporary directory");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_memprof"));
     cmd.args(["run", "--torch", "-o"])
         .arg(dir.join("run.memprof"))
@@ -18,6 +27,7 @@ fn run_torch(dir: &Path, python_path: Option<&Path>, script: &str) -> Output {
         .current_dir(dir)
         .env("MEMPROF_SHIM", shim())
         .env("STANDIN_LOG", dir.join("standin.log"))
+        .env("TMPDIR", &tmp)
         .env_remove("MEMPROF_OUT")
         .env_remove("LD_PRELOAD");
     match python_path {
@@ -31,11 +41,10 @@ fn fresh_dir(name: &str) -> Scratch {
     Scratch::new(&format!("torch-run-{name}"))
 }
 
-/// Hook directories this process's memprof runs could have left in the temporary directory.
-fn hook_dirs() -> usize {
-    std::fs::read_dir(std::env::temp_dir())
-        .into_iter()
-        .flatten()
+/// Hook directories left in the temporary directory `run_torch` gave the run in `dir`.
+fn hook_dirs(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("tmp"))
+        .expect("the run's temporary directory")
         .flatten()
         .filter(|e| {
             e.file_name()
@@ -59,7 +68,6 @@ fn without_torch_the_hook_changes_nothing() {
         try:\n    import torch\nexcept ImportError as e:\n    print('no torch:', type(e).__name__)\n\
         print(getattr(builtins, 'OWN_SITECUSTOMIZE', 'missing'))\n\
         print('torch' in sys.modules)\nsys.exit(3)";
-    let before = hook_dirs();
     let out = run_torch(&dir, Some(&own), script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -70,7 +78,7 @@ fn without_torch_the_hook_changes_nothing() {
         stderr.contains("no PyTorch out-of-memory snapshot was written"),
         "{stderr}"
     );
-    assert!(hook_dirs() <= before, "the hook directory is removed");
+    assert_eq!(hook_dirs(&dir), 0, "the hook directory is removed");
     // The same script without memprof prints the same (with its own sitecustomize).
     let plain = Command::new("python3")
         .args(["-c", script])
@@ -133,7 +141,9 @@ fn with_torch_history_starts_at_cuda_init_and_oom_dumps_a_snapshot() {
         print(len(torch.cuda.queued))\n\
         torch.cuda.init()\n\
         torch._C.observers[0](0, 1 << 30, 5, 6)\n\
-        print(os.getpid())";
+        print(os.getpid())\n\
+        import sys\n\
+        print([os.path.dirname(p) for p in sys.path if 'memprof-torch-' in p])";
     let out = run_torch(&dir, Some(&site), script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -141,6 +151,13 @@ fn with_torch_history_starts_at_cuda_init_and_oom_dumps_a_snapshot() {
     let mut lines = stdout.lines();
     assert_eq!(lines.next(), Some("1"), "one callback waits for CUDA");
     let pid = lines.next().expect("the pid");
+    // The hook ran from the temporary directory given (so `hook_dirs` looks where it is).
+    assert_eq!(
+        lines.next(),
+        Some(format!("['{}']", dir.join("tmp").display()).as_str()),
+        "{stdout}"
+    );
+    assert_eq!(hook_dirs(&dir), 0, "the hook directory is removed");
     let snapshot = format!("run.oom-{pid}.pickle");
     let log = std::fs::read_to_string(dir.join("standin.log")).expect("the stand-in was used");
     assert_eq!(

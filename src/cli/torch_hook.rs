@@ -44,7 +44,7 @@ impl TorchHook {
             .with_context(|| format!("cannot use the temporary directory {}", base.display()))?;
         if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
             bail!(
-                "the temporary directory {} may be written by other users and is not sticky:                  they could swap the Python start-up hook (set TMPDIR to another)",
+                "the temporary directory {} may be written by other users and is not sticky: they could swap the Python start-up hook (set TMPDIR to another)",
                 base.display()
             );
         }
@@ -190,6 +190,9 @@ mod tests {
         let err = TorchHook::create_in(base.path(), "8-ab")
             .err()
             .expect("refused");
-        assert!(err.to_string().contains("is not sticky"), "{err}");
+        assert!(
+            err.to_string().contains("is not sticky: they could"),
+            "{err}"
+        );
     }
 }
