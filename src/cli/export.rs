@@ -1,12 +1,10 @@
 //! `memprof export FILE --to torch-snapshot|perfetto|json -o OUT`: a snapshot or a memprof
 //! recording converted for other tools. The output is written whole or not at all.
 
-use super::input::load_snapshot;
+use super::input::{load_snapshot, Loaded};
 use super::Outcome;
-use crate::account::InputAccount;
 use crate::analysis::categories::CategoryRules;
 use crate::report::export::{events_json, perfetto, torch_snapshot};
-use crate::source::torch_snapshot::Parsed;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::fs::File;
@@ -47,19 +45,25 @@ impl Format {
         })
     }
 
-    /// Writes `parsed` in this format; the Perfetto trace marks the moments of `account`.
-    fn write(
-        self,
-        parsed: &Parsed,
-        account: Option<&InputAccount>,
-        out: &mut BufWriter<File>,
-    ) -> io::Result<()> {
-        let (snapshot, keys) = (&parsed.snapshot, &parsed.keys);
+    /// Writes what `loaded` holds in this format; the Perfetto trace marks the moments of its
+    /// account.
+    fn write(self, loaded: &Loaded, out: &mut BufWriter<File>) -> io::Result<()> {
+        let (snapshot, keys) = (&loaded.parsed.snapshot, &loaded.parsed.keys);
         match self {
             Format::TorchSnapshot => torch_snapshot::write(snapshot, keys, &mut *out)?,
             Format::Perfetto => {
-                let account = account.ok_or_else(|| io::Error::other("no account to mark"))?;
-                perfetto::write(snapshot, account, &mut *out)?
+                let rules = CategoryRules::default();
+                let account = crate::account::build(
+                    snapshot,
+                    &crate::account::Options {
+                        top: 10,
+                        only: None,
+                        rules: &rules,
+                        origin: super::analyze::origin(loaded.recording.as_ref()),
+                        capacity: None,
+                    },
+                );
+                perfetto::write(snapshot, &account, &mut *out)?
             }
             Format::Json => events_json::write(snapshot, &mut *out)?,
         }
@@ -74,23 +78,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<Outcome> {
     for warning in &loaded.parsed.warnings {
         super::warn(&format!("{shown}: {warning}"));
     }
-    // The Perfetto trace's markers are the account's moments.
-    let account = matches!(format, Format::Perfetto).then(|| {
-        let rules = CategoryRules::default();
-        crate::account::build(
-            &loaded.parsed.snapshot,
-            &crate::account::Options {
-                top: 10,
-                only: None,
-                rules: &rules,
-                origin: super::analyze::origin(loaded.recording.as_ref()),
-                capacity: None,
-            },
-        )
-    });
-    write_whole(&args.output, |out| {
-        format.write(&loaded.parsed, account.as_ref(), out)
-    })?;
+    write_whole(&args.output, |out| format.write(&loaded, out))?;
     super::wrote(&args.output)?;
     Ok(Outcome::Ok)
 }

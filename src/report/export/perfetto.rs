@@ -168,6 +168,10 @@ impl<W: Write> Events<'_, W> {
         let mut replay = Replay::new(entries, snapshot.device_segments(device));
         let mut active = Counter::new(format!("{ACTIVE}{suffix}"), replay.live().total());
         let mut reserved = Counter::new(format!("{RESERVED}{suffix}"), replay.reserved());
+        // The moments at an entry, by entry: each entry's are taken as the replay passes it.
+        let mut at_entries: Vec<&Moment> = moments.iter().filter(|m| m.entry.is_some()).collect();
+        at_entries.sort_by_key(|m| m.entry);
+        let mut marks = at_entries.into_iter().peekable();
         let mut group_ts = if entries.is_empty() { 0 } else { clock(0, 0) };
         while let Some(index) = replay.step() {
             let ts = clock(index, group_ts);
@@ -185,7 +189,7 @@ impl<W: Write> Events<'_, W> {
                     "args": {"entry": index, "active_bytes": entry.size},
                 }))?;
             }
-            for m in moments.iter().filter(|m| m.entry == Some(index)) {
+            while let Some(m) = marks.next_if(|m| m.entry == Some(index)) {
                 let mut args = json!({"entry": index, "figures": m.figures});
                 if m.kind == MomentKind::Oom {
                     args["request_bytes"] = json!(entry.size);
