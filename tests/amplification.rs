@@ -271,7 +271,8 @@ fn memprof_capped(args: &[&str], file: &Path) -> Output {
     command.output().expect("memprof runs")
 }
 
-fn assert_refused(out: &Output, file: &Path) {
+/// Refused in one line that says why and names `place`, where in the file it went wrong.
+fn assert_refused(out: &Output, file: &Path, place: &str) {
     let err = stderr(out);
     assert_eq!(out.status.code(), Some(2), "{}: {err}", file.display());
     let lines: Vec<&str> = err.lines().collect();
@@ -280,6 +281,7 @@ fn assert_refused(out: &Output, file: &Path) {
         lines[0].contains("expands past memprof's bound"),
         "says why: {err}"
     );
+    assert!(lines[0].contains(place), "names where: {err}");
 }
 
 #[test]
@@ -290,12 +292,7 @@ fn a_segment_of_shared_blocks_shared_by_every_segment_is_refused_within_the_boun
     let file = dir.join("blocks.pickle");
     std::fs::write(&file, shared_blocks(10_000, 10_000).expect("written")).expect("written");
     let out = memprof_capped(&["analyze"], &file);
-    assert_refused(&out, &file);
-    assert!(
-        stderr(&out).contains("segments["),
-        "names where: {}",
-        stderr(&out)
-    );
+    assert_refused(&out, &file, "segments[");
 }
 
 #[test]
@@ -307,12 +304,7 @@ fn one_long_string_named_by_every_annotation_is_refused_within_the_bound() {
     let bytes = shared_annotation_text(2_000, 256 << 10).expect("written");
     std::fs::write(&file, bytes).expect("written");
     let out = memprof_capped(&["analyze"], &file);
-    assert_refused(&out, &file);
-    assert!(
-        stderr(&out).contains("external_annotations["),
-        "names where: {}",
-        stderr(&out)
-    );
+    assert_refused(&out, &file, "external_annotations[");
 }
 
 #[test]
@@ -322,12 +314,7 @@ fn one_long_string_repeated_in_forward_frames_is_refused_within_the_bound() {
     let bytes = shared_forward_frames(1, 1_000, 1 << 20).expect("written");
     std::fs::write(&file, bytes).expect("written");
     let out = memprof_capped(&["analyze"], &file);
-    assert_refused(&out, &file);
-    assert!(
-        stderr(&out).contains("device_traces[0][0]"),
-        "names where: {}",
-        stderr(&out)
-    );
+    assert_refused(&out, &file, "device_traces[0][0]");
 }
 
 #[test]
@@ -370,10 +357,5 @@ fn one_trace_entry_duplicated_past_the_bound_is_refused_within_it() {
     let file = dir.join("dup.pickle");
     std::fs::write(&file, duplicated_entry(10_000_000)).expect("written");
     let out = memprof_capped(&["analyze"], &file);
-    assert_refused(&out, &file);
-    assert!(
-        stderr(&out).contains("device_traces[0]["),
-        "names where: {}",
-        stderr(&out)
-    );
+    assert_refused(&out, &file, "device_traces[0][");
 }
