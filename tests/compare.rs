@@ -142,7 +142,7 @@ fn diff_names_the_added_tensors_first_with_their_stack() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "device 0: peak active 40.00 MiB -> 120.00 MiB, +80.00 MiB (+200.0%)  GREW"
+        "device 0: peak requested 40.00 MiB -> 120.00 MiB, +80.00 MiB (+200.0%)  GREW"
     );
     assert_eq!(lines[1], "  appeared, largest first:");
     assert_eq!(

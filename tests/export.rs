@@ -401,19 +401,19 @@ fn perfetto_counters_peak_where_analyze_says() {
                     .collect()
             };
             let max = |t: &[(i64, u64)]| t.iter().map(|&(_, v)| v).max();
-            let active = track("active");
+            let requested = track("requested");
             let reserved = track("reserved");
             assert_eq!(
-                max(&active),
+                max(&requested),
                 dev["trace"]["peak_active_bytes"].as_u64(),
-                "{name} device {pid}: active peak"
+                "{name} device {pid}: peak requested"
             );
             assert_eq!(
                 max(&reserved),
                 dev["trace"]["peak_reserved_bytes"].as_u64(),
                 "{name} device {pid}: reserved peak"
             );
-            for t in [&active, &reserved] {
+            for t in [&requested, &reserved] {
                 assert!(t.windows(2).all(|w| w[0].0 <= w[1].0), "{name}: time order");
                 // Coalesced, and a high-water mark keeps a width: one value per timestamp.
                 assert!(t.windows(2).all(|w| w[0].0 < w[1].0), "{name}: coalesced");

@@ -67,7 +67,7 @@ fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
     );
     assert!(
         text.contains(
-            "peak active grew from 34.09 MiB to 92.10 MiB (+170.1%), more than the allowed +5.0%"
+            "peak requested grew from 34.09 MiB to 92.10 MiB (+170.1%), more than the allowed +5.0%"
         ),
         "{text}"
     );
@@ -84,7 +84,7 @@ fn same_run_passes_and_a_regression_fails_naming_the_sites_that_grew() {
     assert!(xml.contains("<testsuite name=\"memprof gate\" tests=\"1\" failures=\"1\""));
     assert!(xml.contains("type=\"memory_regression\""));
     let summary = std::fs::read_to_string(&md).expect("markdown written");
-    assert!(summary.contains("| 0 | v2_11_full.pickle | 0 | peak active | 34.09 MiB | 92.10 MiB | +170.1% | **fail** |"), "{summary}");
+    assert!(summary.contains("| 0 | v2_11_full.pickle | 0 | peak requested | 34.09 MiB | 92.10 MiB | +170.1% | **fail** |"), "{summary}");
 
     let loose = memprof(&[
         "gate",
@@ -175,14 +175,14 @@ fn without_a_trace_the_gate_names_the_dump_not_a_peak() {
         "{text}"
     );
     assert!(text.contains("largest sites at the dump:"), "{text}");
-    assert!(!text.contains("peak active"), "{text}");
+    assert!(!text.contains("peak requested"), "{text}");
 }
 
 #[test]
 fn absolute_limit_and_the_reserved_metric() {
     let low = memprof(&["gate", &snapshot("v2_1_basic"), "--limit", "10MiB"]);
     assert_eq!(low.status.code(), Some(1));
-    assert!(stdout(&low).contains("limited to 10.00 MiB but peak active was 34.09 MiB"));
+    assert!(stdout(&low).contains("limited to 10.00 MiB but peak requested was 34.09 MiB"));
     // With no baseline to grow from, the largest sites at the peak are named.
     assert!(
         stdout(&low)

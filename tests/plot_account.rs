@@ -220,7 +220,7 @@ fn a_spike_shorter_than_a_pixel_fills_its_column_under_the_peak_dot() {
     let svg = plot_svg(&input, &dir.join("t.svg"), &[]);
     let legend: Vec<&str> = svg.lines().filter(|l| l.contains("peak")).collect();
     assert!(
-        svg.contains("peak active 500.00 MiB (entry 1303)"),
+        svg.contains("peak requested 500.00 MiB (entry 1303)"),
         "the legend's peak: {legend:?}"
     );
     let dot = elements(&svg, "circle")

@@ -82,7 +82,7 @@ fn every_kind_in_png_and_svg() {
         let text = assert_svg(&svg, title);
         assert!(text.contains(shape), "{kind}: has {shape}");
     }
-    let svg = assert_svg(&dir.join("timeline.svg"), "peak active 20.65 GiB");
+    let svg = assert_svg(&dir.join("timeline.svg"), "peak requested 20.65 GiB");
     assert!(svg.contains("OOM: a request of 4.03 GiB failed"));
     assert!(svg.contains("memory (GiB)"));
     assert!(svg.contains("seconds from the first trace entry"));

@@ -1,6 +1,6 @@
 """pytest plugin (entry point `pytest11`): GPU memory limits, leaks and baselines per test.
 
-    @pytest.mark.gpu_memory(limit="2 GiB")                      # peak active memory
+    @pytest.mark.gpu_memory(limit="2 GiB")                      # peak requested memory
     @pytest.mark.gpu_memory(limit="3 GiB", metric="reserved")   # peak reserved memory
     @pytest.mark.gpu_memory_leak(tolerance="1 MiB")             # memory still alive at the end
 
@@ -36,7 +36,7 @@ def pytest_addoption(parser):
     group.addoption(
         "--gpu-memory-baseline",
         metavar="FILE",
-        help="check each CUDA test's peak active memory against its entry in FILE (JSON); "
+        help="check each CUDA test's peak requested memory against its entry in FILE (JSON); "
         "tests without an entry are measured and added",
     )
     group.addoption(
@@ -57,7 +57,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        'gpu_memory(limit, metric="active"): fail when the test\'s peak active (or reserved) '
+        'gpu_memory(limit, metric="active"): fail when the test\'s peak requested (or reserved) '
         "GPU memory is over limit (bytes or units: \"2 GiB\")",
     )
     config.addinivalue_line(

@@ -168,7 +168,7 @@ pub enum Metric {
 impl Metric {
     pub fn label(self) -> &'static str {
         match self {
-            Metric::PeakActive => "peak active",
+            Metric::PeakActive => "peak requested",
             Metric::PeakReserved => "peak reserved",
             Metric::LeftAlive => "left alive",
             Metric::ProcessPeak => "process peak",

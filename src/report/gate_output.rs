@@ -265,7 +265,7 @@ mod tests {
             measured: 3 << 30,
             baseline: Some(2 << 30),
             failures: vec![
-                "peak active grew from 2.00 GiB to 3.00 GiB (+50.0%), more than the allowed +5.0%"
+                "peak requested grew from 2.00 GiB to 3.00 GiB (+50.0%), more than the allowed +5.0%"
                     .into(),
             ],
             grew: vec![Growth {
@@ -299,7 +299,7 @@ mod tests {
         let xml = junit(&[failing()]);
         assert!(xml.contains("tests=\"1\" failures=\"1\""));
         assert!(xml.contains("name=\"rank 0 (a&lt;b&gt;.pickle) device 1 peak_active\""));
-        assert!(xml.contains("<failure message=\"peak active grew"));
+        assert!(xml.contains("<failure message=\"peak requested grew"));
         assert_eq!(
             xml.matches("<testcase").count(),
             xml.matches("</testcase>").count()
@@ -331,7 +331,7 @@ mod tests {
         assert!(md.starts_with("### memprof gate: failed"));
         assert!(
             md.contains(
-                "| 0 | a&lt;b&gt;.pickle | 1 | peak active | 2.00 GiB | 3.00 GiB | +50.0% | **fail** |"
+                "| 0 | a&lt;b&gt;.pickle | 1 | peak requested | 2.00 GiB | 3.00 GiB | +50.0% | **fail** |"
             ),
             "{md}"
         );

@@ -75,7 +75,7 @@ def test_over_the_limit_fails_with_the_gates_report_and_keeps_the_snapshot(pytes
     result = run(pytester, True, "-k", "over or under")
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
-    assert "limited to 2.00 MiB but peak active was 3.00 MiB" in out
+    assert "limited to 2.00 MiB but peak requested was 3.00 MiB" in out
     assert "limited to 2.00 MiB but peak reserved was 4.00 MiB" in out
     assert "largest sites at the peak:" in out
     assert "model.py:12:build_model" in out
@@ -138,7 +138,7 @@ def test_the_baseline_is_recorded_then_enforced_per_test(pytester):
     grown = run(pytester, True, *args)
     grown.assert_outcomes(failed=1)
     out = grown.stdout.str()
-    assert "peak active grew from 1.00 MiB to 2.00 MiB (+100.0%), more than the allowed +10.0%" in out
+    assert "peak requested grew from 1.00 MiB to 2.00 MiB (+100.0%), more than the allowed +10.0%" in out
     assert "sites that grew most at the peak:" in out
 
 

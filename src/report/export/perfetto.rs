@@ -1,7 +1,7 @@
 //! Chrome trace-event JSON for ui.perfetto.dev (and chrome://tracing): per device, one process
-//! (pid = device + 1: Perfetto reads pid 0 as the idle process) with counter tracks for active
-//! bytes (live requested) and reserved bytes, computed by the model's `Replay`, and instant
-//! events for the account's moments (the peaks, each OOM and OOM retry, each `empty_cache()`
+//! (pid = device + 1: Perfetto reads pid 0 as the idle process) with counter tracks for
+//! requested bytes (of the live allocations) and reserved bytes, computed by the model's
+//! `Replay`, and instant events for the account's moments (the peaks, each OOM and OOM retry, each `empty_cache()`
 //! call, with the account's figures there) and earlier snapshot calls.
 //!
 //! Time is `time_us` relative to the earliest entry of any device in the file: one origin for
@@ -12,7 +12,7 @@
 //! peak keeps a visible width.
 //!
 //! Perfetto names a counter track after the event's name and its argument key joined by a
-//! space, so events are named "active" and "reserved" with the argument "bytes".
+//! space, so events are named "requested" and "reserved" with the argument "bytes".
 
 use crate::account::{InputAccount, Moment, MomentKind};
 use crate::model::{Action, Replay, Snapshot, TraceEntry};
@@ -20,8 +20,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::io::{self, Write};
 
-/// Name of the counter events of live requested bytes (the track reads "active bytes").
-pub const ACTIVE: &str = "active";
+/// Name of the counter events of live requested bytes (the track reads "requested bytes").
+pub const REQUESTED: &str = "requested";
 /// Name of the counter events of bytes reserved from the driver ("reserved bytes").
 pub const RESERVED: &str = "reserved";
 /// What counter tracks of a trace without times add to their names.
@@ -166,7 +166,7 @@ impl<W: Write> Events<'_, W> {
         };
         let suffix = if has_times { "" } else { UNTIMED };
         let mut replay = Replay::new(entries, snapshot.device_segments(device));
-        let mut active = Counter::new(format!("{ACTIVE}{suffix}"), replay.live().total());
+        let mut requested = Counter::new(format!("{REQUESTED}{suffix}"), replay.live().total());
         let mut reserved = Counter::new(format!("{RESERVED}{suffix}"), replay.reserved());
         // The moments at an entry, by entry: each entry's are taken as the replay passes it.
         let mut at_entries: Vec<&Moment> = moments.iter().filter(|m| m.entry.is_some()).collect();
@@ -176,11 +176,11 @@ impl<W: Write> Events<'_, W> {
         while let Some(index) = replay.step() {
             let ts = clock(index, group_ts);
             if ts != group_ts {
-                self.flush(pid, group_ts, &mut active)?;
+                self.flush(pid, group_ts, &mut requested)?;
                 self.flush(pid, group_ts, &mut reserved)?;
                 group_ts = ts;
             }
-            active.set(replay.live().total());
+            requested.set(replay.live().total());
             reserved.set(replay.reserved());
             let entry = &entries[index];
             if entry.action == Action::Snapshot {
@@ -201,7 +201,7 @@ impl<W: Write> Events<'_, W> {
                 }))?;
             }
         }
-        for counter in [&mut active, &mut reserved] {
+        for counter in [&mut requested, &mut reserved] {
             self.flush(pid, group_ts, counter)?;
             self.release(pid, counter, i64::MAX)?;
         }

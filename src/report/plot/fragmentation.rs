@@ -28,7 +28,7 @@ impl super::Figure for FragmentationPlot<'_> {
         let unused = style::PENDING_FREE;
         let mut entries = vec![
             (
-                "reserved - active: cached free blocks and rounding".to_string(),
+                "reserved - requested: cached free blocks and rounding".to_string(),
                 Swatch::Fill(unused),
             ),
             ("reserved".to_string(), Swatch::Line(style::RESERVED, 2)),

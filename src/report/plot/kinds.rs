@@ -148,7 +148,9 @@ pub fn plot(
         Kind::Fragmentation => {
             let series = of.series(&Stacking::Site, COLUMNS);
             let title = fit(
-                |n| format!("Fragmentation over time (reserved - active) - {n}, device {device}"),
+                |n| {
+                    format!("Fragmentation over time (reserved - requested) - {n}, device {device}")
+                },
                 name,
             );
             render(

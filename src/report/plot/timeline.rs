@@ -157,7 +157,7 @@ impl super::Figure for TimelinePlot<'_> {
             StackBy::Category => "category",
         };
         entries.push((
-            format!("active (live allocations; the areas split it by {by})"),
+            format!("requested (sizes of live allocations; the areas split it by {by})"),
             Swatch::Line(style::ACTIVE, 1),
         ));
         entries.push((
@@ -167,7 +167,7 @@ impl super::Figure for TimelinePlot<'_> {
         if let Some(peak) = self.peak {
             entries.push((
                 format!(
-                    "peak active {} (entry {})",
+                    "peak requested {} (entry {})",
                     Bytes(peak.bytes),
                     peak.entry_index
                 ),

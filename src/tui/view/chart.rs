@@ -1,7 +1,8 @@
-//! The memory-over-time chart: one column per run of entries, allocated as a bar (eighth-block
-//! resolution; solid up to the column's lowest value, `▓` between its lowest and highest),
-//! reserved as shading above it, the cursor column marked, peak and OOM marked
-//! on the axis. Reads only the summary's buckets: at most `MAX_BUCKETS` per frame.
+//! The memory-over-time chart: one column per run of entries, the requested bytes of live
+//! allocations as a bar (eighth-block resolution; solid up to the column's lowest value, `▓`
+//! between its lowest and highest), reserved as shading above it, the cursor column marked,
+//! peak and OOM marked on the axis. Reads only the summary's buckets: at most `MAX_BUCKETS` per
+//! frame.
 
 use super::state::ViewState;
 use super::summary::{Bucket, Summary};

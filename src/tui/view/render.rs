@@ -83,7 +83,7 @@ pub fn render(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         .borders(Borders::ALL)
         .title(Line::from(vec![
             Span::styled(" Memory over time ", theme.title()),
-            Span::styled("█▓ active ", theme.allocated()),
+            Span::styled("█▓ requested ", theme.allocated()),
             Span::styled("░ reserved ", theme.reserved()),
             Span::styled("▲ peak ", theme.peak()),
             Span::styled("✕ OOM ", theme.oom()),
