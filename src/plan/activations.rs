@@ -321,7 +321,9 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         } else {
             2.0 * sbh / t
         };
-        2.0 * sbh / t + projection_input + loss_kept_bytes_per_logit(s.loss, s.element_bytes) * logits
+        2.0 * sbh / t
+            + projection_input
+            + loss_kept_bytes_per_logit(s.loss, s.element_bytes) * logits
     } else {
         0.0
     };

@@ -222,7 +222,9 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
         let projection = if l.sp && l.tp > 1 && loss_kind != Loss::Megatron {
             format!("2sbh/t + 2sbh + {kept}sbv/t with v = {vocab} (final norm input, output projection input gathered whole by PyTorch's sequence parallelism, {logits})")
         } else if kept == 4.0 {
-            format!("4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, {logits})")
+            format!(
+                "4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, {logits})"
+            )
         } else {
             format!("4sbh/t + {kept}sbv/t with v = {vocab} (final norm, output projection input, {logits})")
         };
