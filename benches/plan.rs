@@ -17,6 +17,7 @@ fn setup(model: &str, seq_len: u64) -> TrainSetup {
         optimizer: Optimizer::AdamW,
         seq_len,
         attention: Attention::Flash,
+        compiled_loss: false,
         gpu_memory: 80 << 30,
         headroom: Headroom::default(),
     }

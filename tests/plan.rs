@@ -1031,8 +1031,8 @@ fn plan_kv_workload_per_setting() {
 /// relative errors may not grow past today's.
 #[test]
 fn published_measured_peaks_accuracy() {
-    const MEDIAN_AT_MOST: f64 = 0.046;
-    const WORST_AT_MOST: f64 = 0.41;
+    const MEDIAN_AT_MOST: f64 = 0.043;
+    const WORST_AT_MOST: f64 = 0.165;
     let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
         .expect("the measured peaks");
     let doc: Value = serde_json::from_str(&text).expect("JSON");
@@ -1131,6 +1131,125 @@ fn published_measured_peaks_accuracy() {
     );
     assert!(median <= MEDIAN_AT_MOST, "median error grew: {summary}");
     assert!(worst <= WORST_AT_MOST, "worst error grew: {summary}");
+}
+
+/// SGLang's log of Qwen3-14B (xorbitsai/inference issue #3481, in
+/// fixtures/examples/measured_peaks.json) says "KV Cache is allocated. #tokens: 91749, K size:
+/// 7.00 GB, V size: 7.00 GB" (GiB): `plan kv`'s bytes a token for that config give the same.
+#[test]
+fn plan_kv_per_token_matches_sglangs_logged_cache() {
+    let doc = json(&[
+        "plan",
+        "kv",
+        "--model",
+        "fixtures/examples/qwen3-14b/config.json",
+        "--kv-memory",
+        "16GiB",
+        "--json",
+    ]);
+    let per_token = doc["kv_bytes_per_token"].as_u64().expect("bytes");
+    let k_gib = (91749 * per_token / 2) as f64 / (1u64 << 30) as f64;
+    assert_eq!(format!("{k_gib:.2}"), "7.00", "{per_token}");
+}
+
+/// `--loss compiled` (the loss under torch.compile) keeps the 16-bit logits and one 16-bit
+/// gradient where the eager loss keeps fp32 logits and two fp32 gradients: 8 bytes a logit
+/// less in the head term, nothing else changes, the explanation says so, and the Megatron-LM
+/// recipes, whose loss is their own, refuse it.
+#[test]
+fn compiled_loss_keeps_less_in_the_head() {
+    let run = |loss: &str| {
+        let mut args = vec![
+            "plan",
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--gpus",
+            "32",
+            "--gpu-memory",
+            "140GiB",
+            "--seq-len",
+            "8192",
+            "--micro-batch",
+            "2",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--cp",
+            "1",
+            "--zero",
+            "3",
+            "--recompute",
+            "none",
+            "--json",
+        ];
+        args.extend(["--loss", loss]);
+        json(&args)
+    };
+    let eager = run("eager");
+    let compiled = run("compiled");
+    let m = |doc: &Value, k: &str| doc["candidates"][0]["memory"][k].as_i64().expect(k);
+    let logits = 8192 * 2 * 128256;
+    assert_eq!(
+        m(&eager, "activations_head_bytes") - m(&compiled, "activations_head_bytes"),
+        8 * logits
+    );
+    for k in [
+        "activations_layers_bytes",
+        "activations_shape_bytes",
+        "activations_recompute_bytes",
+        "params_sharded_bytes",
+        "optimizer_bytes",
+    ] {
+        assert_eq!(m(&eager, k), m(&compiled, k), "{k}");
+    }
+    let text = stdout(&memprof(&[
+        "plan",
+        "train",
+        "--model",
+        "llama-3.1-8b",
+        "--gpus",
+        "8",
+        "--gpu-memory",
+        "80GiB",
+        "--seq-len",
+        "4096",
+        "--micro-batch",
+        "1",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--loss",
+        "compiled",
+        "--explain",
+    ]));
+    assert!(
+        text.contains("the logits the compiled loss keeps"),
+        "{text}"
+    );
+    fails_with_one_line(
+        &[
+            "plan",
+            "train",
+            "--model",
+            "llama-3.1-8b",
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--seq-len",
+            "4096",
+            "--micro-batch",
+            "1",
+            "--precision",
+            "megatron-bf16",
+            "--loss",
+            "compiled",
+        ],
+        "--loss compiled",
+    );
 }
 
 /// `--recompute per-op` (torchtitan's per-operator checkpointing) is named in the table, the

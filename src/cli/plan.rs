@@ -2,7 +2,7 @@
 
 use super::Outcome;
 use crate::model::{count, Bytes};
-use crate::plan::activations::{ActivationSettings, Attention, Recompute};
+use crate::plan::activations::{ActivationSettings, Attention, Loss, Recompute};
 use crate::plan::calibrate::{calibrate, CalibrationReport, MeasuredRun};
 use crate::plan::checkpoint::{layers_from_model, plan_checkpoints, LayerCost};
 use crate::plan::deepspeed::Version;
@@ -194,6 +194,16 @@ impl From<AttentionArg> for Attention {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LossArg {
+    /// PyTorch's cross_entropy on fp32 logits, run eagerly (fp32 log-softmax kept, fp32
+    /// gradients in backward).
+    Eager,
+    /// The same under torch.compile (torchtitan's --training.compile compiles it): the 16-bit
+    /// logits kept and their 16-bit gradient.
+    Compiled,
+}
+
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     /// A Hugging Face config.json or a built-in name (llama-3-8b, gpt3-175b, ...).
@@ -251,6 +261,10 @@ pub struct TrainArgs {
     /// Attention kernel, which sets whether the attention scores are kept for backward.
     #[arg(long, value_enum, default_value = "flash")]
     pub attention: AttentionArg,
+    /// How the loss over the logits runs, which sets what its backward holds (the
+    /// megatron-* precisions use Megatron-LM's own loss).
+    #[arg(long, value_enum, default_value = "eager")]
+    pub loss: LossArg,
     /// Memory kept for the CUDA context and library workspaces per GPU.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1GiB")]
     pub cuda_context: u64,
@@ -496,6 +510,10 @@ impl PlannedTraining {
 
 /// Searches the layouts; writes `--plot`.
 fn train_plan(a: &TrainArgs) -> anyhow::Result<PlannedTraining> {
+    let compiled_loss = a.loss == LossArg::Compiled;
+    if compiled_loss && a.precision.recipe().fused_loss() {
+        bail!("--loss compiled is PyTorch's cross_entropy; the megatron-* precisions use Megatron-LM's own loss");
+    }
     let mut model = load_model(&a.model)?;
     model.params_override = a.params;
     let setup = TrainSetup {
@@ -508,6 +526,7 @@ fn train_plan(a: &TrainArgs) -> anyhow::Result<PlannedTraining> {
         },
         seq_len: a.seq_len,
         attention: a.attention.into(),
+        compiled_loss,
         gpu_memory: a.gpu_memory,
         headroom: Headroom {
             context_bytes: a.cuda_context,
@@ -885,7 +904,7 @@ fn model_layers(
         recompute: Recompute::None,
         attention: a.attention.into(),
         element_bytes: 2.0,
-        fused_loss: false,
+        loss: Loss::Eager,
     };
     let (layers, fixed, step_flops) = layers_from_model(&model, &settings);
     Ok((model.name, layers, fixed, step_flops))

@@ -38,6 +38,24 @@ pub enum Attention {
     Eager,
 }
 
+/// How the loss over the logits is computed, which sets what its backward holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Loss {
+    /// PyTorch's `cross_entropy` on fp32 logits, run eagerly: the log-softmax is kept (4 B a
+    /// logit) and its backward holds its gradient and the logits' beside it.
+    Eager,
+    /// The same function under `torch.compile`: Inductor keeps the 16-bit logits it was given
+    /// and writes their 16-bit gradient in one fused kernel, without the fp32 copies (2 B a
+    /// logit kept and 2 B of gradient, about the 4.4 B a logit PyTorch measured; the sources
+    /// are in docs/plan-accuracy.md).
+    Compiled,
+    /// Megatron-LM's vocab-parallel cross entropy, in place on its saved softmax. It also
+    /// marks Megatron-LM's head under sequence parallelism, which keeps the output
+    /// projection's input sharded where PyTorch's keeps it gathered.
+    Megatron,
+}
+
 /// The settings activation memory depends on.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActivationSettings {
@@ -54,17 +72,12 @@ pub struct ActivationSettings {
     pub attention: Attention,
     /// Bytes of an activation element (2 for 16-bit training; the formulas' unit).
     pub element_bytes: f64,
-    /// The loss works in place on its saved softmax (Megatron-LM's vocab-parallel cross
-    /// entropy) instead of PyTorch's `cross_entropy` on fp32 logits, whose backward holds the
-    /// log-softmax, its gradient and the input gradient at once. It also marks Megatron-LM's
-    /// head under sequence parallelism, which keeps the output projection's input sharded
-    /// where PyTorch's keeps it gathered.
-    pub fused_loss: bool,
+    pub loss: Loss,
 }
 
 impl ActivationSettings {
     /// One GPU, one micro-batch, 16-bit elements, no recompute, flash attention and PyTorch's
-    /// loss: the plain single-GPU step that the other settings start from.
+    /// eager loss: the plain single-GPU step that the other settings start from.
     pub fn one_gpu(seq_len: u64, micro_batch: u64) -> ActivationSettings {
         ActivationSettings {
             seq_len,
@@ -77,7 +90,7 @@ impl ActivationSettings {
             recompute: Recompute::None,
             attention: Attention::Flash,
             element_bytes: 2.0,
-            fused_loss: false,
+            loss: Loss::Eager,
         }
     }
 }
@@ -100,9 +113,9 @@ pub struct ActivationMemory {
     pub output: f64,
     /// One layer's activations rebuilt during the backward pass of full recompute.
     pub recompute_peak: f64,
-    /// The loss's backward beyond the kept fp32 logits: PyTorch's `cross_entropy` holds the
+    /// The loss's backward beyond the kept logits: PyTorch's eager `cross_entropy` holds the
     /// log-softmax's gradient and the logits' gradient (fp32 each, 8sbv/t) beside it, 12sbv/t
-    /// under TP's `loss_parallel` (`loss_bytes_per_logit`). It
+    /// under TP's `loss_parallel`; compiled, the 16-bit gradient (`loss_bytes_per_logit`). It
     /// happens before any layer is recomputed, so only what exceeds `recompute_peak` counts.
     pub loss: f64,
 }
@@ -254,18 +267,32 @@ pub fn published_per_layer(
     bytes * s.element_bytes / 2.0
 }
 
-/// Bytes per logit the loss's backward holds beside the kept fp32 logits (4 B each).
+/// Bytes per logit the loss keeps from its forward pass for its backward.
 ///
-/// At TP 1 PyTorch's fused `log_softmax` backward holds the incoming gradient and its result
-/// (8 B). With the vocabulary split across TP ranks, PyTorch's
+/// Eager, the fp32 log-softmax (4 B); compiled, the logits as the model made them
+/// (`element_bytes`); Megatron-LM's loss, its fp32 softmax (4 B), which its backward reuses.
+pub fn loss_kept_bytes_per_logit(loss: Loss, element_bytes: f64) -> f64 {
+    match loss {
+        Loss::Compiled => element_bytes,
+        Loss::Eager | Loss::Megatron => 4.0,
+    }
+}
+
+/// Bytes per logit the loss's backward holds beside what it kept.
+///
+/// Eager at TP 1 PyTorch's fused `log_softmax` backward holds the incoming gradient and its
+/// result (8 B). With the vocabulary split across TP ranks, PyTorch's
 /// `torch.distributed.tensor.parallel.loss_parallel` (its `_nll_loss_and_log_softmax_backward`;
 /// torchtitan enables it whenever TP > 1) builds `(grad_input + exp(x)) * grad_output` from a
-/// zeroed `grad_input`: that, `exp(x)` and their sum are alive at once (12 B).
-pub fn loss_bytes_per_logit(tp: u64) -> f64 {
-    if tp > 1 {
-        12.0
-    } else {
-        8.0
+/// zeroed `grad_input`: that, `exp(x)` and their sum are alive at once (12 B). Compiled, the
+/// one kernel writes the logits' gradient in their own element type (`element_bytes`).
+/// Megatron-LM's works in place (0).
+pub fn loss_bytes_per_logit(loss: Loss, tp: u64, element_bytes: f64) -> f64 {
+    match loss {
+        Loss::Eager if tp > 1 => 12.0,
+        Loss::Eager => 8.0,
+        Loss::Compiled => element_bytes,
+        Loss::Megatron => 0.0,
     }
 }
 
@@ -284,16 +311,19 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
     // Logits on this GPU (s b v / t: the vocabulary is split across TP ranks).
     let logits = sbh / model.hidden_size as f64 * model.vocab as f64 / t;
     let output = if pp == 1 {
-        // Final norm input (2sbh/t), output projection input, fp32 logits 4sbv/t. Under
+        // Final norm input (2sbh/t), output projection input, the logits the loss keeps
+        // (fp32 4sbv/t, or 16-bit 2sbv/t when it is compiled). Under
         // PyTorch's sequence parallelism the projection is a `ColwiseParallel` whose input is
         // all-gathered from sequence shards and kept whole by the matmul for backward (2sbh);
         // Megatron-LM's keeps its shard and gathers again in backward (2sbh/t).
-        let projection_input = if s.sp && s.tp > 1 && !s.fused_loss {
+        let projection_input = if s.sp && s.tp > 1 && s.loss != Loss::Megatron {
             2.0 * sbh
         } else {
             2.0 * sbh / t
         };
-        2.0 * sbh / t + projection_input + 4.0 * logits
+        2.0 * sbh / t
+            + projection_input
+            + loss_kept_bytes_per_logit(s.loss, s.element_bytes) * logits
     } else {
         0.0
     };
@@ -305,8 +335,8 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         }
         Recompute::None | Recompute::Selective => 0.0,
     };
-    let loss = if pp == 1 && !s.fused_loss {
-        (loss_bytes_per_logit(s.tp) * logits - recompute_peak).max(0.0)
+    let loss = if pp == 1 {
+        (loss_bytes_per_logit(s.loss, s.tp, s.element_bytes) * logits - recompute_peak).max(0.0)
     } else {
         0.0
     };
@@ -361,7 +391,7 @@ mod tests {
             recompute,
             attention: Attention::Eager,
             element_bytes: 2.0,
-            fused_loss: false,
+            loss: Loss::Eager,
         }
     }
 
@@ -538,12 +568,39 @@ mod tests {
         let m = activation_memory(&model, &s);
         assert_eq!(m.output, 2.0 * sbh / 8.0 + 2.0 * sbh + 4.0 * logits);
         assert_eq!(m.loss, 12.0 * logits - m.recompute_peak);
-        s.fused_loss = true;
+        s.loss = Loss::Megatron;
         let megatron = activation_memory(&model, &s);
         assert_eq!(megatron.output, 4.0 * sbh / 8.0 + 4.0 * logits);
         assert_eq!(megatron.loss, 0.0);
         // At TP 1 the loss is PyTorch's fused log-softmax backward: 8 bytes beyond the logits.
-        assert_eq!(loss_bytes_per_logit(1), 8.0);
+        assert_eq!(loss_bytes_per_logit(Loss::Eager, 1, 2.0), 8.0);
+    }
+
+    /// The loss under `torch.compile` keeps the 16-bit logits (2sbv) and writes their 16-bit
+    /// gradient (2sbv), where the eager loss keeps the fp32 log-softmax (4sbv) and holds two
+    /// fp32 gradients beside it (8sbv): 4 bytes a logit at the loss's backward instead of 12,
+    /// about the 4.4 PyTorch measured (docs/plan-accuracy.md). Llama 3.1 8B, s 8192, b 2.
+    #[test]
+    fn compiled_loss_keeps_the_logits_and_one_gradient_in_16_bits() {
+        let model = builtin::find("llama-3.1-8b").expect("built-in");
+        let mut s = settings(8192, 2, 1, false, Recompute::None);
+        s.attention = Attention::Flash;
+        let sbh = 8192.0 * 2.0 * 4096.0;
+        let logits = 8192.0 * 2.0 * 128256.0;
+        let eager = activation_memory(&model, &s);
+        s.loss = Loss::Compiled;
+        let compiled = activation_memory(&model, &s);
+        assert_eq!(eager.output, 4.0 * sbh + 4.0 * logits);
+        assert_eq!(eager.loss, 8.0 * logits);
+        assert_eq!(compiled.output, 4.0 * sbh + 2.0 * logits);
+        assert_eq!(compiled.loss, 2.0 * logits);
+        assert_eq!(eager.head() - compiled.head(), 8.0 * logits);
+        // The layers are the same either way.
+        assert_eq!(eager.layers + eager.shape, compiled.layers + compiled.shape);
+        // In fp32 the compiled loss keeps 4 bytes a logit and writes 4 of gradient.
+        s.element_bytes = 4.0;
+        let fp32 = activation_memory(&model, &s);
+        assert_eq!(fp32.loss, 4.0 * logits);
     }
 
     /// torchtitan's per-operator policy on Llama 3.1 8B (s 8192, b 2): the block input, Q, V,

@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn llama_layers_from_config() {
-        use crate::plan::activations::Attention;
+        use crate::plan::activations::{Attention, Loss};
         let model = crate::plan::builtin::find("llama-3-8b").expect("built-in");
         let s = ActivationSettings {
             seq_len: 4096,
@@ -277,7 +277,7 @@ mod tests {
             recompute: Recompute::None,
             attention: Attention::Eager,
             element_bytes: 2.0,
-            fused_loss: false,
+            loss: Loss::Eager,
         };
         let (layers, fixed, step) = layers_from_model(&model, &s);
         assert_eq!(layers.len(), 32);

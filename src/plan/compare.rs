@@ -4,7 +4,7 @@
 //! model-state estimators (either release's ZeRO-2 formula) and Megatron-LM's theoretical
 //! memory.
 
-use super::activations::Recompute;
+use super::activations::{Loss, Recompute};
 use super::cost::GPUS_PER_NODE;
 use super::deepspeed::{self, Cluster, Offload, Version};
 use super::megatron::{self, MegatronArgs};
@@ -244,6 +244,10 @@ pub fn megatron_side_by_side(setup: &TrainSetup, candidate: &Candidate) -> Optio
                 "both keep embedding dropout for the micro-batches in flight; the output layer \
                  is on the last stage; Megatron adds the 8-byte input ids"
                     .to_string()
+            } else if setup.loss() == Loss::Compiled {
+                "memprof keeps the 16-bit logits of the compiled loss and counts its gradient \
+                 in the loss's backward"
+                    .to_string()
             } else if setup.precision.fused_loss() || act.sp_path {
                 "the same output projection and fp32 logits; memprof also counts the loss's \
                  backward where it is not fused"
@@ -313,6 +317,7 @@ mod tests {
             optimizer: Optimizer::AdamW,
             seq_len: seq,
             attention: Attention::Flash,
+            compiled_loss: false,
             gpu_memory: 80 << 30,
             headroom: Headroom::default(),
         };
@@ -393,6 +398,7 @@ mod tests {
             optimizer: Optimizer::AdamW,
             seq_len: 8192,
             attention: Attention::Flash,
+            compiled_loss: false,
             gpu_memory: 80 << 30,
             headroom: Headroom::default(),
         };

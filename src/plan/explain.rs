@@ -2,7 +2,9 @@
 //! with the candidate's own numbers, and where the formula comes from, so every figure can be
 //! traced to a paper or to memprof's own addition.
 
-use super::activations::{Attention, Recompute};
+use super::activations::{
+    loss_bytes_per_logit, loss_kept_bytes_per_logit, Attention, Loss, Recompute,
+};
 use super::layout::Layout;
 use super::model::Mlp;
 use super::states::{ZeroStage, UNITS_IN_FLIGHT};
@@ -44,6 +46,11 @@ const HEAD: &str = "Korthikanti et al. 2022, section 4.1 (embedding dropout, fin
                     projection, fp32 logits); the loss's backward as PyTorch's cross_entropy \
                     computes it (log-softmax kept, its gradient and the logits' gradient in \
                     fp32); memprof's addition to the per-layer formula";
+const HEAD_COMPILED: &str = "Korthikanti et al. 2022, section 4.1 (embedding dropout, final \
+                             norm, output projection); the loss under torch.compile keeps the \
+                             logits in their own type and writes their gradient in one kernel \
+                             (PyTorch's Inductor; docs/plan-accuracy.md); memprof's addition to \
+                             the per-layer formula";
 const CONTEXT: &str = "memprof default (--cuda-context): CUDA context and library workspaces";
 const COMM: &str = "memprof default (--comm-buffers), counted with more than one GPU: NCCL \
                     buffers (NCCL_BUFFSIZE, 4 MiB per channel and peer of each communicator)";
@@ -191,23 +198,36 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
         String::new()
     };
     let vocab = model.vocab;
-    let loss = if setup.precision.fused_loss() {
-        "; Megatron-LM's loss works in place"
-    } else if l.tp > 1 {
-        " + the loss's backward, 12sbv/t less the layer being recomputed (PyTorch's loss_parallel: a zeroed gradient, exp of the log-softmax and their sum, fp32 each)"
+    let loss_kind = setup.loss();
+    let element = setup.precision.activation_bytes();
+    let kept = loss_kept_bytes_per_logit(loss_kind, element);
+    let loss = match loss_kind {
+        Loss::Megatron => "; Megatron-LM's loss works in place".to_string(),
+        Loss::Compiled => format!(
+            " + the loss's backward, {}sbv/t less the layer being recomputed (the logits' gradient, written by the compiled loss's one kernel)",
+            loss_bytes_per_logit(loss_kind, l.tp, element)
+        ),
+        Loss::Eager if l.tp > 1 => " + the loss's backward, 12sbv/t less the layer being recomputed (PyTorch's loss_parallel: a zeroed gradient, exp of the log-softmax and their sum, fp32 each)".to_string(),
+        Loss::Eager => " + the loss's backward, 8sbv/t less the layer being recomputed (the log-softmax's and the logits' fp32 gradients)".to_string(),
+    };
+    let logits = if loss_kind == Loss::Compiled {
+        "the logits the compiled loss keeps"
     } else {
-        " + the loss's backward, 8sbv/t less the layer being recomputed (the log-softmax's and the logits' fp32 gradients)"
+        "fp32 logits"
     };
     let head = if l.pp > 1 {
         "sbh per micro-batch in flight (embedding dropout; the logits are on the last stage)"
             .to_string()
     } else {
-        let projection = if l.sp && l.tp > 1 && !setup.precision.fused_loss() {
-            "2sbh/t + 2sbh + 4sbv/t with v = {vocab} (final norm input, output projection input gathered whole by PyTorch's sequence parallelism, fp32 logits)"
+        let projection = if l.sp && l.tp > 1 && loss_kind != Loss::Megatron {
+            format!("2sbh/t + 2sbh + {kept}sbv/t with v = {vocab} (final norm input, output projection input gathered whole by PyTorch's sequence parallelism, {logits})")
+        } else if kept == 4.0 {
+            format!(
+                "4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, {logits})"
+            )
         } else {
-            "4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, fp32 logits)"
-        }
-        .replace("{vocab}", &vocab.to_string());
+            format!("4sbh/t + {kept}sbv/t with v = {vocab} (final norm, output projection input, {logits})")
+        };
         format!("sbh (embedding dropout) + {projection}{loss}")
     };
     vec![
@@ -335,7 +355,11 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             kind: TermKind::Estimate,
             bytes: signed(m.activations_head),
             formula: head,
-            source: HEAD,
+            source: if loss_kind == Loss::Compiled {
+                HEAD_COMPILED
+            } else {
+                HEAD
+            },
         },
         Term {
             name: "context_bytes",
@@ -386,6 +410,7 @@ mod tests {
             optimizer: Optimizer::AdamW,
             seq_len: seq,
             attention: Attention::Flash,
+            compiled_loss: false,
             gpu_memory: 80 << 30,
             headroom: Headroom::default(),
         }

@@ -175,7 +175,7 @@ pub fn activation_memory(a: &MegatronArgs) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::activations::{self, ActivationSettings, Attention, Recompute};
+    use crate::plan::activations::{self, ActivationSettings, Attention, Loss, Recompute};
     use crate::plan::builtin;
     use crate::plan::layout::Layout;
     use crate::plan::recipe::{Optimizer, Precision};
@@ -305,7 +305,7 @@ mod tests {
             recompute: Recompute::Selective,
             attention: Attention::Eager,
             element_bytes: 2.0,
-            fused_loss: false,
+            loss: Loss::Eager,
         };
         let ours = activations::per_layer(&model, &s, Recompute::Selective);
         let theirs = 2048.0 * 12288.0 * 34.0 / 8.0;

@@ -77,6 +77,7 @@ fn setup(model: ModelConfig, seq: u64) -> TrainSetup {
         optimizer: Optimizer::AdamW,
         seq_len: seq,
         attention: Attention::Flash,
+        compiled_loss: false,
         gpu_memory: 80 << 30,
         headroom: Headroom::default(),
     }

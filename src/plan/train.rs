@@ -1,7 +1,7 @@
 //! Training memory per GPU for one layout: model states, activations, the headroom kept for
 //! the CUDA context and allocator fragmentation, whether it fits, and what a step costs.
 
-use super::activations::{activation_memory, ActivationSettings, Attention};
+use super::activations::{activation_memory, ActivationSettings, Attention, Loss};
 use super::cost::{step_cost, CostInputs, StepCost};
 use super::layout::Layout;
 use super::model::ModelConfig;
@@ -51,8 +51,25 @@ pub struct TrainSetup {
     pub optimizer: Optimizer,
     pub seq_len: u64,
     pub attention: Attention,
+    /// The loss runs under `torch.compile` (ignored with the Megatron-LM recipes, whose loss
+    /// is their own).
+    pub compiled_loss: bool,
     pub gpu_memory: u64,
     pub headroom: Headroom,
+}
+
+impl TrainSetup {
+    /// How the loss is computed: Megatron-LM's with its recipes, else PyTorch's, compiled or
+    /// eager.
+    pub fn loss(&self) -> Loss {
+        if self.precision.fused_loss() {
+            Loss::Megatron
+        } else if self.compiled_loss {
+            Loss::Compiled
+        } else {
+            Loss::Eager
+        }
+    }
 }
 
 /// Per-GPU bytes of a candidate, by term (each rounded to whole bytes on its own, so the terms
@@ -154,7 +171,7 @@ pub fn activation_settings(setup: &TrainSetup, layout: &Layout) -> ActivationSet
         recompute: layout.recompute,
         attention: setup.attention,
         element_bytes: setup.precision.activation_bytes(),
-        fused_loss: setup.precision.fused_loss(),
+        loss: setup.loss(),
     }
 }
 
