@@ -78,6 +78,7 @@ fn check(path: &Path, scratch: &Scratch) {
         }
         _ => Value::Array(Vec::new()),
     };
+    let gate_text = stdout(&memprof(&["gate", &file, "--limit", "1B"]));
     for m in measurements.as_array().expect("measurements") {
         let d = devices
             .iter()
@@ -94,6 +95,15 @@ fn check(path: &Path, scratch: &Scratch) {
         assert_eq!(&m["peak_active_bytes"], active, "{file}: gate");
         assert_eq!(&m["peak_reserved_bytes"], reserved, "{file}: gate");
         assert_eq!(m["peak_known"].as_bool().unwrap_or(true), known, "{file}");
+        // The gate's text names the figure with analyze's words: "peak requested".
+        let shown = bytes(active).expect("a figure");
+        let label = if known {
+            "peak requested"
+        } else {
+            "requested at the dump (no trace, peak not known)"
+        };
+        let line = format!("device {}: {label} {shown}", m["device"]);
+        assert!(gate_text.contains(&line), "{file}: {line:?}\n{gate_text}");
     }
     let origin = input["time_origin_us"].as_i64();
     let snapshot = torch_snapshot::read(std::fs::File::open(path).expect("opens"))
