@@ -179,6 +179,9 @@ fn the_loading_screen_shows_the_read_bytes_then_the_dump_and_hands_over_when_ove
     progress.set_stage(Stage::Account);
     app.on_tick();
     assert!(draw(&app, 90, 24).contains("building the account"));
+    progress.set_stage(Stage::Dashboard);
+    app.on_tick();
+    assert!(draw(&app, 90, 24).contains("preparing the dashboard"));
     assert!(!app.finished());
     progress.set_stage(Stage::Over);
     app.on_tick();

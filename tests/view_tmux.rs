@@ -376,3 +376,29 @@ fn view_in_tmux_reports_a_file_cut_short_after_restoring_the_terminal() {
     assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
     assert!(!screen.contains("panicked"), "{screen}");
 }
+
+/// A snapshot with nothing in it: the terminal comes back, then one line and exit code 2.
+#[test]
+fn view_in_tmux_refuses_an_empty_snapshot_after_restoring_the_terminal() {
+    let scratch = crate::util::Scratch::new("view-empty");
+    let empty = scratch.join("empty.pickle");
+    // pickle.dumps({'segments': [], 'device_traces': []}, protocol=2)
+    let bytes = b"\x80\x02}q\x00(X\x08\x00\x00\x00segmentsq\x01]q\x02X\r\x00\x00\x00device_tracesq\x03]q\x04u.";
+    std::fs::write(&empty, bytes).expect("writable");
+    let command = format!(
+        "sh -c '{} view {}; echo \"exit=$?\"; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e icanon -e -icanon; echo end-of-check; sleep 60'",
+        env!("CARGO_BIN_EXE_memprof"),
+        empty.display()
+    );
+    let Some(tmux) = Tmux::start(&command, 200, 20) else {
+        return;
+    };
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=2"), "{screen}");
+    let line = format!(
+        "memprof: error: {}: the snapshot has no segments and no trace entries: nothing to view",
+        empty.display()
+    );
+    assert!(screen.lines().any(|l| l == line), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}

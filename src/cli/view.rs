@@ -6,7 +6,6 @@
 use super::analyze::origin;
 use super::input::{load_opened_early, open, Loaded, Opened};
 use super::Outcome;
-use crate::account::InputAccount;
 use crate::analysis::categories::CategoryRules;
 use crate::tui::terminal::{Ended, Screen};
 use crate::tui::theme::Theme;
@@ -40,33 +39,29 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
         .with_context(|| shown.clone())?;
     let (size, read) = opened.progress();
     let progress = Arc::new(Progress::new(size, read));
-    let loader = {
-        let progress = Arc::clone(&progress);
-        std::thread::Builder::new()
-            .name("memprof-load".into())
-            .spawn(move || load(opened, &progress))
-            .context("cannot start the loading thread")?
-    };
     let name = args
         .file
         .file_name()
         .map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
     let theme = Theme::from_no_color(std::env::var_os("NO_COLOR").as_deref());
+    let loader = {
+        let (progress, name) = (Arc::clone(&progress), name.clone());
+        std::thread::Builder::new()
+            .name("memprof-load".into())
+            .spawn(move || load(opened, name, theme, &progress))
+            .context("cannot start the loading thread")?
+    };
     let mut screen = Screen::open().context("terminal")?;
-    let mut loading = LoadingApp::new(name.clone(), progress, theme, started);
+    let mut loading = LoadingApp::new(name, progress, theme, started);
     if screen.show(&mut loading).context("terminal")? == Ended::Quit {
         // The load is left to the end of the process, which is now.
         return Ok(Outcome::Ok);
     }
     // An error leaves `screen`, which restores the terminal, before `main` prints it.
-    let (loaded, account) = loader
+    let mut app = loader
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         .with_context(|| shown.clone())?;
-    let snapshot = &loaded.parsed.snapshot;
-    let Some(mut app) = ViewApp::new(name, snapshot, account.devices, theme) else {
-        bail!("{shown}: the snapshot has no segments and no trace entries: nothing to view");
-    };
     screen.show(&mut app).context("terminal")?;
     Ok(Outcome::Ok)
 }
@@ -81,15 +76,25 @@ impl Drop for Over<'_> {
     }
 }
 
-/// Reads the file and builds its account, telling `progress` how far it is.
-fn load(opened: Opened, progress: &Progress) -> anyhow::Result<(Loaded, InputAccount)> {
+/// Reads the file, builds its account and the dashboard over them, telling `progress` how far
+/// it is. The file's model is kept to the end of the process, which the dashboard is the last
+/// thing of (freeing it there would only make quitting slower), so the dashboard that borrows
+/// it can be built here, off the thread that keeps the loading screen answering keys.
+fn load(
+    opened: Opened,
+    name: String,
+    theme: Theme,
+    progress: &Progress,
+) -> anyhow::Result<ViewApp<'static>> {
     let _over = Over(progress);
     let mut dump = |dump: crate::model::Snapshot| progress.dump_read(&dump);
     let (loaded, _) = load_opened_early(opened, (), Some(&mut dump))?;
+    let loaded: &'static Loaded = Box::leak(Box::new(loaded));
     progress.set_stage(Stage::Account);
+    let snapshot = &loaded.parsed.snapshot;
     let rules = CategoryRules::default();
     let account = crate::account::build(
-        &loaded.parsed.snapshot,
+        snapshot,
         &crate::account::Options {
             top: TOP_SITES,
             only: None,
@@ -98,5 +103,7 @@ fn load(opened: Opened, progress: &Progress) -> anyhow::Result<(Loaded, InputAcc
             capacity: None,
         },
     );
-    Ok((loaded, account))
+    progress.set_stage(Stage::Dashboard);
+    ViewApp::new(name, snapshot, account.devices, theme)
+        .context("the snapshot has no segments and no trace entries: nothing to view")
 }

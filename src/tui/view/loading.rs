@@ -31,8 +31,10 @@ pub enum Stage {
     Reading = 0,
     /// The file is read; its account is being built.
     Account = 1,
+    /// The account is built; the dashboard's summaries are being made.
+    Dashboard = 2,
     /// Over (loaded, or failed: the caller says which).
-    Over = 2,
+    Over = 3,
 }
 
 impl Stage {
@@ -40,6 +42,7 @@ impl Stage {
         match n {
             0 => Stage::Reading,
             1 => Stage::Account,
+            2 => Stage::Dashboard,
             _ => Stage::Over,
         }
     }
@@ -169,6 +172,7 @@ impl LoadingApp {
         let what = match seen.stage {
             Stage::Reading => "reading the file",
             Stage::Account => "building the account: peaks, OOM, sites, anomalies",
+            Stage::Dashboard => "preparing the dashboard: memory over time, categories",
             Stage::Over => "opening the dashboard",
         };
         let mut lines = vec![
