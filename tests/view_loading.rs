@@ -125,7 +125,7 @@ fn draw(app: &LoadingApp, width: u16, height: u16) -> String {
 #[test]
 fn the_loading_screen_shows_the_read_bytes_then_the_dump_and_hands_over_when_over() {
     let read = Arc::new(AtomicU64::new(0));
-    let progress = Arc::new(Progress::new(Some(4 << 20), Arc::clone(&read)));
+    let progress = Arc::new(Progress::new(Some(4 << 20), Arc::clone(&read), true));
     let mut app = LoadingApp::new(
         "big.pickle".into(),
         Arc::clone(&progress),
@@ -189,6 +189,21 @@ fn the_loading_screen_shows_the_read_bytes_then_the_dump_and_hands_over_when_ove
         app.finished(),
         "hands the screen over once the load is over"
     );
+    // A recording's segments come with the rest of it.
+    let recording = Arc::new(Progress::new(None, Arc::clone(&read), false));
+    let app = LoadingApp::new(
+        "run.memprof".into(),
+        recording,
+        Theme::plain(),
+        Instant::now(),
+    );
+    let screen = draw(&app, 90, 24);
+    assert!(
+        screen.contains("run.memprof │ a stream │ loading"),
+        "{screen}"
+    );
+    assert!(screen.contains("1.00 MiB so far"), "{screen}");
+    assert!(screen.contains("a recording's segments are known once it is read whole"));
     // Tiny terminals draw without a panic.
     for (w, h) in [(1, 1), (10, 3), (30, 8)] {
         draw(&app, w, h);

@@ -211,6 +211,11 @@ impl Opened {
         (self.size, Arc::clone(&self.read))
     }
 
+    /// Whether the input is a memprof recording (else a snapshot, or refused by `check`).
+    pub fn is_recording(&self) -> bool {
+        self.format == Format::Recording
+    }
+
     /// Refuses, from its first bytes, an input that is no snapshot or recording.
     pub fn check(&self) -> anyhow::Result<()> {
         refuse(self.format, &self.read).map_err(|e| self.container.within(e))

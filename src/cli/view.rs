@@ -38,7 +38,7 @@ pub fn run(args: &ViewArgs) -> anyhow::Result<Outcome> {
         .and_then(|opened| opened.check().map(|()| opened))
         .with_context(|| shown.clone())?;
     let (size, read) = opened.progress();
-    let progress = Arc::new(Progress::new(size, read));
+    let progress = Arc::new(Progress::new(size, read, !opened.is_recording()));
     let name = args
         .file
         .file_name()

@@ -75,15 +75,20 @@ pub struct Progress {
     size: Option<u64>,
     /// Bytes of it read so far.
     read: Arc<AtomicU64>,
+    /// Whether the dump may come before the rest (a snapshot, not a recording).
+    dump_first: bool,
     stage: AtomicU8,
     dump: Mutex<Option<Vec<DumpRow>>>,
 }
 
 impl Progress {
-    pub fn new(size: Option<u64>, read: Arc<AtomicU64>) -> Progress {
+    /// The load of a file `size` bytes long (when known) whose bytes read `read` counts;
+    /// `dump_first`: a snapshot, whose segments may be read before the rest.
+    pub fn new(size: Option<u64>, read: Arc<AtomicU64>, dump_first: bool) -> Progress {
         Progress {
             size,
             read,
+            dump_first,
             stage: AtomicU8::new(Stage::Reading as u8),
             dump: Mutex::new(None),
         }
@@ -203,8 +208,12 @@ impl LoadingApp {
         let theme = &self.theme;
         let mut lines = Vec::new();
         match &self.seen.dump {
-            None => lines.push(Line::styled(
+            None if self.progress.dump_first => lines.push(Line::styled(
                 "shown once the snapshot's segments are read (PyTorch writes them first)",
+                theme.muted(),
+            )),
+            None => lines.push(Line::styled(
+                "a recording's segments are known once it is read whole",
                 theme.muted(),
             )),
             Some(rows) if rows.is_empty() => lines.push(Line::raw("no segments")),
