@@ -49,4 +49,5 @@ mod tree;
 mod tui;
 mod util;
 mod verdicts;
+mod view_loading;
 mod view_tmux;

@@ -259,3 +259,146 @@ fn view_in_tmux_opens_a_real_stack_on_the_users_frame() {
     assert!(screen.contains("full stack, 1-7 of "), "{screen}");
     tmux.keys(&["q"]);
 }
+
+/// demo_oom with its trace played `times` over, as a PyTorch snapshot pickle in `dir`: a file
+/// of over a megabyte, segments first, as PyTorch writes them.
+fn long_demo(dir: &std::path::Path, times: usize) -> std::path::PathBuf {
+    use memprof::model::{Snapshot, Timeline};
+    let file = std::fs::File::open(fixture("snapshots/demo_oom.pickle")).expect("fixture");
+    let demo = memprof::source::torch_snapshot::read(file)
+        .expect("parses")
+        .snapshot;
+    let one = demo.timeline.device(0);
+    let entries: Vec<_> = (0..times).flat_map(|_| one.iter().copied()).collect();
+    let n = entries.len();
+    let mut timeline = Timeline::new(entries, std::iter::once(0..n).collect());
+    timeline.set_tables(demo.timeline.streams().to_vec(), Vec::new());
+    timeline.set_pools(demo.timeline.pools().to_vec());
+    let long = Snapshot {
+        timeline,
+        annotations: Vec::new(),
+        ..demo
+    };
+    let path = dir.join("long_demo.pickle");
+    crate::util::write_snapshot(&long, &path);
+    path
+}
+
+/// A shell line that runs `view` on `file` read through a pipe that stops for `pause` seconds
+/// after its first `head` bytes (a slow disk or network), then reports as `view_then_report`.
+fn view_paused_then_report(file: &std::path::Path, head: u64, pause: u32) -> String {
+    let f = file.display();
+    format!(
+        "bash -c '{} view <(head -c {head} {f}; sleep {pause}; tail -c +{} {f}); echo \"exit=$?\"; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e icanon -e -icanon; echo end-of-check; sleep 60'",
+        env!("CARGO_BIN_EXE_memprof"),
+        head + 1
+    )
+}
+
+/// The loading screen comes first, with the dump's figures once the segments are read, and
+/// the dashboard replaces it when the whole file is read.
+#[test]
+fn view_in_tmux_shows_the_loading_screen_then_the_dashboard() {
+    if !have("bash") {
+        return;
+    }
+    let scratch = crate::util::Scratch::new("view-loading");
+    let file = long_demo(&scratch, 40);
+    let size = std::fs::metadata(&file).expect("written").len();
+    // Past the first megabyte the reader hands on, well before the end.
+    assert!(size > 1_500_000, "{size} bytes");
+    let Some(tmux) = Tmux::start(&view_paused_then_report(&file, 1_200_000, 4), 100, 30) else {
+        return;
+    };
+    let screen = tmux.wait_text("At the dump, from the segments");
+    assert!(screen.contains("│ a stream │ loading"), "{screen}");
+    assert!(screen.contains("q quit"), "{screen}");
+    let screen = tmux.wait_text("device 0: ");
+    assert!(screen.contains("reserved"), "{screen}");
+    assert!(screen.contains("so far"), "{screen}");
+    assert!(!screen.contains("Memory over time"), "{screen}");
+    tmux.keys(&["?"]);
+    tmux.wait_text("memprof view: keys");
+    tmux.keys(&["x"]);
+    let screen = tmux.wait_text("Memory over time");
+    assert!(!screen.contains("loading"), "{screen}");
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}
+
+/// `q` while the file is still being read ends `view` at once, with the terminal restored.
+#[test]
+fn view_in_tmux_quits_while_loading() {
+    if !have("bash") {
+        return;
+    }
+    let scratch = crate::util::Scratch::new("view-loading-quit");
+    let file = long_demo(&scratch, 40);
+    let Some(tmux) = Tmux::start(&view_paused_then_report(&file, 1_200_000, 600), 100, 30) else {
+        return;
+    };
+    tmux.wait_text("device 0: ");
+    let asked = Instant::now();
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_text("end-of-check");
+    let took = asked.elapsed();
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(!screen.contains("At the dump"), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+    assert!(took < Duration::from_secs(3), "quit took {took:?}");
+}
+
+/// A file that fails half way through its load: the terminal comes back, then the same one
+/// line as `analyze` prints, and exit code 2.
+#[test]
+fn view_in_tmux_reports_a_file_cut_short_after_restoring_the_terminal() {
+    let scratch = crate::util::Scratch::new("view-cut");
+    let demo = std::fs::read(fixture("snapshots/demo_oom.pickle")).expect("fixture");
+    let cut = scratch.join("cut.pickle");
+    std::fs::write(&cut, &demo[..demo.len() / 2]).expect("writable");
+    let analyze = crate::util::memprof(&["analyze", &cut.display().to_string()]);
+    let line = crate::util::stderr(&analyze);
+    let line = line.trim_end();
+    assert!(line.starts_with("memprof: error: "), "{line}");
+    let command = format!(
+        "sh -c '{} view {}; echo \"exit=$?\"; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e icanon -e -icanon; echo end-of-check; sleep 60'",
+        env!("CARGO_BIN_EXE_memprof"),
+        cut.display()
+    );
+    let Some(tmux) = Tmux::start(&command, 200, 20) else {
+        return;
+    };
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=2"), "{screen}");
+    assert!(screen.lines().any(|l| l == line), "{line}:\n{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+    assert!(!screen.contains("panicked"), "{screen}");
+}
+
+/// A snapshot with nothing in it: the terminal comes back, then one line and exit code 2.
+#[test]
+fn view_in_tmux_refuses_an_empty_snapshot_after_restoring_the_terminal() {
+    let scratch = crate::util::Scratch::new("view-empty");
+    let empty = scratch.join("empty.pickle");
+    // pickle.dumps({'segments': [], 'device_traces': []}, protocol=2)
+    let bytes = b"\x80\x02}q\x00(X\x08\x00\x00\x00segmentsq\x01]q\x02X\r\x00\x00\x00device_tracesq\x03]q\x04u.";
+    std::fs::write(&empty, bytes).expect("writable");
+    let command = format!(
+        "sh -c '{} view {}; echo \"exit=$?\"; stty -a | tr \" ;\" \"\\n\\n\" | grep -x -e icanon -e -icanon; echo end-of-check; sleep 60'",
+        env!("CARGO_BIN_EXE_memprof"),
+        empty.display()
+    );
+    let Some(tmux) = Tmux::start(&command, 200, 20) else {
+        return;
+    };
+    let screen = tmux.wait_text("end-of-check");
+    assert!(screen.contains("exit=2"), "{screen}");
+    let line = format!(
+        "memprof: error: {}: the snapshot has no segments and no trace entries: nothing to view",
+        empty.display()
+    );
+    assert!(screen.lines().any(|l| l == line), "{screen}");
+    assert!(screen.lines().any(|l| l == "icanon"), "{screen}");
+}

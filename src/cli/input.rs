@@ -4,6 +4,7 @@
 //! once and read once, as a stream, so a pipe (`/dev/stdin`, `<(…)`) reads as a file does.
 
 use crate::analysis::layout_warnings;
+use crate::model::Snapshot;
 use crate::source::driver_state::Keeper;
 use crate::source::pickle::DecodeErrorKind;
 use crate::source::prefetch::Prefetch;
@@ -202,8 +203,63 @@ pub fn load_with<X: Keeper>(
     load_opened(open(path, progress)?, extra)
 }
 
+impl Opened {
+    /// The input's size when it is a regular file, and a count of its bytes read so far (of
+    /// the file as it is stored, before any gzip layer is taken off), which goes up while it
+    /// is being loaded.
+    pub fn progress(&self) -> (Option<u64>, Arc<AtomicU64>) {
+        (self.size, Arc::clone(&self.read))
+    }
+
+    /// Whether the input is a memprof recording (else a snapshot, or refused by `check`).
+    pub fn is_recording(&self) -> bool {
+        self.format == Format::Recording
+    }
+
+    /// Refuses, from its first bytes, an input that is no snapshot or recording.
+    pub fn check(&self) -> anyhow::Result<()> {
+        refuse(self.format, &self.read).map_err(|e| self.container.within(e))
+    }
+}
+
+/// Refuses a format that is no snapshot or recording; `read`: the bytes read.
+fn refuse(format: Format, read: &AtomicU64) -> anyhow::Result<()> {
+    match format {
+        Format::Other(name) => bail!("not a snapshot or recording: {name}"),
+        Format::RecordingCut => bail!(
+            "recording header cut short: the file is {} bytes, a memprof recording's header \
+             is {}",
+            read.load(Ordering::Relaxed),
+            memprof_wire::FILE_HEADER_LEN
+        ),
+        _ => Ok(()),
+    }
+}
+
+impl Container {
+    /// `e` said of what the container holds.
+    fn within(&self, e: anyhow::Error) -> anyhow::Error {
+        match self {
+            Container::Plain => e,
+            Container::Gzip => e.context("once decompressed (gzip)"),
+            Container::Zip(member) => e.context(format!("{member} in the zip archive")),
+        }
+    }
+}
+
 /// Reads what [`open`] opened, as [`load_with`] does.
 pub fn load_opened<X: Keeper>(opened: Opened, extra: X) -> anyhow::Result<(Loaded, Option<X>)> {
+    load_opened_early(opened, extra, None)
+}
+
+/// Reads what [`open`] opened, as [`load_with`] does; a snapshot that holds its segments
+/// before its trace (as PyTorch writes it) also hands them to `dump` as soon as they are read
+/// (`torch_snapshot::read_early`).
+pub fn load_opened_early<X: Keeper>(
+    opened: Opened,
+    extra: X,
+    dump: Option<&mut dyn FnMut(Snapshot)>,
+) -> anyhow::Result<(Loaded, Option<X>)> {
     let Opened {
         format,
         container,
@@ -214,49 +270,40 @@ pub fn load_opened<X: Keeper>(opened: Opened, extra: X) -> anyhow::Result<(Loade
         bar,
     } = opened;
     let input = Cursor::new(head).chain(rest);
-    let within = |e: anyhow::Error| match &container {
-        Container::Plain => e,
-        Container::Gzip => e.context("once decompressed (gzip)"),
-        Container::Zip(member) => e.context(format!("{member} in the zip archive")),
-    };
-    let result = match format {
-        Format::Other(name) => Err(anyhow!("not a snapshot or recording: {name}")),
-        Format::RecordingCut => Err(anyhow!(
-            "recording header cut short: the file is {} bytes, a memprof recording's header \
-             is {}",
-            read.load(Ordering::Relaxed),
-            memprof_wire::FILE_HEADER_LEN
-        )),
+    let result = refuse(format, &read).and_then(|()| match format {
         Format::Recording => {
             // Streamed record by record: memory holds the model, not the file.
             recording::read_with(BufReader::with_capacity(RECORDING_BUFFER, input), extra)
                 .map(|(read, extra)| (read.parsed, Some(read.info), Some(extra)))
                 .map_err(anyhow::Error::from)
         }
-        Format::Pickle | Format::Gzip | Format::Zip => torch_snapshot::read(Prefetch::new(input))
-            .map(|parsed| (parsed, None, None))
-            .map_err(|e| match (&container, e) {
-                (Container::Zip(_), SnapshotError::Decode(d)) => match d.kind {
-                    DecodeErrorKind::Refused(op) => anyhow!(
-                        "refused opcode {op} at byte {}: it {}, and a memory snapshot is \
+        _ => match dump {
+            Some(dump) => torch_snapshot::read_early(Prefetch::new(input), dump),
+            None => torch_snapshot::read(Prefetch::new(input)),
+        }
+        .map(|parsed| (parsed, None, None))
+        .map_err(|e| match (&container, e) {
+            (Container::Zip(_), SnapshotError::Decode(d)) => match d.kind {
+                DecodeErrorKind::Refused(op) => anyhow!(
+                    "refused opcode {op} at byte {}: it {}, and a memory snapshot is \
                              plain data; this archive was saved from something other than \
                              torch.cuda.memory._snapshot()",
-                        d.offset,
-                        if matches!(op, "PERSID" | "BINPERSID") {
-                            "refers to tensors"
-                        } else {
-                            "would import or call Python code (a tensor, a module?)"
-                        }
-                    ),
-                    _ => d.into(),
-                },
-                (_, e) => e.into(),
-            }),
-    };
+                    d.offset,
+                    if matches!(op, "PERSID" | "BINPERSID") {
+                        "refers to tensors"
+                    } else {
+                        "would import or call Python code (a tensor, a module?)"
+                    }
+                ),
+                _ => d.into(),
+            },
+            (_, e) => e.into(),
+        }),
+    });
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let (mut parsed, recording, extra) = result.map_err(within)?;
+    let (mut parsed, recording, extra) = result.map_err(|e| container.within(e))?;
     let layout = layout_warnings(&parsed.snapshot.segments);
     parsed.warnings.extend(layout);
     let loaded = Loaded {

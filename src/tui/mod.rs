@@ -36,4 +36,9 @@ pub trait Dashboard {
     }
     /// Periodic work (take a sample).
     fn on_tick(&mut self) {}
+    /// Whether the dashboard is done and hands the terminal back to its caller (a loading
+    /// screen once the load is over), checked after each frame.
+    fn finished(&self) -> bool {
+        false
+    }
 }

@@ -1,6 +1,6 @@
 //! The only code that touches the real terminal: raw mode and the alternate screen, the event
-//! loop, and restoring the terminal on every way out (return, error, panic, Ctrl-C, SIGTERM,
-//! SIGHUP).
+//! loop (one dashboard, or several in turn on one screen), and restoring the terminal on every
+//! way out (return, error, panic, Ctrl-C, SIGTERM, SIGHUP).
 //!
 //! Ctrl-C reaches us as a key in raw mode (the terminal sends no SIGINT then) and quits like
 //! `q`. A panic restores the terminal before the panic message is printed. SIGTERM and SIGHUP
@@ -85,32 +85,66 @@ impl Drop for Session {
 
 /// Runs `dashboard` on the terminal until it quits. Fails when stdout is not a terminal.
 pub fn run(dashboard: &mut dyn Dashboard) -> io::Result<()> {
-    if !io::stdout().is_terminal() {
-        return Err(io::Error::other(
-            "the dashboard needs a terminal; stdout is not one",
-        ));
+    Screen::open()?.show(dashboard).map(|_| ())
+}
+
+/// How a dashboard left the screen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The user quit.
+    Quit,
+    /// The dashboard said it was done (`Dashboard::finished`).
+    Finished,
+}
+
+/// The terminal in the dashboards' mode, for one dashboard after another (a loading screen,
+/// then what it loaded) without leaving it in between; restored when dropped.
+pub struct Screen {
+    terminal: Terminal<CrosstermBackend<Stdout>>,
+    _session: Session,
+}
+
+impl Screen {
+    /// Takes over the terminal. Fails when stdout is not a terminal.
+    pub fn open() -> io::Result<Screen> {
+        if !io::stdout().is_terminal() {
+            return Err(io::Error::other(
+                "the dashboard needs a terminal; stdout is not one",
+            ));
+        }
+        let session = Session::start()?;
+        let terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+        Ok(Screen {
+            terminal,
+            _session: session,
+        })
     }
-    let _session = Session::start()?;
-    let mut terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
-    let size = terminal.size()?;
-    dashboard.on_resize(size.width, size.height);
-    event_loop(&mut terminal, dashboard)
+
+    /// Runs `dashboard` until the user quits or the dashboard is finished.
+    pub fn show(&mut self, dashboard: &mut dyn Dashboard) -> io::Result<Ended> {
+        let size = self.terminal.size()?;
+        dashboard.on_resize(size.width, size.height);
+        event_loop(&mut self.terminal, dashboard)
+    }
 }
 
 fn event_loop(
     terminal: &mut Terminal<CrosstermBackend<Stdout>>,
     dashboard: &mut dyn Dashboard,
-) -> io::Result<()> {
+) -> io::Result<Ended> {
     let mut next_tick = dashboard.tick_every().map(|every| Instant::now() + every);
     loop {
         terminal.draw(|frame| dashboard.render(frame.area(), frame.buffer_mut()))?;
+        if dashboard.finished() {
+            return Ok(Ended::Finished);
+        }
         let wait = next_tick.map_or(IDLE_WAIT, |t| t.saturating_duration_since(Instant::now()));
         if event::poll(wait)? {
             match event::read()? {
                 Event::Key(key) => {
                     if let Some(key) = keys::from_event(key) {
                         if key == Key::Interrupt || dashboard.on_key(key) == Flow::Quit {
-                            return Ok(());
+                            return Ok(Ended::Quit);
                         }
                     }
                 }

@@ -521,6 +521,7 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
         }
         // What a fold charges for the rows it adopts is measured against the bytes read so far.
         self.doc.bytes_read = self.input.offset();
+        self.fold.appending(&self.doc, &self.stack[..from]);
         for i in from..self.stack.len() {
             let mut item = self.stack[i];
             if let Value::Node(id) = item {

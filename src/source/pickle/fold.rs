@@ -45,6 +45,14 @@ pub trait Fold {
     fn adopt(&mut self, _doc: &Document, _list: NodeId, _handle: u32) -> bool {
         false
     }
+
+    /// Called at each append to a list, before its items are offered, with the decoder's stack
+    /// below them (`open`: the outermost value first, usually the pickle's root container, then
+    /// the values pushed above it and not yet set into it, the list appended to last); `doc`
+    /// has read `doc.bytes_read()` bytes. A pickler writes a value whole before the next one,
+    /// so a value with another above it is complete (a hostile pickle may still add to it
+    /// later through the memo).
+    fn appending(&mut self, _doc: &Document, _open: &[Value]) {}
 }
 
 /// A `Fold` that takes nothing.

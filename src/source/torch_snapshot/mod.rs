@@ -1,6 +1,7 @@
 //! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()`) into the model.
 
 mod budget;
+mod early;
 mod fold;
 mod host;
 mod intern;
@@ -40,7 +41,28 @@ pub struct Parsed {
 pub fn read<R: Refill>(reader: R) -> Result<Parsed, SnapshotError> {
     let mut folder = fold::TraceFolder::new();
     let (doc, root) = pickle::decode(reader, &mut folder)?;
-    let (snapshot, warnings, keys, host) = schema::build(&doc, root, folder)?;
+    parsed(&doc, root, folder)
+}
+
+/// Reads a snapshot as [`read`] does, and hands `dump` the snapshot's segments (as a snapshot
+/// without a trace) as soon as they are read, when the file holds them before its trace, as
+/// PyTorch writes it; `dump` is called at most once, from this thread.
+pub fn read_early<R: Refill>(
+    reader: R,
+    dump: &mut dyn FnMut(Snapshot),
+) -> Result<Parsed, SnapshotError> {
+    let mut early = early::Early::new(dump);
+    let (doc, root) = pickle::decode(reader, &mut early)?;
+    parsed(&doc, root, early.folder)
+}
+
+/// The snapshot of a decoded pickle.
+fn parsed(
+    doc: &pickle::Document,
+    root: pickle::Value,
+    folder: fold::TraceFolder,
+) -> Result<Parsed, SnapshotError> {
+    let (snapshot, warnings, keys, host) = schema::build(doc, root, folder)?;
     Ok(Parsed {
         snapshot,
         warnings,

@@ -1,7 +1,9 @@
 //! `memprof view`: browse one snapshot (or recording) on the terminal. `summary` precomputes,
 //! `state` holds what is looked at, `chart` and `render` draw; `ViewApp` ties them together.
+//! `loading` is the screen shown while the file loads.
 
 pub mod chart;
+pub mod loading;
 pub mod render;
 pub mod state;
 pub mod summary;
