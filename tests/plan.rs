@@ -1032,7 +1032,7 @@ fn plan_kv_workload_per_setting() {
 #[test]
 fn published_measured_peaks_accuracy() {
     const MEDIAN_AT_MOST: f64 = 0.043;
-    const WORST_AT_MOST: f64 = 0.165;
+    const WORST_AT_MOST: f64 = 0.161;
     let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
         .expect("the measured peaks");
     let doc: Value = serde_json::from_str(&text).expect("JSON");
@@ -1131,6 +1131,65 @@ fn published_measured_peaks_accuracy() {
     );
     assert!(median <= MEDIAN_AT_MOST, "median error grew: {summary}");
     assert!(worst <= WORST_AT_MOST, "worst error grew: {summary}");
+}
+
+/// The Hugging Face guide's bert-large runs with gradient checkpointing
+/// (fixtures/examples/measured_peaks.json) used more memory under fp16 autocast (7275 MiB) than
+/// in fp32 (6775 MiB): autocast's 16-bit copies of the weights outlast the few activations
+/// checkpointing keeps. `--precision amp-fp16` gives that order; the 16-bit recipe (`fp16`,
+/// 16-bit activations and no weight copies) gives the other.
+#[test]
+fn autocast_with_checkpointing_needs_more_than_fp32_as_measured() {
+    let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
+        .expect("the measured peaks");
+    let doc: Value = serde_json::from_str(&text).expect("JSON");
+    let peak = |id: &str| {
+        doc["peaks"]
+            .as_array()
+            .expect("peaks")
+            .iter()
+            .find(|p| p["id"] == id)
+            .cloned()
+            .expect("a peak")
+    };
+    let used = |args: Vec<String>| {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.push("--json");
+        let run = memprof(&args);
+        assert!(matches!(run.status.code(), Some(0 | 1)), "{}", stderr(&run));
+        let out: Value = serde_json::from_slice(&run.stdout).expect("JSON");
+        let m = &out["candidates"][0]["memory"];
+        ["total_bytes", "fragmentation_bytes", "context_bytes"]
+            .iter()
+            .map(|k| m[k].as_u64().expect("bytes"))
+            .sum::<u64>()
+    };
+    let args = |p: &Value| -> Vec<String> {
+        p["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect()
+    };
+    let fp32 = peak("hf-bert-large-b1x4-fp32-ckpt");
+    let amp = peak("hf-bert-large-b1x4-fp16-ckpt");
+    assert!(amp["measured_gib"].as_f64() > fp32["measured_gib"].as_f64());
+    let amp_args = args(&amp);
+    assert!(amp_args.iter().any(|a| a == "amp-fp16"), "{amp_args:?}");
+    let fp32_bytes = used(args(&fp32));
+    assert!(used(amp_args.clone()) > fp32_bytes);
+    let sixteen_bit: Vec<String> = amp_args
+        .into_iter()
+        .map(|a| {
+            if a == "amp-fp16" {
+                "fp16".to_string()
+            } else {
+                a
+            }
+        })
+        .collect();
+    assert!(used(sixteen_bit) < fp32_bytes);
 }
 
 /// SGLang's log of Qwen3-14B (xorbitsai/inference issue #3481, in

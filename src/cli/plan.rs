@@ -103,7 +103,8 @@ fn parse_count(text: &str) -> Result<u64, String> {
 pub enum PrecisionArg {
     /// bf16 weights and grads, fp32 master and Adam moments (16 B/param with Adam).
     Bf16,
-    /// fp16 mixed precision, as bf16.
+    /// fp16 mixed precision, as bf16 (16-bit weights and activations; torch.autocast over fp32
+    /// weights is amp-fp16).
     Fp16,
     /// fp32 weights, grads and Adam moments, no separate master copy (16 B/param with Adam).
     Fp32,
@@ -121,6 +122,11 @@ pub enum PrecisionArg {
     DeepseekFp8,
     /// Nanotron FP8 recipe (10 B/param).
     NanotronFp8,
+    /// torch.autocast to fp16 over fp32 weights, as the Hugging Face Trainer's fp16=True (16
+    /// B/param with Adam, plus the 16-bit copies autocast makes of the matmul weights).
+    AmpFp16,
+    /// torch.autocast to bf16 over fp32 weights, as the Hugging Face Trainer's bf16=True.
+    AmpBf16,
 }
 
 impl PrecisionArg {
@@ -135,6 +141,7 @@ impl PrecisionArg {
             PrecisionArg::Fp8Lm => Precision::Fp8LmO3,
             PrecisionArg::DeepseekFp8 => Precision::DeepSeekV3Fp8,
             PrecisionArg::NanotronFp8 => Precision::NanotronFp8,
+            PrecisionArg::AmpFp16 | PrecisionArg::AmpBf16 => Precision::Autocast,
         }
     }
 }
@@ -905,6 +912,7 @@ fn model_layers(
         attention: a.attention.into(),
         element_bytes: 2.0,
         loss: Loss::Eager,
+        autocast: false,
     };
     let (layers, fixed, step_flops) = layers_from_model(&model, &settings);
     Ok((model.name, layers, fixed, step_flops))

@@ -1,7 +1,8 @@
 //! Activation memory per GPU after Korthikanti et al. 2022 ("Reducing Activation Recomputation
 //! in Large Transformer Models"), generalised to GQA, gated and MoE MLPs: per-layer bytes under
 //! tensor / sequence / context parallelism, none / selective / full recompute, eager or flash
-//! attention, and the first pipeline stage of a 1F1B schedule. `reference/planner-math.md` §2.
+//! attention, PyTorch's autocast, and the first pipeline stage of a 1F1B schedule.
+//! `reference/planner-math.md` §2.
 
 use super::model::{Mlp, ModelConfig};
 use serde::Serialize;
@@ -73,6 +74,11 @@ pub struct ActivationSettings {
     /// Bytes of an activation element (2 for 16-bit training; the formulas' unit).
     pub element_bytes: f64,
     pub loss: Loss,
+    /// PyTorch's autocast over fp32 weights (`torch.autocast`, the Hugging Face Trainer's
+    /// `fp16` / `bf16`): matmuls run and save their inputs in 16 bits (`element_bytes` 2), the
+    /// ops on autocast's float32 list (layer norm, softmax, the loss) in fp32, so the residual
+    /// stream stays fp32; each matmul saves its own 16-bit copy of its input and of its weight.
+    pub autocast: bool,
 }
 
 impl ActivationSettings {
@@ -91,6 +97,7 @@ impl ActivationSettings {
             attention: Attention::Flash,
             element_bytes: 2.0,
             loss: Loss::Eager,
+            autocast: false,
         }
     }
 }
@@ -118,11 +125,15 @@ pub struct ActivationMemory {
     /// under TP's `loss_parallel`; compiled, the 16-bit gradient (`loss_bytes_per_logit`). It
     /// happens before any layer is recomputed, so only what exceeds `recompute_peak` counts.
     pub loss: f64,
+    /// Under autocast, the 16-bit copies of the matmul weights (`weight_casts`): saved for
+    /// backward, or with full or per-operator recompute held in autocast's cache until the
+    /// forward pass ends, so then only what exceeds the backward's `recompute_peak` and `loss`.
+    pub weight_casts: f64,
 }
 
 impl ActivationMemory {
     pub fn total(&self) -> f64 {
-        self.layers + self.shape + self.head() + self.recompute_peak
+        self.layers + self.shape + self.head() + self.recompute_peak + self.weight_casts
     }
 
     /// The LM head's share: embedding output, logits and loss.
@@ -147,7 +158,9 @@ impl ActivationSettings {
 ///
 /// With `t` = TP, 16-bit elements and an MHA / GeLU 4h MLP this is Korthikanti's Table 2:
 /// `sbh(10 + 24/t + 5as/(ht))`, with SP `sbh/t (34 + 5as/h)`, selective drops the `5as/h`
-/// term, and full recompute stores the `2sbh` layer input.
+/// term, and full recompute stores the `2sbh` layer input. Under autocast (`autocast_replicated`)
+/// the norm inputs, the layer input and the eager softmax output are fp32, and each projection
+/// saves its own 16-bit copy of its input.
 pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompute) -> f64 {
     let seq = s.local_seq();
     let b = s.micro_batch as f64;
@@ -156,14 +169,23 @@ pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompu
     let scale = s.element_bytes / 2.0;
     let sbh = seq * b * h;
     if recompute == Recompute::Full {
-        let stored = 2.0 * sbh * scale;
+        // The layer input; under autocast the fp32 residual stream.
+        let stored = if s.autocast {
+            4.0 * sbh
+        } else {
+            2.0 * sbh * scale
+        };
         return if s.sp { stored / t } else { stored };
     }
     if recompute == Recompute::PerOp {
         return per_op_layer(model, s);
     }
     // Norm inputs (4), attention and MLP inputs (2 + 2), two dropout masks (1 + 1).
-    let replicated = 10.0 * sbh;
+    let replicated = if s.autocast {
+        autocast_replicated(model) * sbh
+    } else {
+        10.0 * sbh
+    };
     let q = (model.heads * model.head_dim) as f64;
     let kv = (model.kv_heads * model.head_dim) as f64;
     // Q, K, V and the output projection's input.
@@ -180,6 +202,9 @@ pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompu
     let a = model.heads as f64;
     let core = match (recompute, s.attention) {
         (Recompute::Selective, _) => 0.0,
+        // Under autocast softmax is on the float32 list: its output (4), the dropout mask (1)
+        // and the 16-bit copy of the dropout output that the second matmul casts and saves (2).
+        (_, Attention::Eager) if s.autocast => 7.0 * a * seq * s.seq_len as f64 * b,
         // Softmax output (2), dropout mask (1) and dropout output (2) per score; keys span
         // the whole sequence under context parallelism.
         (_, Attention::Eager) => 5.0 * a * seq * s.seq_len as f64 * b,
@@ -192,7 +217,38 @@ pub fn per_layer(model: &ModelConfig, s: &ActivationSettings, recompute: Recompu
     } else {
         replicated + split / t
     };
-    bytes * scale
+    if s.autocast {
+        // Autocast's terms are bytes already: its matmuls work in 16 bits.
+        bytes
+    } else {
+        bytes * scale
+    }
+}
+
+/// Bytes per `sbh` a layer keeps outside TP's column-parallel split under autocast, where the
+/// published formula has 10: the two norms' fp32 inputs (8: layer norm is on autocast's float32
+/// list, and the residual stream they read stays fp32 because the weights are), a 16-bit copy
+/// of the attention input for each of Q, K and V (6: autocast caches casts of weights only, so
+/// each projection casts its input anew) and of the MLP input for each matmul that reads it (2,
+/// or 4 for a gated MLP's gate and up), and the two dropout masks (2). Counted as separate
+/// projections, as Hugging Face's BERT and Llama and torchtitan's Llama build them; a model
+/// that fuses Q, K and V into one matmul casts that input once.
+fn autocast_replicated(model: &ModelConfig) -> f64 {
+    let mlp_inputs = match model.mlp {
+        Mlp::Plain => 2.0,
+        Mlp::Gated => 4.0,
+    };
+    8.0 + 6.0 + mlp_inputs + 2.0
+}
+
+/// Parameters of one transformer layer's matmuls on this GPU (its TP share): what autocast
+/// casts to 16 bits for the forward pass (every weight and bias of the blocks but the norms',
+/// which run in fp32; every expert of an MoE layer).
+fn matmul_params_per_layer(model: &ModelConfig, tp: f64) -> f64 {
+    let counts = model.param_counts();
+    let norm = model.norm.params_per_channel() * model.hidden_size;
+    let norms = (2 * model.layers + model.cross_attention_layers) * norm;
+    counts.blocks.saturating_sub(norms) as f64 / model.layers.max(1) as f64 / tp
 }
 
 /// One layer's stored bytes under torchtitan's per-operator selective checkpointing
@@ -223,6 +279,11 @@ fn per_op_layer(model: &ModelConfig, s: &ActivationSettings) -> f64 {
     };
     let replicated = if s.sp { replicated / t } else { replicated };
     let lse = 4.0 * model.heads as f64 / t * seq * b;
+    if s.autocast {
+        // The block input is the fp32 residual stream: 2 bytes more than a 16-bit one.
+        let input = if s.sp { h / t } else { h };
+        return 2.0 * seq * b * (split / t + replicated) + 2.0 * seq * b * input + lse;
+    }
     s.element_bytes * seq * b * (split / t + replicated) + lse
 }
 
@@ -321,22 +382,52 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         } else {
             2.0 * sbh / t
         };
-        2.0 * sbh / t
+        // Under autocast the final norm's input is the fp32 residual stream.
+        let norm_input = if s.autocast { 4.0 } else { 2.0 };
+        norm_input * sbh / t
             + projection_input
             + loss_kept_bytes_per_logit(s.loss, s.element_bytes) * logits
     } else {
         0.0
     };
+    // Under autocast each matmul casts its weight to 16 bits (2 bytes a parameter) and saves
+    // the copy for backward; autocast also caches the copies until the forward pass ends.
+    let layer_casts = if s.autocast {
+        2.0 * matmul_params_per_layer(model, t)
+    } else {
+        0.0
+    };
     let recompute_peak = match s.recompute {
-        Recompute::Full => per_layer(model, s, Recompute::None),
+        // The layer rebuilt casts its weights again for its backward.
+        Recompute::Full => per_layer(model, s, Recompute::None) + layer_casts,
         // The block's forward is replayed for what was not kept.
         Recompute::PerOp => {
             per_layer(model, s, Recompute::None) - per_layer(model, s, Recompute::PerOp)
+                + layer_casts
         }
         Recompute::None | Recompute::Selective => 0.0,
     };
     let loss = if pp == 1 {
         (loss_bytes_per_logit(s.loss, s.tp, s.element_bytes) * logits - recompute_peak).max(0.0)
+    } else {
+        0.0
+    };
+    let weight_casts = if s.autocast {
+        // The output projection's weight (vocabulary x hidden / t) when this stage holds it.
+        let head = if pp == 1 {
+            2.0 * model.vocab as f64 * model.hidden_size as f64 / t
+        } else {
+            0.0
+        };
+        let casts = layer_casts * layers_here + head;
+        match s.recompute {
+            // Saved by every matmul, for each micro-batch in flight (the cache is cleared
+            // when each forward pass ends).
+            Recompute::None | Recompute::Selective => casts * in_flight,
+            // Only in the cache, until the forward pass ends: the peak is the larger of that
+            // moment and the backward's (the loss, then the layer rebuilt).
+            Recompute::Full | Recompute::PerOp => (casts - recompute_peak - loss).max(0.0),
+        }
     } else {
         0.0
     };
@@ -347,6 +438,7 @@ pub fn activation_memory(model: &ModelConfig, s: &ActivationSettings) -> Activat
         output,
         recompute_peak,
         loss,
+        weight_casts,
     }
 }
 
@@ -392,6 +484,7 @@ mod tests {
             attention: Attention::Eager,
             element_bytes: 2.0,
             loss: Loss::Eager,
+            autocast: false,
         }
     }
 
@@ -621,6 +714,84 @@ mod tests {
         assert_eq!(m.recompute_peak, none - want);
         // Less than half of what Korthikanti's selective recompute keeps for this model.
         assert!(want < per_layer(&model, &s, Recompute::Selective) / 2.0);
+    }
+
+    /// bert-large's layer (h 1024, a 16, a 4h GeLU MLP, separate Q, K and V) under autocast
+    /// with eager attention, s 512, b 4, op by op as Hugging Face's `BertLayer` runs: the two
+    /// layer norms' fp32 inputs (8 sbh), the 16-bit copy of the input that Q, K and V each cast
+    /// (6 sbh), Q, K and V (6 sbh), the output projection's input (2 sbh), the 16-bit copy of
+    /// the MLP input (2 sbh), the GeLU's input and output (16 sbh) and two dropout masks (2 sbh):
+    /// 42 sbh; per score the fp32 softmax output, the dropout mask and the 16-bit copy of the
+    /// dropped-out probabilities that the second matmul saves (7 as^2 b). In 16 bits the same
+    /// layer is Korthikanti's 34 sbh + 5 as^2 b, and the published term is that either way.
+    #[test]
+    fn autocast_keeps_fp32_norms_and_softmax_and_a_cast_per_projection() {
+        let model = gpt_shape(1024, 16, 24, 30522);
+        let mut s = settings(512, 4, 1, false, Recompute::None);
+        let sbh = 512.0 * 4.0 * 1024.0;
+        let scores = 16.0 * 512.0 * 512.0 * 4.0;
+        assert_eq!(
+            per_layer(&model, &s, Recompute::None),
+            34.0 * sbh + 5.0 * scores
+        );
+        let sixteen_bit = activation_memory(&model, &s);
+        s.autocast = true;
+        assert_eq!(
+            per_layer(&model, &s, Recompute::None),
+            42.0 * sbh + 7.0 * scores
+        );
+        let autocast = activation_memory(&model, &s);
+        assert_eq!(autocast.layers, sixteen_bit.layers);
+        assert_eq!(autocast.shape, 24.0 * (8.0 * sbh + 2.0 * scores));
+        // The final norm's input is the fp32 residual stream: 2 sbh more in the head.
+        assert_eq!(autocast.output - sixteen_bit.output, 2.0 * sbh);
+        // A gated MLP's gate and up cast the MLP input once each.
+        let llama = builtin::find("llama-3.1-8b").expect("built-in");
+        s.autocast = false;
+        let gated = per_layer(&llama, &s, Recompute::Selective);
+        s.autocast = true;
+        let lsbh = 512.0 * 4.0 * 4096.0;
+        assert_eq!(
+            per_layer(&llama, &s, Recompute::Selective) - gated,
+            10.0 * lsbh
+        );
+        // Full recompute keeps the layer input, fp32 under autocast.
+        assert_eq!(per_layer(&model, &s, Recompute::Full), 4.0 * sbh);
+    }
+
+    /// Under autocast every matmul saves its 16-bit copy of its weight for backward: 2 bytes a
+    /// parameter of the blocks (not of the norms) and of the output projection. With full
+    /// recompute the copies live only in autocast's cache until the forward pass ends, so only
+    /// what exceeds the backward's transients (the loss, the layer rebuilt with its own copies)
+    /// counts; without autocast there are none.
+    #[test]
+    fn autocast_weight_copies_by_recompute() {
+        let model = gpt_shape(1024, 16, 24, 30522);
+        let h = 1024.0;
+        // Q, K, V, O with biases and a 4h MLP with biases.
+        let layer = 12.0 * h * h + 9.0 * h;
+        let copies = 2.0 * (24.0 * layer + 30522.0 * h);
+        let mut s = settings(512, 4, 1, false, Recompute::None);
+        assert_eq!(activation_memory(&model, &s).weight_casts, 0.0);
+        s.autocast = true;
+        let m = activation_memory(&model, &s);
+        assert!((m.weight_casts - copies).abs() < 1.0, "{}", m.weight_casts);
+        assert_eq!(
+            m.total(),
+            m.layers + m.shape + m.head() + m.recompute_peak + m.weight_casts
+        );
+        s.recompute = Recompute::Full;
+        s.micro_batch = 1;
+        let full = activation_memory(&model, &s);
+        let rebuilt = per_layer(&model, &s, Recompute::None) + 2.0 * layer;
+        assert!((full.recompute_peak - rebuilt).abs() < 1.0);
+        let transients = full.recompute_peak + full.loss;
+        assert!(transients < copies);
+        assert!((full.weight_casts - (copies - transients)).abs() < 1.0);
+        // TP splits the copies with the weights.
+        s.tp = 2;
+        let tp2 = activation_memory(&model, &s);
+        assert!(tp2.weight_casts < full.weight_casts);
     }
 
     /// `published_per_layer` is Korthikanti's Table 2 on the Table 3 configurations whatever

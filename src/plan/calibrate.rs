@@ -100,8 +100,8 @@ pub struct Calibration {
     pub formula_bytes: f64,
     /// Its embedding and LM head share, kept as the formula gives it.
     pub head_bytes: f64,
-    /// Its per-layer share (layers, shapes, the layer rebuilt in backward), which the
-    /// coefficient scales.
+    /// Its per-layer share (layers, shapes, the layer rebuilt in backward, autocast's copies of
+    /// the weights), which the coefficient scales.
     pub layers_bytes: f64,
     /// Measured per-layer share over the formula's.
     pub coefficient: f64,
@@ -115,7 +115,7 @@ impl Calibration {
 }
 
 fn per_layer_share(a: &ActivationMemory) -> f64 {
-    a.layers + a.shape + a.recompute_peak
+    a.layers + a.shape + a.recompute_peak + a.weight_casts
 }
 
 /// Fits the coefficient: the measured step less the formula's head, over the formula's

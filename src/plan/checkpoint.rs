@@ -278,6 +278,7 @@ mod tests {
             attention: Attention::Eager,
             element_bytes: 2.0,
             loss: Loss::Eager,
+            autocast: false,
         };
         let (layers, fixed, step) = layers_from_model(&model, &s);
         assert_eq!(layers.len(), 32);

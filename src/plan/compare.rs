@@ -227,7 +227,15 @@ pub fn megatron_side_by_side(setup: &TrainSetup, candidate: &Candidate) -> Optio
             ),
             megatron_bytes: act.layers.round() as u64,
             memprof_bytes: layers_memprof,
-            reason: layers_reason,
+            reason: if setup.precision.autocast() {
+                format!(
+                    "{layers_reason}; under autocast memprof also counts the fp32 norm inputs and \
+                     softmax, each matmul's 16-bit copy of its input and the 16-bit copies of the \
+                     weights"
+                )
+            } else {
+                layers_reason
+            },
         },
         SideBySide {
             term: "embedding, output layer and loss",

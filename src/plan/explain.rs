@@ -39,6 +39,11 @@ const FSDP: &str = "PyTorch FSDP FULL_SHARD / DeepSpeed ZeRO-3 (unit being compu
                     prefetched one); memprof's addition to the ZeRO paper";
 const KORTHIKANTI: &str = "Korthikanti et al. 2022, Table 2; Ultra-Scale Playbook";
 const SHAPE: &str = "memprof: this model's own layer shapes against the published formula";
+const SHAPE_AUTOCAST: &str = "memprof: this model's own layer shapes against the published \
+                              formula; under autocast, PyTorch's float32 op list (layer_norm, \
+                              softmax) and its cast of each matmul's inputs and weights to 16 \
+                              bits, saved for backward (aten/src/ATen/autocast_mode.h and .cpp \
+                              in pytorch/pytorch; docs/plan-accuracy.md)";
 const RECOMPUTE: &str = "Korthikanti et al. 2022, section 5 (the layer recomputed in \
                          backward); torchtitan's per-operator policy (selective_ac_option \
                          \"op\"); memprof's addition to the published formula";
@@ -192,6 +197,30 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
     } else {
         ""
     };
+    let autocast = setup.precision.autocast();
+    let casts = if !autocast {
+        String::new()
+    } else if matches!(l.recompute, Recompute::Full | Recompute::PerOp) {
+        "; under autocast the fp32 layer input, and the 16-bit copies of the matmul weights \
+         that autocast's cache holds until the forward pass ends, less the backward's \
+         transients (the loss, the layer rebuilt)"
+            .to_string()
+    } else {
+        let eager = if setup.attention == Attention::Eager && l.recompute == Recompute::None {
+            ", the fp32 softmax output and the 16-bit copy of the dropped-out probabilities"
+        } else {
+            ""
+        };
+        format!(
+            "; under autocast the norms' fp32 inputs, a 16-bit copy of the input for each of Q, \
+             K, V and {}{eager}, and the 16-bit copies of the matmul weights (2 B a weight)",
+            if model.mlp == Mlp::Gated {
+                "the MLP's gate and up"
+            } else {
+                "the MLP's first matmul"
+            },
+        )
+    };
     let stage = if l.pp > 1 {
         format!(", first stage of ceil({} / {}) layers", model.layers, l.pp)
     } else {
@@ -220,7 +249,10 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             .to_string()
     } else {
         let projection = if l.sp && l.tp > 1 && loss_kind != Loss::Megatron {
-            format!("2sbh/t + 2sbh + {kept}sbv/t with v = {vocab} (final norm input, output projection input gathered whole by PyTorch's sequence parallelism, {logits})")
+            let norm = if autocast { 4 } else { 2 };
+            format!("{norm}sbh/t + 2sbh + {kept}sbv/t with v = {vocab} (final norm input, output projection input gathered whole by PyTorch's sequence parallelism, {logits})")
+        } else if autocast {
+            format!("4sbh/t + 2sbh/t + {kept}sbv/t with v = {vocab} (final norm's fp32 input under autocast, output projection input, {logits})")
         } else if kept == 4.0 {
             format!(
                 "4sbh/t (1 + v/h) with v = {vocab} (final norm, output projection input, {logits})"
@@ -316,19 +348,19 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
                     "per-operator checkpointing keeps the block input and the outputs of Q ({} wide), \
                      V ({} wide), the {mlp}'s first matmul (and a gated MLP's last) and the \
                      attention kernel{stage}, minus the layers term (the selective row, which \
-                     keeps more)",
+                     keeps more){casts}",
                     model.heads * model.head_dim,
                     model.kv_heads * model.head_dim
                 )
             } else {
                 format!(
                     "memprof's per-layer count (Q {} wide, K and V {} wide each, {mlp}{flash}{stage}) \
-                     minus the layers term, which assumes K and V as wide as Q and a 4h MLP",
+                     minus the layers term, which assumes K and V as wide as Q and a 4h MLP{casts}",
                     model.heads * model.head_dim,
                     model.kv_heads * model.head_dim
                 )
             },
-            source: SHAPE,
+            source: if autocast { SHAPE_AUTOCAST } else { SHAPE },
         },
         Term {
             name: "activations_recompute_bytes",
@@ -336,13 +368,23 @@ pub fn terms(setup: &TrainSetup, c: &Candidate) -> Vec<Term> {
             kind: TermKind::Estimate,
             bytes: signed(m.activations_recompute),
             formula: match l.recompute {
-                Recompute::Full => {
-                    "one layer's activations without recompute, rebuilt during its backward pass"
-                        .to_string()
-                }
-                Recompute::PerOp => "what one layer does not keep, rebuilt during its backward \
-                                     pass"
-                    .to_string(),
+                Recompute::Full => format!(
+                    "one layer's activations without recompute, rebuilt during its backward \
+                     pass{}",
+                    if autocast {
+                        ", with its weights' 16-bit copies"
+                    } else {
+                        ""
+                    }
+                ),
+                Recompute::PerOp => format!(
+                    "what one layer does not keep, rebuilt during its backward pass{}",
+                    if autocast {
+                        ", with its weights' 16-bit copies"
+                    } else {
+                        ""
+                    }
+                ),
                 Recompute::None | Recompute::Selective => {
                     "0: no layer is recomputed whole".to_string()
                 }

@@ -306,6 +306,7 @@ mod tests {
             attention: Attention::Eager,
             element_bytes: 2.0,
             loss: Loss::Eager,
+            autocast: false,
         };
         let ours = activations::per_layer(&model, &s, Recompute::Selective);
         let theirs = 2048.0 * 12288.0 * 34.0 / 8.0;

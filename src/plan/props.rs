@@ -103,12 +103,13 @@ proptest! {
     fn activations_grow_with_sequence_and_batch(
         m in model(), seq in 1u64..=65536, more in 1u64..=4096, b in 1u64..=16,
         r in recompute(), a in attention(), tp in prop::sample::select(vec![1u64, 2, 4, 8]),
-        sp in any::<bool>(), cp in prop::sample::select(vec![1u64, 2, 4]),
+        sp in any::<bool>(), cp in prop::sample::select(vec![1u64, 2, 4]), autocast in any::<bool>(),
     ) {
         let mut s = settings(seq, b, r, a);
         s.tp = tp;
         s.sp = sp;
         s.cp = cp;
+        s.autocast = autocast;
         let base = activation_memory(&m, &s).total();
         let longer = activation_memory(&m, &ActivationSettings { seq_len: seq + more, ..s }).total();
         let bigger = activation_memory(&m, &ActivationSettings { micro_batch: b + 1, ..s }).total();
@@ -119,10 +120,11 @@ proptest! {
     #[test]
     fn activations_shrink_with_tp_and_cp(
         m in model(), seq in 1u64..=65536, b in 1u64..=8, r in recompute(), a in attention(),
-        sp in any::<bool>(), k in 0u32..=3,
+        sp in any::<bool>(), k in 0u32..=3, autocast in any::<bool>(),
     ) {
         let mut s = settings(seq, b, r, a);
         s.sp = sp;
+        s.autocast = autocast;
         s.tp = 1 << k;
         let tp_small = activation_memory(&m, &s).total();
         s.tp = 2 << k;

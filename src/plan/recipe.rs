@@ -25,6 +25,11 @@ pub enum Precision {
     DeepSeekV3Fp8,
     /// Nanotron FP8: FP8 weights, grads and moments, bf16 master, fp32 grad accumulation.
     NanotronFp8,
+    /// PyTorch's autocast (`torch.autocast` with fp16 or bf16, the Hugging Face Trainer's
+    /// `fp16` / `bf16`): fp32 weights, gradients and moments as fp32 training, the matmuls in
+    /// 16 bits with their own 16-bit copies of their inputs and weights (counted with the
+    /// activations, `activations::ActivationSettings::autocast`).
+    Autocast,
 }
 
 /// The optimizer, which sets the state kept per parameter.
@@ -73,6 +78,11 @@ impl Precision {
         }
     }
 
+    /// Whether the forward pass runs under PyTorch's autocast over fp32 weights.
+    pub fn autocast(self) -> bool {
+        self == Precision::Autocast
+    }
+
     /// Whether the recipe's framework computes the loss in place on its saved softmax
     /// (Megatron-LM's vocab-parallel cross entropy) rather than with PyTorch's `cross_entropy`.
     pub fn fused_loss(self) -> bool {
@@ -83,7 +93,7 @@ impl Precision {
     pub fn state_bytes(self, optimizer: Optimizer) -> StateBytes {
         // (weights, grads, grad_accum, master, Adam moments) per the table in §1.1.
         let (weights, grads, grad_accum, master, adam) = match self {
-            Precision::Fp32 | Precision::TeFp8 => (4.0, 4.0, 0.0, 0.0, 8.0),
+            Precision::Fp32 | Precision::TeFp8 | Precision::Autocast => (4.0, 4.0, 0.0, 0.0, 8.0),
             Precision::Mixed => (2.0, 2.0, 0.0, 4.0, 8.0),
             Precision::Bf16Fp32Accum => (2.0, 2.0, 4.0, 4.0, 8.0),
             Precision::MegatronBf16 => (2.0, 4.0, 0.0, 4.0, 8.0),
@@ -131,6 +141,20 @@ mod tests {
         // Megatron-LM README, distributed optimizer table (non-distributed column).
         assert_eq!(total(Precision::MegatronBf16), 18.0);
         assert_eq!(total(Precision::MegatronFp16), 20.0);
+    }
+
+    /// Autocast keeps fp32 training's states (PyTorch's AMP examples step an fp32 model); its
+    /// 16-bit copies of the weights are counted with the activations.
+    #[test]
+    fn autocast_keeps_fp32_states_and_16_bit_activations() {
+        assert_eq!(
+            Precision::Autocast.state_bytes(Optimizer::AdamW),
+            Precision::Fp32.state_bytes(Optimizer::AdamW)
+        );
+        assert_eq!(total(Precision::Autocast), 16.0);
+        assert_eq!(Precision::Autocast.activation_bytes(), 2.0);
+        assert!(Precision::Autocast.autocast() && !Precision::Mixed.autocast());
+        assert!(!Precision::Autocast.fused_loss());
     }
 
     #[test]

@@ -89,7 +89,8 @@ pub struct MemoryBreakdown {
     pub unit_params: u64,
     /// The transformer layers by the published per-layer formula.
     pub activations_layers: u64,
-    /// This model's layer shapes against that formula (negative when it stores less).
+    /// This model's layer shapes against that formula (negative when it stores less); under
+    /// autocast also its fp32 and 16-bit copies and its matmul weights' 16-bit copies.
     pub activations_shape: i64,
     /// One layer rebuilt during full recompute's backward pass.
     pub activations_recompute: u64,
@@ -172,6 +173,7 @@ pub fn activation_settings(setup: &TrainSetup, layout: &Layout) -> ActivationSet
         attention: setup.attention,
         element_bytes: setup.precision.activation_bytes(),
         loss: setup.loss(),
+        autocast: setup.precision.autocast(),
     }
 }
 
@@ -198,7 +200,7 @@ pub fn evaluate(setup: &TrainSetup, layout: &Layout) -> Candidate {
         optimizer: bytes(states.optimizer),
         unit_params: bytes(states.unit_params),
         activations_layers: bytes(activations.layers),
-        activations_shape: activations.shape.round() as i64,
+        activations_shape: (activations.shape + activations.weight_casts).round() as i64,
         activations_recompute: bytes(activations.recompute_peak),
         activations_head: bytes(activations.head()),
         total: 0,
