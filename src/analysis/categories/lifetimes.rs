@@ -265,6 +265,18 @@ impl<'a> Lifetimes<'a> {
         end >= next.map_or(self.entries.len(), |r| r.0)
     }
 
+    /// `outlived_run` for allocations taken in the order they were made: `cursor` (0 at
+    /// first) keeps the run of the last one, so no run is looked at twice.
+    pub fn outlived_run_from(&self, cursor: &mut usize, born: usize, end: usize) -> bool {
+        while self.runs.get(*cursor + 1).is_some_and(|r| r.0 <= born) {
+            *cursor += 1;
+        }
+        end >= self
+            .runs
+            .get(*cursor + 1)
+            .map_or(self.entries.len(), |r| r.0)
+    }
+
     /// Optimizer runs finished before entry `i` (all of them for `i >= len`).
     pub fn steps_before(&self, i: usize) -> u32 {
         let i = i.min(self.entries.len());

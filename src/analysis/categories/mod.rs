@@ -179,10 +179,10 @@ impl<'a> Classifier<'a> {
             return FxHashSet::default();
         }
         for (i, e) in self.lifetimes.entries.iter().enumerate() {
-            let Some(addr) = e.addr() else { continue };
             if e.action != crate::model::Action::Alloc {
                 continue;
             }
+            let Some(addr) = e.addr() else { continue };
             // Sizes repeat every iteration: a size already found is not looked at again.
             let known = match self.lifetimes.context(self.stacks, e.stack) {
                 Context::AccumulateGrad | Context::Backward => gradients.contains(&e.size),

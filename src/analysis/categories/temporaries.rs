@@ -40,6 +40,7 @@ impl Classifier<'_> {
         // `user_metadata` can name an allocation a step temporary: the others are not
         // classified at all (most of a trace).
         let named_otherwise = self.rule_index.contains(&OPTIMIZER_TEMPORARY);
+        let mut run = 0;
         for (i, e) in entries.iter().enumerate() {
             if e.action != Action::Alloc {
                 continue;
@@ -57,7 +58,7 @@ impl Classifier<'_> {
             // rules say of an optimizer allocation: a temporary when freed within its run, else
             // what the allocation it replaced was (`builtin`'s reading, its lookups shared).
             let temporary = if self.rules.is_empty() && e.extra.is_none() && self.pools.is_empty() {
-                if !self.lifetimes.outlived_run(i, end) {
+                if !self.lifetimes.outlived_run_from(&mut run, i, end) {
                     true
                 } else {
                     match self.lifetimes.replaced_by(i) {
