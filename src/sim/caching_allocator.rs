@@ -572,6 +572,11 @@ impl CachingAllocator {
         Ok(())
     }
 
+    /// The size of the active block at `addr` (0 when none is there).
+    pub fn block_size(&self, addr: u64) -> u64 {
+        self.active.get(&addr).map_or(0, |&id| self.blocks[id].size)
+    }
+
     /// Whether the block at `addr` waits for a pending free.
     pub fn is_pending(&self, addr: u64) -> bool {
         self.active

@@ -285,9 +285,14 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         count(c.live_count as u64, "live allocation", "live allocations"),
         count(c.segment_count as u64, "segment", "segments")
     )));
+    let (categories, added_up) = &app.cursor_categories;
     lines.push(figure(
         "what it is",
-        crate::report::categories_text::breakdown(&app.cursor_categories),
+        format!(
+            "{}: {}",
+            added_up.word(),
+            crate::report::categories_text::breakdown(categories)
+        ),
         Style::new(),
     ));
     let text_rows = lines.len() as u16;
