@@ -286,13 +286,14 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         count(c.segment_count as u64, "segment", "segments")
     )));
     let (categories, added_up) = &app.cursor_categories;
+    let breakdown = crate::report::categories_text::breakdown(categories);
     lines.push(figure(
         "what it is",
-        format!(
-            "{}: {}",
-            added_up.word(),
-            crate::report::categories_text::breakdown(categories)
-        ),
+        if categories.is_empty() {
+            breakdown
+        } else {
+            format!("{}: {breakdown}", added_up.word())
+        },
         Style::new(),
     ));
     let text_rows = lines.len() as u16;
