@@ -47,12 +47,10 @@ impl BlockSizes {
         }
     }
 
-    /// The `alloc` entry `entry` asked for `requested` bytes and got a block of `block`.
-    #[inline]
-    pub(super) fn note_made(&mut self, entry: usize, requested: u64, block: u64) {
-        if block != round_size_by(requested, &self.divisions) {
-            self.made.insert(entry, block);
-        }
+    /// The `alloc` entry `entry` got a block of `block` bytes, not its rounded request (the
+    /// allocator's `round_size`, which `round_size_by` computes from the same settings).
+    pub(super) fn note_larger(&mut self, entry: usize, block: u64) {
+        self.made.insert(entry, block);
     }
 
     /// The `free_requested` entry `entry` freed the block at `addr`, completed later.
@@ -102,14 +100,51 @@ mod tests {
     #[test]
     fn a_block_is_the_rounded_request_unless_noted() {
         let mut b = BlockSizes::new(&AllocatorConfig::default(), &[]);
-        b.note_made(0, 1000, 1024);
-        b.note_made(1, 3 * MIB - 5, 4 * MIB);
-        assert_eq!(b.made.len(), 1, "only the unsplit block is kept");
+        b.note_larger(1, 4 * MIB);
         assert_eq!(b.allocated(0x1000, &alloc(1000, 0), Some(5)), Some(1024));
         assert_eq!(
             b.allocated(0x1000, &alloc(3 * MIB - 5, 1), Some(5)),
             Some(4 * MIB)
         );
+        let mut by_two = AllocatorConfig::default();
+        by_two.roundup_power2_divisions = [2; ROUNDUP_INTERVALS];
+        let b = BlockSizes::new(&by_two, &[]);
+        assert_eq!(
+            b.allocated(0x1000, &alloc(5 * MIB, 0), None),
+            Some(6 * MIB),
+            "rounded as the recorded settings round"
+        );
+    }
+
+    /// The allocator replay keeps exactly the blocks that are not the rounded request: a
+    /// cached block whose remainder is too small to split is handed out whole.
+    #[test]
+    fn the_replay_notes_an_unsplit_block() {
+        use crate::sim::engine::{Engine, Op};
+        let config = AllocatorConfig::default();
+        let mut issues = Vec::new();
+        let mut engine = Engine::new(&config, None, &[], &[], &mut issues);
+        engine.keep_block_sizes(&[]);
+        let malloc = |entry, size, recorded| Op::Malloc {
+            entry,
+            size,
+            stream: 0,
+            pool: (0, 0),
+            recorded: Some(recorded),
+            hint: None,
+        };
+        // 4 MiB in a 20 MiB segment, freed; 3.5 MiB takes the cached 20 MiB block and splits
+        // it (16.5 MiB left); 16 MiB takes the rest whole (0.5 MiB would be left over).
+        engine.apply(&malloc(0, 4 * MIB, 0xa));
+        engine.apply(&Op::Free {
+            entry: 1,
+            addr: 0xa,
+        });
+        engine.apply(&malloc(2, 7 * MIB / 2, 0xb));
+        engine.apply(&malloc(3, 16 * MIB, 0xc));
+        let b = engine.blocks.take().expect("kept");
+        assert_eq!(b.made.len(), 1, "{b:?}");
+        assert_eq!(b.made.get(&3), Some(&(33 * MIB / 2)), "{b:?}");
     }
 
     #[test]

@@ -216,7 +216,10 @@ impl Engine {
                     Ok(addr) => match recorded {
                         Some(r) => {
                             if let Some(blocks) = self.blocks.as_mut() {
-                                blocks.note_made(entry, size, self.model.block_size(addr));
+                                let (rounded, block) = self.model.last_alloc();
+                                if block != rounded {
+                                    blocks.note_larger(entry, block);
+                                }
                             }
                             if self.addresses.insert(r, addr).is_some() {
                                 self.issue(
