@@ -106,8 +106,10 @@ mod tests {
             b.allocated(0x1000, &alloc(3 * MIB - 5, 1), Some(5)),
             Some(4 * MIB)
         );
-        let mut by_two = AllocatorConfig::default();
-        by_two.roundup_power2_divisions = [2; ROUNDUP_INTERVALS];
+        let by_two = AllocatorConfig {
+            roundup_power2_divisions: [2; ROUNDUP_INTERVALS],
+            ..AllocatorConfig::default()
+        };
         let b = BlockSizes::new(&by_two, &[]);
         assert_eq!(
             b.allocated(0x1000, &alloc(5 * MIB, 0), None),
