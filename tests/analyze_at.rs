@@ -1,6 +1,8 @@
 //! `analyze --at MOMENT`: on the shipped fixtures and real snapshots, the figures at each
 //! named moment are the account's (as `analyze --json` lists its moments), the categories at
-//! the peak, the OOM and the dump are the account's, an entry the account names nothing at
+//! the peak, the OOM and the dump are the account's (in requested bytes, and in allocated
+//! bytes adding up to the allocated bytes there where it knows them), an entry the account
+//! names nothing at
 //! gives requested and reserved bytes with the block figures unknown, and a bad moment is one
 //! line and exit 2.
 
@@ -73,13 +75,13 @@ fn named_moments_give_the_accounts_figures_on_every_file() {
                 continue;
             }
             let checks = [
-                ("peak", "peak_requested", "at_peak"),
-                ("peak-reserved", "peak_reserved", ""),
-                ("peak-allocated", "peak_allocated", ""),
-                ("oom", "oom", "at_oom"),
-                ("dump", "dump", "at_dump"),
+                ("peak", "peak_requested", "at_peak", "at_peak_allocated"),
+                ("peak-reserved", "peak_reserved", "", ""),
+                ("peak-allocated", "peak_allocated", "", ""),
+                ("oom", "oom", "at_oom", "at_oom_allocated"),
+                ("dump", "dump", "at_dump", "at_dump"),
             ];
-            for (asked, kind, categories) in checks {
+            for (asked, kind, categories, allocated) in checks {
                 let Some(m) = moments.iter().rev().find(|m| m["kind"] == kind) else {
                     continue;
                 };
@@ -101,7 +103,22 @@ fn named_moments_give_the_accounts_figures_on_every_file() {
                         got["categories"], d["categories"][categories],
                         "{name} {asked}: the account's categories"
                     );
+                    assert_eq!(
+                        got["allocated_categories"], d["categories"][allocated],
+                        "{name} {asked}: the account's categories in allocated bytes"
+                    );
                 }
+                // In allocated bytes exactly where those are known, adding up to them.
+                let in_blocks = got["allocated_categories"].as_array().map(|list| {
+                    list.iter()
+                        .map(|c| c["bytes"].as_u64().unwrap_or(0))
+                        .sum::<u64>()
+                });
+                assert_eq!(
+                    in_blocks,
+                    got["figures"]["allocated_bytes"].as_u64(),
+                    "{name} {asked}: the categories add up to the allocated bytes"
+                );
                 if kind == "peak_requested" {
                     assert_eq!(
                         got["top_sites"], d["top_sites"],
@@ -140,6 +157,7 @@ fn an_entry_between_moments_and_bad_moments() {
         categories, requested,
         "the categories add up to what is live"
     );
+    assert!(d["allocated_categories"].is_null(), "not known here");
     // The same entry by its time.
     let seconds = d["moment"]["seconds"]
         .as_f64()

@@ -3,6 +3,7 @@
 
 mod account;
 mod agent;
+mod allocated_breakdowns;
 mod amplification;
 mod analyze_at;
 mod analyze_fixtures;

@@ -170,8 +170,9 @@ fn the_cursor_column_moves_with_the_keys() {
 }
 
 /// `t` shows the tree of what is live at the cursor (the peak, where `view` opens): its root
-/// holds the requested bytes the cursor panel shows, `Enter` opens and closes the selected
-/// frame, and the tree follows the cursor.
+/// holds the allocated bytes the cursor panel shows there (requested bytes at an entry where
+/// they are not known), `Enter` opens and closes the selected frame, and the tree follows the
+/// cursor.
 #[test]
 fn the_tree_pane_shows_what_is_live_at_the_cursor_and_folds() {
     let snap = load("demo_oom");
@@ -179,14 +180,18 @@ fn the_tree_pane_shows_what_is_live_at_the_cursor_and_folds() {
     let t = draw(&mut a, 100, 30, &[Key::Char('t')]);
     let text = screen(&t);
     assert!(text.contains("Live at the cursor, caller first"), "{text}");
-    let (_, root) = a.cursor_tree.as_ref().expect("built when shown");
+    let (_, tree) = a.cursor_tree.as_ref().expect("built when shown");
+    let root = &tree.root;
+    let figures = a.device().account.figures_at(a.at_cursor.index);
     assert_eq!(
-        root.inclusive_bytes, a.at_cursor.allocated,
-        "the root is what is live"
+        Some(root.inclusive_bytes),
+        figures.and_then(|f| f.allocated_bytes),
+        "the root is what is allocated"
     );
+    assert!(text.contains("allocated bytes, caller first"), "{text}");
     let rows = |a: &ViewApp| -> usize {
-        let (_, root) = a.cursor_tree.as_ref().expect("a tree");
-        memprof::tui::view::tree::rows(root, &a.state.tree_open).len()
+        let (_, tree) = a.cursor_tree.as_ref().expect("a tree");
+        memprof::tui::view::tree::rows(&tree.root, &a.state.tree_open).len()
     };
     assert_eq!(
         rows(&a),
@@ -194,7 +199,13 @@ fn the_tree_pane_shows_what_is_live_at_the_cursor_and_folds() {
         "the root opens on its callers"
     );
     let opened = draw(&mut a, 100, 30, &[Key::Down, Key::Enter]);
-    assert!(rows(&a) > 1 + a.cursor_tree.as_ref().map_or(0, |t| t.1.children.len()));
+    assert!(
+        rows(&a)
+            > 1 + a
+                .cursor_tree
+                .as_ref()
+                .map_or(0, |t| t.1.root.children.len())
+    );
     assert_snapshot!("view_demo_oom_tree", opened.backend());
     draw(&mut a, 100, 30, &[Key::Enter]);
     draw(&mut a, 100, 30, &[Key::Up, Key::Enter]);
@@ -203,8 +214,9 @@ fn the_tree_pane_shows_what_is_live_at_the_cursor_and_folds() {
     draw(&mut a, 100, 30, &[Key::Home]);
     assert_eq!(a.cursor_tree.as_ref().map(|t| t.0), Some(Some(0)));
     assert_eq!(
-        a.cursor_tree.as_ref().map(|t| t.1.inclusive_bytes),
-        Some(a.at_cursor.allocated)
+        a.cursor_tree.as_ref().map(|t| t.1.root.inclusive_bytes),
+        Some(a.at_cursor.allocated),
+        "requested bytes where the allocated ones are not known"
     );
     draw(&mut a, 100, 30, &[Key::Char('t')]);
     assert!(a.cursor_tree.is_none(), "hidden again");

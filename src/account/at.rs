@@ -7,6 +7,7 @@ use super::{DeviceAccount, Figures, MomentKind, TimeAxis};
 use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
 use crate::analysis::{top_sites, Site};
 use crate::model::{Replay, Snapshot, TraceEntry};
+use crate::sim::block_sizes::BlockSizes;
 use serde::Serialize;
 
 /// What the user asked for.
@@ -115,15 +116,11 @@ impl DeviceAccount {
                         _ => "the input has no trace, so no peak; try dump".to_string(),
                     });
                 };
-                let figures = match m.entry {
-                    Some(_) if kind != MomentKind::Dump => self.figures_at(m.entry),
-                    _ => Some(m.figures),
-                };
                 Ok(Resolved {
                     kind: Some(kind),
                     entry: m.entry,
                     offset_us: m.offset_us,
-                    figures,
+                    figures: Some(self.figures_of(m)),
                 })
             }
             _ if entries.is_empty() => Err("the input has no trace; try dump".to_string()),
@@ -186,15 +183,20 @@ pub struct StateAt {
     /// The categories alive there, most bytes first: requested bytes at an entry, block bytes
     /// at the dump (as the account's `categories` count them).
     pub categories: Vec<CategoryBytes>,
+    /// The categories in block bytes of the allocations not freed by then: they add up to
+    /// `figures.allocated_bytes`; `None` where that is not known.
+    pub allocated_categories: Option<Vec<CategoryBytes>>,
     /// The sites holding the most live bytes there.
     pub top_sites: Vec<Site>,
 }
 
-/// The state of `device` (whose account is `account`) at `at`, with `top` sites.
+/// The state of `device` (whose account is `account`, and the blocks of whose allocator replay
+/// are `blocks`) at `at`, with `top` sites.
 pub fn state_at(
     snapshot: &Snapshot,
     device: u32,
     account: &DeviceAccount,
+    blocks: Option<&BlockSizes>,
     at: &Resolved,
     rules: &CategoryRules,
     top: usize,
@@ -215,15 +217,22 @@ pub fn state_at(
         _ => account.figures_with_trace(at.entry, replay.live().total(), replay.reserved()),
     };
     let mut classifier = Classifier::new(snapshot, device, rules);
-    let categories = if at.is_dump() {
-        classifier.at_dump(device)
+    let (categories, allocated_categories) = if at.is_dump() {
+        let dump = classifier.at_dump(device);
+        (dump.clone(), Some(dump))
     } else {
-        classifier.at_entries(&[at.entry]).pop().unwrap_or_default()
+        let requested = classifier.at_entries(&[at.entry]).pop().unwrap_or_default();
+        let allocated = figures.allocated_bytes.zip(blocks).and_then(|(a, b)| {
+            let live = classifier.classify(at.entry);
+            live.allocated(classifier.names(), b, a)
+        });
+        (requested, allocated)
     };
     StateAt {
         figures,
         live_allocations: replay.live().len(),
         categories,
+        allocated_categories,
         top_sites: top_sites(&snapshot.stacks, replay.live(), top),
     }
 }

@@ -3,7 +3,7 @@
 //! each device's account from both.
 
 use super::anomalies::{trace_pass, TracePass};
-use super::{account_of, DeviceAccount, DeviceInput, TimeAxis};
+use super::{account_of, DeviceAccount, DeviceInput, MomentKind, TimeAxis};
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
 use crate::diagnose::classify::{attach, replay_devices};
@@ -87,7 +87,7 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
     let axis = TimeAxis::of(snapshot);
     let mut devices: Vec<DeviceReport> = analyses
         .into_iter()
-        .map(|analysis| {
+        .map(|mut analysis| {
             let segments: Vec<_> = snapshot.device_segments(analysis.device).collect();
             let entries = snapshot.timeline.device(analysis.device as usize);
             let trace = walked
@@ -103,6 +103,18 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
                 },
                 trace,
             );
+            // The categories at the peak and the OOM in block bytes, where the account knows
+            // the allocated bytes there.
+            let peak = account.moment(MomentKind::PeakRequested);
+            let oom = analysis.oom.as_ref().map(|o| o.entry_index);
+            let blocks = analysis.replayed.as_ref().map(|r| &r.blocks);
+            if let Some(c) = analysis.categories.as_mut() {
+                c.add_allocated(
+                    blocks,
+                    peak.and_then(|m| account.figures_of(m).allocated_bytes),
+                    oom.and_then(|i| account.figures_at(Some(i))?.allocated_bytes),
+                );
+            }
             DeviceReport { analysis, account }
         })
         .collect();

@@ -17,7 +17,7 @@ mod ranks;
 pub use anomalies::Anomalies;
 pub use at::{MomentQuery, Resolved};
 pub use build::{build, DeviceReport, InputAccount, Options};
-pub use figures::Figures;
+pub use figures::{Figure, Figures};
 pub use findings::{Finding, FindingKind};
 pub use moments::{Moment, MomentKind, TimeAxis};
 pub use pools::Pool;
@@ -90,6 +90,15 @@ impl DeviceAccount {
         });
         let first = at.next()?.figures;
         Some(at.fold(first, |a, m| a.or(&m.figures)))
+    }
+
+    /// The figures the account holds for moment `m`: those of every moment at its entry,
+    /// merged; its own for a moment without an entry (the dump, a peak before the trace).
+    pub fn figures_of(&self, m: &Moment) -> Figures {
+        match m.entry {
+            Some(_) if m.kind != MomentKind::Dump => self.figures_at(m.entry).unwrap_or(m.figures),
+            _ => m.figures,
+        }
     }
 
     /// The state at the dump (every account has one).

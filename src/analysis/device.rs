@@ -93,6 +93,13 @@ pub struct DeviceAnalysis {
     pub replayed: Option<crate::sim::replay::Replayed>,
 }
 
+impl DeviceAnalysis {
+    /// The block each allocation got in the allocator replay, where one was made.
+    pub fn block_sizes(&self) -> Option<&crate::sim::block_sizes::BlockSizes> {
+        self.replayed.as_ref().map(|r| &r.blocks)
+    }
+}
+
 const MOSTLY_FREE_SHOWN: usize = 16;
 
 /// Sites kept for comparing devices.

@@ -1,10 +1,12 @@
 //! The live memory at one moment as a caller-first tree: every live allocation's stack (noise
 //! left out) from the outermost frame in, each node with the bytes at and below it (inclusive)
-//! and the bytes allocated right there (self). Sizes are requested bytes, so the root holds the
-//! account's `requested_bytes` at that moment.
+//! and the bytes allocated right there (self). Sizes are block sizes where the allocator's
+//! blocks are known (the root then holds the account's `allocated_bytes`), else requested
+//! sizes (the root holds its `requested_bytes`).
 
 use super::sites::shown_stack;
 use crate::model::{BlockState, LiveSet, Segment, StackId, StackTable};
+use crate::sim::block_sizes::BlockSizes;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -45,7 +47,25 @@ pub fn by_stack_of_live(live: &LiveSet) -> FxHashMap<Option<StackId>, u64> {
     by
 }
 
-/// Requested bytes by stack, from the allocated blocks of a segment layout (the dump).
+/// Block bytes by stack of the allocations of a trace replay that the program had not freed
+/// just after entry `at` (`None`: before the first), as the allocator replay's `blocks` give
+/// them.
+pub fn by_stack_of_allocated(
+    live: &LiveSet,
+    blocks: &BlockSizes,
+    at: Option<usize>,
+) -> FxHashMap<Option<StackId>, u64> {
+    let mut by: FxHashMap<Option<StackId>, u64> = FxHashMap::default();
+    for (addr, l) in live.iter() {
+        if let Some(size) = blocks.allocated(addr, l, at) {
+            let e = by.entry(l.stack).or_default();
+            *e = e.saturating_add(size);
+        }
+    }
+    by
+}
+
+/// Block bytes by stack, from the allocated blocks of a segment layout (the dump).
 pub fn by_stack_of_blocks<'a>(
     segments: impl IntoIterator<Item = &'a Segment>,
 ) -> FxHashMap<Option<StackId>, u64> {
@@ -53,7 +73,7 @@ pub fn by_stack_of_blocks<'a>(
     for b in segments.into_iter().flat_map(|s| &s.blocks) {
         if b.state == BlockState::ActiveAllocated {
             let e = by.entry(b.stack).or_default();
-            *e = e.saturating_add(b.requested_size);
+            *e = e.saturating_add(b.size);
         }
     }
     by

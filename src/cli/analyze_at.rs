@@ -46,7 +46,10 @@ pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
             .account
             .resolve(query, entries, input.axis)
             .map_err(|e| anyhow::anyhow!("{shown}: device {device}: --at {at}: {e}"))?;
-        let mut state = state_at(snapshot, device, &d.account, &resolved, &rules, args.top);
+        let blocks = d.analysis.block_sizes();
+        let mut state = state_at(
+            snapshot, device, &d.account, blocks, &resolved, &rules, args.top,
+        );
         if !args.full_stacks {
             state
                 .top_sites

@@ -1,17 +1,19 @@
 //! `memprof tree FILE`: the live memory at one moment (the OOM by default, else the peak) as a
 //! caller-first tree with inclusive and self bytes and their share, as text, JSON or an SVG
-//! icicle. Sizes are requested bytes: the root holds the account's `requested_bytes` then.
+//! icicle. Sizes are block sizes where the account knows the allocated bytes at that moment (the
+//! root holds its `allocated_bytes` then), else requested bytes (the root holds its
+//! `requested_bytes`).
 
 use super::analyze::origin;
 use super::input::load_snapshot;
 use super::Outcome;
-use crate::account::{self, DeviceReport, InputAccount, MomentQuery};
+use crate::account::{self, DeviceReport, Figure, InputAccount, MomentQuery};
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::live_tree::{walk, Node};
 use crate::model::{Bytes, Snapshot};
 use crate::report::analyze_json::SCHEMA_VERSION;
 use crate::report::terminal_text::terminal_text;
-use crate::report::tree_at::tree_at;
+use crate::report::tree_at::{tree_at, TreeAt};
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -61,8 +63,13 @@ struct DeviceTree {
     device: u32,
     moment: MomentShown,
     /// The account's requested bytes at that moment (null where it holds no moment there);
-    /// the root's `inclusive_bytes` is the same figure.
+    /// the root's `inclusive_bytes` when `figure` is `requested_bytes`.
     requested_bytes: Option<u64>,
+    /// The account's allocated bytes at that moment (null where it does not know them); the
+    /// root's `inclusive_bytes` when `figure` is `allocated_bytes`.
+    allocated_bytes: Option<u64>,
+    /// What this tree's bytes are.
+    figure: Figure,
     tree: Node,
 }
 
@@ -71,7 +78,8 @@ struct TreeReport {
     schema_version: u32,
     kind: &'static str,
     input: String,
-    /// What the bytes are: `requested_bytes`.
+    /// What the bytes of every device's tree are: `allocated_bytes` or `requested_bytes`,
+    /// `mixed` when the devices' differ.
     figure: &'static str,
     devices: Vec<DeviceTree>,
 }
@@ -106,11 +114,16 @@ pub fn run(args: &TreeArgs) -> anyhow::Result<Outcome> {
         }
         devices.push(device_tree(snapshot, &input, d, at, args.depth, min_share)?);
     }
+    let figure = match devices.first().map(|d| d.figure) {
+        Some(first) if devices.iter().any(|d| d.figure != first) => "mixed",
+        Some(Figure::AllocatedBytes) => "allocated_bytes",
+        _ => "requested_bytes",
+    };
     let report = TreeReport {
         schema_version: SCHEMA_VERSION,
         kind: "memprof_tree",
         input: shown,
-        figure: "requested_bytes",
+        figure,
         devices,
     };
     if let (Some(out), Some(first)) = (&args.svg, report.devices.first()) {
@@ -148,7 +161,14 @@ fn device_tree(
     let resolved = a
         .resolve(query, entries, input.axis)
         .map_err(|e| anyhow::anyhow!("device {device}: {e}"))?;
-    let node = tree_at(snapshot, device, &resolved, depth, min_share);
+    let TreeAt { figure, root } = tree_at(
+        snapshot,
+        device,
+        &resolved,
+        d.analysis.block_sizes(),
+        depth,
+        min_share,
+    );
     let kind = match resolved.kind {
         Some(kind) => serde_json::to_value(kind)
             .ok()
@@ -164,7 +184,9 @@ fn device_tree(
             seconds: resolved.offset_us.map(|us| us as f64 / 1e6),
         },
         requested_bytes: resolved.figures.and_then(|f| f.requested_bytes),
-        tree: node,
+        allocated_bytes: resolved.figures.and_then(|f| f.allocated_bytes),
+        figure,
+        tree: root,
     })
 }
 
@@ -180,10 +202,11 @@ fn text(report: &TreeReport) -> String {
             _ => String::new(),
         };
         out.push_str(&format!(
-            "device {}: live memory at {}{when}: {} requested\n",
+            "device {}: live memory at {}{when}: {} {}\n",
             d.device,
             d.moment.kind,
-            Bytes(d.tree.inclusive_bytes)
+            Bytes(d.tree.inclusive_bytes),
+            d.figure.word()
         ));
         out.push_str(&format!(
             "  {:>11} {:>11} {:>6}  caller first\n",

@@ -2,6 +2,7 @@
 //! `view` show them.
 
 use super::terminal_text::terminal_text;
+use crate::account::Figure;
 use crate::analysis::categories::{Categories, CategoryBytes, Phase};
 use crate::model::Bytes;
 
@@ -35,26 +36,42 @@ fn total(list: &[CategoryBytes]) -> Bytes {
     Bytes(list.iter().fold(0u64, |a, c| a.wrapping_add(c.bytes)))
 }
 
-/// One line per moment, indented by `indent`.
+/// One line per moment, indented by `indent`: the trace's moments in allocated bytes where the
+/// account knows them (else requested bytes), the dump in allocated bytes.
 pub fn moments(c: &Categories, has_peak: bool, indent: &str) -> Vec<String> {
-    let mut lines = vec![format!(
-        "{indent}what the live memory is (the trace's moments in requested bytes, the dump in \
-         allocated bytes):"
-    )];
-    let mut moment = |when: &str, list: &[CategoryBytes], figure: &str| {
+    let mut shown: Vec<(&str, &[CategoryBytes], Figure)> = Vec::new();
+    if has_peak {
+        let (list, figure) = c.peak_shown();
+        shown.push(("at the peak", list, figure));
+    }
+    if let Some((list, figure)) = c.oom_shown() {
+        shown.push(("at the OOM", list, figure));
+    }
+    let requested: Vec<&str> = shown
+        .iter()
+        .filter(|s| s.2 == Figure::RequestedBytes)
+        .map(|s| s.0.trim_start_matches("at "))
+        .collect();
+    let unit = if requested.is_empty() {
+        "in allocated bytes".to_string()
+    } else if requested.len() == shown.len() {
+        "the trace's moments in requested bytes, the dump in allocated bytes".to_string()
+    } else {
+        format!(
+            "in allocated bytes, {} in requested bytes",
+            requested.join(" and ")
+        )
+    };
+    shown.push(("at the dump", &c.at_dump, Figure::AllocatedBytes));
+    let mut lines = vec![format!("{indent}what the live memory is ({unit}):")];
+    for (when, list, figure) in shown {
         lines.push(format!(
-            "{indent}  {when:<12} {:>10} {figure:<9}: {}",
+            "{indent}  {when:<12} {:>10} {:<9}: {}",
             total(list).to_string(),
+            figure.word(),
             breakdown(list)
         ));
-    };
-    if has_peak {
-        moment("at the peak", &c.at_peak, "requested");
     }
-    if let Some(oom) = &c.at_oom {
-        moment("at the OOM", oom, "requested");
-    }
-    moment("at the dump", &c.at_dump, "allocated");
     lines
 }
 

@@ -3,6 +3,7 @@
 //! every name from the file or the command line is escaped.
 
 use super::html::escape;
+use crate::account::Figure;
 use crate::analysis::categories::CategoryBytes;
 use crate::analysis::DeviceAnalysis;
 use crate::model::Bytes;
@@ -31,13 +32,19 @@ fn colour(category: &str, user: &mut Vec<String>) -> &'static str {
     }
 }
 
-fn bar(page: &mut String, when: &str, list: &[CategoryBytes], user: &mut Vec<String>) {
+fn bar(
+    page: &mut String,
+    when: &str,
+    (list, figure): (&[CategoryBytes], Figure),
+    user: &mut Vec<String>,
+) {
     let total = list.iter().fold(0u64, |a, c| a.wrapping_add(c.bytes));
     let _ = write!(
         page,
-        "<tr><th>{when}</th><td class=\"n\">{}</td><td style=\"width:60%\">\
+        "<tr><th>{when}</th><td class=\"n\">{} {}</td><td style=\"width:60%\">\
          <div style=\"display:flex;height:1.4em;border:1px solid #ccc\">",
-        Bytes(total)
+        Bytes(total),
+        figure.word()
     );
     for c in list.iter().filter(|c| c.bytes > 0) {
         let share = c.bytes as f64 * 100.0 / total.max(1) as f64;
@@ -72,15 +79,23 @@ pub fn section(page: &mut String, d: &DeviceAnalysis) {
     page.push_str(
         "<h3>What the live memory is</h3>\n<p class=\"muted\">Each allocation's category comes \
          from its call stack and its lifetime in the trace; one whose stack and lifetime do not \
-         say is <code>other</code>.</p>\n<table>\n",
+         say is <code>other</code>. Each total is in allocated bytes (block sizes, as \
+         <code>torch.cuda.memory_allocated()</code> counts them) where the allocator replay \
+         knows them, else in the requested bytes the trace records; it says which.</p>\n\
+         <table>\n",
     );
     let mut user = Vec::new();
     if d.trace.peak_entry_index.is_some() {
-        bar(page, "at the peak", &c.at_peak, &mut user);
+        bar(page, "at the peak", c.peak_shown(), &mut user);
     }
-    if let Some(oom) = &c.at_oom {
+    if let Some(oom) = c.oom_shown() {
         bar(page, "at the OOM", oom, &mut user);
     }
-    bar(page, "at the dump", &c.at_dump, &mut user);
+    bar(
+        page,
+        "at the dump",
+        (&c.at_dump, Figure::AllocatedBytes),
+        &mut user,
+    );
     page.push_str("</table>\n");
 }

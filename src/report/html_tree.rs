@@ -3,8 +3,8 @@
 //! `memprof tree`; every frame name is escaped.
 
 use super::html::escape;
-use super::tree_at::tree_at;
-use crate::account::{DeviceReport, MomentKind, TimeAxis};
+use super::tree_at::{tree_at, TreeAt};
+use crate::account::{DeviceReport, Figure, MomentKind, TimeAxis};
 use crate::analysis::live_tree::Node;
 use crate::model::{Bytes, Snapshot};
 use std::fmt::Write;
@@ -29,7 +29,14 @@ pub fn section(page: &mut String, snapshot: &Snapshot, d: &DeviceReport, axis: T
     let Ok(at) = d.account.resolve(d.account.oom_else_peak(), entries, axis) else {
         return;
     };
-    let root = tree_at(snapshot, device, &at, DEPTH, MIN_SHARE);
+    let TreeAt { figure, root } = tree_at(
+        snapshot,
+        device,
+        &at,
+        d.analysis.block_sizes(),
+        DEPTH,
+        MIN_SHARE,
+    );
     if root.inclusive_bytes == 0 {
         return;
     }
@@ -43,10 +50,14 @@ pub fn section(page: &mut String, snapshot: &Snapshot, d: &DeviceReport, axis: T
         (Some(e), None) => format!(" (entry {e})"),
         _ => String::new(),
     };
+    let figure = match figure {
+        Figure::AllocatedBytes => "Allocated bytes (block sizes)",
+        Figure::RequestedBytes => "Requested bytes",
+    };
     let _ = writeln!(
         page,
-        "<h3>Live memory {when}{place}, caller first</h3>\n<p class=\"muted\">Requested \
-         bytes through each frame (inclusive), allocated right there (self) and the share of \
+        "<h3>Live memory {when}{place}, caller first</h3>\n<p class=\"muted\">{figure} \
+         through each frame (inclusive), allocated right there (self) and the share of \
          the total, as <code>memprof tree</code> shows them; frames under 1% fold into their \
          caller.</p>\n<div class=\"tree\" data-root-bytes=\"{}\">",
         root.inclusive_bytes

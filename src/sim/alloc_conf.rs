@@ -300,7 +300,7 @@ impl fmt::Display for AllocatorConfig {
 }
 
 /// The `roundup_power2_divisions` interval of a size: log2(size) - 20, clamped to 0..16.
-fn interval_index(size: u64) -> usize {
+pub(super) fn interval_index(size: u64) -> usize {
     let log = 63 - size.max(1).leading_zeros() as usize;
     log.saturating_sub(20).min(ROUNDUP_INTERVALS - 1)
 }

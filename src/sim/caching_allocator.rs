@@ -95,6 +95,8 @@ pub struct CachingAllocator {
     events: Vec<TraceEntry>,
     recording: bool,
     streams: Vec<u64>,
+    /// The rounded request and the block of the last allocation made.
+    last_alloc: (u64, u64),
 }
 
 impl CachingAllocator {
@@ -112,6 +114,7 @@ impl CachingAllocator {
             events: Vec::new(),
             recording: true,
             streams: vec![0],
+            last_alloc: (0, 0),
         }
     }
 
@@ -480,6 +483,7 @@ impl CachingAllocator {
         b.state = Use::Allocated;
         b.requested = req.orig;
         let (addr, size, stream, pool) = (b.addr, b.size, b.stream, b.pool);
+        self.last_alloc = (req.size, size);
         self.stats.allocated_bytes += size;
         self.stats.active_bytes += size;
         self.stats.requested_bytes += req.orig;
@@ -570,6 +574,11 @@ impl CachingAllocator {
         self.pending.retain(|&p| p != id);
         self.free_block(id);
         Ok(())
+    }
+
+    /// The rounded request (`round_size`) and the block size of the last allocation made.
+    pub fn last_alloc(&self) -> (u64, u64) {
+        self.last_alloc
     }
 
     /// Whether the block at `addr` waits for a pending free.

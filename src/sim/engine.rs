@@ -3,6 +3,7 @@
 //! with what was allocated and cached then) and the first OOM tracked as they happen.
 
 use super::alloc_conf::AllocatorConfig;
+use super::block_sizes::BlockSizes;
 use super::caching_allocator::CachingAllocator;
 use super::driver::Driver;
 use super::layout::LaterMap;
@@ -74,6 +75,8 @@ pub(super) struct Engine {
     at_peak_requested: StateAt,
     /// `empty_cache()` calls replayed.
     empty_cache_calls: u64,
+    /// The block of each allocation, where this replay keeps them (`keep_block_sizes`).
+    pub(super) blocks: Option<BlockSizes>,
 }
 
 impl Engine {
@@ -110,11 +113,18 @@ impl Engine {
             at_peak_allocated: StateAt::default(),
             at_peak_requested: StateAt::default(),
             empty_cache_calls: 0,
+            blocks: None,
         };
         engine.note_peak();
         engine.at_peak_allocated = engine.state_at();
         engine.at_peak_requested = engine.at_peak_allocated;
         engine
+    }
+
+    /// Keeps the block each recorded allocation gets from here on, from the state before the
+    /// trace `initial` (which the engine was made with).
+    pub(super) fn keep_block_sizes(&mut self, initial: &[Segment]) {
+        self.blocks = Some(BlockSizes::new(&self.model.config, initial));
     }
 
     fn issue(&mut self, entry_index: usize, message: String) {
@@ -205,6 +215,12 @@ impl Engine {
                 match self.model.malloc_in(size, stream, pool) {
                     Ok(addr) => match recorded {
                         Some(r) => {
+                            if let Some(blocks) = self.blocks.as_mut() {
+                                let (rounded, block) = self.model.last_alloc();
+                                if block != rounded {
+                                    blocks.note_larger(entry, block);
+                                }
+                            }
                             if self.addresses.insert(r, addr).is_some() {
                                 self.issue(
                                     entry,
@@ -244,6 +260,9 @@ impl Engine {
                 }
             }
             Op::FreeRequested { entry, addr } => {
+                if let Some(blocks) = self.blocks.as_mut() {
+                    blocks.note_deferred_free(entry, addr);
+                }
                 if let Some(a) = self.model_address(entry, addr, false) {
                     let done = self
                         .model

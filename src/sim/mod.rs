@@ -4,6 +4,7 @@
 //! `TraceEntry` vocabulary as snapshots.
 
 pub mod alloc_conf;
+pub mod block_sizes;
 mod blocks;
 mod caching_allocator;
 mod capacity;

@@ -7,6 +7,7 @@
 //! requests under other settings (what-if).
 
 use super::alloc_conf::AllocatorConfig;
+use super::block_sizes::BlockSizes;
 pub use super::capacity::UpperBound;
 use super::capacity::{capacity_bracket, Bracket};
 use super::early_free::{with_early_frees, EarlyFree};
@@ -187,6 +188,8 @@ pub struct Prepared {
     pub validation: Validation,
     /// The replay with the recorded settings.
     pub recorded_run: RunResult,
+    /// The block each allocation got in that replay.
+    pub blocks: BlockSizes,
     /// Problems met while rebuilding the state before the trace.
     pub issues: Vec<ReplayIssue>,
 }
@@ -204,6 +207,8 @@ pub struct Replayed {
     /// The first entry where the model decided otherwise than the record (`None`: never); its
     /// figures are the allocator's own only before it.
     pub first_mismatch_entry: Option<usize>,
+    /// The block each allocation got (the allocator's own where `trusted_at`).
+    pub blocks: BlockSizes,
 }
 
 impl Replayed {
@@ -219,6 +224,7 @@ impl Replayed {
                 .first_mismatch
                 .as_ref()
                 .map(|m| m.entry_index),
+            blocks: prepared.blocks.clone(),
         }
     }
 
@@ -321,11 +327,12 @@ pub fn prepare(
         capacity,
         capacity_source,
         empty_cache_bursts,
-        engine,
+        mut engine,
         mut validation,
         ops,
         load_issues,
     } = attempt;
+    let blocks = engine.blocks.take().unwrap_or_default();
     issues.extend(load_issues);
     validation.final_layout_matches =
         same_layout(&engine.model.layout(trace.device), &trace.segments);
@@ -379,6 +386,7 @@ pub fn prepare(
         },
         validation,
         recorded_run: engine.finish(),
+        blocks,
         issues,
     }
 }
@@ -427,6 +435,7 @@ impl Attempt {
             let mut load_issues = Vec::new();
             let mut engine =
                 Engine::new(recorded, capacity, initial, mapped_later, &mut load_issues);
+            engine.keep_block_sizes(initial);
             let mut validation = Validation::default();
             let (ops, empties) = plan_and_validate(trace, &mut engine, &mut validation);
             let again = capacity_source == CapacitySource::Inferred

@@ -1,7 +1,7 @@
 //! Size rules of the caching allocator (reference §1.1-1.3): `round_size`, pool choice and
 //! the segment size a request gets from the driver.
 
-use super::alloc_conf::AllocatorConfig;
+use super::alloc_conf::{interval_index, AllocatorConfig, ROUNDUP_INTERVALS};
 use crate::model::PoolKind;
 
 /// Every block is a multiple of this (`kMinBlockSize`).
@@ -17,10 +17,16 @@ pub const ROUND_LARGE: u64 = 2 << 20;
 
 /// `round_size`: 512 at least, then the power-of-two division rule or multiples of 512.
 pub fn round_size(size: u64, config: &AllocatorConfig) -> u64 {
+    round_size_by(size, &config.roundup_power2_divisions)
+}
+
+/// `round_size` with the `roundup_power2_divisions` of a configuration (the only setting it
+/// reads).
+pub fn round_size_by(size: u64, divisions: &[u64; ROUNDUP_INTERVALS]) -> u64 {
     if size < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
     }
-    let divisions = config.divisions_for(size);
+    let divisions = divisions[interval_index(size)];
     if divisions > 1 && size > MIN_BLOCK_SIZE.saturating_mul(divisions) {
         next_division(size, divisions)
     } else {

@@ -1,8 +1,11 @@
 //! What the live memory is: every allocation alive at the peak, the OOM and the dump sorted into
 //! parameter, gradient, optimizer state, activation, autograd, workspace or other, from its
 //! call stack (`context`) and its lifetime in the trace (`lifetimes`), under the user's own
-//! rules and PyTorch's `user_metadata`; and the named ranges of the trace (`phases`).
+//! rules and PyTorch's `user_metadata`; and the named ranges of the trace (`phases`). The trace
+//! gives requested sizes; where the allocator replay knows the blocks, the peak and the OOM are
+//! also counted in block bytes (`allocated`).
 
+mod allocated;
 mod context;
 mod lifetimes;
 mod phases;
@@ -10,6 +13,8 @@ mod rules;
 mod temporaries;
 mod wrappers;
 
+pub use allocated::Classified;
+use allocated::Kept;
 pub use phases::Phase;
 pub use rules::{CategoryRule, CategoryRules};
 
@@ -57,7 +62,8 @@ pub fn pool_category(owner: Option<&str>) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CategoryBytes {
     pub category: String,
-    /// Sum of the allocations' sizes (requested bytes, as the live totals count them).
+    /// Sum of the allocations' sizes: requested sizes, or block sizes in a list of allocated
+    /// bytes (the list says which).
     pub bytes: u64,
     pub count: usize,
 }
@@ -66,10 +72,15 @@ pub struct CategoryBytes {
 /// total at its moment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Categories {
-    /// At the peak of active memory (`trace.peak_active_bytes`).
+    /// At the peak of active memory, in requested bytes (`trace.peak_active_bytes`).
     pub at_peak: Vec<CategoryBytes>,
-    /// At the last `oom` entry, replayed; `None` without one.
+    /// The same in block bytes of the allocations not freed by then: they sum to the
+    /// account's `allocated_bytes` at the peak; `None` where it does not know them.
+    pub at_peak_allocated: Option<Vec<CategoryBytes>>,
+    /// At the last `oom` entry, replayed, in requested bytes; `None` without one.
     pub at_oom: Option<Vec<CategoryBytes>>,
+    /// The same in block bytes (as `at_peak_allocated`).
+    pub at_oom_allocated: Option<Vec<CategoryBytes>>,
     /// The allocated blocks of the dump, by block size (`allocated_bytes`).
     pub at_dump: Vec<CategoryBytes>,
     /// The optimizer step's own temporaries at their most; `None` when no step made any.
@@ -79,6 +90,9 @@ pub struct Categories {
     /// User frames alive at the peak as the innermost for several callers (wrappers that pass
     /// an allocation on), most bytes first.
     pub wrappers: Vec<Wrapper>,
+    /// The classified allocations of the peak and the OOM until `add_allocated`.
+    #[serde(skip)]
+    kept: Option<Box<Kept>>,
 }
 
 /// The temporaries an optimizer step makes and frees within itself (`_multi_tensor_adam`'s
@@ -329,18 +343,28 @@ impl<'a> Classifier<'a> {
 
     /// Bytes and counts by category index, as a list most bytes first.
     fn listed(&self, sums: &[(u64, usize)]) -> Vec<CategoryBytes> {
-        let mut out: Vec<CategoryBytes> = sums
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, count))| *count > 0)
-            .map(|(i, &(bytes, count))| CategoryBytes {
-                category: self.names[i].clone(),
-                bytes,
-                count,
-            })
+        listed(&self.names, sums)
+    }
+
+    /// The allocations alive right after entry `at` (before the first entry for `None`), each
+    /// with its category.
+    pub fn classify(&mut self, at: Option<usize>) -> Classified {
+        let live = self.lifetimes.live_at(at);
+        self.classified(at, live)
+    }
+
+    /// `live`, the allocations alive just after `at`, each with its category.
+    fn classified(&mut self, at: Option<usize>, live: Vec<(u64, Live)>) -> Classified {
+        let members = live
+            .into_iter()
+            .map(|(addr, l)| (addr, l, self.category(addr, &l)))
             .collect();
-        out.sort_by_key(|c| std::cmp::Reverse(c.bytes));
-        out
+        Classified { at, members }
+    }
+
+    /// The category names, indexed as `Classified` indexes them.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// The categories alive right after each of `indices` (before the first entry for `None`),
@@ -410,6 +434,23 @@ impl<'a> Classifier<'a> {
     }
 }
 
+/// Bytes and counts by index in `names`, as a list most bytes first (equal amounts in the
+/// order of `names`).
+fn listed(names: &[String], sums: &[(u64, usize)]) -> Vec<CategoryBytes> {
+    let mut out: Vec<CategoryBytes> = sums
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, count))| *count > 0)
+        .map(|(i, &(bytes, count))| CategoryBytes {
+            category: names[i].clone(),
+            bytes,
+            count,
+        })
+        .collect();
+    out.sort_by_key(|c| std::cmp::Reverse(c.bytes));
+    out
+}
+
 /// The dump's private-pool segments of `device` by address, each with the category of its
 /// pool (added to `names` as needed).
 fn pool_ranges(
@@ -463,7 +504,7 @@ pub fn grouping<'a>(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) 
 
 /// The categories at the peak (`peak_entry`, `None` for the state before the trace), at the
 /// OOM entry (when there is one) and at the dump, and the phases of the trace, from the
-/// device's lifetimes.
+/// device's lifetimes. The peak and the OOM are in requested bytes until `add_allocated`.
 pub fn categorize<'a>(
     snapshot: &'a Snapshot,
     device: u32,
@@ -476,22 +517,26 @@ pub fn categorize<'a>(
     let at_peak = c.lifetimes.live_at(peak_entry);
     let unrecorded = unrecorded(&at_peak);
     let wrappers = wrappers::wrappers(&snapshot.stacks, &at_peak);
-    let at_peak = c.breakdown(at_peak);
+    let peak = c.classified(peak_entry, at_peak);
     let optimizer_temporaries = c.step_temporaries();
-    let at_oom = oom_entry.map(|i| {
-        let live = c.lifetimes.live_at(Some(i));
-        c.breakdown(live)
-    });
+    let oom = oom_entry.map(|i| c.classify(Some(i)));
     let at_dump = c.at_dump(device);
     let phases = phases::phases(&mut c, snapshot, device);
     (
         Categories {
-            at_peak,
-            at_oom,
+            at_peak: peak.requested(&c.names),
+            at_peak_allocated: None,
+            at_oom: oom.as_ref().map(|o| o.requested(&c.names)),
+            at_oom_allocated: None,
             at_dump,
             optimizer_temporaries,
             unrecorded,
             wrappers,
+            kept: Some(Box::new(Kept {
+                names: c.names.clone(),
+                peak,
+                oom,
+            })),
         },
         phases,
     )

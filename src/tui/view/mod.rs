@@ -12,12 +12,11 @@ pub mod tree;
 use super::keys::Key;
 use super::theme::Theme;
 use super::{Dashboard, Flow};
-use crate::account::{DeviceAccount, DeviceReport, MomentKind, MomentQuery, TimeAxis};
+use crate::account::{DeviceAccount, DeviceReport, Figure, MomentKind, MomentQuery, TimeAxis};
 use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
-use crate::analysis::live_tree::Node;
 use crate::analysis::{shown_stack, DeviceAnalysis, ShownStack};
 use crate::model::Snapshot;
-use crate::report::tree_at::tree_at;
+use crate::report::tree_at::{tree_at, TreeAt};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use state::ViewState;
@@ -47,11 +46,12 @@ pub struct ViewApp<'a> {
     pub state: ViewState,
     /// The state at the cursor, recomputed when the cursor or device changes.
     pub at_cursor: CursorState,
-    /// The categories alive at the cursor, recomputed with `at_cursor`.
-    pub cursor_categories: Vec<CategoryBytes>,
+    /// The categories alive at the cursor, recomputed with `at_cursor`, and the figure they
+    /// add up to.
+    pub cursor_categories: (Vec<CategoryBytes>, Figure),
     /// The tree of what is live at the cursor, and the entry it is at (`None`: the dump);
     /// built while the tree pane is shown.
-    pub cursor_tree: Option<(Option<usize>, Node)>,
+    pub cursor_tree: Option<(Option<usize>, TreeAt)>,
     pub theme: Theme,
 }
 
@@ -148,14 +148,22 @@ impl<'a> ViewApp<'a> {
         };
         let axis = TimeAxis::of(self.snapshot);
         self.cursor_tree = d.account.resolve(query, entries, axis).ok().map(|at| {
-            let node = tree_at(self.snapshot, device, &at, TREE_DEPTH, TREE_MIN_SHARE);
-            (entry, node)
+            let blocks = d.analysis.block_sizes();
+            let tree = tree_at(
+                self.snapshot,
+                device,
+                &at,
+                blocks,
+                TREE_DEPTH,
+                TREE_MIN_SHARE,
+            );
+            (entry, tree)
         });
     }
 
     /// Opens or closes the selected node of the tree pane.
     fn toggle_tree_node(&mut self) {
-        let Some((_, root)) = &self.cursor_tree else {
+        let Some((_, TreeAt { root, .. })) = &self.cursor_tree else {
             return;
         };
         let rows = tree::rows(root, &self.state.tree_open);
@@ -172,12 +180,24 @@ impl<'a> ViewApp<'a> {
     }
 }
 
-/// The categories of the state at the cursor: after its entry, or the dump without a trace.
-fn categories_at(device: &mut DeviceView, at: &CursorState) -> Vec<CategoryBytes> {
-    match at.index {
-        Some(i) => device.classifier.at_entry(i),
-        None => device.classifier.at_dump(device.analysis.device),
+/// The categories of the state at the cursor: after its entry, or the dump without a trace;
+/// in allocated bytes where the account knows them there, else in requested bytes.
+fn categories_at(device: &mut DeviceView, at: &CursorState) -> (Vec<CategoryBytes>, Figure) {
+    let Some(i) = at.index else {
+        let dump = device.classifier.at_dump(device.analysis.device);
+        return (dump, Figure::AllocatedBytes);
+    };
+    let allocated = device
+        .account
+        .figures_at(Some(i))
+        .and_then(|f| f.allocated_bytes);
+    if let (Some(a), Some(blocks)) = (allocated, device.analysis.block_sizes()) {
+        let live = device.classifier.classify(Some(i));
+        if let Some(list) = live.allocated(device.classifier.names(), blocks, a) {
+            return (list, Figure::AllocatedBytes);
+        }
     }
+    (device.classifier.at_entry(i), Figure::RequestedBytes)
 }
 
 /// The opening state for a device: whole trace, cursor at the peak.
@@ -226,10 +246,9 @@ impl Dashboard for ViewApp<'_> {
             }
         }
         self.refresh_cursor();
-        let rows = self
-            .cursor_tree
-            .as_ref()
-            .map_or(1, |(_, root)| tree::rows(root, &self.state.tree_open).len());
+        let rows = self.cursor_tree.as_ref().map_or(1, |(_, at)| {
+            tree::rows(&at.root, &self.state.tree_open).len()
+        });
         self.state.tree_selected = self.state.tree_selected.min(rows.saturating_sub(1));
         let blocks = self.at_cursor.largest.len();
         self.state.selected_block = self.state.selected_block.min(blocks.saturating_sub(1));

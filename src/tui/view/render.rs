@@ -285,9 +285,15 @@ fn render_cursor(app: &ViewApp, area: Rect, buf: &mut Buffer) {
         count(c.live_count as u64, "live allocation", "live allocations"),
         count(c.segment_count as u64, "segment", "segments")
     )));
+    let (categories, added_up) = &app.cursor_categories;
+    let breakdown = crate::report::categories_text::breakdown(categories);
     lines.push(figure(
         "what it is",
-        crate::report::categories_text::breakdown(&app.cursor_categories),
+        if categories.is_empty() {
+            breakdown
+        } else {
+            format!("{}: {breakdown}", added_up.word())
+        },
         Style::new(),
     ));
     let text_rows = lines.len() as u16;

@@ -55,18 +55,21 @@ pub fn rows<'a>(root: &'a Node, open: &BTreeSet<Path>) -> Vec<Row<'a>> {
 /// Draws the pane: the selected row highlighted and kept in sight.
 pub fn render(app: &ViewApp, area: Rect, buf: &mut Buffer) {
     let theme = &app.theme;
-    let Some(root) = app.cursor_tree.as_ref().map(|(_, n)| n) else {
+    let Some((_, tree)) = app.cursor_tree.as_ref() else {
         Paragraph::new("no tree here").render(area, buf);
         return;
     };
+    let root = &tree.root;
     let rows = rows(root, &app.state.tree_open);
     let height = area.height.saturating_sub(1) as usize;
     let selected = app.state.tree_selected.min(rows.len().saturating_sub(1));
     let first = (selected + 1).saturating_sub(height.max(1));
     let mut lines = vec![Line::styled(
         format!(
-            "{:>10} {:>6}  caller first; Enter opens / closes",
-            "inclusive", "share"
+            "{:>10} {:>6}  {} bytes, caller first; Enter opens / closes",
+            "inclusive",
+            "share",
+            tree.figure.word()
         ),
         theme.muted(),
     )];
