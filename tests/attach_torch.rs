@@ -26,9 +26,16 @@ impl Drop for Job {
     }
 }
 
-/// Whether this machine can run the tests: python3 of 3.8-3.13 and gdb.
+/// Whether this machine can run the tests: python3 of 3.8-3.13 and a gdb that can make a call
+/// in another process here.
 pub fn ready() -> bool {
     if !have("gdb") || !have("python3") {
+        return false;
+    }
+    if let Err(why) = gdb_calls_work() {
+        skip(&format!(
+            "gdb cannot make a call in another process on this machine: {why}"
+        ));
         return false;
     }
     let out = Command::new("python3")
@@ -43,6 +50,38 @@ pub fn ready() -> bool {
         return false;
     }
     true
+}
+
+/// Whether gdb can stop a process here and make a call in it, as `memprof attach` has it do:
+/// some gdb builds cannot set a thread's registers under some kernels (on CPUs with AMX, "Couldn't
+/// write extended state status"), and then nothing here can attach. Found once per run.
+fn gdb_calls_work() -> Result<(), String> {
+    static FOUND: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let mut sleeper = Command::new("sleep").arg("30").spawn().expect("sleep runs");
+            let pid = sleeper.id().to_string();
+            let out = Command::new("gdb")
+                .args(["-batch", "-nx", "-nh", "-p", &pid])
+                .args(["-ex", "call (int)getpid()"])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("gdb runs");
+            let _ = sleeper.kill();
+            let _ = sleeper.wait();
+            let text = format!("{}{}", stdout(&out), stderr(&out));
+            if text.contains(&format!("= {pid}")) {
+                Ok(())
+            } else {
+                Err(text
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("no output")
+                    .to_string())
+            }
+        })
+        .clone()
 }
 
 /// Starts the job with `options`, waits until it runs.
@@ -132,6 +171,33 @@ fn json_of(out: &Output) -> Value {
 pub fn torch_document() -> Value {
     let job = start("document", &[]);
     json_of(&job.attach(&["--json", "--duration", "1", "--interval", "0.5"]))
+}
+
+/// Where gdb cannot set a thread's registers (this gdb under this kernel), a failed call
+/// leaves the stopped thread's system call broken: the job's `time.sleep` raised OSError and it
+/// died. memprof finds this on a process of its own first and leaves the job alone.
+#[test]
+fn a_gdb_that_cannot_set_registers_never_touches_the_job() {
+    if !have("gdb") || !have("python3") {
+        return;
+    }
+    if gdb_calls_work().is_ok() {
+        skip("gdb makes calls in other processes on this machine, so memprof attaches");
+        return;
+    }
+    let job = start("registers", &[]);
+    let before = job.state();
+    let out = job.attach(&["--json", "--duration", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains("gdb cannot set a thread's registers on this machine")
+            && text.contains("so the job was not touched"),
+        "{text}"
+    );
+    // The job still runs and answers, as it was.
+    job.assert_as_before(&before);
 }
 
 #[test]

@@ -77,6 +77,11 @@ pub fn outcome(pid: u32, output: &str) -> Result<(), String> {
     if output.contains("MEMPROF mmap failed") {
         return Err(format!("could not map a page in PID {pid}"));
     }
+    if output.contains(REGISTERS_NOT_WRITTEN) {
+        return Err(format!(
+            "gdb could not set the registers of PID {pid} to make its call (\"{REGISTERS_NOT_WRITTEN}\": this gdb and this kernel disagree on the size of the CPU's extended register state); check that the job still runs"
+        ));
+    }
     let last = output
         .lines()
         .rev()
@@ -86,6 +91,54 @@ pub fn outcome(pid: u32, output: &str) -> Result<(), String> {
         "gdb could not queue memprof's call in PID {pid}: {}",
         crate::report::terminal_text::terminal_lines(last).trim_end()
     ))
+}
+
+/// What a gdb that cannot set a stopped thread's registers prints: some gdb builds and kernels
+/// disagree on the size of the CPU's extended register state (seen on Intel CPUs with AMX).
+/// Such a failed call can leave the thread's interrupted system call broken, so it is found on
+/// a process of memprof's own before gdb stops the job.
+const REGISTERS_NOT_WRITTEN: &str = "Couldn't write extended state status";
+
+/// Tries gdb's call on a throwaway `sleep` of memprof's own, before gdb stops the job: Err when
+/// gdb cannot set the registers of a process on this machine. Anything else that goes wrong
+/// with the trial (no `sleep`, ptrace refused between two children of memprof) tells nothing,
+/// and the attach goes on to meet it, or not, on the job itself.
+pub fn check_calls_work() -> Result<(), String> {
+    let Ok(mut sleeper) = Command::new("sleep")
+        .arg("20")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return Ok(());
+    };
+    let trial = Command::new("gdb")
+        .args(["-batch", "-nx", "-nh"])
+        .args(["-iex", "set auto-load off"])
+        .args(["-iex", "set debuginfod enabled off"])
+        .args(["-p", &sleeper.id().to_string()])
+        .args(["-ex", "call (int)getpid()"])
+        .stdin(Stdio::null())
+        .output();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let Ok(trial) = trial else {
+        // No gdb: `run` says so.
+        return Ok(());
+    };
+    let text = String::from_utf8_lossy(&trial.stdout) + String::from_utf8_lossy(&trial.stderr);
+    if text.contains(REGISTERS_NOT_WRITTEN) {
+        return Err(not_written());
+    }
+    Ok(())
+}
+
+/// The reason given when gdb cannot set a thread's registers here.
+fn not_written() -> String {
+    format!(
+        "gdb cannot set a thread's registers on this machine (\"{REGISTERS_NOT_WRITTEN}\": this gdb and this kernel disagree on the size of the CPU's extended register state, as on Intel CPUs with AMX), so the job was not touched; a gdb of another version may not"
+    )
 }
 
 /// Runs gdb with `script_file`; gdb runs in a process group of its own, so a Ctrl-C in the
@@ -183,6 +236,12 @@ mod tests {
         assert!(outcome(7, "MEMPROF queued -1\n")
             .expect_err("refused")
             .contains("full"));
+        assert!(outcome(
+            7,
+            "Couldn't write extended state status: Bad address.\n(gdb exited with exit status: 1)"
+        )
+        .expect_err("refused")
+        .starts_with("gdb could not set the registers of PID 7"));
         assert_eq!(
             outcome(7, "warning: x\nCannot access memory at address 0x10\n\n"),
             Err(

@@ -160,6 +160,7 @@ fn inject(pid: u32, mechanism: Mechanism, folder: &Path, job_dir: &str) -> Resul
             bytes.push(0);
             let text_file = write_file(folder, "boot.bin", &bytes)?;
             let functions = Functions::of(pid)?;
+            gdb::check_calls_work()?;
             let script = write_file(
                 folder,
                 "inject.gdb",
