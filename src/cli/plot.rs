@@ -27,7 +27,7 @@ pub struct PlotArgs {
     /// in the file].
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
-    /// What the timeline's areas split active memory by: the top allocation sites, or the
+    /// What the timeline's areas split the requested bytes by: the top allocation sites, or the
     /// categories (parameter, gradient, optimizer_state, activation, autograd, workspace,
     /// other, and your own) [default: site].
     #[arg(long, value_enum, value_name = "site|category")]

@@ -30,7 +30,7 @@ impl Kind {
 /// Sites active memory is split by in the timeline; the rest is "other".
 const STACKED_SITES: usize = 5;
 
-/// What the timeline's areas split active memory by.
+/// What the timeline's areas split the requested bytes by.
 #[derive(Clone, Debug)]
 pub enum Stacking {
     /// The top sites at the peak, then the other sites.
