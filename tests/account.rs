@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The real snapshots (when present) and the repository's snapshot fixtures.
-fn inputs() -> Vec<PathBuf> {
+pub fn inputs() -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut dirs = vec![fixture("snapshots")];
     if let Some(real) = real_fixtures() {

@@ -4,7 +4,8 @@
 //! `analyze --at`'s at that moment) and the root of the tree hold exactly those allocated bytes;
 //! where it does not know them, they are requested bytes and hold the requested bytes.
 
-use crate::util::{fixture, real_fixtures};
+use crate::account::inputs;
+use crate::util::fixture;
 use memprof::account::at::state_at;
 use memprof::account::{self, DeviceReport, Figure, MomentKind, MomentQuery, TimeAxis};
 use memprof::analysis::categories::{CategoryBytes, CategoryRules};
@@ -12,27 +13,7 @@ use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
 use memprof::report::tree_at::tree_at;
 use memprof::source::torch_snapshot;
-use std::path::{Path, PathBuf};
-
-/// The real snapshots (when present) and the repository's snapshot fixtures.
-fn inputs() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![fixture("snapshots")];
-    if let Some(real) = real_fixtures() {
-        dirs.push(real.join("more"));
-        dirs.push(real);
-    }
-    for dir in dirs {
-        for e in std::fs::read_dir(&dir).expect("readable").flatten() {
-            let p = e.path();
-            if p.extension().is_some_and(|x| x == "pickle" || x == "pkl") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    files
-}
+use std::path::Path;
 
 fn sum(list: &[CategoryBytes]) -> u64 {
     list.iter().map(|c| c.bytes).sum()
@@ -116,8 +97,8 @@ fn check_device(
     );
 }
 
-fn check(path: &Path) -> Checked {
-    let name = path.display().to_string();
+/// The snapshot at `path` and its account.
+fn read_with_account(path: &Path) -> (Snapshot, account::InputAccount) {
     let snapshot = torch_snapshot::read(std::fs::File::open(path).expect("opens"))
         .expect("parses")
         .snapshot;
@@ -132,6 +113,12 @@ fn check(path: &Path) -> Checked {
             capacity: None,
         },
     );
+    (snapshot, input)
+}
+
+fn check(path: &Path) -> Checked {
+    let name = path.display().to_string();
+    let (snapshot, input) = read_with_account(path);
     let mut checked = Checked::default();
     for d in &input.devices {
         check_device(&name, &snapshot, input.axis, d, &mut checked);
@@ -160,21 +147,7 @@ fn categories_and_trees_add_up_to_the_accounts_figure_at_every_moment() {
 /// bytes, and the categories there leave them out.
 #[test]
 fn frees_pending_on_another_stream_are_not_allocated() {
-    let path = fixture("snapshots/pending_free.pickle");
-    let snapshot = torch_snapshot::read(std::fs::File::open(&path).expect("opens"))
-        .expect("parses")
-        .snapshot;
-    let rules = CategoryRules::default();
-    let input = account::build(
-        &snapshot,
-        &account::Options {
-            top: 1,
-            only: None,
-            rules: &rules,
-            origin: Origin::TorchSnapshot,
-            capacity: None,
-        },
-    );
+    let (_, input) = read_with_account(&fixture("snapshots/pending_free.pickle"));
     let d = &input.devices[0];
     let peak = d.account.moment(MomentKind::PeakRequested).expect("a peak");
     let f = d.account.figures_of(peak);
