@@ -111,6 +111,7 @@ fn read_with_account(path: &Path) -> (Snapshot, account::InputAccount) {
             rules: &rules,
             origin: Origin::TorchSnapshot,
             capacity: None,
+            keep_replays: false,
         },
     );
     (snapshot, input)

@@ -9,6 +9,7 @@ use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
 use crate::diagnose::classify::{attach, replay_devices};
 use crate::diagnose::Origin;
 use crate::model::Snapshot;
+use crate::sim::replay::Prepared;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
@@ -23,6 +24,9 @@ pub struct Options<'a> {
     pub origin: Origin<'a>,
     /// The device's total memory, when the user gave it (`diagnose --capacity`).
     pub capacity: Option<u64>,
+    /// Keep the allocator replay of each device that ran out of memory or stalled on its
+    /// cache (`InputAccount::replays`), for remedies replayed from it (`diagnose`).
+    pub keep_replays: bool,
 }
 
 /// One device: its analysis (the figures the JSON reference has always had) and its account.
@@ -52,6 +56,8 @@ impl DerefMut for DeviceReport {
 pub struct InputAccount {
     pub axis: TimeAxis,
     pub devices: Vec<DeviceReport>,
+    /// The allocator replays kept by `Options::keep_replays`, by device.
+    pub replays: BTreeMap<u32, Prepared>,
 }
 
 /// Builds the account of `snapshot`'s devices.
@@ -65,7 +71,13 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
     // need nothing from the analysis.
     let (analyses, (replays, mut walked)) = std::thread::scope(|scope| {
         let second = scope.spawn(|| {
-            let replays = replay_devices(snapshot, options.origin, &ids, options.capacity);
+            let replays = replay_devices(
+                snapshot,
+                options.origin,
+                &ids,
+                options.capacity,
+                options.keep_replays,
+            );
             let walked: BTreeMap<u32, TracePass> = ids
                 .iter()
                 .map(|&d| {
@@ -83,6 +95,11 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         (analyses, second)
     });
+    let mut replays = replays;
+    let kept: BTreeMap<u32, Prepared> = replays
+        .iter_mut()
+        .filter_map(|r| Some((r.device, r.prepared.take()?)))
+        .collect();
     let analyses = attach(analyses, replays);
     let axis = TimeAxis::of(snapshot);
     let mut devices: Vec<DeviceReport> = analyses
@@ -119,5 +136,9 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
         })
         .collect();
     super::ranks::add_imbalance(snapshot, axis, &mut devices);
-    InputAccount { axis, devices }
+    InputAccount {
+        axis,
+        devices,
+        replays: kept,
+    }
 }

@@ -97,6 +97,7 @@ fn analyze_file(
             rules,
             origin: origin(loaded.recording.as_ref()),
             capacity: None,
+            keep_replays: false,
         },
     );
     if let (Some(format), Some(out)) = (plot_format, &args.plot) {

@@ -33,6 +33,7 @@ pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
             rules: &rules,
             origin: origin(loaded.recording.as_ref()),
             capacity: None,
+            keep_replays: false,
         },
     );
     let mut devices = Vec::new();

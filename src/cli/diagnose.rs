@@ -181,7 +181,7 @@ pub(super) fn from_loaded(
     // The account every output renders: the figures at each moment, the pressure, the
     // findings. The diagnoses below add the remedies, replayed.
     let rules = CategoryRules::default();
-    let account = crate::account::build(
+    let mut account = crate::account::build(
         snapshot,
         &crate::account::Options {
             top: 10,
@@ -189,6 +189,7 @@ pub(super) fn from_loaded(
             rules: &rules,
             origin: crate::diagnose::Origin::TorchSnapshot,
             capacity: total,
+            keep_replays: true,
         },
     );
     let mut diagnoses: Vec<Diagnosis> = Vec::new();
@@ -196,6 +197,9 @@ pub(super) fn from_loaded(
     // Twins (devices alike in every entry and segment) are diagnosed once: where each
     // device's remedies and diagnosis went.
     let mut done: FxHashMap<u32, (usize, Option<usize>)> = FxHashMap::default();
+    // The account's allocator replay of each device that ran out of memory or stalled: the
+    // remedies replay from it rather than replaying the trace again.
+    let mut replays = std::mem::take(&mut account.replays);
     for r in &account.devices {
         let device = r.device;
         let judged = r.account.peaks.requested.bytes.is_some();
@@ -240,8 +244,11 @@ pub(super) fn from_loaded(
             devices.push(row);
             continue;
         }
-        let trace = DeviceTrace::of(snapshot, device);
-        let prepared = replay::prepare(&trace, &config, None);
+        let prepared = match replays.remove(&device) {
+            Some(kept) => kept,
+            // (The account keeps one for every device that gets here.)
+            None => replay::prepare(&DeviceTrace::of(snapshot, device), &config, None),
+        };
         row.remedies = pressure_remedies(&prepared, &recorded);
         devices.push(row);
         let before = diagnoses.len();

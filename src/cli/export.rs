@@ -61,6 +61,7 @@ impl Format {
                         rules: &rules,
                         origin: super::analyze::origin(loaded.recording.as_ref()),
                         capacity: None,
+                        keep_replays: false,
                     },
                 );
                 perfetto::write(snapshot, &account, &mut *out)?

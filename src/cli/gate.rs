@@ -223,6 +223,7 @@ pub(super) fn measure(
             rules: &rules,
             origin: super::analyze::origin(loaded.recording.as_ref()),
             capacity: None,
+            keep_replays: false,
         },
     );
     let devices = account.devices;

@@ -96,6 +96,7 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Outcome> {
             rules: &CategoryRules::default(),
             origin: super::analyze::origin(loaded.recording.as_ref()),
             capacity: None,
+            keep_replays: false,
         },
     );
     let report = pick_device(&account, &shown)?;

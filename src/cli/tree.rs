@@ -105,6 +105,7 @@ pub fn run(args: &TreeArgs) -> anyhow::Result<Outcome> {
             rules: &rules,
             origin: origin(loaded.recording.as_ref()),
             capacity: None,
+            keep_replays: false,
         },
     );
     let mut devices = Vec::new();

@@ -101,6 +101,7 @@ fn load(
             rules: &rules,
             origin: origin(loaded.recording.as_ref()),
             capacity: None,
+            keep_replays: false,
         },
     );
     progress.set_stage(Stage::Dashboard);

@@ -11,7 +11,7 @@ use crate::analysis::same_devices::SameDevices;
 use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
 use crate::model::{Action, Snapshot};
-use crate::sim::replay::{self, DeviceTrace, Replayed};
+use crate::sim::replay::{self, DeviceTrace, Prepared, Replayed};
 use crate::sim::Backend;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -65,6 +65,9 @@ pub struct DeviceReplay {
     pub pressure: Option<Pressure>,
     pub replayed: Option<Replayed>,
     pub diagnosis: Option<Diagnosis>,
+    /// The replay itself, kept when the caller asked (`diagnose`, whose remedies replay from
+    /// it) for a device that ran out of memory or stalled on its cache; never for a twin.
+    pub prepared: Option<Prepared>,
 }
 
 /// Fills `oom.diagnosis`, `oom.at_oom`, `pressure` and `replayed` of every device.
@@ -74,7 +77,7 @@ pub fn classify_ooms(
     devices: Vec<DeviceAnalysis>,
 ) -> Vec<DeviceAnalysis> {
     let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
-    let replays = replay_devices(snapshot, origin, &ids, None);
+    let replays = replay_devices(snapshot, origin, &ids, None, false);
     attach(devices, replays)
 }
 
@@ -106,12 +109,13 @@ pub fn attach(mut devices: Vec<DeviceAnalysis>, replays: Vec<DeviceReplay>) -> V
 /// snapshot's every traced device, a recording's devices with a failed allocation (the driver
 /// calls alone, no model). Reads the snapshot only, so it can run beside the analysis.
 /// `capacity` is the device's total memory when the user gave it (it bounds the capacity
-/// bracket).
+/// bracket); `keep` keeps the replays of the devices that ran out of memory or stalled.
 pub fn replay_devices(
     snapshot: &Snapshot,
     origin: Origin<'_>,
     devices: &[u32],
     capacity: Option<u64>,
+    keep: bool,
 ) -> Vec<DeviceReplay> {
     let has_oom = |device: u32| {
         snapshot
@@ -157,8 +161,10 @@ pub fn replay_devices(
             let copy = &done[first];
             done.push(DeviceReplay {
                 device,
+                pressure: copy.pressure.clone(),
+                replayed: copy.replayed.clone(),
                 diagnosis: copy.diagnosis.clone().map(|g| Diagnosis { device, ..g }),
-                ..copy.clone()
+                prepared: None,
             });
             continue;
         }
@@ -188,11 +194,15 @@ pub fn replay_devices(
         } else {
             None
         };
+        let pressure = pressure(snapshot, &prepared, capacity);
+        let stalled = pressure.oom_retries > 0 || pressure.empty_cache_bursts > 0;
+        let replayed = Some(Replayed::of(&prepared));
         done.push(DeviceReplay {
             device,
-            pressure: Some(pressure(snapshot, &prepared, capacity)),
-            replayed: Some(Replayed::of(&prepared)),
+            pressure: Some(pressure),
+            replayed,
             diagnosis,
+            prepared: (keep && (has_oom(device) || stalled)).then_some(prepared),
         });
     }
     done

@@ -85,6 +85,7 @@ impl ViewStateReport {
                 rules: &rules,
                 origin: crate::diagnose::Origin::TorchSnapshot,
                 capacity: None,
+                keep_replays: false,
             },
         );
         let axis = account.axis;
