@@ -53,6 +53,7 @@ fn view(c: &mut Criterion) {
         rules: &CategoryRules::default(),
         origin: Origin::TorchSnapshot,
         capacity: None,
+        keep_replays: false,
     };
     let reports = build(&snapshot, &options).devices;
     let Some(mut app) = ViewApp::new("bench".into(), &snapshot, reports, Theme::colored()) else {

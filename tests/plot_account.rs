@@ -27,6 +27,7 @@ pub fn account(snapshot: &Snapshot) -> InputAccount {
             rules: &CategoryRules::default(),
             origin: Origin::TorchSnapshot,
             capacity: None,
+            keep_replays: false,
         },
     )
 }

@@ -33,6 +33,7 @@ fn analyses(snapshot: &Snapshot) -> Vec<DeviceReport> {
             rules: &rules,
             origin: Origin::TorchSnapshot,
             capacity: None,
+            keep_replays: false,
         },
     )
     .devices

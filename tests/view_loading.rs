@@ -84,6 +84,7 @@ fn the_dump_read_before_the_trace_has_the_accounts_figures_at_the_dump() {
                 rules: &rules,
                 origin: Origin::TorchSnapshot,
                 capacity: None,
+                keep_replays: false,
             },
         );
         let rows = dump_rows(dump);
