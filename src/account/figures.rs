@@ -5,26 +5,6 @@
 use crate::model::{BlockState, Segment};
 use serde::{Deserialize, Serialize};
 
-/// The figure a breakdown of the live memory at a moment (its categories, its tree) adds up to:
-/// block sizes where the account knows the allocated bytes there, else the requested sizes a
-/// trace records at every entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Figure {
-    AllocatedBytes,
-    RequestedBytes,
-}
-
-impl Figure {
-    /// The word the text puts after a total: `allocated` or `requested`.
-    pub fn word(self) -> &'static str {
-        match self {
-            Figure::AllocatedBytes => "allocated",
-            Figure::RequestedBytes => "requested",
-        }
-    }
-}
-
 /// The memory state at one moment. `None` is "not known": the input cannot tell that figure at
 /// that moment (a trace tells requested and reserved bytes exactly, block sizes only through
 /// the allocator replay).

@@ -14,10 +14,11 @@ pub mod moments;
 pub mod pools;
 mod ranks;
 
+pub use crate::analysis::categories::Figure;
 pub use anomalies::Anomalies;
 pub use at::{MomentQuery, Resolved};
 pub use build::{build, DeviceReport, InputAccount, Options};
-pub use figures::{Figure, Figures};
+pub use figures::Figures;
 pub use findings::{Finding, FindingKind};
 pub use moments::{Moment, MomentKind, TimeAxis};
 pub use pools::Pool;

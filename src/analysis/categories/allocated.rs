@@ -3,9 +3,9 @@
 //! account's `allocated_bytes` there as `torch.cuda.memory_allocated()` counts it.
 
 use super::{listed, Categories, CategoryBytes};
-use crate::account::Figure;
 use crate::model::Live;
 use crate::sim::block_sizes::BlockSizes;
+use serde::{Deserialize, Serialize};
 
 /// The live allocations of one moment, each with its category (an index in the classifier's
 /// names).
@@ -100,5 +100,25 @@ fn shown<'a>(
     match allocated {
         Some(list) => (list, Figure::AllocatedBytes),
         None => (requested, Figure::RequestedBytes),
+    }
+}
+
+/// The figure a breakdown of the live memory at a moment (its categories, its tree) adds up to:
+/// block sizes where the account knows the allocated bytes there, else the requested sizes a
+/// trace records at every entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Figure {
+    AllocatedBytes,
+    RequestedBytes,
+}
+
+impl Figure {
+    /// The word the text puts after a total: `allocated` or `requested`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Figure::AllocatedBytes => "allocated",
+            Figure::RequestedBytes => "requested",
+        }
     }
 }

@@ -13,8 +13,8 @@ mod rules;
 mod temporaries;
 mod wrappers;
 
-pub use allocated::Classified;
 use allocated::Kept;
+pub use allocated::{Classified, Figure};
 pub use phases::Phase;
 pub use rules::{CategoryRule, CategoryRules};
 
