@@ -330,17 +330,6 @@ impl<'a> Classifier<'a> {
         }
     }
 
-    /// Categories of a set of live allocations, most bytes first.
-    pub fn breakdown(&mut self, live: impl IntoIterator<Item = (u64, Live)>) -> Vec<CategoryBytes> {
-        let mut sums = vec![(0u64, 0usize); self.names.len()];
-        for (addr, l) in live {
-            let c = self.category(addr, &l);
-            sums[c].0 = sums[c].0.wrapping_add(l.size);
-            sums[c].1 += 1;
-        }
-        self.listed(&sums)
-    }
-
     /// Bytes and counts by category index, as a list most bytes first.
     fn listed(&self, sums: &[(u64, usize)]) -> Vec<CategoryBytes> {
         listed(&self.names, sums)
@@ -396,12 +385,6 @@ impl<'a> Classifier<'a> {
             out[k] = self.listed(&sums);
         }
         out
-    }
-
-    /// The categories alive right after entry `index` of the trace.
-    pub fn at_entry(&mut self, index: usize) -> Vec<CategoryBytes> {
-        let live = self.lifetimes.live_at(Some(index));
-        self.breakdown(live)
     }
 
     /// The categories of the dump's allocated blocks, by block size: they sum to the dump's

@@ -191,13 +191,14 @@ fn categories_at(device: &mut DeviceView, at: &CursorState) -> (Vec<CategoryByte
         .account
         .figures_at(Some(i))
         .and_then(|f| f.allocated_bytes);
+    let live = device.classifier.classify(Some(i));
+    let names = device.classifier.names();
     if let (Some(a), Some(blocks)) = (allocated, device.analysis.block_sizes()) {
-        let live = device.classifier.classify(Some(i));
-        if let Some(list) = live.allocated(device.classifier.names(), blocks, a) {
+        if let Some(list) = live.allocated(names, blocks, a) {
             return (list, Figure::AllocatedBytes);
         }
     }
-    (device.classifier.at_entry(i), Figure::RequestedBytes)
+    (live.requested(names), Figure::RequestedBytes)
 }
 
 /// The opening state for a device: whole trace, cursor at the peak.
