@@ -4,9 +4,9 @@
 //! suspects, lifetimes of freed blocks), on a built `torch.optim.AdamW(foreach=True)`-like run
 //! and on the real snapshots in `../shared/fixtures/real/`.
 
-use crate::util::Scratch;
+use crate::util::{add_stack, Scratch};
 use crate::util::{analyze_json, memprof, model_snapshot, real_file, stdout, write_snapshot};
-use memprof::model::{Action, Frame, StackId, StackTable, TraceEntry};
+use memprof::model::{Action, StackId, StackTable, TraceEntry};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
 use serde_json::Value;
 
@@ -23,19 +23,7 @@ fn foreach_adamw(path: &std::path::Path) {
     let adamw = format!("{TORCH}/optim/adamw.py");
     let optimizer = format!("{TORCH}/optim/optimizer.py");
     let mut stacks = StackTable::default();
-    let mut stack = |frames: &[(&str, &str)]| -> Option<StackId> {
-        let ids = frames
-            .iter()
-            .map(|&(filename, name)| {
-                stacks.add_frame(Frame {
-                    filename: filename.into(),
-                    line: 7,
-                    name: name.into(),
-                })
-            })
-            .collect();
-        stacks.add_stack(ids)
-    };
+    let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
     let to = stack(&[
         (&module, "_apply"),
         (&module, "to"),

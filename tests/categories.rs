@@ -5,9 +5,9 @@
 //! one function's intermediates is mostly activations, and `record_function` ranges give the
 //! phase table.
 
-use crate::util::{analyze_json, memprof, model_snapshot, real_fixtures, stdout};
+use crate::util::{add_stack, analyze_json, memprof, model_snapshot, real_fixtures, stdout};
 use crate::util::{write_snapshot, Scratch};
-use memprof::model::{Action, Frame, StackTable};
+use memprof::model::{Action, StackTable};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -184,19 +184,7 @@ fn a_peak_in_backward_is_its_temporaries_and_the_saved_activations() {
 pub(crate) fn oom_in_attention(path: &std::path::Path, capacity: u64) {
     let torch = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py";
     let mut stacks = StackTable::default();
-    let mut stack = |frames: &[(&str, &str)]| {
-        let ids = frames
-            .iter()
-            .map(|&(filename, name)| {
-                stacks.add_frame(Frame {
-                    filename: filename.into(),
-                    line: 7,
-                    name: name.into(),
-                })
-            })
-            .collect();
-        stacks.add_stack(ids)
-    };
+    let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
     let to = stack(&[(torch, "_apply"), (torch, "to"), ("/w/train.py", "main")]);
     let attention = stack(&[
         ("/w/model.py", "attention"),

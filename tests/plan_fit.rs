@@ -4,10 +4,10 @@
 
 use crate::categories::oom_in_attention;
 use crate::util::{
-    memprof, model_snapshot, real_fixtures, stderr, stdout, write_snapshot, Scratch,
+    add_stack, memprof, model_snapshot, real_fixtures, stderr, stdout, write_snapshot, Scratch,
 };
 use memprof::analysis::categories::{split_trace, CategoryRules};
-use memprof::model::{Action, Frame, StackTable};
+use memprof::model::{Action, StackTable};
 use memprof::plan::fit::SCALING;
 use memprof::sim::replay::{prepare, recorded_config, run_scaled, DeviceTrace};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
@@ -93,19 +93,7 @@ fn a_built_trace_gives_its_known_answer() {
 fn a_built_step_whose_optimizer_does_not_grow_gives_its_known_answer() {
     let torch = "/usr/lib/python3.11/site-packages/torch";
     let mut stacks = StackTable::default();
-    let mut stack = |frames: &[(&str, &str)]| {
-        let ids = frames
-            .iter()
-            .map(|&(filename, name)| {
-                stacks.add_frame(Frame {
-                    filename: filename.into(),
-                    line: 7,
-                    name: name.into(),
-                })
-            })
-            .collect();
-        stacks.add_stack(ids)
-    };
+    let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
     let module = format!("{torch}/nn/modules/module.py");
     let adamw = format!("{torch}/optim/adamw.py");
     let to = stack(&[

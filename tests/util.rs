@@ -272,3 +272,21 @@ pub fn write_snapshot(snapshot: &memprof::model::Snapshot, path: &Path) {
     )
     .expect("written");
 }
+
+/// Adds the stack of `frames` (file and function, innermost first, each at line 7) to `stacks`.
+pub fn add_stack(
+    stacks: &mut memprof::model::StackTable,
+    frames: &[(&str, &str)],
+) -> Option<memprof::model::StackId> {
+    let ids = frames
+        .iter()
+        .map(|&(filename, name)| {
+            stacks.add_frame(memprof::model::Frame {
+                filename: filename.into(),
+                line: 7,
+                name: name.into(),
+            })
+        })
+        .collect();
+    stacks.add_stack(ids)
+}
