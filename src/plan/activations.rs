@@ -649,8 +649,8 @@ mod tests {
     /// torchtitan's Table 4 layout (Llama 3.1 70B, TP 8 with sequence parallelism, s 8192,
     /// b 16, full recompute): PyTorch's `loss_parallel` holds 16 bytes a logit in backward (12
     /// beyond the kept fp32 logits) and the `ColwiseParallel` output projection keeps its
-    /// gathered input whole (2sbh); Megatron-LM's head (`fused_loss`) keeps its shard (2sbh/t)
-    /// and works in place.
+    /// gathered input whole (2sbh); Megatron-LM's head (`Loss::Megatron`) keeps its shard
+    /// (2sbh/t) and works in place.
     #[test]
     fn pytorch_tensor_parallel_head_keeps_more_than_megatron() {
         let model = builtin::find("llama-3.1-70b").expect("built-in");
