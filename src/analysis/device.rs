@@ -3,7 +3,7 @@
 use super::categories::{categorize, Categories, CategoryRules, Lifetimes, Phase};
 use super::layout::{layout_totals, LayoutTotals, SegmentUse};
 use super::oom::{AtOom, Diagnosis};
-use super::peak::{find_peak_followed, FollowReplay};
+use super::peak::{find_peak_followed, Endings, FollowReplay};
 use super::pressure::Pressure;
 use super::same_devices::SameDevices;
 use super::sites::{top_sites, Site};
@@ -118,13 +118,13 @@ fn analyze_device_with_categories(
     rules: &CategoryRules,
 ) -> DeviceAnalysis {
     let entries = snapshot.timeline.device(device as usize);
-    let (mut d, lifetimes) = analyze_device_followed(snapshot, device, top, |replay| {
+    let (mut d, lifetimes, endings) = analyze_device_followed(snapshot, device, top, |replay| {
         Lifetimes::follow(entries, &snapshot.stacks, replay)
     });
     let (categories, phases) = categorize(
         snapshot,
         device,
-        lifetimes.build(),
+        lifetimes.build(endings),
         d.trace.peak_entry_index,
         d.oom.as_ref().map(|o| o.entry_index),
         rules,
@@ -134,17 +134,18 @@ fn analyze_device_with_categories(
     d
 }
 
-/// `analyze_device`, with a follower of its replay of the trace.
+/// `analyze_device`, with a follower of its replay of the trace, and when each allocation
+/// ended in that replay.
 fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     snapshot: &'a Snapshot,
     device: u32,
     top: usize,
     follow: impl FnOnce(&Replay<'a>) -> F,
-) -> (DeviceAnalysis, F) {
+) -> (DeviceAnalysis, F, Endings) {
     let segments: Vec<_> = snapshot.device_segments(device).collect();
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
-    let (peak, (follower, states)) = find_peak_followed(entries, &segments, |replay| {
+    let (peak, (follower, states), endings) = find_peak_followed(entries, &segments, |replay| {
         (follow(replay), TraceStatesFollower::new(entries, replay))
     });
     let mut counts = [0usize; Action::ALL.len()];
@@ -213,7 +214,7 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
         trace_states: states.build(),
         replayed: None,
     };
-    (analysis, follower)
+    (analysis, follower, endings)
 }
 
 /// Analyzes every device that has a segment or a non-empty trace, or only `only` when given.

@@ -48,6 +48,39 @@ impl<'a, A: FollowReplay<'a>, B: FollowReplay<'a>> FollowReplay<'a> for (A, B) {
     }
 }
 
+/// When each allocation of a replayed trace ended, noted step by step.
+pub struct Endings {
+    /// For each `alloc` entry, the entry that ended it (`NEVER` while alive); u32 to keep this
+    /// array, fresh memory the kernel must zero, half the size.
+    pub ended_at: Vec<u32>,
+    /// For each allocation alive before the trace that ended, the entry that first ended it.
+    pub before_ended: FxHashMap<u64, u32>,
+}
+
+impl Endings {
+    /// Nothing ended yet, for a trace of `entries` entries.
+    pub fn new(entries: usize) -> Endings {
+        Endings {
+            ended_at: vec![NEVER; entries],
+            before_ended: FxHashMap::default(),
+        }
+    }
+
+    /// Notes what entry `i`, just applied by `replay`, ended.
+    #[inline]
+    pub fn note(&mut self, i: usize, replay: &Replay<'_>) {
+        if let Some((addr, ended)) = replay.ended() {
+            let at = u32::try_from(i).unwrap_or(NEVER);
+            match ended.born() {
+                Some(born) => self.ended_at[born] = at,
+                None => {
+                    self.before_ended.entry(addr).or_insert(at);
+                }
+            }
+        }
+    }
+}
+
 /// Replays the trace once, noting when each allocation ended, and rebuilds the live set at
 /// the peak from those notes instead of replaying again.
 pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
@@ -55,32 +88,22 @@ pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
 }
 
 /// `find_peak`, with a follower (made by `follow` from the state before the first entry) shown
-/// every step of the same replay.
+/// every step of the same replay; also returns when each allocation ended.
 pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
     entries: &'a [TraceEntry],
     segments: &[&Segment],
     follow: impl FnOnce(&Replay<'a>) -> F,
-) -> (Peak, F) {
+) -> (Peak, F, Endings) {
     let mut replay = Replay::new(entries, segments.iter().copied());
     let mut follower = follow(&replay);
     let before: Vec<(u64, Live)> = replay.live().iter().map(|(a, l)| (a, *l)).collect();
     let before_trace_bytes = replay.live().total();
-    // For each alloc entry, the index of the entry that ended it (NEVER while alive); u32 to
-    // keep this array, fresh memory the kernel must zero, half the size.
-    let mut ended_at = vec![NEVER; entries.len()];
-    let mut before_ended: FxHashMap<u64, usize> = FxHashMap::default();
+    let mut endings = Endings::new(entries.len());
     let mut best = before_trace_bytes;
     let mut best_index = None;
     let mut most_reserved = replay.reserved();
     while let Some(i) = replay.step() {
-        if let Some((addr, ended)) = replay.ended() {
-            match ended.born() {
-                Some(born) => ended_at[born] = u32::try_from(i).unwrap_or(NEVER),
-                None => {
-                    before_ended.entry(addr).or_insert(i);
-                }
-            }
-        }
+        endings.note(i, &replay);
         most_reserved = most_reserved.max(replay.reserved());
         let total = replay.live().total();
         if total > best {
@@ -97,13 +120,15 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
     let live = match best_index {
         None => before.into_iter().collect(),
         Some(peak) => {
-            let older = before
-                .into_iter()
-                .filter(|(addr, _)| before_ended.get(addr).is_none_or(|&end| end > peak));
+            let older = before.into_iter().filter(|(addr, _)| {
+                (endings.before_ended.get(addr)).is_none_or(|&end| end as usize > peak)
+            });
             let made = entries[..=peak]
                 .iter()
                 .enumerate()
-                .filter(|&(j, e)| e.action == Action::Alloc && ended_at[j] as usize > peak)
+                .filter(|&(j, e)| {
+                    e.action == Action::Alloc && endings.ended_at[j] as usize > peak
+                })
                 .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
             older.chain(made).collect()
         }
@@ -117,9 +142,9 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
         first_issue,
         issue_count,
     };
-    (peak, follower)
+    (peak, follower, endings)
 }
 
 /// `ended_at` of an allocation still alive at the end (indices past u32 read as never: a trace
 /// of four billion entries would not fit in memory anyway).
-const NEVER: u32 = u32::MAX;
+pub const NEVER: u32 = u32::MAX;

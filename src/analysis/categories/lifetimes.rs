@@ -4,13 +4,10 @@
 //! trace falls into.
 
 use super::context::{Context, ContextCache};
-use crate::analysis::peak::FollowReplay;
+use crate::analysis::peak::{Endings, FollowReplay, NEVER};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
 use rustc_hash::FxHashMap;
 use std::ops::Range;
-
-/// `ended_at` of an allocation alive at the end.
-const NEVER: u32 = u32::MAX;
 
 /// An older allocation an optimizer step freed: the entry that freed it, its address, itself.
 type Freed = (usize, u64, Live);
@@ -44,8 +41,6 @@ pub struct LifetimesBuilder<'a> {
     stacks: &'a StackTable,
     before: Vec<(u64, Live, u32)>,
     before_total: u64,
-    before_ended: FxHashMap<u64, u32>,
-    ended_at: Vec<u32>,
     totals: Vec<u64>,
     runs: Vec<(usize, Context)>,
     contexts: ContextCache,
@@ -75,13 +70,6 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
             }
         }
         if let Some((addr, ended)) = replay.ended() {
-            let at = u32::try_from(i).unwrap_or(NEVER);
-            match ended.born() {
-                Some(born) => self.ended_at[born] = at,
-                None => {
-                    self.before_ended.entry(addr).or_insert(at);
-                }
-            }
             if self.current == Context::Optimizer && ended.born().is_none_or(|b| b < self.run_start)
             {
                 self.freed_in_step
@@ -103,14 +91,17 @@ impl<'a> Lifetimes<'a> {
     pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &'a StackTable) -> Self {
         let mut replay = Replay::new(entries, segments.iter().copied());
         let mut builder = Lifetimes::follow(entries, stacks, &replay);
+        let mut endings = Endings::new(entries.len());
         while let Some(i) = replay.step() {
+            endings.note(i, &replay);
             builder.step(i, &replay);
         }
         builder.finish(&replay);
-        builder.build()
+        builder.build(endings)
     }
 
-    /// Starts gathering from a replay before its first entry; `FollowReplay` feeds the rest.
+    /// Starts gathering from a replay before its first entry; `FollowReplay` feeds the rest,
+    /// and `build` takes when each allocation ended, noted over the same replay.
     pub fn follow(
         entries: &'a [TraceEntry],
         stacks: &'a StackTable,
@@ -124,8 +115,6 @@ impl<'a> Lifetimes<'a> {
             stacks,
             before,
             before_total: replay.live().total(),
-            before_ended: FxHashMap::default(),
-            ended_at: vec![NEVER; entries.len()],
             totals: Vec::with_capacity(entries.len()),
             runs: vec![(0, Context::Unknown)],
             contexts: ContextCache::default(),
@@ -138,15 +127,17 @@ impl<'a> Lifetimes<'a> {
 }
 
 impl<'a> LifetimesBuilder<'a> {
-    /// The lifetimes, once the replay has finished.
-    pub fn build(self) -> Lifetimes<'a> {
+    /// The lifetimes, once the replay has finished, with when each allocation ended in it.
+    pub fn build(self, endings: Endings) -> Lifetimes<'a> {
+        let Endings {
+            ended_at,
+            before_ended,
+        } = endings;
         let LifetimesBuilder {
             entries,
             stacks,
             mut before,
             before_total,
-            before_ended,
-            ended_at,
             totals,
             runs,
             mut contexts,

@@ -293,18 +293,18 @@ const APPEND_CHUNK: usize = 1 << 16;
 
 /// Appends `list` to `base`, giving `list`'s memory back as its entries move, so that a
 /// device's entries are not held twice (a recording's entries are most of what reading it
-/// holds). The tail is cut off chunk by chunk (each cut shrinks `list`), then the chunks are
-/// appended in order.
+/// holds). `base` is first lengthened to its final size; then `list` is copied in chunk by
+/// chunk from its end, each chunk straight to its place, and cut off after it (each cut
+/// shrinks `list`). Each entry is copied once, into memory that `base` keeps.
 fn append_freeing(base: &mut Vec<TraceEntry>, mut list: Vec<TraceEntry>) {
-    let mut tail = Vec::new();
-    while list.len() > APPEND_CHUNK {
-        tail.push(list.split_off(list.len() - APPEND_CHUNK));
+    let start = base.len();
+    let filler = TraceEntry::new(Action::Alloc, None, 0, StreamIndex(0));
+    base.resize(start + list.len(), filler);
+    while !list.is_empty() {
+        let from = list.len().saturating_sub(APPEND_CHUNK);
+        base[start + from..start + list.len()].copy_from_slice(&list[from..]);
+        list.truncate(from);
         list.shrink_to_fit();
-    }
-    base.extend_from_slice(&list);
-    drop(list);
-    for chunk in tail.into_iter().rev() {
-        base.extend_from_slice(&chunk);
     }
 }
 
