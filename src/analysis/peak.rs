@@ -126,9 +126,7 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
             let made = entries[..=peak]
                 .iter()
                 .enumerate()
-                .filter(|&(j, e)| {
-                    e.action == Action::Alloc && endings.ended_at[j] as usize > peak
-                })
+                .filter(|&(j, e)| e.action == Action::Alloc && endings.ended_at[j] as usize > peak)
                 .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
             older.chain(made).collect()
         }

@@ -293,19 +293,25 @@ const APPEND_CHUNK: usize = 1 << 16;
 
 /// Appends `list` to `base`, giving `list`'s memory back as its entries move, so that a
 /// device's entries are not held twice (a recording's entries are most of what reading it
-/// holds). `base` is first lengthened to its final size; then `list` is copied in chunk by
-/// chunk from its end, each chunk straight to its place, and cut off after it (each cut
-/// shrinks `list`). Each entry is copied once, into memory that `base` keeps.
+/// holds). `list` is copied chunk by chunk from its end, each chunk straight to its place in
+/// `base`'s spare room, and cut off after it (each cut shrinks `list`): each entry is copied
+/// once, and `base`'s new memory is touched only as `list`'s is given back.
 fn append_freeing(base: &mut Vec<TraceEntry>, mut list: Vec<TraceEntry>) {
     let start = base.len();
-    let filler = TraceEntry::new(Action::Alloc, None, 0, StreamIndex(0));
-    base.resize(start + list.len(), filler);
+    let total = list.len();
+    base.reserve_exact(total);
+    let room = &mut base.spare_capacity_mut()[..total];
     while !list.is_empty() {
         let from = list.len().saturating_sub(APPEND_CHUNK);
-        base[start + from..start + list.len()].copy_from_slice(&list[from..]);
+        for (slot, entry) in room[from..list.len()].iter_mut().zip(&list[from..]) {
+            slot.write(*entry);
+        }
         list.truncate(from);
         list.shrink_to_fit();
     }
+    // SAFETY: the loop wrote every one of the `total` slots after `start` (the chunks cover
+    // `0..total` of the spare room, from the end down), and `reserve_exact` made the room.
+    unsafe { base.set_len(start + total) };
 }
 
 #[cfg(test)]
