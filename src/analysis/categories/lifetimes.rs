@@ -46,7 +46,8 @@ pub struct LifetimesBuilder<'a> {
     contexts: ContextCache,
     current: Context,
     run_start: usize,
-    /// Older allocations each optimizer run freed, by (run start, size).
+    /// Older allocations each optimizer run freed, by (run start, size), in entry order; not
+    /// gradients (see `build`).
     freed_in_step: FxHashMap<(usize, u64), Vec<Freed>>,
     final_live: LiveSet,
 }
@@ -70,7 +71,12 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
             }
         }
         if let Some((addr, ended)) = replay.ended() {
-            if self.current == Context::Optimizer && ended.born().is_none_or(|b| b < self.run_start)
+            if self.current == Context::Optimizer
+                && ended.born().is_none_or(|b| b < self.run_start)
+                && !matches!(
+                    ended.stack.map(|id| self.contexts.get(self.stacks, id)),
+                    Some(Context::Backward | Context::AccumulateGrad)
+                )
             {
                 self.freed_in_step
                     .entry((self.run_start, ended.size))
@@ -135,12 +141,11 @@ impl<'a> LifetimesBuilder<'a> {
         } = endings;
         let LifetimesBuilder {
             entries,
-            stacks,
             mut before,
             before_total,
             totals,
             runs,
-            mut contexts,
+            contexts,
             mut freed_in_step,
             final_live,
             ..
@@ -172,17 +177,10 @@ impl<'a> LifetimesBuilder<'a> {
                 let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) else {
                     continue;
                 };
-                let found = older
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, o)| {
-                        !matches!(
-                            o.2.stack.map(|id| contexts.get(stacks, id)),
-                            Some(Context::Backward | Context::AccumulateGrad)
-                        )
-                    })
-                    .min_by_key(|(_, o)| o.0.abs_diff(j))
-                    .map(|(f, _)| f);
+                // The nearest by entry (the earlier of two as near): one of the two around `j`.
+                let after = older.partition_point(|o| o.0 < j);
+                let found = (after.saturating_sub(1)..(after + 1).min(older.len()))
+                    .min_by_key(|&f| older[f].0.abs_diff(j));
                 if let Some(f) = found {
                     let (_, addr, live) = older.remove(f);
                     replaces.insert(j, (addr, live));
