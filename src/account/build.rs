@@ -8,7 +8,7 @@ use crate::analysis::categories::CategoryRules;
 use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
 use crate::diagnose::classify::{attach, replay_devices};
 use crate::diagnose::Origin;
-use crate::model::Snapshot;
+use crate::model::{ReplayStarts, Snapshot};
 use crate::sim::replay::Prepared;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -67,12 +67,14 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
         .into_iter()
         .filter(|d| options.only.is_none_or(|o| o == *d))
         .collect();
+    // Every replay of a device's trace starts from the state worked out once.
+    let starts = ReplayStarts::new(snapshot);
     // The second thread replays the allocator and walks each trace for its anomalies, which
     // need nothing from the analysis.
     let (analyses, (replays, mut walked)) = std::thread::scope(|scope| {
         let second = scope.spawn(|| {
             let replays = replay_devices(
-                snapshot,
+                &starts,
                 options.origin,
                 &ids,
                 options.capacity,
@@ -88,7 +90,7 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
             (replays, walked)
         });
         let analyses =
-            analyze_snapshot_with_categories(snapshot, options.top, options.only, options.rules);
+            analyze_snapshot_with_categories(&starts, options.top, options.only, options.rules);
         // A panic there is a bug: raise it here, as if it had run on this thread.
         let second = second
             .join()
@@ -135,7 +137,7 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
             DeviceReport { analysis, account }
         })
         .collect();
-    super::ranks::add_imbalance(snapshot, axis, &mut devices);
+    super::ranks::add_imbalance(&starts, axis, &mut devices);
     InputAccount {
         axis,
         devices,

@@ -4,7 +4,7 @@
 
 use super::findings::{Finding, FindingKind};
 use super::{DeviceReport, MomentKind, TimeAxis};
-use crate::model::{Bytes, Replay, Snapshot};
+use crate::model::{Bytes, ReplayStarts};
 use std::fmt::Write;
 
 /// What one device held at a moment.
@@ -15,7 +15,7 @@ struct Held {
 }
 
 /// Adds to each device whose OOM has a time the state of every other traced device then.
-pub fn add_imbalance(snapshot: &Snapshot, axis: TimeAxis, devices: &mut [DeviceReport]) {
+pub fn add_imbalance(starts: &ReplayStarts<'_>, axis: TimeAxis, devices: &mut [DeviceReport]) {
     if devices.len() < 2 {
         return;
     }
@@ -41,7 +41,7 @@ pub fn add_imbalance(snapshot: &Snapshot, axis: TimeAxis, devices: &mut [DeviceR
             if j == i {
                 continue;
             }
-            held.extend(held_at(snapshot, axis, other.device, at));
+            held.extend(held_at(starts, axis, other.device, at));
         }
         if held.len() < 2 {
             continue;
@@ -66,11 +66,11 @@ fn last_oom(d: &DeviceReport) -> Option<&super::Moment> {
 
 /// `device`'s requested and reserved bytes after its last entry at or before `at` (µs on the
 /// axis); `None` for a device whose trace has no time.
-fn held_at(snapshot: &Snapshot, axis: TimeAxis, device: u32, at: i64) -> Option<Held> {
-    let entries = snapshot.timeline.device(device as usize);
+fn held_at(starts: &ReplayStarts<'_>, axis: TimeAxis, device: u32, at: i64) -> Option<Held> {
+    let entries = starts.snapshot().timeline.device(device as usize);
     let origin = axis.origin_us?;
     entries.iter().find_map(|e| e.time_us())?;
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = starts.replay(device);
     let last = entries
         .iter()
         .rposition(|e| e.time_us().is_some_and(|t| t - origin <= at));

@@ -8,7 +8,7 @@ use super::pressure::Pressure;
 use super::same_devices::SameDevices;
 use super::sites::{top_sites, Site};
 use super::trace_states::{TraceStates, TraceStatesFollower};
-use crate::model::{Action, Replay, Snapshot};
+use crate::model::{Action, Replay, ReplayStarts, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -107,20 +107,27 @@ const COMPARISON_SITES: usize = 64;
 
 /// Analyzes one device; `top` limits the number of sites.
 pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAnalysis {
-    analyze_device_followed(snapshot, device, top, |_| ()).0
+    let replay = Replay::new(
+        snapshot.timeline.device(device as usize),
+        snapshot.device_segments(device),
+    );
+    analyze_device_followed(snapshot, replay, device, top, |_| ()).0
 }
 
 /// `analyze_device`, then the categories and phases, from the same replay of the trace.
 fn analyze_device_with_categories(
-    snapshot: &Snapshot,
+    starts: &ReplayStarts<'_>,
     device: u32,
     top: usize,
     rules: &CategoryRules,
 ) -> DeviceAnalysis {
+    let snapshot = starts.snapshot();
     let entries = snapshot.timeline.device(device as usize);
-    let (mut d, lifetimes, endings) = analyze_device_followed(snapshot, device, top, |replay| {
-        Lifetimes::follow(entries, &snapshot.stacks, replay)
-    });
+    let replay = starts.replay(device);
+    let (mut d, lifetimes, endings) =
+        analyze_device_followed(snapshot, replay, device, top, |replay| {
+            Lifetimes::follow(entries, &snapshot.stacks, replay)
+        });
     let (categories, phases) = categorize(
         snapshot,
         device,
@@ -134,10 +141,11 @@ fn analyze_device_with_categories(
     d
 }
 
-/// `analyze_device`, with a follower of its replay of the trace, and when each allocation
-/// ended in that replay.
+/// `analyze_device` from `replay` (of `device`'s trace, not yet stepped), with a follower of
+/// it, and when each allocation ended in it.
 fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     snapshot: &'a Snapshot,
+    replay: Replay<'a>,
     device: u32,
     top: usize,
     follow: impl FnOnce(&Replay<'a>) -> F,
@@ -145,7 +153,7 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     let segments: Vec<_> = snapshot.device_segments(device).collect();
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
-    let (peak, (follower, states), endings) = find_peak_followed(entries, &segments, |replay| {
+    let (peak, (follower, states), endings) = find_peak_followed(replay, |replay| {
         (follow(replay), TraceStatesFollower::new(entries, replay))
     });
     let mut counts = [0usize; Action::ALL.len()];
@@ -222,15 +230,16 @@ pub fn analyze_snapshot(snapshot: &Snapshot, top: usize, only: Option<u32>) -> V
     analyze_each(snapshot, only, |d| analyze_device(snapshot, d, top))
 }
 
-/// `analyze_snapshot` with the categories and phases of each device (`rules` first).
+/// `analyze_snapshot` with the categories and phases of each device (`rules` first), of the
+/// snapshot whose replays start from `starts`.
 pub fn analyze_snapshot_with_categories(
-    snapshot: &Snapshot,
+    starts: &ReplayStarts<'_>,
     top: usize,
     only: Option<u32>,
     rules: &CategoryRules,
 ) -> Vec<DeviceAnalysis> {
-    analyze_each(snapshot, only, |d| {
-        analyze_device_with_categories(snapshot, d, top, rules)
+    analyze_each(starts.snapshot(), only, |d| {
+        analyze_device_with_categories(starts, d, top, rules)
     })
 }
 

@@ -84,17 +84,17 @@ impl Endings {
 /// Replays the trace once, noting when each allocation ended, and rebuilds the live set at
 /// the peak from those notes instead of replaying again.
 pub fn find_peak(entries: &[TraceEntry], segments: &[&Segment]) -> Peak {
-    find_peak_followed(entries, segments, |_| ()).0
+    find_peak_followed(Replay::new(entries, segments.iter().copied()), |_| ()).0
 }
 
-/// `find_peak`, with a follower (made by `follow` from the state before the first entry) shown
-/// every step of the same replay; also returns when each allocation ended.
+/// `find_peak` over `replay` (not yet stepped), with a follower (made by `follow` from the
+/// state before the first entry) shown every step of the same replay; also returns when each
+/// allocation ended.
 pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
-    entries: &'a [TraceEntry],
-    segments: &[&Segment],
+    mut replay: Replay<'a>,
     follow: impl FnOnce(&Replay<'a>) -> F,
 ) -> (Peak, F, Endings) {
-    let mut replay = Replay::new(entries, segments.iter().copied());
+    let entries = replay.entries();
     let mut follower = follow(&replay);
     let before: Vec<(u64, Live)> = replay.live().iter().map(|(a, l)| (a, *l)).collect();
     let before_trace_bytes = replay.live().total();

@@ -177,7 +177,8 @@ mod tests {
         let s = twins_around_another();
         let rules = CategoryRules::default();
         let analyze = |only| {
-            let devices = analyze_snapshot_with_categories(&s, 10, only, &rules);
+            let starts = crate::model::ReplayStarts::new(&s);
+            let devices = analyze_snapshot_with_categories(&starts, 10, only, &rules);
             classify_ooms(&s, Origin::TorchSnapshot, devices)
         };
         let all = analyze(None);

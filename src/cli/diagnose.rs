@@ -10,7 +10,7 @@ use crate::analysis::version;
 use crate::diagnose::remedies::{pressure_remedies, Recorded};
 use crate::diagnose::{diagnose_device, diagnose_log, diagnose_recording_device, Depth};
 use crate::model::Bytes;
-use crate::model::Snapshot;
+use crate::model::{ReplayStarts, Snapshot};
 use crate::plan::fit::{one_line, what_fits, FitAsk};
 use crate::report::diagnose::{DevicePressure, DiagnoseReport, UntracedState, WouldFit};
 use crate::report::terminal_text::terminal_lines;
@@ -153,9 +153,10 @@ pub(super) fn from_loaded(
         super::warn(&format!("{shown}: {w}"));
     }
     if let Some(info) = &loaded.recording {
+        let starts = ReplayStarts::new(snapshot);
         let diagnoses = snapshot.devices().into_iter().filter_map(|device| {
             let recorded = info.device_total.get(&device).copied();
-            diagnose_recording_device(snapshot, device, total.or(recorded), true)
+            diagnose_recording_device(&starts, device, total.or(recorded), true)
         });
         return Ok(DiagnoseReport::new(
             diagnoses.collect(),

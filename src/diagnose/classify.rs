@@ -10,7 +10,7 @@ use crate::analysis::pressure::Pressure;
 use crate::analysis::same_devices::SameDevices;
 use crate::analysis::version::VersionRange;
 use crate::analysis::DeviceAnalysis;
-use crate::model::{Action, Snapshot};
+use crate::model::{Action, ReplayStarts, Snapshot};
 use crate::sim::replay::{self, DeviceTrace, Prepared, Replayed};
 use crate::sim::Backend;
 use rustc_hash::FxHashMap;
@@ -77,7 +77,7 @@ pub fn classify_ooms(
     devices: Vec<DeviceAnalysis>,
 ) -> Vec<DeviceAnalysis> {
     let ids: Vec<u32> = devices.iter().map(|d| d.device).collect();
-    let replays = replay_devices(snapshot, origin, &ids, None, false);
+    let replays = replay_devices(&ReplayStarts::new(snapshot), origin, &ids, None, false);
     attach(devices, replays)
 }
 
@@ -107,16 +107,18 @@ pub fn attach(mut devices: Vec<DeviceAnalysis>, replays: Vec<DeviceReplay>) -> V
 /// Replays each of `devices` (in order) through the allocator model with the recorded
 /// settings, once per distinct device (a twin's replay is a copy of its first twin's): a
 /// snapshot's every traced device, a recording's devices with a failed allocation (the driver
-/// calls alone, no model). Reads the snapshot only, so it can run beside the analysis.
-/// `capacity` is the device's total memory when the user gave it (it bounds the capacity
-/// bracket); `keep` keeps the replays of the devices that ran out of memory or stalled.
+/// calls alone, no model) of the snapshot whose replays start from `starts`. Reads the
+/// snapshot only, so it can run beside the analysis. `capacity` is the device's total memory
+/// when the user gave it (it bounds the capacity bracket); `keep` keeps the replays of the
+/// devices that ran out of memory or stalled.
 pub fn replay_devices(
-    snapshot: &Snapshot,
+    starts: &ReplayStarts<'_>,
     origin: Origin<'_>,
     devices: &[u32],
     capacity: Option<u64>,
     keep: bool,
 ) -> Vec<DeviceReplay> {
+    let snapshot = starts.snapshot();
     let has_oom = |device: u32| {
         snapshot
             .timeline
@@ -135,7 +137,7 @@ pub fn replay_devices(
                 diagnosis: has_oom(device)
                     .then(|| {
                         let total = device_totals.get(&device).copied();
-                        diagnose_recording_device(snapshot, device, total, false)
+                        diagnose_recording_device(starts, device, total, false)
                     })
                     .flatten(),
                 ..blank(device)

@@ -5,20 +5,20 @@
 
 use super::remedies::program_remedy;
 use crate::analysis::oom::{Diagnosis, OomFacts};
-use crate::model::{Action, Replay, Snapshot};
+use crate::model::{Action, ReplayStarts};
 
 /// The diagnosis of the last `oom` entry of `device`, `None` without one. `total` is the
 /// device's total memory (given by the user, or the recording's last `cuMemGetInfo`).
 pub fn diagnose_recording_device(
-    snapshot: &Snapshot,
+    starts: &ReplayStarts<'_>,
     device: u32,
     total: Option<u64>,
     with_remedies: bool,
 ) -> Option<Diagnosis> {
-    let entries = snapshot.timeline.device(device as usize);
+    let entries = starts.snapshot().timeline.device(device as usize);
     let index = entries.iter().rposition(|e| e.action == Action::Oom)?;
     let entry = entries[index];
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = starts.replay(device);
     replay.run_through(index);
     let facts = OomFacts {
         request_bytes: entry.size,

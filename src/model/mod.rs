@@ -9,6 +9,7 @@ mod layout;
 mod ranges;
 mod snapshot;
 mod stack;
+mod starts;
 mod state;
 mod timeline;
 mod units;
@@ -22,6 +23,7 @@ pub use snapshot::{
     AllocatorSettings, Annotation, FormatKeys, SettingValue, Snapshot, SnapshotFormat,
 };
 pub use stack::{Frame, StackTable};
-pub use state::{Live, LiveSet, Replay, ReplayIssue};
+pub use starts::ReplayStarts;
+pub use state::{Live, LiveSet, Replay, ReplayIssue, ReplayStart};
 pub use timeline::{EntryExtra, Timeline};
 pub use units::{count, Bytes, ParseBytesError};

@@ -134,13 +134,23 @@ pub struct Replay<'a> {
     issue_count: usize,
 }
 
-impl<'a> Replay<'a> {
-    /// A replay of `entries` from the state before the first one, given the device's segments
-    /// at the end of the trace.
-    pub fn new<'s>(
-        entries: &'a [TraceEntry],
+/// What a replay of one device's trace starts from: the allocations alive before its first
+/// entry and the bytes reserved then, worked out from the segments at the end of the trace.
+/// Working it out walks the whole trace, so replays of one trace can share it
+/// (`model::ReplayStarts`).
+#[derive(Clone, Debug)]
+pub struct ReplayStart {
+    live: LiveSet,
+    /// `None` when the trace frees more segment memory than the segments hold.
+    reserved: Option<u64>,
+}
+
+impl ReplayStart {
+    /// The state before the first of `entries`, given the device's segments at their end.
+    pub fn of<'s>(
+        entries: &[TraceEntry],
         segments: impl IntoIterator<Item = &'s Segment>,
-    ) -> Replay<'a> {
+    ) -> ReplayStart {
         let segments: Vec<&Segment> = segments.into_iter().collect();
         let mut live = LiveSet::default();
         for (addr, l) in alive_before(entries, &segments) {
@@ -155,24 +165,47 @@ impl<'a> Replay<'a> {
                 _ => 0,
             })
             .sum();
+        ReplayStart {
+            live,
+            reserved: u64::try_from(final_reserved - net_growth).ok(),
+        }
+    }
+}
+
+impl<'a> Replay<'a> {
+    /// A replay of `entries` from the state before the first one, given the device's segments
+    /// at the end of the trace.
+    pub fn new<'s>(
+        entries: &'a [TraceEntry],
+        segments: impl IntoIterator<Item = &'s Segment>,
+    ) -> Replay<'a> {
+        Replay::from_start(entries, &ReplayStart::of(entries, segments))
+    }
+
+    /// A replay of `entries` from `start`, which must be `ReplayStart::of` the same entries.
+    pub fn from_start(entries: &'a [TraceEntry], start: &ReplayStart) -> Replay<'a> {
         let mut replay = Replay {
             entries,
             next: 0,
-            live,
+            live: start.live.clone(),
             reserved: 0,
             ended: None,
             first_issue: None,
             issue_count: 0,
         };
-        let before = final_reserved - net_growth;
-        match u64::try_from(before) {
-            Ok(r) => replay.reserved = r,
-            Err(_) => replay.issue(
+        match start.reserved {
+            Some(r) => replay.reserved = r,
+            None => replay.issue(
                 0,
                 "the trace frees more segment memory than the snapshot reserves".into(),
             ),
         }
         replay
+    }
+
+    /// The entries replayed.
+    pub fn entries(&self) -> &'a [TraceEntry] {
+        self.entries
     }
 
     /// Applies the next entry and returns its index, or `None` at the end.

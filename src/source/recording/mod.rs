@@ -603,9 +603,10 @@ mod damaged {
             };
             let snapshot = &read.parsed.snapshot;
             let devices = analyze_snapshot(snapshot, 5, None);
+            let starts = crate::model::ReplayStarts::new(snapshot);
             for d in devices {
                 let total = read.info.device_total.get(&d.device).copied();
-                let _ = diagnose_recording_device(snapshot, d.device, total, true);
+                let _ = diagnose_recording_device(&starts, d.device, total, true);
             }
         }
     }
