@@ -7,7 +7,7 @@ use crate::analysis::layout_warnings;
 use crate::model::Snapshot;
 use crate::source::driver_state::Keeper;
 use crate::source::pickle::DecodeErrorKind;
-use crate::source::prefetch::Prefetch;
+use crate::source::prefetch::{Prefetch, PrefetchReader};
 use crate::source::recording::{self, RecordingInfo};
 use crate::source::sniff::{sniff, Format, HEAD_LEN};
 use crate::source::torch_snapshot::{self, Parsed, SnapshotError};
@@ -15,16 +15,13 @@ use crate::source::zip_member;
 use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{BufReader, Cursor, IsTerminal, Read};
+use std::io::{Cursor, IsTerminal, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Files at least this large get a progress bar (on a terminal, without --json).
 const PROGRESS_FROM_BYTES: u64 = 32 << 20;
-
-/// Bytes read from a recording at a time.
-const RECORDING_BUFFER: usize = 1 << 20;
 
 /// A snapshot read from a file, with the file's size.
 pub struct Loaded {
@@ -272,8 +269,9 @@ pub fn load_opened_early<X: Keeper>(
     let input = Cursor::new(head).chain(rest);
     let result = refuse(format, &read).and_then(|()| match format {
         Format::Recording => {
-            // Streamed record by record: memory holds the model, not the file.
-            recording::read_with(BufReader::with_capacity(RECORDING_BUFFER, input), extra)
+            // Streamed record by record: memory holds the model, not the file. Read ahead on
+            // the second core, as a snapshot is.
+            recording::read_with(PrefetchReader::new(input), extra)
                 .map(|(read, extra)| (read.parsed, Some(read.info), Some(extra)))
                 .map_err(anyhow::Error::from)
         }

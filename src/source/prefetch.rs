@@ -1,6 +1,6 @@
 //! A source that reads ahead on a second thread, so the kernel's copying of the file overlaps
 //! decoding instead of adding to it, and hands its buffers to the decoder whole instead of
-//! copying them.
+//! copying them (or, as a `Read`, serves them to a reader of small records).
 
 use crate::source::pickle::Refill;
 use std::io::{self, Read};
@@ -112,6 +112,44 @@ impl Refill for Prefetch {
     }
 }
 
+/// `Prefetch` as a plain `Read`, for a reader that takes its input in small pieces (a
+/// recording's 64-byte records): each read is served from the chunk at hand.
+pub struct PrefetchReader {
+    prefetch: Prefetch,
+    chunk: Vec<u8>,
+    /// The next byte of `chunk` to serve.
+    pos: usize,
+}
+
+impl PrefetchReader {
+    pub fn new<R: Read + Send + 'static>(inner: R) -> PrefetchReader {
+        PrefetchReader {
+            prefetch: Prefetch::new(inner),
+            chunk: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl Read for PrefetchReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.chunk.len() {
+            let next = match self.prefetch.chunks.recv() {
+                Ok(Ok(chunk)) => chunk,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            };
+            self.prefetch
+                .recycle(std::mem::replace(&mut self.chunk, next));
+            self.pos = HEAD.min(self.chunk.len());
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +192,26 @@ mod tests {
         assert!(drain(Prefetch::new(io::empty()), 0).is_empty());
         let exact = vec![5u8; 2 * CHUNK];
         assert!(drain(Prefetch::new(io::Cursor::new(exact.clone())), 3) == exact);
+    }
+
+    #[test]
+    fn as_a_reader_it_serves_every_byte_in_order_in_pieces_of_any_size() {
+        let data: Vec<u8> = (0..(2 * CHUNK + 77))
+            .map(|i| (i * 13 % 256) as u8)
+            .collect();
+        for piece in [1, 64, 4096, CHUNK + 5] {
+            let mut reader = PrefetchReader::new(io::Cursor::new(data.clone()));
+            let (mut out, mut buf) = (Vec::new(), vec![0u8; piece]);
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                    Err(e) => panic!("read failed: {e}"),
+                }
+            }
+            assert!(out == data, "pieces of {piece}: bytes differ");
+        }
+        let mut empty = PrefetchReader::new(io::empty());
+        assert_eq!(empty.read(&mut [0u8; 8]).ok(), Some(0));
     }
 }
