@@ -13,6 +13,7 @@ pub mod live_tally;
 pub mod oom_log;
 pub mod open;
 pub mod pickle;
+pub mod prefault;
 pub mod prefetch;
 pub mod recording;
 pub mod sniff;

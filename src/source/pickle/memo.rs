@@ -5,6 +5,7 @@
 //! memory and copied whole makes the CPU stall (store forwarding fails) on every memoized dict.
 
 use super::value::Value;
+use crate::source::prefault::Prefaulter;
 
 /// What a slot holds: `EMPTY`, or the kind of its value.
 const EMPTY: u8 = 0;
@@ -23,6 +24,8 @@ const FOLDED: u8 = 9;
 pub(super) struct Memo {
     tags: Vec<u8>,
     payloads: Vec<u64>,
+    /// Maps the payloads' room ahead on the second core (the tags are an eighth of them).
+    prefaulter: Prefaulter,
 }
 
 impl Memo {
@@ -63,6 +66,7 @@ impl Memo {
         let (tag, payload) = encode(value);
         self.tags.push(tag);
         self.payloads.push(payload);
+        self.prefaulter.follow(&self.payloads);
     }
 
     /// Stores `value` in slot `index`, making room for it; true when the slot was empty.

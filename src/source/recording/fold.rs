@@ -10,6 +10,7 @@ use crate::model::{
     StreamIndex, Timeline, TraceEntry,
 };
 use crate::source::driver_state::{DriverState, End, Held, Keeper, Memory};
+use crate::source::prefault::Prefaulter;
 use memprof_wire::{Kind, Record};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -30,6 +31,8 @@ struct Entries {
     /// Time of the record being applied, µs since the Unix epoch.
     time_us: Option<i64>,
     entries: BTreeMap<u32, Vec<TraceEntry>>,
+    /// Map the room ahead of each device's entries, by device.
+    prefaulters: Vec<Prefaulter>,
     streams: Vec<u64>,
     stream_index: FxHashMap<u64, StreamIndex>,
 }
@@ -120,7 +123,15 @@ impl Entries {
 
     fn push(&mut self, device: u32, entry: TraceEntry) {
         let entry = entry.with_time(self.time_us);
-        self.entries.entry(device).or_default().push(entry);
+        let list = self.entries.entry(device).or_default();
+        list.push(entry);
+        // Devices are below `recording::MAX_DEVICES`.
+        let device = device as usize;
+        if device >= self.prefaulters.len() {
+            self.prefaulters
+                .resize_with(device + 1, Prefaulter::default);
+        }
+        self.prefaulters[device].follow(list);
     }
 }
 

@@ -5,6 +5,7 @@ use super::budget::{Budget, ITEM};
 use super::intern::Interner;
 use crate::model::{Action, EntryExtra, StreamIndex, TraceEntry};
 use crate::source::pickle::{Document, FlatDict, Fold, Node, NodeId, StrId, Value, RENDER_MAX};
+use crate::source::prefault::Prefaulter;
 
 /// A contiguous run of entries folded out of one list.
 #[derive(Clone, Copy, Debug)]
@@ -265,6 +266,8 @@ pub struct TraceFolder {
     unknown_of: Vec<(u32, StrId)>,
     /// The row of each dict marked `ORPHAN`, by handle (in handle order).
     orphans: Vec<(u32, TraceEntry)>,
+    /// Maps `entries`' room ahead on the second core.
+    prefaulter: Prefaulter,
 }
 
 impl TraceFolder {
@@ -476,6 +479,7 @@ impl TraceFolder {
     fn push(&mut self, list: NodeId, entry: TraceEntry) {
         let index = self.entries.len();
         self.entries.push(entry);
+        self.prefaulter.follow(&self.entries);
         match self.runs.last_mut() {
             Some(run) if run.list == list && run.end == index => run.end += 1,
             _ => self.runs.push(Run {
