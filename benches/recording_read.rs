@@ -1,16 +1,15 @@
 //! Read throughput of a memprof recording against a PyTorch snapshot pickle of about the same
-//! size, each read from its file the way `memprof analyze` reads it (the recording streamed
-//! through a buffered reader, the pickle through the prefetching reader). Prints the median of
+//! size, each read from its file the way `memprof analyze` reads it (both through the reader
+//! that reads ahead on another thread). Prints the median of
 //! a few reads of each, in MB/s, and their ratio.
 //!
 //! Inputs are generated once under target/bench-data/ (needs python3): the recording by
 //! `benches/gen_recording.py`, the pickle by `../shared/tools/gen_snapshot.py`. Their size is
 //! `MEMPROF_BENCH_MB` (default 100); `benches/recording_rss.sh` measures peak memory on 500 MB.
 
-use memprof::source::prefetch::Prefetch;
+use memprof::source::prefetch::{Prefetch, PrefetchReader};
 use memprof::source::{recording, torch_snapshot};
 use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -88,8 +87,7 @@ fn main() {
     let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len()) as f64 / 1e6;
     let (rec_mb, pickle_mb) = (size(&rec), size(&pickle));
     let rec_s = median(|| {
-        File::open(&rec)
-            .is_ok_and(|f| recording::read_from(BufReader::with_capacity(1 << 20, f)).is_ok())
+        File::open(&rec).is_ok_and(|f| recording::read_from(PrefetchReader::new(f)).is_ok())
     });
     let pickle_s = median(|| {
         File::open(&pickle).is_ok_and(|f| torch_snapshot::read(Prefetch::new(f)).is_ok())
