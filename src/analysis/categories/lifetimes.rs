@@ -6,7 +6,7 @@
 use super::context::{Context, ContextCache};
 use crate::analysis::peak::{Endings, FollowReplay, NEVER};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::ops::Range;
 
 /// An older allocation an optimizer step freed: the entry that freed it, its address, itself.
@@ -166,8 +166,10 @@ impl<'a> LifetimesBuilder<'a> {
         // just before or just after making the new one). A gradient is never replaced: frees
         // of gradients are `zero_grad`'s clean-up.
         let mut replaces = FxHashMap::default();
+        // Only a run that freed an older allocation can have made one that replaced it.
+        let freed_runs: FxHashSet<usize> = freed_in_step.keys().map(|&(start, _)| start).collect();
         for (&(start, phase), &end) in runs.iter().zip(&run_ends) {
-            if phase != Context::Optimizer {
+            if phase != Context::Optimizer || !freed_runs.contains(&start) {
                 continue;
             }
             for j in (start..end).filter(|&j| entries[j].action == Action::Alloc) {
