@@ -155,8 +155,8 @@ fn optimizer_temporaries(c: &Categories, peak: Option<usize>) -> Option<Finding>
         kind: FindingKind::OptimizerTemporaries,
         moment: None,
         sentence: format!(
-            "optimizer step temporaries: {} alive at once inside the optimizer step (after \
-             entry {}, {} {}){at_peak}, {advice}",
+            "optimizer step temporaries: {} (requested) alive at once inside the optimizer \
+             step (after entry {}, {} {}){at_peak}, {advice}",
             Bytes(t.peak_bytes),
             t.peak_entry_index,
             t.count,
@@ -224,8 +224,8 @@ fn unrecorded(u: &Unrecorded, peak_known: bool) -> Vec<Finding> {
             kind: FindingKind::UnrecordedStacks,
             moment,
             sentence: format!(
-                "<no stack recorded>: {} in {} alive {when} was allocated before recording \
-                 began (the model was built, or moved to the GPU, before \
+                "<no stack recorded>: {} (requested) in {} alive {when} was allocated before \
+                 recording began (the model was built, or moved to the GPU, before \
                  `torch.cuda.memory._record_memory_history()` was called); call it before \
                  building the model to see who made them",
                 Bytes(u.before_trace_bytes),
@@ -238,11 +238,11 @@ fn unrecorded(u: &Unrecorded, peak_known: bool) -> Vec<Finding> {
             kind: FindingKind::UnrecordedStacks,
             moment,
             sentence: format!(
-                "<no stack recorded>: {} in {} alive {when} was allocated while recording but \
-                 without frames: with `stacks=\"python\"` an allocation made off the Python \
-                 thread (the autograd engine's backward) has none, as has one recorded with \
-                 `context=None`; record with `stacks=\"all\"` (and `context=\"all\"`) to see \
-                 them",
+                "<no stack recorded>: {} (requested) in {} alive {when} was allocated while \
+                 recording but without frames: with `stacks=\"python\"` an allocation made off \
+                 the Python thread (the autograd engine's backward) has none, as has one \
+                 recorded with `context=None`; record with `stacks=\"all\"` (and \
+                 `context=\"all\"`) to see them",
                 Bytes(u.in_trace_bytes),
                 count(u.in_trace_count as u64, "allocation", "allocations")
             ),

@@ -74,8 +74,8 @@ pub fn lines(a: &Anomalies, entries: usize, indent: &str) -> Vec<String> {
             })
             .collect();
         out.push(format!(
-            "{indent}leak suspects: {} in {} made in the trace is alive at its end ({} \
-             optimizer {} seen): {}",
+            "{indent}leak suspects: {} (requested) in {} made in the trace is alive at its end \
+             ({} optimizer {} seen): {}",
             Bytes(l.bytes),
             count(l.count as u64, "allocation", "allocations"),
             l.steps,
