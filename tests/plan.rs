@@ -21,6 +21,46 @@ fn fails_with_one_line(args: &[&str], needle: &str) {
     assert!(err.contains(needle), "{args:?}: {err}");
 }
 
+/// The published peaks the planner is checked against (fixtures/examples/measured_peaks.json).
+fn measured_peaks() -> Value {
+    let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
+        .expect("the measured peaks");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// The `memprof` arguments a published peak's run is planned with.
+fn peak_args(p: &Value) -> Vec<&str> {
+    p["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// `args` run with `--json`; a run's own settings need not fit the planner's answer (exit 1).
+fn planned(args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let run = memprof(&args);
+    assert!(
+        matches!(run.status.code(), Some(0 | 1)),
+        "{args:?}: {}",
+        stderr(&run)
+    );
+    serde_json::from_slice(&run.stdout).expect("JSON")
+}
+
+/// What the allocator reserves for the first candidate of a `plan train` answer, with the CUDA
+/// context when `context` (nvidia-smi's figure holds it).
+fn train_bytes(out: &Value, context: bool) -> u64 {
+    let m = &out["candidates"][0]["memory"];
+    ["total_bytes", "fragmentation_bytes", "context_bytes"][..if context { 3 } else { 2 }]
+        .iter()
+        .map(|k| m[k].as_u64().expect("bytes"))
+        .sum::<u64>()
+}
+
 const TRAIN_8B: [&str; 11] = [
     "plan",
     "train",
@@ -1033,9 +1073,7 @@ fn plan_kv_workload_per_setting() {
 fn published_measured_peaks_accuracy() {
     const MEDIAN_AT_MOST: f64 = 0.043;
     const WORST_AT_MOST: f64 = 0.161;
-    let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
-        .expect("the measured peaks");
-    let doc: Value = serde_json::from_str(&text).expect("JSON");
+    let doc = measured_peaks();
     let page = std::fs::read_to_string(repo().join("docs/plan-accuracy.md")).expect("the page");
     let gib = (1u64 << 30) as f64;
     let mut errors = Vec::new();
@@ -1045,32 +1083,11 @@ fn published_measured_peaks_accuracy() {
             !p["source"].as_str().unwrap_or("").is_empty(),
             "{id}: no source"
         );
-        let mut args: Vec<&str> = p["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        args.push("--json");
-        // The run's own settings need not fit the planner's answer (exit 1): only its terms
-        // are compared.
-        let run = memprof(&args);
-        assert!(
-            matches!(run.status.code(), Some(0 | 1)),
-            "{id}: {}",
-            stderr(&run)
-        );
-        let out: Value = serde_json::from_slice(&run.stdout).expect("JSON");
+        // Only the run's terms are compared.
+        let out = planned(&peak_args(p));
         let bytes = match p["estimate"].as_str() {
             Some(kind @ ("train_reserved" | "train_device_used")) => {
-                let m = &out["candidates"][0]["memory"];
-                // nvidia-smi's figure also holds the CUDA context.
-                let context = kind == "train_device_used";
-                ["total_bytes", "fragmentation_bytes", "context_bytes"]
-                    [..if context { 3 } else { 2 }]
-                    .iter()
-                    .map(|k| m[k].as_u64().expect("bytes"))
-                    .sum::<u64>()
+                train_bytes(&out, kind == "train_device_used")
             }
             Some("serve_non_kv") => {
                 let b = &out["budget"];
@@ -1140,9 +1157,7 @@ fn published_measured_peaks_accuracy() {
 /// 16-bit activations and no weight copies) gives the other.
 #[test]
 fn autocast_with_checkpointing_needs_more_than_fp32_as_measured() {
-    let text = std::fs::read_to_string(repo().join("fixtures/examples/measured_peaks.json"))
-        .expect("the measured peaks");
-    let doc: Value = serde_json::from_str(&text).expect("JSON");
+    let doc = measured_peaks();
     let peak = |id: &str| {
         doc["peaks"]
             .as_array()
@@ -1152,44 +1167,19 @@ fn autocast_with_checkpointing_needs_more_than_fp32_as_measured() {
             .cloned()
             .expect("a peak")
     };
-    let used = |args: Vec<String>| {
-        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
-        args.push("--json");
-        let run = memprof(&args);
-        assert!(matches!(run.status.code(), Some(0 | 1)), "{}", stderr(&run));
-        let out: Value = serde_json::from_slice(&run.stdout).expect("JSON");
-        let m = &out["candidates"][0]["memory"];
-        ["total_bytes", "fragmentation_bytes", "context_bytes"]
-            .iter()
-            .map(|k| m[k].as_u64().expect("bytes"))
-            .sum::<u64>()
-    };
-    let args = |p: &Value| -> Vec<String> {
-        p["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .filter_map(|a| a.as_str().map(str::to_string))
-            .collect()
-    };
+    let used = |args: &[&str]| train_bytes(&planned(args), true);
     let fp32 = peak("hf-bert-large-b1x4-fp32-ckpt");
     let amp = peak("hf-bert-large-b1x4-fp16-ckpt");
     assert!(amp["measured_gib"].as_f64() > fp32["measured_gib"].as_f64());
-    let amp_args = args(&amp);
-    assert!(amp_args.iter().any(|a| a == "amp-fp16"), "{amp_args:?}");
-    let fp32_bytes = used(args(&fp32));
-    assert!(used(amp_args.clone()) > fp32_bytes);
-    let sixteen_bit: Vec<String> = amp_args
-        .into_iter()
-        .map(|a| {
-            if a == "amp-fp16" {
-                "fp16".to_string()
-            } else {
-                a
-            }
-        })
+    let amp_args = peak_args(&amp);
+    assert!(amp_args.contains(&"amp-fp16"), "{amp_args:?}");
+    let fp32_bytes = used(&peak_args(&fp32));
+    assert!(used(&amp_args) > fp32_bytes);
+    let sixteen_bit: Vec<&str> = amp_args
+        .iter()
+        .map(|&a| if a == "amp-fp16" { "fp16" } else { a })
         .collect();
-    assert!(used(sixteen_bit) < fp32_bytes);
+    assert!(used(&sixteen_bit) < fp32_bytes);
 }
 
 /// SGLang's log of Qwen3-14B (xorbitsai/inference issue #3481, in

@@ -2,7 +2,7 @@
 //! several terminal sizes, after scripted keys; compared with insta snapshots
 //! (`tests/snapshots/`). Styles are checked cell by cell where text cannot show them.
 
-use crate::util::fixture;
+use crate::util::{fixture, screen};
 use insta::assert_snapshot;
 use memprof::account::{DeviceReport, Options};
 use memprof::analysis::categories::CategoryRules;
@@ -239,19 +239,6 @@ fn the_anomalies_panel_lists_stalls_leak_suspects_and_lifetimes() {
     ] {
         assert!(text.contains(line), "{line}: {text}");
     }
-}
-
-/// The text of a drawn screen, one line per row.
-fn screen(t: &Terminal<TestBackend>) -> String {
-    let buf = t.backend().buffer();
-    (0..buf.area.height)
-        .map(|y| {
-            (0..buf.area.width)
-                .map(|x| buf[(x, y)].symbol())
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The one stack line marked as the site's frame.

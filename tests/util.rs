@@ -290,3 +290,16 @@ pub fn add_stack(
         .collect();
     stacks.add_stack(ids)
 }
+
+/// The text of a drawn screen, one line per row.
+pub fn screen(t: &ratatui::Terminal<ratatui::backend::TestBackend>) -> String {
+    let buf = t.backend().buffer();
+    (0..buf.area.height)
+        .map(|y| {
+            (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -2,7 +2,7 @@
 //! the fixtures and the real snapshots, with the figures the account gives at the dump; and
 //! the screen itself drawn into ratatui's `TestBackend`.
 
-use crate::util::{fixture, real_fixtures};
+use crate::util::{fixture, real_fixtures, screen};
 use memprof::account::Options;
 use memprof::analysis::categories::CategoryRules;
 use memprof::diagnose::Origin;
@@ -112,15 +112,7 @@ fn draw(app: &LoadingApp, width: u16, height: u16) -> String {
     terminal
         .draw(|f| app.render(f.area(), f.buffer_mut()))
         .expect("draws");
-    let buffer = terminal.backend().buffer();
-    (0..height)
-        .map(|y| {
-            (0..width)
-                .map(|x| buffer[(x, y)].symbol())
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    screen(&terminal)
 }
 
 #[test]
