@@ -324,6 +324,11 @@ impl<const L: usize> Merge<L> {
         ts
     }
 
+    /// Every entry stamped before this has been handed out (or is late: `STALE_NS`).
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
     /// Takes everything published in `pool` and moves the floor; `now` is `CLOCK_MONOTONIC`,
     /// read before. Returns how many entries it took.
     fn collect<const W: usize, const S: usize>(&mut self, pool: &Pool<L, W, S>, now: u64) -> usize {

@@ -15,7 +15,10 @@
 //! records of what is alive (`table.rs`, flagged `FLAG_SNAPSHOT`; everything
 //! drained before it was accepted, which the writer does first each round) and a `LiveDropped`
 //! record of 0 flagged so that ends them, then the records drained after that, then the trailer
-//! when the process ends. The snapshot is copied in pieces as the client reads it (at most
+//! when the process ends. The end mark waits until every record stamped before the client was
+//! accepted has been drained (the merge holds some back to keep time order: `buffers.rs`), so
+//! that at the mark the client has at least what the process had done when it connected. The
+//! snapshot is copied in pieces as the client reads it (at most
 //! `ROUND_RECORDS` a writer round for all clients); records drained meanwhile that change what
 //! the client already has come unflagged among the snapshot's, so that at the mark it holds what
 //! is alive then. Definitions drained later come before the records that name them; they are
@@ -92,9 +95,10 @@ impl Server {
 
     /// One writer round: sends what clients wait for and drops those gone or stalled, takes
     /// the clients waiting to connect, and copies the next pieces of the snapshots (a snapshot
-    /// must reach a client of an idle process too). True when a snapshot could take more at
-    /// once (the writer then comes back without sleeping).
-    pub fn accept(&mut self) -> bool {
+    /// must reach a client of an idle process too). `floor`: every record stamped before it
+    /// has been drained. True when a snapshot could take more at once (the writer then comes
+    /// back without sleeping).
+    pub fn accept(&mut self, floor: u64) -> bool {
         let now = Instant::now();
         self.clients.retain_mut(|client| {
             client.flush(now)
@@ -109,7 +113,11 @@ impl Server {
             if !same_user(&stream) || stream.set_nonblocking(true).is_err() || !self.make_room() {
                 continue;
             }
-            self.clients.push(Client::new(stream, &self.head, now));
+            // Read after the connection was taken: every record of a call that returned
+            // before the client connected is stamped earlier.
+            let accepted_ns = crate::recorder::now_ns();
+            self.clients
+                .push(Client::new(stream, &self.head, now, accepted_ns));
         }
         let mut budget = ROUND_RECORDS;
         let mut more = false;
@@ -118,7 +126,7 @@ impl Server {
             self.clients.rotate_left(1);
         }
         for client in &mut self.clients {
-            more |= client.pump(&self.table, &self.defs, &mut budget, now);
+            more |= client.pump(&self.table, &self.defs, &mut budget, now, floor);
         }
         self.clients.retain(Client::alive);
         more
@@ -165,7 +173,8 @@ impl Server {
             let now = Instant::now();
             let mut budget = usize::MAX;
             for (client, ended) in self.clients.iter_mut().zip(&mut ended) {
-                client.pump(&self.table, &self.defs, &mut budget, now);
+                // Everything has been drained.
+                client.pump(&self.table, &self.defs, &mut budget, now, u64::MAX);
                 if client.caught_up(&self.defs) && !*ended {
                     client.send(trailer, &self.defs, now);
                     *ended = true;

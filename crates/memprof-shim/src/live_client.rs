@@ -37,11 +37,22 @@ pub struct Client {
     unread_mark: usize,
     /// When the client last read something, or had nothing to read.
     progress: Instant,
+    /// When it was accepted (`CLOCK_MONOTONIC` ns): its snapshot's end mark waits until every
+    /// record stamped before has been drained.
+    accepted_ns: u64,
+}
+
+/// One record of a batch (`RECORD_LEN` bytes).
+fn decode(raw: &[u8]) -> Result<Record, memprof_wire::RecordError> {
+    let mut record = [0u8; RECORD_LEN];
+    record.copy_from_slice(raw);
+    Record::decode(&record)
 }
 
 impl Client {
-    /// A client that gets `head`, then the snapshot of the table.
-    pub fn new(stream: UnixStream, head: &[u8], now: Instant) -> Client {
+    /// A client that gets `head`, then the snapshot of the table; `accepted_ns` as the
+    /// records' stamps count time.
+    pub fn new(stream: UnixStream, head: &[u8], now: Instant, accepted_ns: u64) -> Client {
         Client {
             stream,
             pending: head.to_vec(),
@@ -51,6 +62,7 @@ impl Client {
             alive: true,
             unread_mark: 0,
             progress: now,
+            accepted_ns,
         }
     }
 
@@ -151,16 +163,34 @@ impl Client {
     /// Queues the drained records of `batch` that the client must get (all of them once its
     /// snapshot is queued; while it is being copied, those that change what it already has),
     /// after the definitions they may name; when those do not all fit, the records are lost.
+    /// A snapshot copied whole ends with its mark before the first record stamped after the
+    /// client connected.
     pub fn send(&mut self, batch: &[u8], defs: &Definitions, now: Instant) {
+        if self.snapshot.is_some_and(|cursor| cursor.done()) {
+            let accepted_ns = self.accepted_ns;
+            let split = batch
+                .chunks_exact(RECORD_LEN)
+                .position(|raw| decode(raw).is_ok_and(|r| r.ts_ns >= accepted_ns))
+                .map_or(batch.len(), |i| i * RECORD_LEN);
+            let (before, after) = batch.split_at(split);
+            self.enqueue(before, defs);
+            if !after.is_empty() {
+                self.end_snapshot();
+                self.enqueue(after, defs);
+            }
+        } else {
+            self.enqueue(batch, defs);
+        }
+        self.flush(now);
+    }
+
+    /// `send` without the mark and the flush.
+    fn enqueue(&mut self, batch: &[u8], defs: &Definitions) {
         let wanted: std::borrow::Cow<[u8]> = match self.snapshot {
             None => batch.into(),
             Some(cursor) => batch
                 .chunks_exact(RECORD_LEN)
-                .filter(|raw| {
-                    let mut record = [0u8; RECORD_LEN];
-                    record.copy_from_slice(raw);
-                    Record::decode(&record).is_ok_and(|r| cursor.has_sent(&r))
-                })
+                .filter(|raw| decode(raw).is_ok_and(|r| cursor.has_sent(&r)))
                 .flatten()
                 .copied()
                 .collect::<Vec<u8>>()
@@ -176,19 +206,28 @@ impl Client {
         } else {
             self.queue(&wanted, count);
         }
-        self.flush(now);
+    }
+
+    /// Queues the mark that ends the snapshot.
+    fn end_snapshot(&mut self) {
+        let mut end = Record::new(Kind::LiveDropped);
+        end.flags = FLAG_SNAPSHOT;
+        self.pending.extend_from_slice(&end.encode());
+        self.snapshot = None;
     }
 
     /// Copies the next pieces of the definitions, then of the snapshot from `table` (taking them
     /// from `budget`, records and definitions this writer round may still copy) while the
-    /// client takes them, and the end mark after the last; true when it could take more at
-    /// once. After the snapshot, queues the definitions a full buffer held back.
+    /// client takes them, and the end mark after the last once `floor` (every record stamped
+    /// before it has been drained) has passed the client's acceptance; true when it could take
+    /// more at once. After the snapshot, queues the definitions a full buffer held back.
     pub fn pump(
         &mut self,
         table: &Table,
         defs: &Definitions,
         budget: &mut usize,
         now: Instant,
+        floor: u64,
     ) -> bool {
         while let Some(mut cursor) = self.snapshot {
             if !self.flush(now) || self.pending.len() >= FILL_BELOW {
@@ -207,13 +246,14 @@ impl Client {
             }
             let copied = table.fill(&mut cursor, PIECE.min(*budget), &mut self.pending);
             *budget -= copied;
+            self.snapshot = Some(cursor);
             if cursor.done() {
-                let mut end = Record::new(Kind::LiveDropped);
-                end.flags = FLAG_SNAPSHOT;
-                self.pending.extend_from_slice(&end.encode());
-                self.snapshot = None;
-            } else {
-                self.snapshot = Some(cursor);
+                if floor <= self.accepted_ns {
+                    // Records of calls made before it connected may still be held back: they
+                    // reach it as drained (`send`), before the mark.
+                    break;
+                }
+                self.end_snapshot();
             }
         }
         if self.defined < defs.len() {
@@ -257,7 +297,7 @@ mod tests {
         let (ours, peer) = UnixStream::pair().expect("a socket pair");
         ours.set_nonblocking(true).expect("non-blocking");
         peer.set_nonblocking(true).expect("non-blocking");
-        let mut client = Client::new(ours, &[], now);
+        let mut client = Client::new(ours, &[], now, 0);
         client.snapshot = None;
         (client, peer)
     }
@@ -302,7 +342,7 @@ mod tests {
         .encode()
         .to_vec();
         head.extend_from_slice(&ProcessInfo::default().encode());
-        let mut client = Client::new(ours, &head, Instant::now());
+        let mut client = Client::new(ours, &head, Instant::now(), 0);
         let mut bytes = Vec::new();
         let mut buf = [0u8; 1 << 16];
         // Writer rounds: a small budget, new stacks and records drained between pieces, the
@@ -310,7 +350,7 @@ mod tests {
         let mut rounds = 0;
         while !client.caught_up(&defs) || !client.idle() {
             let mut budget = 256;
-            client.pump(&table, &defs, &mut budget, Instant::now());
+            client.pump(&table, &defs, &mut budget, Instant::now(), 1);
             let batch = drain(&mut table, &mut defs, 3);
             client.send(&batch, &defs, Instant::now());
             if let Ok(n) = peer.read(&mut buf) {
@@ -341,6 +381,56 @@ mod tests {
         // Every stack drained before and while it connected, each once.
         assert_eq!(known.len() as u32, next - 1);
         assert!(named >= 3000, "{named} records, {lost} lost");
+    }
+
+    #[test]
+    fn the_end_mark_waits_for_the_records_stamped_before_the_client_connected() {
+        // One allocation drained before the client was accepted (at 100 ns), one stamped
+        // before and held back by the merge, one stamped after.
+        let (mut table, defs) = (Table::default(), Definitions::default());
+        table.apply_all(&batch(1, 1));
+        let (ours, mut peer) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        peer.set_nonblocking(true).expect("non-blocking");
+        let mut client = Client::new(ours, &[], Instant::now(), 100);
+        let mut budget = usize::MAX;
+        client.pump(&table, &defs, &mut budget, Instant::now(), 100);
+        assert!(!client.caught_up(&defs), "the floor has not passed it");
+        // Drained in one batch: one stamped before it connected, one after.
+        let stamped = |ptr: u64, ts_ns: u64| {
+            let mut r = Record::new(Kind::Alloc);
+            (r.ptr, r.ts_ns) = (ptr, ts_ns);
+            r.encode()
+        };
+        let drained = [stamped(2, 99), stamped(3, 100)].concat();
+        table.apply_all(&drained);
+        client.send(&drained, &defs, Instant::now());
+        assert!(
+            client.caught_up(&defs),
+            "the mark went before the later one"
+        );
+        client.pump(&table, &defs, &mut budget, Instant::now(), 101);
+        let mut bytes = Vec::new();
+        read_all(&mut client, &mut peer, &mut bytes);
+        let got: Vec<(Kind, u64, bool)> = bytes
+            .chunks_exact(RECORD_LEN)
+            .map(|c| {
+                let mut raw = [0u8; RECORD_LEN];
+                raw.copy_from_slice(c);
+                let r = Record::decode(&raw).expect("a record");
+                (r.kind, r.ptr, r.flags & FLAG_SNAPSHOT != 0)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Kind::Alloc, 1, true),
+                (Kind::Alloc, 2, false),
+                (Kind::LiveDropped, 0, true),
+                (Kind::Alloc, 3, false)
+            ],
+            "the snapshot, what was held back, the mark, then the stream"
+        );
     }
 
     #[test]

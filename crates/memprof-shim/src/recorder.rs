@@ -108,7 +108,8 @@ impl Drop for Guard {
     }
 }
 
-fn now_ns() -> u64 {
+/// `CLOCK_MONOTONIC` in ns: the clock records are stamped with.
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -510,10 +511,12 @@ fn writer_loop() {
     loop {
         let (count, closed, more) = {
             let mut writer = lock();
-            // Drained first, so that a client accepted now gets in its snapshot everything
-            // published before it connected.
+            // Drained first, so that a client accepted now gets in its snapshot what was
+            // published before it connected (what was still held back reaches it before the
+            // snapshot's end mark: `live_client.rs`).
             let (count, closed) = drain(&mut writer, false);
-            let more = writer.live.as_mut().is_some_and(|live| live.accept());
+            let floor = writer.merge.floor();
+            let more = writer.live.as_mut().is_some_and(|live| live.accept(floor));
             (count, closed, more)
         };
         if closed {
