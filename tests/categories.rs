@@ -332,3 +332,73 @@ fn diff_shows_the_categories_that_grew() {
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(doc["devices"][0]["categories"], *categories);
 }
+
+/// An optimizer step that replaces tensors (`p.data = ...`) instead of updating them in place:
+/// the new ones are what the old ones were, whether the old ones were made in the trace or
+/// were alive before it.
+#[test]
+fn tensors_a_step_replaces_keep_the_category_of_the_ones_they_replace() {
+    let dir = Scratch::new("categories_replaced");
+    let file = dir.join("replaced.pickle");
+    let torch = "/usr/lib/python3.11/site-packages/torch";
+    let module = format!("{torch}/nn/modules/module.py");
+    let adam = format!("{torch}/optim/adam.py");
+    let mut stacks = StackTable::default();
+    let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
+    let to = stack(&[
+        (&module, "_apply"),
+        (&module, "to"),
+        ("/w/train.py", "main"),
+    ]);
+    let cache = stack(&[("/w/model.py", "forward"), ("/w/train.py", "main")]);
+    let step = stack(&[(&adam, "step"), ("/w/train.py", "main")]);
+    let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(None));
+    // Alive before the trace: a parameter and, of the same size, a cache made in forward.
+    let old = a.malloc(16 * MIB, 0).expect("fits");
+    a.malloc(16 * MIB, 0).expect("fits");
+    let cached = a.take_events();
+    // In the trace: a second parameter, then a step that makes a new tensor for each
+    // parameter and frees the old one.
+    let second = a.malloc(16 * MIB, 0).expect("fits");
+    a.malloc(16 * MIB, 0).expect("fits");
+    a.free(old).expect("alive");
+    a.malloc(16 * MIB, 0).expect("fits");
+    a.free(second).expect("alive");
+    let mut entries = a.take_events();
+    let mut allocs = 0;
+    for e in &mut entries {
+        e.stack = match e.action {
+            Action::Alloc => {
+                allocs += 1;
+                if allocs == 1 {
+                    to
+                } else {
+                    step
+                }
+            }
+            // PyTorch's free entries carry the stack of the allocation they free.
+            Action::FreeRequested | Action::FreeCompleted => to,
+            _ => None,
+        };
+    }
+    let mut layout = a.layout(0);
+    let cached_at = cached
+        .iter()
+        .filter(|e| e.action == Action::Alloc)
+        .filter_map(|e| e.addr())
+        .find(|&addr| addr != old)
+        .expect("the cache");
+    for block in layout.iter_mut().flat_map(|s| &mut s.blocks) {
+        block.stack = if block.address == cached_at {
+            cache
+        } else {
+            step
+        };
+    }
+    write_snapshot(&model_snapshot(entries, layout, stacks, None), &file);
+    let doc = analyze_json(std::slice::from_ref(&file));
+    let at_dump = &doc["inputs"][0]["devices"][0]["categories"]["at_dump"];
+    assert_eq!(bytes(at_dump, "parameter"), 32 * MIB, "{at_dump}");
+    assert_eq!(bytes(at_dump, "optimizer_state"), 0, "{at_dump}");
+    assert_eq!(sum(at_dump), 48 * MIB, "{at_dump}");
+}

@@ -9,8 +9,22 @@ use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, 
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::ops::Range;
 
-/// An older allocation an optimizer step freed: the entry that freed it, its address, itself.
-type Freed = (usize, u64, Live);
+/// An older allocation an optimizer step freed: the entry that freed it, and which one it was.
+/// Kept small (12 bytes): a long step frees hundreds of thousands.
+#[derive(Clone, Copy)]
+struct Freed {
+    at: u32,
+    which: Older,
+}
+
+/// An allocation older than the optimizer run that freed it.
+#[derive(Clone, Copy)]
+enum Older {
+    /// Made by the `alloc` entry at this index.
+    Born(u32),
+    /// Alive before the trace: its place in `before`.
+    Before(u32),
+}
 
 /// The lifetimes and phases of one device's trace.
 pub struct Lifetimes<'a> {
@@ -78,10 +92,12 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
                     Some(Context::Backward | Context::AccumulateGrad)
                 )
             {
-                self.freed_in_step
-                    .entry((self.run_start, ended.size))
-                    .or_default()
-                    .push((i, addr, ended));
+                if let Some(freed) = self.freed(i, addr, ended) {
+                    self.freed_in_step
+                        .entry((self.run_start, ended.size))
+                        .or_default()
+                        .push(freed);
+                }
             }
         }
         self.totals.push(replay.live().total());
@@ -133,6 +149,23 @@ impl<'a> Lifetimes<'a> {
 }
 
 impl<'a> LifetimesBuilder<'a> {
+    /// `ended`, at `addr`, freed by entry `at`, as the builder keeps it: the replay made it
+    /// from its `alloc` entry or had it alive before the trace (in `before`), so it is found
+    /// again from there. `None` only past 4 billion entries.
+    fn freed(&self, at: usize, addr: u64, ended: Live) -> Option<Freed> {
+        let which = match ended.born() {
+            Some(born) => Older::Born(u32::try_from(born).ok()?),
+            None => {
+                let place = self.before.binary_search_by_key(&addr, |b| b.0).ok()?;
+                Older::Before(u32::try_from(place).ok()?)
+            }
+        };
+        Some(Freed {
+            at: u32::try_from(at).ok()?,
+            which,
+        })
+    }
+
     /// The lifetimes, once the replay has finished, with when each allocation ended in it.
     pub fn build(self, endings: Endings) -> Lifetimes<'a> {
         let Endings {
@@ -180,12 +213,24 @@ impl<'a> LifetimesBuilder<'a> {
                     continue;
                 };
                 // The nearest by entry (the earlier of two as near): one of the two around `j`.
-                let after = older.partition_point(|o| o.0 < j);
+                let after = older.partition_point(|o| (o.at as usize) < j);
                 let found = (after.saturating_sub(1)..(after + 1).min(older.len()))
-                    .min_by_key(|&f| older[f].0.abs_diff(j));
+                    .min_by_key(|&f| (older[f].at as usize).abs_diff(j));
                 if let Some(f) = found {
-                    let (_, addr, live) = older.remove(f);
-                    replaces.insert(j, (addr, live));
+                    let replaced = match older.remove(f).which {
+                        Older::Born(born) => {
+                            let made = &entries[born as usize];
+                            (
+                                made.addr().unwrap_or(0),
+                                Live::from_alloc(made, born as usize),
+                            )
+                        }
+                        Older::Before(place) => {
+                            let (addr, live, _) = before[place as usize];
+                            (addr, live)
+                        }
+                    };
+                    replaces.insert(j, replaced);
                 }
             }
         }
