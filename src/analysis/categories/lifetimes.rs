@@ -4,6 +4,7 @@
 //! trace falls into.
 
 use super::context::{Context, ContextCache};
+use super::totals::LiveTotals;
 use crate::analysis::peak::{Endings, FollowReplay, NEVER};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -34,7 +35,7 @@ pub struct Lifetimes<'a> {
     /// Allocations alive before the trace, with the entry that ended each (`NEVER`).
     before: Vec<(u64, Live, u32)>,
     /// The live total after each entry.
-    pub totals: Vec<u64>,
+    pub totals: LiveTotals,
     pub before_total: u64,
     /// Runs of one phase: where each starts and its phase (the last phase an `alloc` named,
     /// `Unknown` before any), in order; the first starts at 0.
@@ -55,7 +56,7 @@ pub struct LifetimesBuilder<'a> {
     stacks: &'a StackTable,
     before: Vec<(u64, Live, u32)>,
     before_total: u64,
-    totals: Vec<u64>,
+    totals: LiveTotals,
     runs: Vec<(usize, Context)>,
     contexts: ContextCache,
     current: Context,
@@ -137,7 +138,7 @@ impl<'a> Lifetimes<'a> {
             stacks,
             before,
             before_total: replay.live().total(),
-            totals: Vec::with_capacity(entries.len()),
+            totals: LiveTotals::default(),
             runs: vec![(0, Context::Unknown)],
             contexts: ContextCache::default(),
             current: Context::Unknown,
@@ -238,7 +239,7 @@ impl<'a> LifetimesBuilder<'a> {
             entries,
             ended_at,
             before,
-            totals,
+            totals: totals.finish(),
             before_total,
             runs,
             step_ends,

@@ -11,6 +11,7 @@ mod lifetimes;
 mod phases;
 mod rules;
 mod temporaries;
+mod totals;
 mod wrappers;
 
 use allocated::Kept;
@@ -569,7 +570,7 @@ pub fn split_trace(
         })
         .collect();
     let grows_at = |i: usize| entry_category[i].is_some_and(|k| growing_category[k]);
-    let mut totals = c.lifetimes.totals.clone();
+    let mut totals = c.lifetimes.totals.to_vec();
     let mut growing = Vec::with_capacity(entries.len());
     let mut alive: FxHashMap<u64, u64> = FxHashMap::default();
     let mut sum = 0u64;

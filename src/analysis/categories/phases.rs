@@ -126,11 +126,11 @@ fn measure(
 ) -> Phase {
     let l = &c.lifetimes;
     let at_entry_bytes = match start.checked_sub(1) {
-        Some(i) => l.totals[i],
+        Some(i) => l.totals.get(i),
         None => l.before_total,
     };
-    let peak = (start..end).max_by_key(|&i| (l.totals[i], std::cmp::Reverse(i)));
-    let peak_bytes = peak.map_or(at_entry_bytes, |i| l.totals[i]);
+    let peak = (start..end).max_by_key(|&i| (l.totals.get(i), std::cmp::Reverse(i)));
+    let peak_bytes = peak.map_or(at_entry_bytes, |i| l.totals.get(i));
     Phase {
         name,
         source,
