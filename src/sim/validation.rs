@@ -71,13 +71,18 @@ impl Validation {
     }
 
     pub(super) fn mismatch(&mut self, m: Mismatch) {
-        if self
-            .first_mismatch
-            .as_ref()
-            .is_none_or(|f| m.entry_index < f.entry_index)
-        {
+        if self.earliest(m.entry_index) {
             self.first_mismatch = Some(m);
         }
+    }
+
+    /// Whether a mismatch at `entry_index` would come before any noted: only the first is
+    /// kept, so a later one is not worth describing (a replay that has diverged has one at
+    /// nearly every entry).
+    fn earliest(&self, entry_index: usize) -> bool {
+        self.first_mismatch
+            .as_ref()
+            .is_none_or(|f| entry_index < f.entry_index)
     }
 
     /// Every compared entry matched.
@@ -160,7 +165,7 @@ pub(super) fn compare(
                 t.events += 1;
                 t.matches += u64::from(same);
             }
-            if !same {
+            if !same && validation.earliest(index) {
                 let reason = match have {
                     None => format!("the model made no {action} here"),
                     Some(h) if h.size != want.size => {
@@ -176,9 +181,10 @@ pub(super) fn compare(
                 });
             }
         }
-        if let Some(extra) = model.next() {
+        let extra_at = last_index.min(to.saturating_sub(1));
+        if let Some(extra) = model.next().filter(|_| validation.earliest(extra_at)) {
             validation.mismatch(Mismatch {
-                entry_index: last_index.min(to.saturating_sub(1)),
+                entry_index: extra_at,
                 expected: None,
                 got: Some(EntryView::of(extra)),
                 reason: format!("the model made a {action} the record does not have"),
