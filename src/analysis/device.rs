@@ -8,7 +8,7 @@ use super::pressure::Pressure;
 use super::same_devices::SameDevices;
 use super::sites::{top_sites, Site};
 use super::trace_states::{TraceStates, TraceStatesFollower};
-use crate::model::{Action, Replay, ReplayStarts, Snapshot};
+use crate::model::{Action, Replay, ReplayStarts, Snapshot, SnapshotFormat};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -154,7 +154,11 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
     let (peak, (follower, states), endings) = find_peak_followed(replay, |replay| {
-        (follow(replay), TraceStatesFollower::new(entries, replay))
+        let bursts = snapshot.format != SnapshotFormat::Recording;
+        (
+            follow(replay),
+            TraceStatesFollower::new(entries, replay, bursts),
+        )
     });
     let mut counts = [0usize; Action::ALL.len()];
     for e in entries {

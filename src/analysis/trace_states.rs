@@ -1,6 +1,7 @@
 //! The requested and reserved bytes just after the trace entries an account may speak of
-//! (each `oom` entry, the first release of each burst of releases and the request after it,
-//! the first moment reserved memory peaked), taken from the one replay the analysis makes.
+//! (each `oom` entry, the first release of each burst of releases and the request after it
+//! except in a recording, the first moment reserved memory peaked), taken from the one replay
+//! the analysis makes.
 
 use super::peak::FollowReplay;
 use crate::model::{Action, Replay, TraceEntry};
@@ -45,10 +46,20 @@ pub struct TraceStatesFollower<'a> {
     in_burst: bool,
     /// Whether the request after a burst is still to come.
     after_burst: bool,
+    /// Whether bursts of releases are noted (see `new`).
+    bursts: bool,
 }
 
 impl<'a> TraceStatesFollower<'a> {
-    pub fn new(entries: &'a [TraceEntry], replay: &Replay<'a>) -> TraceStatesFollower<'a> {
+    /// Notes the states of `oom` entries and the peaks, and those around each burst of
+    /// releases with `bursts`: only an allocator replay names such a moment (an OOM retry, an
+    /// `empty_cache()`), and a recording has none, while each of its `cudaFree` calls is a
+    /// burst of its own.
+    pub fn new(
+        entries: &'a [TraceEntry],
+        replay: &Replay<'a>,
+        bursts: bool,
+    ) -> TraceStatesFollower<'a> {
         TraceStatesFollower {
             entries,
             states: TraceStates::default(),
@@ -56,6 +67,7 @@ impl<'a> TraceStatesFollower<'a> {
             most_requested: replay.live().total(),
             in_burst: false,
             after_burst: false,
+            bursts,
         }
     }
 
@@ -71,6 +83,7 @@ impl<'a> FollowReplay<'a> for TraceStatesFollower<'a> {
         let release = matches!(action, Action::SegmentFree | Action::SegmentUnmap);
         let noted = match action {
             Action::Oom => true,
+            _ if !self.bursts => false,
             _ if release => !self.in_burst,
             Action::Alloc => std::mem::take(&mut self.after_burst),
             _ => false,
