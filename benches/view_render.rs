@@ -5,7 +5,7 @@
 //! into target/bench-data/ once; without python3 the benchmark says so and measures nothing.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use memprof::account::{build, Options};
+use memprof::account::{build_keeping_classifiers, Options};
 use memprof::analysis::categories::CategoryRules;
 use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
@@ -55,8 +55,15 @@ fn view(c: &mut Criterion) {
         capacity: None,
         keep_replays: false,
     };
-    let reports = build(&snapshot, &options).devices;
-    let Some(mut app) = ViewApp::new("bench".into(), &snapshot, reports, Theme::colored()) else {
+    let (account, classifiers) = build_keeping_classifiers(&snapshot, &options);
+    let app = ViewApp::new(
+        "bench".into(),
+        &snapshot,
+        account.devices,
+        classifiers,
+        Theme::colored(),
+    );
+    let Some(mut app) = app else {
         eprintln!("the generated snapshot has no device: skipped");
         return;
     };

@@ -5,7 +5,7 @@
 use crate::util::{fixture, screen};
 use insta::assert_snapshot;
 use memprof::account::{DeviceReport, Options};
-use memprof::analysis::categories::CategoryRules;
+use memprof::analysis::categories::{CategoryRules, Classifier};
 use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
 use memprof::source::torch_snapshot;
@@ -22,10 +22,11 @@ fn load(name: &str) -> Snapshot {
     torch_snapshot::read(file).expect("parses").snapshot
 }
 
-/// What `memprof view` shows: the account of every device (as `analyze` builds it).
-fn analyses(snapshot: &Snapshot) -> Vec<DeviceReport> {
+/// What `memprof view` shows: the account of every device (as `analyze` builds it), with the
+/// classifiers it kept.
+fn analyses(snapshot: &Snapshot) -> (Vec<DeviceReport>, Vec<Option<Classifier<'_>>>) {
     let rules = CategoryRules::default();
-    memprof::account::build(
+    let (account, classifiers) = memprof::account::build_keeping_classifiers(
         snapshot,
         &Options {
             top: 10,
@@ -35,8 +36,8 @@ fn analyses(snapshot: &Snapshot) -> Vec<DeviceReport> {
             capacity: None,
             keep_replays: false,
         },
-    )
-    .devices
+    );
+    (account.devices, classifiers)
 }
 
 /// Draws `app` on a `width` x `height` terminal after `keys`.
@@ -53,10 +54,12 @@ fn draw(app: &mut ViewApp, width: u16, height: u16, keys: &[Key]) -> Terminal<Te
 }
 
 fn app<'a>(name: &str, snapshot: &'a Snapshot, theme: Theme) -> ViewApp<'a> {
+    let (reports, classifiers) = analyses(snapshot);
     ViewApp::new(
         format!("{name}.pickle"),
         snapshot,
-        analyses(snapshot),
+        reports,
+        classifiers,
         theme,
     )
     .expect("the fixture has a device")
@@ -255,8 +258,15 @@ fn a_real_stack_opens_on_the_users_frame_scrolls_and_shows_every_frame_on_f() {
     };
     let file = std::fs::File::open(path).expect("the real snapshot");
     let snap = torch_snapshot::read(file).expect("parses").snapshot;
-    let mut a = ViewApp::new("real.pickle".into(), &snap, analyses(&snap), Theme::plain())
-        .expect("a device");
+    let (reports, classifiers) = analyses(&snap);
+    let mut a = ViewApp::new(
+        "real.pickle".into(),
+        &snap,
+        reports,
+        classifiers,
+        Theme::plain(),
+    )
+    .expect("a device");
     // The fifth largest block at the peak: allocated on the user's line 102, 13 filtered
     // frames down, past the 7 rows the panel has for its stack.
     let keys = [Key::Tab, Key::Down, Key::Down, Key::Down, Key::Down];

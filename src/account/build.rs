@@ -4,8 +4,10 @@
 
 use super::anomalies::{trace_pass, TracePass};
 use super::{account_of, DeviceAccount, DeviceInput, MomentKind, TimeAxis};
-use crate::analysis::categories::CategoryRules;
-use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
+use crate::analysis::categories::{CategoryRules, Classifier};
+use crate::analysis::{
+    analyze_snapshot_keeping_classifiers, analyze_snapshot_with_categories, DeviceAnalysis,
+};
 use crate::diagnose::classify::{attach, replay_devices};
 use crate::diagnose::Origin;
 use crate::model::{ReplayStarts, Snapshot};
@@ -62,6 +64,24 @@ pub struct InputAccount {
 
 /// Builds the account of `snapshot`'s devices.
 pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
+    build_with(snapshot, options, false).0
+}
+
+/// `build`, keeping the classifier that sorted each device's allocations into categories
+/// (`None` for a device whose analysis is a copy of its twin's), in the order of the
+/// account's devices: `view` classifies the allocations at its cursor with them.
+pub fn build_keeping_classifiers<'a>(
+    snapshot: &'a Snapshot,
+    options: &Options<'_>,
+) -> (InputAccount, Vec<Option<Classifier<'a>>>) {
+    build_with(snapshot, options, true)
+}
+
+fn build_with<'a>(
+    snapshot: &'a Snapshot,
+    options: &Options<'_>,
+    keep_classifiers: bool,
+) -> (InputAccount, Vec<Option<Classifier<'a>>>) {
     let ids: Vec<u32> = snapshot
         .devices()
         .into_iter()
@@ -71,7 +91,7 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
     let starts = ReplayStarts::new(snapshot);
     // The second thread replays the allocator and walks each trace for its anomalies, which
     // need nothing from the analysis.
-    let (analyses, (replays, mut walked)) = std::thread::scope(|scope| {
+    let ((analyses, classifiers), (replays, mut walked)) = std::thread::scope(|scope| {
         let second = scope.spawn(|| {
             let replays = replay_devices(
                 &starts,
@@ -89,8 +109,13 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
                 .collect();
             (replays, walked)
         });
-        let analyses =
-            analyze_snapshot_with_categories(&starts, options.top, options.only, options.rules);
+        let analyses = if keep_classifiers {
+            analyze_snapshot_keeping_classifiers(&starts, options.top, options.only, options.rules)
+        } else {
+            let analyses =
+                analyze_snapshot_with_categories(&starts, options.top, options.only, options.rules);
+            (analyses, Vec::new())
+        };
         // A panic there is a bug: raise it here, as if it had run on this thread.
         let second = second
             .join()
@@ -138,9 +163,10 @@ pub fn build(snapshot: &Snapshot, options: &Options<'_>) -> InputAccount {
         })
         .collect();
     super::ranks::add_imbalance(&starts, axis, &mut devices);
-    InputAccount {
+    let account = InputAccount {
         axis,
         devices,
         replays: kept,
-    }
+    };
+    (account, classifiers)
 }

@@ -17,7 +17,7 @@ mod ranks;
 pub use crate::analysis::categories::Figure;
 pub use anomalies::Anomalies;
 pub use at::{MomentQuery, Resolved};
-pub use build::{build, DeviceReport, InputAccount, Options};
+pub use build::{build, build_keeping_classifiers, DeviceReport, InputAccount, Options};
 pub use figures::Figures;
 pub use findings::{Finding, FindingKind};
 pub use moments::{Moment, MomentKind, TimeAxis};

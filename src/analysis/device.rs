@@ -1,6 +1,6 @@
 //! Everything `analyze` reports for one device of one snapshot.
 
-use super::categories::{categorize, Categories, CategoryRules, Lifetimes, Phase};
+use super::categories::{categorize, Categories, CategoryRules, Classifier, Lifetimes, Phase};
 use super::layout::{layout_totals, LayoutTotals, SegmentUse};
 use super::oom::{AtOom, Diagnosis};
 use super::peak::{find_peak_followed, Endings, FollowReplay};
@@ -114,13 +114,14 @@ pub fn analyze_device(snapshot: &Snapshot, device: u32, top: usize) -> DeviceAna
     analyze_device_followed(snapshot, replay, device, top, |_| ()).0
 }
 
-/// `analyze_device`, then the categories and phases, from the same replay of the trace.
-fn analyze_device_with_categories(
-    starts: &ReplayStarts<'_>,
+/// `analyze_device`, then the categories and phases, from the same replay of the trace; with
+/// the classifier that found them.
+fn analyze_device_with_categories<'a>(
+    starts: &ReplayStarts<'a>,
     device: u32,
     top: usize,
     rules: &CategoryRules,
-) -> DeviceAnalysis {
+) -> (DeviceAnalysis, Classifier<'a>) {
     let snapshot = starts.snapshot();
     let entries = snapshot.timeline.device(device as usize);
     let replay = starts.replay(device);
@@ -128,7 +129,7 @@ fn analyze_device_with_categories(
         analyze_device_followed(snapshot, replay, device, top, |replay| {
             Lifetimes::follow(entries, &snapshot.stacks, replay)
         });
-    let (categories, phases) = categorize(
+    let (categories, phases, classifier) = categorize(
         snapshot,
         device,
         lifetimes.build(endings),
@@ -138,7 +139,7 @@ fn analyze_device_with_categories(
     );
     d.categories = Some(categories);
     d.phases = Some(phases);
-    d
+    (d, classifier)
 }
 
 /// `analyze_device` from `replay` (of `device`'s trace, not yet stepped), with a follower of
@@ -231,7 +232,10 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
 
 /// Analyzes every device that has a segment or a non-empty trace, or only `only` when given.
 pub fn analyze_snapshot(snapshot: &Snapshot, top: usize, only: Option<u32>) -> Vec<DeviceAnalysis> {
-    analyze_each(snapshot, only, |d| analyze_device(snapshot, d, top))
+    analyze_each(snapshot, only, |d| {
+        (analyze_device(snapshot, d, top), None::<()>)
+    })
+    .0
 }
 
 /// `analyze_snapshot` with the categories and phases of each device (`rules` first), of the
@@ -242,18 +246,37 @@ pub fn analyze_snapshot_with_categories(
     only: Option<u32>,
     rules: &CategoryRules,
 ) -> Vec<DeviceAnalysis> {
+    // Each classifier goes as soon as its device is done.
     analyze_each(starts.snapshot(), only, |d| {
-        analyze_device_with_categories(starts, d, top, rules)
+        (
+            analyze_device_with_categories(starts, d, top, rules).0,
+            None::<()>,
+        )
+    })
+    .0
+}
+
+/// `analyze_snapshot_with_categories`, keeping the classifier of each device analysed (`None`
+/// for a twin, whose analysis is a copy).
+pub fn analyze_snapshot_keeping_classifiers<'a>(
+    starts: &ReplayStarts<'a>,
+    top: usize,
+    only: Option<u32>,
+    rules: &CategoryRules,
+) -> (Vec<DeviceAnalysis>, Vec<Option<Classifier<'a>>>) {
+    analyze_each(starts.snapshot(), only, |d| {
+        let (analysis, classifier) = analyze_device_with_categories(starts, d, top, rules);
+        (analysis, Some(classifier))
     })
 }
 
 /// `analyze` on every device (or only `only`), once per distinct device: a twin's analysis is
-/// a copy of its first twin's.
-fn analyze_each(
+/// a copy of its first twin's (and its `T` is `None`).
+fn analyze_each<T>(
     snapshot: &Snapshot,
     only: Option<u32>,
-    analyze: impl Fn(u32) -> DeviceAnalysis,
-) -> Vec<DeviceAnalysis> {
+    analyze: impl Fn(u32) -> (DeviceAnalysis, Option<T>),
+) -> (Vec<DeviceAnalysis>, Vec<Option<T>>) {
     let devices: Vec<u32> = snapshot
         .devices()
         .into_iter()
@@ -261,20 +284,23 @@ fn analyze_each(
         .collect();
     let twins = SameDevices::find(snapshot, &devices);
     let mut done: Vec<DeviceAnalysis> = Vec::with_capacity(devices.len());
+    let mut kept = Vec::with_capacity(devices.len());
     // Devices are in order and a twin comes first: its analysis is found by a search.
     for &d in &devices {
-        let analysis = match twins.twin_of(d) {
+        let (analysis, keep) = match twins.twin_of(d) {
             Some(twin) => {
                 let i = done.partition_point(|a| a.device < twin);
-                DeviceAnalysis {
+                let copy = DeviceAnalysis {
                     device: d,
                     twin_of: Some(twin),
                     ..done[i].clone()
-                }
+                };
+                (copy, None)
             }
             None => analyze(d),
         };
         done.push(analysis);
+        kept.push(keep);
     }
-    done
+    (done, kept)
 }

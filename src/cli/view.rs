@@ -93,7 +93,7 @@ fn load(
     progress.set_stage(Stage::Account);
     let snapshot = &loaded.parsed.snapshot;
     let rules = CategoryRules::default();
-    let account = crate::account::build(
+    let (account, classifiers) = crate::account::build_keeping_classifiers(
         snapshot,
         &crate::account::Options {
             top: TOP_SITES,
@@ -105,6 +105,6 @@ fn load(
         },
     );
     progress.set_stage(Stage::Dashboard);
-    ViewApp::new(name, snapshot, account.devices, theme)
+    ViewApp::new(name, snapshot, account.devices, classifiers, theme)
         .context("the snapshot has no segments and no trace entries: nothing to view")
 }

@@ -488,7 +488,9 @@ pub fn grouping<'a>(snapshot: &'a Snapshot, device: u32, rules: &CategoryRules) 
 
 /// The categories at the peak (`peak_entry`, `None` for the state before the trace), at the
 /// OOM entry (when there is one) and at the dump, and the phases of the trace, from the
-/// device's lifetimes. The peak and the OOM are in requested bytes until `add_allocated`.
+/// device's lifetimes; with the classifier that found them, for a caller that classifies
+/// more (`view` at its cursor). The peak and the OOM are in requested bytes until
+/// `add_allocated`.
 pub fn categorize<'a>(
     snapshot: &'a Snapshot,
     device: u32,
@@ -496,7 +498,7 @@ pub fn categorize<'a>(
     peak_entry: Option<usize>,
     oom_entry: Option<usize>,
     rules: &CategoryRules,
-) -> (Categories, Vec<Phase>) {
+) -> (Categories, Vec<Phase>, Classifier<'a>) {
     let mut c = Classifier::with_lifetimes(snapshot, device, lifetimes, rules);
     let at_peak = c.lifetimes.live_at(peak_entry);
     let unrecorded = unrecorded(&at_peak);
@@ -523,6 +525,7 @@ pub fn categorize<'a>(
             })),
         },
         phases,
+        c,
     )
 }
 

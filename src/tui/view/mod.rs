@@ -56,21 +56,33 @@ pub struct ViewApp<'a> {
 }
 
 impl<'a> ViewApp<'a> {
-    /// Builds the summaries of every analysed device; `None` when there is none.
+    /// Builds the summaries of every analysed device; `None` when there is none. The
+    /// classifiers are those the account kept (`account::build_keeping_classifiers`, with the
+    /// default rules): `classifiers[i]`, when there, is that of `reports[i]`'s device; a
+    /// device without one gets its own.
     pub fn new(
         name: String,
         snapshot: &'a Snapshot,
         reports: Vec<DeviceReport>,
+        classifiers: Vec<Option<Classifier<'a>>>,
         theme: Theme,
     ) -> Option<ViewApp<'a>> {
         let rules = CategoryRules::default();
+        let mut kept = classifiers.into_iter();
         let mut devices: Vec<DeviceView<'a>> = reports
             .into_iter()
-            .map(|r| DeviceView {
-                summary: Summary::build(snapshot, r.analysis.device),
-                classifier: Classifier::new(snapshot, r.analysis.device, &rules),
-                analysis: r.analysis,
-                account: r.account,
+            .map(|r| {
+                let device = r.analysis.device;
+                let classifier = kept
+                    .next()
+                    .flatten()
+                    .unwrap_or_else(|| Classifier::new(snapshot, device, &rules));
+                DeviceView {
+                    summary: Summary::build(snapshot, device),
+                    classifier,
+                    analysis: r.analysis,
+                    account: r.account,
+                }
             })
             .collect();
         // Open on the first device that ran out of memory: that is what the user came for.
