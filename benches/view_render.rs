@@ -12,7 +12,7 @@ use memprof::model::Snapshot;
 use memprof::source::torch_snapshot;
 use memprof::tui::keys::Key;
 use memprof::tui::theme::Theme;
-use memprof::tui::view::ViewApp;
+use memprof::tui::view::{Prebuilt, ViewApp};
 use memprof::tui::Dashboard;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -60,7 +60,10 @@ fn view(c: &mut Criterion) {
         "bench".into(),
         &snapshot,
         account.devices,
-        classifiers,
+        Prebuilt {
+            classifiers,
+            summaries: Vec::new(),
+        },
         Theme::colored(),
     );
     let Some(mut app) = app else {

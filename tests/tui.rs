@@ -5,13 +5,13 @@
 use crate::util::{fixture, screen};
 use insta::assert_snapshot;
 use memprof::account::{DeviceReport, Options};
-use memprof::analysis::categories::{CategoryRules, Classifier};
+use memprof::analysis::categories::CategoryRules;
 use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
 use memprof::source::torch_snapshot;
 use memprof::tui::keys::Key;
 use memprof::tui::theme::Theme;
-use memprof::tui::view::ViewApp;
+use memprof::tui::view::{Prebuilt, ViewApp};
 use memprof::tui::Dashboard;
 use ratatui::backend::TestBackend;
 use ratatui::style::{Color, Modifier};
@@ -24,7 +24,7 @@ fn load(name: &str) -> Snapshot {
 
 /// What `memprof view` shows: the account of every device (as `analyze` builds it), with the
 /// classifiers it kept.
-fn analyses(snapshot: &Snapshot) -> (Vec<DeviceReport>, Vec<Option<Classifier<'_>>>) {
+fn analyses(snapshot: &Snapshot) -> (Vec<DeviceReport>, Prebuilt<'_>) {
     let rules = CategoryRules::default();
     let (account, classifiers) = memprof::account::build_keeping_classifiers(
         snapshot,
@@ -37,7 +37,11 @@ fn analyses(snapshot: &Snapshot) -> (Vec<DeviceReport>, Vec<Option<Classifier<'_
             keep_replays: false,
         },
     );
-    (account.devices, classifiers)
+    let built = Prebuilt {
+        classifiers,
+        summaries: Vec::new(),
+    };
+    (account.devices, built)
 }
 
 /// Draws `app` on a `width` x `height` terminal after `keys`.
@@ -54,15 +58,9 @@ fn draw(app: &mut ViewApp, width: u16, height: u16, keys: &[Key]) -> Terminal<Te
 }
 
 fn app<'a>(name: &str, snapshot: &'a Snapshot, theme: Theme) -> ViewApp<'a> {
-    let (reports, classifiers) = analyses(snapshot);
-    ViewApp::new(
-        format!("{name}.pickle"),
-        snapshot,
-        reports,
-        classifiers,
-        theme,
-    )
-    .expect("the fixture has a device")
+    let (reports, built) = analyses(snapshot);
+    ViewApp::new(format!("{name}.pickle"), snapshot, reports, built, theme)
+        .expect("the fixture has a device")
 }
 
 #[test]
@@ -258,15 +256,9 @@ fn a_real_stack_opens_on_the_users_frame_scrolls_and_shows_every_frame_on_f() {
     };
     let file = std::fs::File::open(path).expect("the real snapshot");
     let snap = torch_snapshot::read(file).expect("parses").snapshot;
-    let (reports, classifiers) = analyses(&snap);
-    let mut a = ViewApp::new(
-        "real.pickle".into(),
-        &snap,
-        reports,
-        classifiers,
-        Theme::plain(),
-    )
-    .expect("a device");
+    let (reports, built) = analyses(&snap);
+    let mut a = ViewApp::new("real.pickle".into(), &snap, reports, built, Theme::plain())
+        .expect("a device");
     // The fifth largest block at the peak: allocated on the user's line 102, 13 filtered
     // frames down, past the 7 rows the panel has for its stack.
     let keys = [Key::Tab, Key::Down, Key::Down, Key::Down, Key::Down];

@@ -10,7 +10,8 @@ use crate::analysis::categories::CategoryRules;
 use crate::tui::terminal::{Ended, Screen};
 use crate::tui::theme::Theme;
 use crate::tui::view::loading::{LoadingApp, Progress, Stage};
-use crate::tui::view::ViewApp;
+use crate::tui::view::summary::Summary;
+use crate::tui::view::{Prebuilt, ViewApp};
 use anyhow::{bail, Context};
 use clap::Args;
 use std::io::IsTerminal;
@@ -93,18 +94,37 @@ fn load(
     progress.set_stage(Stage::Account);
     let snapshot = &loaded.parsed.snapshot;
     let rules = CategoryRules::default();
-    let (account, classifiers) = crate::account::build_keeping_classifiers(
-        snapshot,
-        &crate::account::Options {
-            top: TOP_SITES,
-            only: None,
-            rules: &rules,
-            origin: origin(loaded.recording.as_ref()),
-            capacity: None,
-            keep_replays: false,
-        },
-    );
+    // The timelines need only the snapshot: another thread summarises them while this one
+    // builds the account, whose second thread is idle most of that time.
+    let (account, built) = std::thread::scope(|scope| {
+        let summaries = scope.spawn(|| {
+            snapshot
+                .devices()
+                .into_iter()
+                .map(|device| Summary::build(snapshot, device))
+                .collect()
+        });
+        let (account, classifiers) = crate::account::build_keeping_classifiers(
+            snapshot,
+            &crate::account::Options {
+                top: TOP_SITES,
+                only: None,
+                rules: &rules,
+                origin: origin(loaded.recording.as_ref()),
+                capacity: None,
+                keep_replays: false,
+            },
+        );
+        let summaries = summaries
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let built = Prebuilt {
+            classifiers,
+            summaries,
+        };
+        (account, built)
+    });
     progress.set_stage(Stage::Dashboard);
-    ViewApp::new(name, snapshot, account.devices, classifiers, theme)
+    ViewApp::new(name, snapshot, account.devices, built, theme)
         .context("the snapshot has no segments and no trace entries: nothing to view")
 }

@@ -37,6 +37,18 @@ pub struct DeviceView<'a> {
     pub account: DeviceAccount,
 }
 
+/// What was built for the dashboard beside the account (by `view`'s loader, on its two
+/// cores): each, where there, in the order of the account's devices.
+#[derive(Default)]
+pub struct Prebuilt<'a> {
+    /// The classifiers the account kept (`account::build_keeping_classifiers`, with the
+    /// default rules); `None` for a device it kept none of.
+    pub classifiers: Vec<Option<Classifier<'a>>>,
+    /// Summaries of the devices' traces (one whose device is not the next report's is
+    /// left out).
+    pub summaries: Vec<Summary<'a>>,
+}
+
 /// The whole `view` dashboard over one file.
 pub struct ViewApp<'a> {
     /// The file's name, for the header.
@@ -56,29 +68,31 @@ pub struct ViewApp<'a> {
 }
 
 impl<'a> ViewApp<'a> {
-    /// Builds the summaries of every analysed device; `None` when there is none. The
-    /// classifiers are those the account kept (`account::build_keeping_classifiers`, with the
-    /// default rules): `classifiers[i]`, when there, is that of `reports[i]`'s device; a
-    /// device without one gets its own.
+    /// The dashboard over every analysed device; `None` when there is none. What `built`
+    /// lacks for a device is built here.
     pub fn new(
         name: String,
         snapshot: &'a Snapshot,
         reports: Vec<DeviceReport>,
-        classifiers: Vec<Option<Classifier<'a>>>,
+        built: Prebuilt<'a>,
         theme: Theme,
     ) -> Option<ViewApp<'a>> {
         let rules = CategoryRules::default();
-        let mut kept = classifiers.into_iter();
+        let mut classifiers = built.classifiers.into_iter();
+        let mut summaries = built.summaries.into_iter().peekable();
         let mut devices: Vec<DeviceView<'a>> = reports
             .into_iter()
             .map(|r| {
                 let device = r.analysis.device;
-                let classifier = kept
+                let classifier = classifiers
                     .next()
                     .flatten()
                     .unwrap_or_else(|| Classifier::new(snapshot, device, &rules));
+                let summary = summaries
+                    .next_if(|s| s.device == device)
+                    .unwrap_or_else(|| Summary::build(snapshot, device));
                 DeviceView {
-                    summary: Summary::build(snapshot, device),
+                    summary,
                     classifier,
                     analysis: r.analysis,
                     account: r.account,
