@@ -31,6 +31,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -98,6 +99,9 @@ static void *busy(void *arg) {
  * (atexit handlers run). With ALLOC_FREE_SOCKETS set, it exits with 9 if its own socket is not
  * there by then. */
 static void forked_child(void) {
+    /* Another thread of the parent may have been printing when this one forked: its line, still
+     * in the copy of stdout's buffer, is the parent's to print, not this child's at exit(). */
+    __fpurge(stdout);
     const char *pairs_env = getenv("ALLOC_FREE_CHILD_PAIRS");
     int pairs = pairs_env ? atoi(pairs_env) : CHILD_PAIRS;
     for (int i = 0; i < pairs; i++) {
