@@ -415,9 +415,7 @@ mod tests {
         let got: Vec<(Kind, u64, bool)> = bytes
             .chunks_exact(RECORD_LEN)
             .map(|c| {
-                let mut raw = [0u8; RECORD_LEN];
-                raw.copy_from_slice(c);
-                let r = Record::decode(&raw).expect("a record");
+                let r = decode(c).expect("a record");
                 (r.kind, r.ptr, r.flags & FLAG_SNAPSHOT != 0)
             })
             .collect();
@@ -453,11 +451,7 @@ mod tests {
         assert_eq!(bytes.len() % RECORD_LEN, 0, "whole records only");
         let records: Vec<Record> = bytes
             .chunks_exact(RECORD_LEN)
-            .map(|c| {
-                let mut raw = [0u8; RECORD_LEN];
-                raw.copy_from_slice(c);
-                Record::decode(&raw).expect("a record")
-            })
+            .map(|c| decode(c).expect("a record"))
             .collect();
         let kept = (next - lost) as usize;
         assert_eq!(records.len(), kept + 1 + 64);
