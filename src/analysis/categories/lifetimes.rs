@@ -138,7 +138,7 @@ impl<'a> Lifetimes<'a> {
             stacks,
             before,
             before_total: replay.live().total(),
-            totals: LiveTotals::default(),
+            totals: LiveTotals::new(),
             runs: vec![(0, Context::Unknown)],
             contexts: ContextCache::default(),
             current: Context::Unknown,

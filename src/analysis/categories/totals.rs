@@ -13,7 +13,6 @@ enum Block {
 }
 
 /// The live totals, in entry order.
-#[derive(Default)]
 pub struct LiveTotals {
     blocks: Vec<Block>,
     /// The values of the block being filled.
@@ -22,11 +21,17 @@ pub struct LiveTotals {
 }
 
 impl LiveTotals {
-    /// Adds the total after the next entry.
-    pub fn push(&mut self, total: u64) {
-        if self.open.capacity() == 0 {
-            self.open.reserve_exact(BLOCK);
+    pub fn new() -> LiveTotals {
+        LiveTotals {
+            blocks: Vec::new(),
+            open: Vec::with_capacity(BLOCK),
+            len: 0,
         }
+    }
+
+    /// Adds the total after the next entry.
+    #[inline]
+    pub fn push(&mut self, total: u64) {
         self.open.push(total);
         self.len += 1;
         if self.open.len() == BLOCK {
@@ -36,9 +41,12 @@ impl LiveTotals {
 
     /// Keeps the open block in its final form.
     fn close(&mut self) {
-        let (Some(&least), Some(&most)) = (self.open.iter().min(), self.open.iter().max()) else {
+        let Some(&first) = self.open.first() else {
             return;
         };
+        let (least, most) = (self.open.iter()).fold((first, first), |(least, most), &v| {
+            (least.min(v), most.max(v))
+        });
         let block = if most - least <= u64::from(u32::MAX) {
             Block::Narrow {
                 base: least,
@@ -95,7 +103,7 @@ mod tests {
                 _ => i as u64,
             })
             .collect();
-        let mut totals = LiveTotals::default();
+        let mut totals = LiveTotals::new();
         for &v in &values {
             totals.push(v);
         }
@@ -104,6 +112,6 @@ mod tests {
         assert!(matches!(totals.blocks[0], Block::Narrow { .. }));
         assert!(matches!(totals.blocks[1], Block::Wide(_)));
         assert_eq!(totals.to_vec(), values);
-        assert!(LiveTotals::default().finish().to_vec().is_empty());
+        assert!(LiveTotals::new().finish().to_vec().is_empty());
     }
 }
