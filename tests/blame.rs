@@ -4,7 +4,7 @@
 //! suspects, lifetimes of freed blocks), on a built `torch.optim.AdamW(foreach=True)`-like run
 //! and on the real snapshots in `../shared/fixtures/real/`.
 
-use crate::util::{add_stack, Scratch};
+use crate::util::{add_stack, module_to_stack, Scratch};
 use crate::util::{analyze_json, memprof, model_snapshot, real_file, stdout, write_snapshot};
 use memprof::model::{Action, StackId, StackTable, TraceEntry};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
@@ -23,12 +23,8 @@ fn foreach_adamw(path: &std::path::Path) {
     let adamw = format!("{TORCH}/optim/adamw.py");
     let optimizer = format!("{TORCH}/optim/optimizer.py");
     let mut stacks = StackTable::default();
+    let to = module_to_stack(&mut stacks, &module);
     let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
-    let to = stack(&[
-        (&module, "_apply"),
-        (&module, "to"),
-        ("/w/train.py", "main"),
-    ]);
     let forward = stack(&[
         ("/w/model.py", "forward"),
         (&module, "_call_impl"),

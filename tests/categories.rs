@@ -5,7 +5,8 @@
 //! one function's intermediates is mostly activations, and `record_function` ranges give the
 //! phase table.
 
-use crate::util::{add_stack, analyze_json, memprof, model_snapshot, real_fixtures, stdout};
+use crate::util::{add_stack, analyze_json, memprof, model_snapshot, module_to_stack};
+use crate::util::{real_fixtures, stdout};
 use crate::util::{write_snapshot, Scratch};
 use memprof::model::{Action, StackTable};
 use memprof::sim::{AllocatorConfig, CachingAllocator, Driver};
@@ -184,8 +185,8 @@ fn a_peak_in_backward_is_its_temporaries_and_the_saved_activations() {
 pub(crate) fn oom_in_attention(path: &std::path::Path, capacity: u64) {
     let torch = "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py";
     let mut stacks = StackTable::default();
+    let to = module_to_stack(&mut stacks, torch);
     let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
-    let to = stack(&[(torch, "_apply"), (torch, "to"), ("/w/train.py", "main")]);
     let attention = stack(&[
         ("/w/model.py", "attention"),
         ("/w/model.py", "forward"),
@@ -344,12 +345,8 @@ fn tensors_a_step_replaces_keep_the_category_of_the_ones_they_replace() {
     let module = format!("{torch}/nn/modules/module.py");
     let adam = format!("{torch}/optim/adam.py");
     let mut stacks = StackTable::default();
+    let to = module_to_stack(&mut stacks, &module);
     let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
-    let to = stack(&[
-        (&module, "_apply"),
-        (&module, "to"),
-        ("/w/train.py", "main"),
-    ]);
     let cache = stack(&[("/w/model.py", "forward"), ("/w/train.py", "main")]);
     let step = stack(&[(&adam, "step"), ("/w/train.py", "main")]);
     let mut a = CachingAllocator::new(AllocatorConfig::default(), Driver::new(None));

@@ -4,7 +4,8 @@
 
 use crate::categories::oom_in_attention;
 use crate::util::{
-    add_stack, memprof, model_snapshot, real_fixtures, stderr, stdout, write_snapshot, Scratch,
+    add_stack, memprof, model_snapshot, module_to_stack, real_fixtures, stderr, stdout,
+    write_snapshot, Scratch,
 };
 use memprof::analysis::categories::{split_trace, CategoryRules};
 use memprof::model::{Action, StackTable};
@@ -93,14 +94,10 @@ fn a_built_trace_gives_its_known_answer() {
 fn a_built_step_whose_optimizer_does_not_grow_gives_its_known_answer() {
     let torch = "/usr/lib/python3.11/site-packages/torch";
     let mut stacks = StackTable::default();
-    let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
     let module = format!("{torch}/nn/modules/module.py");
     let adamw = format!("{torch}/optim/adamw.py");
-    let to = stack(&[
-        (&module, "_apply"),
-        (&module, "to"),
-        ("/w/train.py", "main"),
-    ]);
+    let to = module_to_stack(&mut stacks, &module);
+    let mut stack = |frames: &[(&str, &str)]| add_stack(&mut stacks, frames);
     let forward = stack(&[
         ("/w/model.py", "forward"),
         (&module, "_call_impl"),

@@ -273,6 +273,18 @@ pub fn write_snapshot(snapshot: &memprof::model::Snapshot, path: &Path) {
     .expect("written");
 }
 
+/// Adds the stack of a parameter moved to the GPU (`Module.to`, in torch's `module`, the path
+/// of `nn/modules/module.py`) from a training script to `stacks`.
+pub fn module_to_stack(
+    stacks: &mut memprof::model::StackTable,
+    module: &str,
+) -> Option<memprof::model::StackId> {
+    add_stack(
+        stacks,
+        &[(module, "_apply"), (module, "to"), ("/w/train.py", "main")],
+    )
+}
+
 /// Adds the stack of `frames` (file and function, innermost first, each at line 7) to `stacks`.
 pub fn add_stack(
     stacks: &mut memprof::model::StackTable,
