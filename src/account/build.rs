@@ -5,9 +5,7 @@
 use super::anomalies::{trace_pass, TracePass};
 use super::{account_of, DeviceAccount, DeviceInput, MomentKind, TimeAxis};
 use crate::analysis::categories::{CategoryRules, Classifier};
-use crate::analysis::{
-    analyze_snapshot_keeping_classifiers, analyze_snapshot_with_categories, DeviceAnalysis,
-};
+use crate::analysis::{analyze_snapshot_with_categories, DeviceAnalysis};
 use crate::diagnose::classify::{attach, replay_devices};
 use crate::diagnose::Origin;
 use crate::model::{ReplayStarts, Snapshot};
@@ -109,13 +107,13 @@ fn build_with<'a>(
                 .collect();
             (replays, walked)
         });
-        let analyses = if keep_classifiers {
-            analyze_snapshot_keeping_classifiers(&starts, options.top, options.only, options.rules)
-        } else {
-            let analyses =
-                analyze_snapshot_with_categories(&starts, options.top, options.only, options.rules);
-            (analyses, Vec::new())
-        };
+        let analyses = analyze_snapshot_with_categories(
+            &starts,
+            options.top,
+            options.only,
+            options.rules,
+            keep_classifiers,
+        );
         // A panic there is a bug: raise it here, as if it had run on this thread.
         let second = second
             .join()

@@ -239,34 +239,19 @@ pub fn analyze_snapshot(snapshot: &Snapshot, top: usize, only: Option<u32>) -> V
 }
 
 /// `analyze_snapshot` with the categories and phases of each device (`rules` first), of the
-/// snapshot whose replays start from `starts`.
-pub fn analyze_snapshot_with_categories(
-    starts: &ReplayStarts<'_>,
-    top: usize,
-    only: Option<u32>,
-    rules: &CategoryRules,
-) -> Vec<DeviceAnalysis> {
-    // Each classifier goes as soon as its device is done.
-    analyze_each(starts.snapshot(), only, |d| {
-        (
-            analyze_device_with_categories(starts, d, top, rules).0,
-            None::<()>,
-        )
-    })
-    .0
-}
-
-/// `analyze_snapshot_with_categories`, keeping the classifier of each device analysed (`None`
-/// for a twin, whose analysis is a copy).
-pub fn analyze_snapshot_keeping_classifiers<'a>(
+/// snapshot whose replays start from `starts`; with `keep_classifiers`, also the classifier
+/// of each device analysed (`None` for a twin, whose analysis is a copy), else each goes as
+/// soon as its device is done.
+pub fn analyze_snapshot_with_categories<'a>(
     starts: &ReplayStarts<'a>,
     top: usize,
     only: Option<u32>,
     rules: &CategoryRules,
+    keep_classifiers: bool,
 ) -> (Vec<DeviceAnalysis>, Vec<Option<Classifier<'a>>>) {
     analyze_each(starts.snapshot(), only, |d| {
         let (analysis, classifier) = analyze_device_with_categories(starts, d, top, rules);
-        (analysis, Some(classifier))
+        (analysis, keep_classifiers.then_some(classifier))
     })
 }
 

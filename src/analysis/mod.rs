@@ -24,8 +24,8 @@ pub mod trace_states;
 pub mod version;
 
 pub use device::{
-    analyze_device, analyze_snapshot, analyze_snapshot_keeping_classifiers,
-    analyze_snapshot_with_categories, DeviceAnalysis, OomEntry, TraceSummary,
+    analyze_device, analyze_snapshot, analyze_snapshot_with_categories, DeviceAnalysis, OomEntry,
+    TraceSummary,
 };
 pub use layout::{layout_totals, Fragmentation, LayoutTotals, SegmentUse};
 pub use layout_at::layout_at;

@@ -178,7 +178,7 @@ mod tests {
         let rules = CategoryRules::default();
         let analyze = |only| {
             let starts = crate::model::ReplayStarts::new(&s);
-            let devices = analyze_snapshot_with_categories(&starts, 10, only, &rules);
+            let (devices, _) = analyze_snapshot_with_categories(&starts, 10, only, &rules, false);
             classify_ooms(&s, Origin::TorchSnapshot, devices)
         };
         let all = analyze(None);
