@@ -5,6 +5,7 @@
 pub mod categories;
 pub mod compare;
 mod device;
+mod ended_at;
 pub mod growth;
 pub mod host_pinned;
 pub mod iterations;
@@ -15,6 +16,7 @@ pub mod ledger;
 mod left_alive;
 pub mod live_tree;
 pub mod oom;
+mod packed;
 mod peak;
 pub mod pressure;
 pub mod same_devices;

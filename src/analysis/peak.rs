@@ -1,6 +1,7 @@
 //! The peak of active memory over a trace and what was alive at it.
 
-use crate::model::{Action, Live, LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
+use super::ended_at::{alive_after, EndedAt, NEVER};
+use crate::model::{Live, LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
 use rustc_hash::FxHashMap;
 
 /// The highest total of live requested bytes over a device's trace, and of reserved bytes.
@@ -50,29 +51,28 @@ impl<'a, A: FollowReplay<'a>, B: FollowReplay<'a>> FollowReplay<'a> for (A, B) {
 
 /// When each allocation of a replayed trace ended, noted step by step.
 pub struct Endings {
-    /// For each `alloc` entry, the entry that ended it (`NEVER` while alive); u32 to keep this
-    /// array, fresh memory the kernel must zero, half the size.
-    pub ended_at: Vec<u32>,
+    /// For each `alloc` entry, the entry that ended it (`NEVER` while alive).
+    pub ended_at: EndedAt,
     /// For each allocation alive before the trace that ended, the entry that first ended it.
     pub before_ended: FxHashMap<u64, u32>,
 }
 
 impl Endings {
-    /// Nothing ended yet, for a trace of `entries` entries.
-    pub fn new(entries: usize) -> Endings {
+    /// Nothing of `entries` ended yet.
+    pub fn new(entries: &[TraceEntry]) -> Endings {
         Endings {
-            ended_at: vec![NEVER; entries],
+            ended_at: EndedAt::new(entries),
             before_ended: FxHashMap::default(),
         }
     }
 
     /// Notes what entry `i`, just applied by `replay`, ended.
-    #[inline]
+    #[inline(always)]
     pub fn note(&mut self, i: usize, replay: &Replay<'_>) {
         if let Some((addr, ended)) = replay.ended() {
             let at = u32::try_from(i).unwrap_or(NEVER);
             match ended.born() {
-                Some(born) => self.ended_at[born] = at,
+                Some(born) => self.ended_at.set(born, at),
                 None => {
                     self.before_ended.entry(addr).or_insert(at);
                 }
@@ -98,7 +98,7 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
     let mut follower = follow(&replay);
     let before: Vec<(u64, Live)> = replay.live().iter().map(|(a, l)| (a, *l)).collect();
     let before_trace_bytes = replay.live().total();
-    let mut endings = Endings::new(entries.len());
+    let mut endings = Endings::new(entries);
     let mut best = before_trace_bytes;
     let mut best_index = None;
     let mut most_reserved = replay.reserved();
@@ -123,11 +123,9 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
             let older = before.into_iter().filter(|(addr, _)| {
                 (endings.before_ended.get(addr)).is_none_or(|&end| end as usize > peak)
             });
-            let made = entries[..=peak]
-                .iter()
-                .enumerate()
-                .filter(|&(j, e)| e.action == Action::Alloc && endings.ended_at[j] as usize > peak)
-                .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
+            let made = (endings.ended_at.allocations(&entries[..=peak]))
+                .filter(|&(_, _, end)| alive_after(end, peak))
+                .filter_map(|(j, e, _)| Some((e.addr()?, Live::from_alloc(e, j))));
             older.chain(made).collect()
         }
     };
@@ -142,7 +140,3 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
     };
     (peak, follower, endings)
 }
-
-/// `ended_at` of an allocation still alive at the end (indices past u32 read as never: a trace
-/// of four billion entries would not fit in memory anyway).
-pub const NEVER: u32 = u32::MAX;

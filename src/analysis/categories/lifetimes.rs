@@ -4,8 +4,9 @@
 //! trace falls into.
 
 use super::context::{Context, ContextCache};
-use super::totals::LiveTotals;
-use crate::analysis::peak::{Endings, FollowReplay, NEVER};
+use crate::analysis::ended_at::{alive_after, EndedAt, NEVER};
+use crate::analysis::packed::PackedU64s;
+use crate::analysis::peak::{Endings, FollowReplay};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::ops::Range;
@@ -31,11 +32,11 @@ enum Older {
 pub struct Lifetimes<'a> {
     pub entries: &'a [TraceEntry],
     /// For each `alloc` entry, the entry that ended it (`NEVER` while alive).
-    ended_at: Vec<u32>,
+    ended_at: EndedAt,
     /// Allocations alive before the trace, with the entry that ended each (`NEVER`).
     before: Vec<(u64, Live, u32)>,
     /// The live total after each entry.
-    pub totals: LiveTotals,
+    pub totals: PackedU64s,
     pub before_total: u64,
     /// Runs of one phase: where each starts and its phase (the last phase an `alloc` named,
     /// `Unknown` before any), in order; the first starts at 0.
@@ -56,7 +57,7 @@ pub struct LifetimesBuilder<'a> {
     stacks: &'a StackTable,
     before: Vec<(u64, Live, u32)>,
     before_total: u64,
-    totals: LiveTotals,
+    totals: PackedU64s,
     runs: Vec<(usize, Context)>,
     contexts: ContextCache,
     current: Context,
@@ -114,7 +115,7 @@ impl<'a> Lifetimes<'a> {
     pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &'a StackTable) -> Self {
         let mut replay = Replay::new(entries, segments.iter().copied());
         let mut builder = Lifetimes::follow(entries, stacks, &replay);
-        let mut endings = Endings::new(entries.len());
+        let mut endings = Endings::new(entries);
         while let Some(i) = replay.step() {
             endings.note(i, &replay);
             builder.step(i, &replay);
@@ -138,7 +139,7 @@ impl<'a> Lifetimes<'a> {
             stacks,
             before,
             before_total: replay.live().total(),
-            totals: LiveTotals::new(),
+            totals: PackedU64s::default(),
             runs: vec![(0, Context::Unknown)],
             contexts: ContextCache::default(),
             current: Context::Unknown,
@@ -207,7 +208,7 @@ impl<'a> LifetimesBuilder<'a> {
                 continue;
             }
             for j in (start..end).filter(|&j| entries[j].action == Action::Alloc) {
-                if ended_at[j] != NEVER && (ended_at[j] as usize) < end {
+                if !ended_at.alive_after(j, end - 1) {
                     continue;
                 }
                 let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) else {
@@ -267,7 +268,7 @@ impl<'a> Lifetimes<'a> {
     /// When an allocation ended: the entry index, or `entries.len()` when it did not.
     pub fn end_of(&self, addr: u64, live: &Live) -> usize {
         let end = match live.born() {
-            Some(born) => self.ended_at[born],
+            Some(born) => self.ended_at.get(born),
             None => self
                 .before
                 .binary_search_by_key(&addr, |b| b.0)
@@ -348,14 +349,11 @@ impl<'a> Lifetimes<'a> {
             .filter(|(_, _, slots)| !slots.is_empty())
             .collect();
         let mut first = 0;
-        for (j, e) in self.entries[..last.min(n)].iter().enumerate() {
-            if e.action != Action::Alloc {
-                continue;
-            }
+        for (j, e, end) in self.ended_at.allocations(&self.entries[..last.min(n)]) {
             while after[first] <= j {
                 first += 1;
             }
-            let end = end_of(self.ended_at[j]);
+            let end = end_of(end);
             if after[first] > end {
                 continue;
             }
@@ -377,14 +375,10 @@ impl<'a> Lifetimes<'a> {
             .iter()
             .filter(|b| b.2 == NEVER || b.2 as usize > p)
             .map(|&(a, l, _)| (a, l));
-        let made = self.entries[..=p.min(self.entries.len().saturating_sub(1))]
-            .iter()
-            .enumerate()
-            .filter(|&(j, e)| {
-                e.action == Action::Alloc
-                    && (self.ended_at[j] == NEVER || self.ended_at[j] as usize > p)
-            })
-            .filter_map(|(j, e)| Some((e.addr()?, Live::from_alloc(e, j))));
+        let made = (self.ended_at)
+            .allocations(&self.entries[..=p.min(self.entries.len().saturating_sub(1))])
+            .filter(|&(_, _, end)| alive_after(end, p))
+            .filter_map(|(j, e, _)| Some((e.addr()?, Live::from_alloc(e, j))));
         older.chain(made).collect()
     }
 }

@@ -11,7 +11,6 @@ mod lifetimes;
 mod phases;
 mod rules;
 mod temporaries;
-mod totals;
 mod wrappers;
 
 use allocated::Kept;

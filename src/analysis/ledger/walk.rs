@@ -7,6 +7,7 @@ use super::{
     DeviceLedger, HostBytes, LedgerView, LibraryBytes, PoolBytes, TorchHostShare, TorchSegment,
     TorchShare,
 };
+use crate::analysis::packed::PackedU64s;
 use crate::source::driver_state::{DriverState, End, Held, Keeper, Memory};
 use memprof_wire::{Item, Kind, Mapping, Record, RecordingReader, StreamError};
 use rustc_hash::FxHashMap;
@@ -68,8 +69,9 @@ struct Device {
     /// Each owner's and each host library's most bytes.
     owner_peak: BTreeMap<Owner, u64>,
     host_peak: BTreeMap<Option<usize>, u64>,
-    /// (time, total) after every change of the total, for the NVML samples.
-    history: Vec<(u64, u64)>,
+    /// The time and the total after every change of the total, for the NVML samples.
+    change_times: PackedU64s,
+    change_totals: PackedU64s,
     /// NVML samples: (time, bytes).
     samples: Vec<(u64, u64)>,
 }
@@ -275,7 +277,8 @@ impl LedgerWalk {
         let bytes = tally.bytes;
         let peak = d.owner_peak.entry(owner).or_default();
         *peak = (*peak).max(bytes);
-        d.history.push((ts_ns, d.now.total));
+        d.change_times.push(ts_ns);
+        d.change_totals.push(d.now.total);
         let peak = d.peak.as_ref().map_or(0, |p| p.total);
         if d.peak.is_none() || d.now.total > peak {
             d.peak = Some(d.now.clone());
@@ -339,8 +342,8 @@ impl LedgerWalk {
             let end = &d.now;
             let peak = d.peak.as_ref().unwrap_or(end);
             let total_at = |ts: u64| -> u64 {
-                let i = d.history.partition_point(|&(t, _)| t <= ts);
-                i.checked_sub(1).map_or(0, |i| d.history[i].1)
+                let i = d.change_times.partition_point(|t| t <= ts);
+                i.checked_sub(1).map_or(0, |i| d.change_totals.get(i))
             };
             let context = |sample: Option<&(u64, u64)>| {
                 sample.map(|&(ts, used)| (used, used.saturating_sub(total_at(ts))))

@@ -1,11 +1,14 @@
-//! The pickle memo: a tag byte and a payload word per slot.
+//! The pickle memo: a tag byte and a 32-bit payload per slot.
 //!
-//! Nine bytes a slot instead of the sixteen of an `Option<Value>`, for the millions of memoized
+//! Five bytes a slot instead of the sixteen of an `Option<Value>`, for the millions of memoized
 //! trace dicts of a big snapshot, and a slot is written with two plain stores: an enum built in
 //! memory and copied whole makes the CPU stall (store forwarding fails) on every memoized dict.
+//! The values whose payload is wider than 32 bits (ints and floats, which Python's pickler never
+//! memoizes but a pickle may) keep it in a side table by slot.
 
 use super::value::Value;
 use crate::source::prefault::Prefaulter;
+use rustc_hash::FxHashMap;
 
 /// What a slot holds: `EMPTY`, or the kind of its value.
 const EMPTY: u8 = 0;
@@ -23,7 +26,9 @@ const FOLDED: u8 = 9;
 #[derive(Default)]
 pub(super) struct Memo {
     tags: Vec<u8>,
-    payloads: Vec<u64>,
+    /// The value's id (nothing for `INT` and `FLOAT`, whose payload is in `wide`).
+    payloads: Vec<u32>,
+    wide: FxHashMap<usize, u64>,
     /// Maps the payloads' room ahead on the second core (the tags are an eighth of them).
     prefaulter: Prefaulter,
 }
@@ -43,13 +48,13 @@ impl Memo {
         Some(match tag {
             NONE => Value::None,
             BOOL => Value::Bool(payload != 0),
-            INT => Value::Int(payload as i64),
-            BIG_INT => Value::BigInt(payload as u32),
-            FLOAT => Value::Float(f64::from_bits(payload)),
-            STR => Value::Str(payload as u32),
-            BYTES => Value::Bytes(payload as u32),
-            NODE => Value::Node(payload as u32),
-            FOLDED => Value::Folded(payload as u32),
+            INT => Value::Int(*self.wide.get(&index)? as i64),
+            BIG_INT => Value::BigInt(payload),
+            FLOAT => Value::Float(f64::from_bits(*self.wide.get(&index)?)),
+            STR => Value::Str(payload),
+            BYTES => Value::Bytes(payload),
+            NODE => Value::Node(payload),
+            FOLDED => Value::Folded(payload),
             _ => return None,
         })
     }
@@ -63,7 +68,7 @@ impl Memo {
     /// Stores `value` in a new slot at the end.
     #[inline(always)]
     pub(super) fn push(&mut self, value: Value) {
-        let (tag, payload) = encode(value);
+        let (tag, payload) = self.encode(self.tags.len(), value);
         self.tags.push(tag);
         self.payloads.push(payload);
         self.prefaulter.follow(&self.payloads);
@@ -75,26 +80,34 @@ impl Memo {
             self.tags.resize(index + 1, EMPTY);
             self.payloads.resize(index + 1, 0);
         }
-        let (tag, payload) = encode(value);
+        let (tag, payload) = self.encode(index, value);
         let was_empty = self.tags[index] == EMPTY;
         self.tags[index] = tag;
         self.payloads[index] = payload;
         was_empty
     }
-}
 
-#[inline(always)]
-fn encode(value: Value) -> (u8, u64) {
-    match value {
-        Value::None => (NONE, 0),
-        Value::Bool(b) => (BOOL, b as u64),
-        Value::Int(i) => (INT, i as u64),
-        Value::BigInt(id) => (BIG_INT, id.into()),
-        Value::Float(f) => (FLOAT, f.to_bits()),
-        Value::Str(id) => (STR, id.into()),
-        Value::Bytes(id) => (BYTES, id.into()),
-        Value::Node(id) => (NODE, id.into()),
-        Value::Folded(handle) => (FOLDED, handle.into()),
+    /// Slot `index`'s tag and payload for `value`, keeping a wide payload in `wide`.
+    #[inline(always)]
+    fn encode(&mut self, index: usize, value: Value) -> (u8, u32) {
+        match value {
+            Value::None => (NONE, 0),
+            Value::Bool(b) => (BOOL, b.into()),
+            Value::Int(i) => self.keep_wide(index, INT, i as u64),
+            Value::BigInt(id) => (BIG_INT, id),
+            Value::Float(f) => self.keep_wide(index, FLOAT, f.to_bits()),
+            Value::Str(id) => (STR, id),
+            Value::Bytes(id) => (BYTES, id),
+            Value::Node(id) => (NODE, id),
+            Value::Folded(handle) => (FOLDED, handle),
+        }
+    }
+
+    /// Keeps slot `index`'s payload, wider than a slot's, aside.
+    #[cold]
+    fn keep_wide(&mut self, index: usize, tag: u8, payload: u64) -> (u8, u32) {
+        self.wide.insert(index, payload);
+        (tag, 0)
     }
 }
 

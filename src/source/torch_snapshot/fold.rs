@@ -3,6 +3,7 @@
 
 use super::budget::{Budget, ITEM};
 use super::intern::Interner;
+use super::marks::{row_mark, HandleMarks, AWAITING, BAD, NOT_AGAIN, ORPHAN, UNKNOWN};
 use crate::model::{Action, EntryExtra, StreamIndex, TraceEntry};
 use crate::source::pickle::{Document, FlatDict, Fold, Node, NodeId, StrId, Value, RENDER_MAX};
 use crate::source::prefault::Prefaulter;
@@ -123,24 +124,6 @@ fn action_of(actions: &mut Vec<u8>, doc: &Document, name: StrId) -> Option<Actio
     Action::ALL.get(actions[i] as usize).copied()
 }
 
-// Marks in `TraceFolder::taken` (row indices are below them).
-/// Staged by `fold_flat`, not appended yet.
-const AWAITING: u32 = u32::MAX;
-/// Skipped as a bad entry: each reference counts as one more.
-const BAD: u32 = u32::MAX - 1;
-/// Skipped for an action this version does not know (`TraceFolder::unknown_of`).
-const UNKNOWN: u32 = u32::MAX - 2;
-/// Staged, then passed over by a later dict's adoption (it was used elsewhere first): its row
-/// is in `TraceFolder::orphans`.
-const ORPHAN: u32 = u32::MAX - 3;
-/// A row index past the marks: the dict cannot be appended again (a file of 4 billion rows).
-const NOT_AGAIN: u32 = u32::MAX - 4;
-
-/// The mark of the row at `index` of `entries`.
-fn row_mark(index: usize) -> u32 {
-    u32::try_from(index).map_or(NOT_AGAIN, |i| i.min(NOT_AGAIN))
-}
-
 /// The handle a dict gets when there is no room for one more (4 billion dicts): it names
 /// nothing, so a reference to it is not adopted.
 const NO_HANDLE: u32 = u32::MAX;
@@ -258,10 +241,10 @@ pub struct TraceFolder {
     /// keys the PyTorch that wrote the file puts in trace entries.
     entry_fields_seen: u32,
     /// What became of each dict taken, by handle (handles are its indices): the index of its
-    /// row in `entries`, or a mark (`AWAITING` and those after it). A dict the pickle names
+    /// row in `entries`, or a mark (`marks::AWAITING` and those after it). A dict the pickle names
     /// again (a memo reference, or one stack value appended twice) is read from here: one row
     /// per reference, copied, as Python reads the file, without reading the dict again.
-    taken: Vec<u32>,
+    taken: HandleMarks,
     /// The action of each dict marked `UNKNOWN`, by handle (in handle order).
     unknown_of: Vec<(u32, StrId)>,
     /// The row of each dict marked `ORPHAN`, by handle (in handle order).
@@ -545,7 +528,7 @@ impl Fold for TraceFolder {
     }
 
     /// Takes good entries only; anything odd is left for `fold`, which reports it in place.
-    #[inline]
+    #[inline(always)]
     fn fold_flat(&mut self, doc: &Document, dict: FlatDict) -> Option<u32> {
         if dict.shape != self.flat_shape.0 {
             self.flat_shape = (dict.shape, self.shape_of(doc, dict.keys));
@@ -573,9 +556,9 @@ impl Fold for TraceFolder {
         Some(handle)
     }
 
-    #[inline]
+    #[inline(always)]
     fn adopt(&mut self, doc: &Document, list: NodeId, handle: u32) -> bool {
-        let Some(&mark) = self.taken.get(handle as usize) else {
+        let Some(mark) = self.taken.get(handle) else {
             return false;
         };
         match mark {
@@ -626,7 +609,7 @@ impl TraceFolder {
         };
         for passed in self.staged_next..self.staged_next + k {
             let h = self.staged_handles[passed];
-            self.taken[h as usize] = ORPHAN;
+            self.taken.set(h, ORPHAN);
             self.orphans.push((h, self.staged[passed]));
         }
         let entry = self.staged[self.staged_next + k];
@@ -638,7 +621,7 @@ impl TraceFolder {
         }
         self.offer(list);
         self.push(list, entry);
-        self.taken[handle as usize] = row_mark(self.entries.len() - 1);
+        self.taken.set(handle, row_mark(self.entries.len() - 1));
         true
     }
 }

@@ -5,6 +5,7 @@ mod early;
 mod fold;
 mod host;
 mod intern;
+mod marks;
 mod schema;
 
 use crate::model::{FormatKeys, HostAllocator, Snapshot};
