@@ -42,29 +42,31 @@ impl EndedAt {
         }
     }
 
-    /// The place among the allocations of the `alloc` entry at `j`.
+    /// The place among the allocations of entry `j`, if it is an `alloc`.
     #[inline]
-    fn allocation(&self, j: usize) -> usize {
+    fn allocation(&self, j: usize) -> Option<usize> {
         let (word, bit) = (j / 64, j % 64);
-        let below = self.is_alloc[word] & ((1u64 << bit) - 1);
-        debug_assert!(
-            self.is_alloc[word] & (1 << bit) != 0,
-            "entry {j} is not an alloc"
-        );
-        self.before[word] as usize + below.count_ones() as usize
+        let bits = *self.is_alloc.get(word)?;
+        if bits & (1 << bit) == 0 {
+            return None;
+        }
+        let below = bits & ((1u64 << bit) - 1);
+        Some(self.before[word] as usize + below.count_ones() as usize)
     }
 
-    /// The entry that ended the `alloc` entry at `j`, or `NEVER`.
+    /// The entry that ended the `alloc` entry at `j`; `NEVER` while it lives, and for an entry
+    /// that is not an `alloc` (an `oom` entry taken as the allocation it asked for).
     #[inline]
     pub fn get(&self, j: usize) -> u32 {
-        self.ended[self.allocation(j)]
+        self.allocation(j).map_or(NEVER, |k| self.ended[k])
     }
 
-    /// Notes that entry `at` ended the `alloc` entry at `j`.
+    /// Notes that entry `at` ended the `alloc` entry at `j` (only allocations end).
     #[inline]
     pub fn set(&mut self, j: usize, at: u32) {
-        let k = self.allocation(j);
-        self.ended[k] = at;
+        if let Some(k) = self.allocation(j) {
+            self.ended[k] = at;
+        }
     }
 
     /// Whether the `alloc` entry at `j` was still alive after entry `p`.
@@ -125,6 +127,11 @@ mod tests {
             .collect();
         let looked_up: Vec<(usize, u32)> = allocs.iter().map(|&j| (j, ended.get(j))).collect();
         assert_eq!(walked, looked_up);
+        // Entries that are not allocations never end, and noting an end for one changes
+        // nothing.
+        ended.set(1, 9);
+        assert_eq!(ended.get(1), NEVER);
+        assert_eq!(ended.get(300), NEVER);
         for &j in &allocs {
             let want = if j % 2 == 0 { j as u32 + 5 } else { NEVER };
             assert_eq!(ended.get(j), want, "alloc at {j}");
