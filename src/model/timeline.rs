@@ -30,8 +30,11 @@ pub struct Timeline {
 
 impl Timeline {
     /// Builds a timeline from entries and each device's range in them (index = device).
-    pub fn new(entries: Vec<TraceEntry>, devices: Vec<Range<usize>>) -> Timeline {
+    pub fn new(mut entries: Vec<TraceEntry>, devices: Vec<Range<usize>>) -> Timeline {
         debug_assert!(devices.iter().all(|r| r.end <= entries.len()));
+        // The room past the last entry that the reader grew (and mapped ahead, up to 2 MiB)
+        // goes back: the allocator shrinks it in place, without a copy.
+        entries.shrink_to_fit();
         Timeline {
             entries,
             devices,

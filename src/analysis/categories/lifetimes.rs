@@ -11,20 +11,46 @@ use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, 
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::ops::Range;
 
-/// An older allocation an optimizer step freed: the entry that freed it, and which one it was.
-/// Kept small (12 bytes): a long step frees hundreds of thousands.
+/// An older allocation an optimizer step freed: the entry that freed it, and which one it was
+/// (an `Older`, its kind in the top bit). Kept small (8 bytes): a long step frees hundreds of
+/// thousands.
 #[derive(Clone, Copy)]
 struct Freed {
     at: u32,
-    which: Older,
+    which: u32,
+}
+
+/// `Freed::which`'s top bit: the allocation was alive before the trace.
+const BEFORE_BIT: u32 = 1 << 31;
+
+impl Freed {
+    /// `None` past 2 billion entries or allocations.
+    fn new(at: usize, which: Older) -> Option<Freed> {
+        let which = match which {
+            Older::Born(born) => born,
+            Older::Before(place) => place | BEFORE_BIT,
+        };
+        Some(Freed {
+            at: u32::try_from(at).ok()?,
+            which,
+        })
+    }
+
+    fn older(self) -> Older {
+        if self.which & BEFORE_BIT == 0 {
+            Older::Born(self.which)
+        } else {
+            Older::Before(self.which & !BEFORE_BIT)
+        }
+    }
 }
 
 /// An allocation older than the optimizer run that freed it.
 #[derive(Clone, Copy)]
 enum Older {
-    /// Made by the `alloc` entry at this index.
+    /// Made by the `alloc` entry at this index (below 2^31).
     Born(u32),
-    /// Alive before the trace: its place in `before`.
+    /// Alive before the trace: its place in `before` (below 2^31).
     Before(u32),
 }
 
@@ -153,19 +179,17 @@ impl<'a> Lifetimes<'a> {
 impl<'a> LifetimesBuilder<'a> {
     /// `ended`, at `addr`, freed by entry `at`, as the builder keeps it: the replay made it
     /// from its `alloc` entry or had it alive before the trace (in `before`), so it is found
-    /// again from there. `None` only past 4 billion entries.
+    /// again from there. `None` only past 2 billion entries.
     fn freed(&self, at: usize, addr: u64, ended: Live) -> Option<Freed> {
+        let below_bit = |i: usize| u32::try_from(i).ok().filter(|&i| i < BEFORE_BIT);
         let which = match ended.born() {
-            Some(born) => Older::Born(u32::try_from(born).ok()?),
+            Some(born) => Older::Born(below_bit(born)?),
             None => {
                 let place = self.before.binary_search_by_key(&addr, |b| b.0).ok()?;
-                Older::Before(u32::try_from(place).ok()?)
+                Older::Before(below_bit(place)?)
             }
         };
-        Some(Freed {
-            at: u32::try_from(at).ok()?,
-            which,
-        })
+        Freed::new(at, which)
     }
 
     /// The lifetimes, once the replay has finished, with when each allocation ended in it.
@@ -219,7 +243,7 @@ impl<'a> LifetimesBuilder<'a> {
                 let found = (after.saturating_sub(1)..(after + 1).min(older.len()))
                     .min_by_key(|&f| (older[f].at as usize).abs_diff(j));
                 if let Some(f) = found {
-                    let replaced = match older.remove(f).which {
+                    let replaced = match older.remove(f).older() {
                         Older::Born(born) => {
                             let made = &entries[born as usize];
                             (
