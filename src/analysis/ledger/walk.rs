@@ -89,7 +89,8 @@ pub struct LedgerWalk {
     /// Frames of each stack id, until the first allocation using it resolves its library.
     frames: FxHashMap<u32, Vec<u64>>,
     library_of: FxHashMap<u32, Option<usize>>,
-    devices: BTreeMap<u32, Device>,
+    /// By device (below `recording::MAX_DEVICES`); `None` for one no record named.
+    devices: Vec<Option<Device>>,
     /// Whether an allocation or mapping fell in a snapshot segment.
     joined: bool,
 }
@@ -189,7 +190,7 @@ impl LedgerWalk {
             name_index: FxHashMap::default(),
             frames: FxHashMap::default(),
             library_of: FxHashMap::default(),
-            devices: BTreeMap::new(),
+            devices: Vec::new(),
             joined: false,
         }
     }
@@ -233,7 +234,11 @@ impl LedgerWalk {
     }
 
     fn device(&mut self, device: u32) -> &mut Device {
-        self.devices.entry(device).or_default()
+        let device = device as usize;
+        if device >= self.devices.len() {
+            self.devices.resize_with(device + 1, || None);
+        }
+        self.devices[device].get_or_insert_with(Device::default)
     }
 
     /// Adds (or with `add` false, takes away) what the driver state held or released.
@@ -338,7 +343,9 @@ impl LedgerWalk {
         let with_torch = !self.torch.is_empty();
         let with_torch_host = !self.torch_host.is_empty();
         let mut out = Vec::new();
-        for (&device, d) in &self.devices {
+        let devices = (self.devices.iter().enumerate())
+            .filter_map(|(device, d)| Some((device as u32, d.as_ref()?)));
+        for (device, d) in devices {
             let end = &d.now;
             let peak = d.peak.as_ref().unwrap_or(end);
             let total_at = |ts: u64| -> u64 {

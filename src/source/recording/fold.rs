@@ -30,7 +30,8 @@ struct Entries {
     clock: Option<(u64, u64)>,
     /// Time of the record being applied, µs since the Unix epoch.
     time_us: Option<i64>,
-    entries: BTreeMap<u32, Vec<TraceEntry>>,
+    /// By device (below `recording::MAX_DEVICES`).
+    entries: Vec<Vec<TraceEntry>>,
     /// Map the room ahead of each device's entries, by device.
     prefaulters: Vec<Prefaulter>,
     streams: Vec<u64>,
@@ -123,14 +124,15 @@ impl Entries {
 
     fn push(&mut self, device: u32, entry: TraceEntry) {
         let entry = entry.with_time(self.time_us);
-        let list = self.entries.entry(device).or_default();
-        list.push(entry);
         // Devices are below `recording::MAX_DEVICES`.
         let device = device as usize;
-        if device >= self.prefaulters.len() {
+        if device >= self.entries.len() {
+            self.entries.resize_with(device + 1, Vec::new);
             self.prefaulters
                 .resize_with(device + 1, Prefaulter::default);
         }
+        let list = &mut self.entries[device];
+        list.push(entry);
         self.prefaulters[device].follow(list);
     }
 }
@@ -234,17 +236,16 @@ impl<X: Keeper> DriverFold<X> {
     pub fn into_parts(self, stacks: StackTable, ids: &FxHashMap<u32, StackId>) -> (Snapshot, X) {
         let mapped = |s: Option<StackId>| s.and_then(|s| ids.get(&s.0.get()).copied());
         let (log, extra) = self.keepers;
-        let devices = log
-            .entries
-            .keys()
-            .next_back()
-            .map_or(0, |&d| d as usize + 1);
-        let mut lists = log.entries;
+        let lists = log.entries;
+        let devices = lists
+            .iter()
+            .rposition(|l| !l.is_empty())
+            .map_or(0, |d| d + 1);
         let mut entries: Vec<TraceEntry> = Vec::new();
         let mut ranges = Vec::with_capacity(devices);
-        for device in 0..devices {
+        for mut list in lists.into_iter().take(devices) {
             let start = entries.len();
-            if let Some(mut list) = lists.remove(&(device as u32)) {
+            if !list.is_empty() {
                 for e in &mut list {
                     e.stack = mapped(e.stack);
                 }
