@@ -33,7 +33,14 @@ impl<'s> ReplayStarts<'s> {
     /// working it out.
     pub fn replay(&self, device: u32) -> Replay<'s> {
         let entries = self.snapshot.timeline.device(device as usize);
-        let start = || ReplayStart::of(entries, self.snapshot.device_segments(device));
+        let segments = self.snapshot.device_segments(device);
+        let start = || {
+            if self.snapshot.timeline.starts_empty() {
+                ReplayStart::of_empty(entries, segments)
+            } else {
+                ReplayStart::of(entries, segments)
+            }
+        };
         match self.starts.get(device as usize) {
             Some(cell) => Replay::from_start(entries, cell.get_or_init(start)),
             // A device with segments but no trace.

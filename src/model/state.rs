@@ -156,6 +156,25 @@ impl ReplayStart {
         for (addr, l) in alive_before(entries, &segments) {
             live.insert(addr, l);
         }
+        ReplayStart::with_live(live, entries, &segments)
+    }
+
+    /// The state before the first of `entries` of a trace before which nothing was alive
+    /// (`Timeline::starts_empty`): `of` without the walk that looks for older allocations.
+    pub fn of_empty<'s>(
+        entries: &[TraceEntry],
+        segments: impl IntoIterator<Item = &'s Segment>,
+    ) -> ReplayStart {
+        let segments: Vec<&Segment> = segments.into_iter().collect();
+        debug_assert!(
+            alive_before(entries, &segments).is_empty(),
+            "a trace said to start empty frees or holds memory it did not allocate"
+        );
+        ReplayStart::with_live(LiveSet::default(), entries, &segments)
+    }
+
+    /// The start with `live` alive before the trace, and the bytes reserved then.
+    fn with_live(live: LiveSet, entries: &[TraceEntry], segments: &[&Segment]) -> ReplayStart {
         let final_reserved: i128 = segments.iter().map(|s| s.total_size as i128).sum();
         let net_growth: i128 = entries
             .iter()

@@ -26,6 +26,8 @@ pub struct Timeline {
     pools: Vec<(i64, i64)>,
     /// The time of the first timed entry of any device, found once (`time_origin_us`).
     origin: OnceLock<Option<i64>>,
+    /// Whether the traces start with nothing alive (see `starts_empty`).
+    starts_empty: bool,
 }
 
 impl Timeline {
@@ -42,7 +44,22 @@ impl Timeline {
             extras: Vec::new(),
             pools: Vec::new(),
             origin: OnceLock::new(),
+            starts_empty: false,
         }
+    }
+
+    /// Says that nothing was alive before any device's trace: every free in a trace follows
+    /// the allocation of its address there, and every block that the segments hold at the end
+    /// was allocated in its device's trace. A recording's fold makes its traces so (it skips a
+    /// free of memory it did not see allocated), and replays then need not look for
+    /// allocations made before the trace.
+    pub fn set_starts_empty(&mut self) {
+        self.starts_empty = true;
+    }
+
+    /// Whether nothing was alive before any device's trace (`set_starts_empty`).
+    pub fn starts_empty(&self) -> bool {
+        self.starts_empty
     }
 
     /// The time of the first trace entry of any device that has a time (µs, as PyTorch

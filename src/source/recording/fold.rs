@@ -168,16 +168,16 @@ impl<X: Keeper> DriverFold<X> {
 
     /// Device memory held now (allocations and physical memory handles), by device.
     pub fn held_bytes(&self) -> BTreeMap<u32, u64> {
-        (self.state.devices().iter())
+        (self.state.devices())
             .filter(|(_, d)| d.held > 0)
-            .map(|(&device, d)| (device, d.held))
+            .map(|(device, d)| (device, d.held))
             .collect()
     }
 
     /// The total memory the last `cuMemGetInfo` of each device reported.
     pub fn device_totals(&self) -> BTreeMap<u32, u64> {
-        (self.state.devices().iter())
-            .filter_map(|(&device, d)| d.info.map(|(_, total)| (device, total)))
+        (self.state.devices())
+            .filter_map(|(device, d)| d.info.map(|(_, total)| (device, total)))
             .collect()
     }
 
@@ -258,6 +258,9 @@ impl<X: Keeper> DriverFold<X> {
             ranges.push(start..entries.len());
         }
         let mut timeline = Timeline::new(entries, ranges);
+        // The fold skips a free of memory it did not see allocated, and the segments below are
+        // what it holds: nothing was alive before the trace.
+        timeline.set_starts_empty();
         let streams = if log.streams.is_empty() {
             vec![0]
         } else {
