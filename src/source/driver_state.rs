@@ -216,7 +216,8 @@ pub struct DriverState<T> {
     mappings: BTreeMap<u64, Mapped<T>>,
     managed: FxHashMap<u64, Held<T>>,
     host: FxHashMap<u64, Held<T>>,
-    devices: BTreeMap<u32, DeviceHeld>,
+    /// By device (below `MAX_DEVICES`); `None` for one no record named.
+    devices: Vec<Option<DeviceHeld>>,
     /// Device memory held on all devices, and its most.
     total: u64,
     peak: u64,
@@ -231,7 +232,7 @@ impl<T> Default for DriverState<T> {
             mappings: BTreeMap::new(),
             managed: FxHashMap::default(),
             host: FxHashMap::default(),
-            devices: BTreeMap::new(),
+            devices: Vec::new(),
             total: 0,
             peak: 0,
             counts: Counts::default(),
@@ -248,8 +249,8 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
         if r.is_oom() {
             let device = self.device_of(r);
             self.counts.ooms += 1;
-            let free = (self.devices.get(&device))
-                .and_then(|d| d.info)
+            let free = (self.devices.get(device as usize))
+                .and_then(|d| d.as_ref()?.info)
                 .map(|(free, _)| free);
             keeper.oom(r, device, free);
             return;
@@ -293,7 +294,7 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
             }
             Kind::MemGetInfo => {
                 let device = self.device_of(r);
-                self.devices.entry(device).or_default().info = Some((r.aux, r.size));
+                self.device(device).info = Some((r.aux, r.size));
                 keeper.info(device, r.aux, r.size);
             }
             Kind::AddressReserve
@@ -384,7 +385,7 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
         if held.memory == Memory::Mapping {
             return;
         }
-        let d = self.devices.entry(held.device).or_default();
+        let d = self.device(held.device);
         let figure = match held.memory {
             Memory::Device | Memory::Handle => &mut d.held,
             Memory::Managed => &mut d.managed,
@@ -426,9 +427,20 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
         }
     }
 
-    /// Each device's figures (a device appears once a record named it).
-    pub fn devices(&self) -> &BTreeMap<u32, DeviceHeld> {
-        &self.devices
+    /// The figures of `device`, made when a record first names it (devices are below
+    /// `MAX_DEVICES`: `device_of` sees to it).
+    fn device(&mut self, device: u32) -> &mut DeviceHeld {
+        let device = device as usize;
+        if device >= self.devices.len() {
+            self.devices.resize_with(device + 1, || None);
+        }
+        self.devices[device].get_or_insert_with(DeviceHeld::default)
+    }
+
+    /// Each device's figures, by device (a device appears once a record named it).
+    pub fn devices(&self) -> impl Iterator<Item = (u32, &DeviceHeld)> {
+        (self.devices.iter().enumerate())
+            .filter_map(|(device, d)| Some((device as u32, d.as_ref()?)))
     }
 
     pub fn counts(&self) -> &Counts {

@@ -233,6 +233,7 @@ impl LedgerWalk {
         held
     }
 
+    #[inline]
     fn device(&mut self, device: u32) -> &mut Device {
         let device = device as usize;
         if device >= self.devices.len() {

@@ -13,7 +13,9 @@ fn every_sequence_of_the_shared_table_ends_in_its_expected_state() {
         let mut state = DriverState::<()>::default();
         for step in &sequence.steps {
             let figure = |device: &u32, get: fn(&DeviceHeld) -> u64| {
-                state.devices().get(device).map_or(0, get)
+                (state.devices())
+                    .find(|&(d, _)| d == *device)
+                    .map_or(0, |(_, held)| get(held))
             };
             match *step {
                 Step::Apply(r) => state.apply(&r, &mut ()),
