@@ -14,6 +14,7 @@ mod layout_at;
 mod layout_check;
 pub mod ledger;
 mod left_alive;
+mod live_totals;
 pub mod live_tree;
 pub mod oom;
 mod packed;

@@ -1,6 +1,5 @@
-//! A long list of u64 values that change little from one to the next (the live total after
-//! each trace entry, the times and totals of a recording's changes), in 4 bytes a value
-//! instead of 8: the values are kept in blocks, each an offset from the block's least value,
+//! A long list of u64 values that change little from one to the next (the times and totals
+//! of a recording's changes), in 4 bytes a value instead of 8: the values are kept in blocks, each an offset from the block's least value,
 //! and a block whose values lie more than 2^32 apart keeps them whole. Every value reads back
 //! exactly.
 
@@ -57,30 +56,13 @@ impl PackedU64s {
         self.open.clear();
     }
 
-    /// Done adding: the last block is closed.
-    pub fn finish(mut self) -> PackedU64s {
-        self.close();
-        self.open = Vec::new();
-        self
-    }
-
-    /// How many values there are.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Value `i` (`i < len()`).
+    /// Value `i` (below the number of values pushed).
     pub fn get(&self, i: usize) -> u64 {
         match self.blocks.get(i / BLOCK) {
             Some(Block::Narrow { base, offsets }) => base + u64::from(offsets[i % BLOCK]),
             Some(Block::Wide(values)) => values[i % BLOCK],
             None => self.open[i - self.blocks.len() * BLOCK],
         }
-    }
-
-    /// Every value, in order.
-    pub fn to_vec(&self) -> Vec<u64> {
-        (0..self.len()).map(|i| self.get(i)).collect()
     }
 
     /// The number of values before the first for which `pred` is false, when it is true of
@@ -120,12 +102,11 @@ mod tests {
         for &v in &values {
             packed.push(v);
         }
-        let packed = packed.finish();
-        assert_eq!(packed.len(), values.len());
+        assert_eq!(packed.len, values.len());
         assert!(matches!(packed.blocks[0], Block::Narrow { .. }));
         assert!(matches!(packed.blocks[1], Block::Wide(_)));
-        assert_eq!(packed.to_vec(), values);
-        assert!(PackedU64s::default().finish().to_vec().is_empty());
+        let read: Vec<u64> = (0..values.len()).map(|i| packed.get(i)).collect();
+        assert_eq!(read, values);
     }
 
     #[test]
@@ -154,10 +135,5 @@ mod tests {
                 "bound {bound}"
             );
         }
-        let packed = packed.finish();
-        assert_eq!(
-            packed.partition_point(|v| v <= 3000),
-            values.partition_point(|&v| v <= 3000)
-        );
     }
 }

@@ -5,7 +5,7 @@
 
 use super::context::{Context, ContextCache};
 use crate::analysis::ended_at::{alive_after, EndedAt, NEVER};
-use crate::analysis::packed::PackedU64s;
+use crate::analysis::live_totals::{LiveTotals, Totals};
 use crate::analysis::peak::{Endings, FollowReplay};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -62,7 +62,7 @@ pub struct Lifetimes<'a> {
     /// Allocations alive before the trace, with the entry that ended each (`NEVER`).
     before: Vec<(u64, Live, u32)>,
     /// The live total after each entry.
-    pub totals: PackedU64s,
+    totals: LiveTotals,
     pub before_total: u64,
     /// Runs of one phase: where each starts and its phase (the last phase an `alloc` named,
     /// `Unknown` before any), in order; the first starts at 0.
@@ -83,7 +83,7 @@ pub struct LifetimesBuilder<'a> {
     stacks: &'a StackTable,
     before: Vec<(u64, Live, u32)>,
     before_total: u64,
-    totals: PackedU64s,
+    totals: LiveTotals,
     runs: Vec<(usize, Context)>,
     contexts: ContextCache,
     current: Context,
@@ -128,7 +128,12 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
                 }
             }
         }
-        self.totals.push(replay.live().total());
+        debug_assert_eq!(
+            i,
+            self.totals.len(),
+            "a replay steps through every entry in order"
+        );
+        self.totals.push(e.size, replay.live().total());
     }
 
     fn finish(&mut self, replay: &Replay<'a>) {
@@ -165,7 +170,7 @@ impl<'a> Lifetimes<'a> {
             stacks,
             before,
             before_total: replay.live().total(),
-            totals: PackedU64s::default(),
+            totals: LiveTotals::new(replay.live().total()),
             runs: vec![(0, Context::Unknown)],
             contexts: ContextCache::default(),
             current: Context::Unknown,
@@ -276,6 +281,16 @@ impl<'a> LifetimesBuilder<'a> {
 }
 
 impl<'a> Lifetimes<'a> {
+    /// The live total after entry `i` (`i` below the number of entries).
+    pub fn total_after(&self, i: usize) -> u64 {
+        self.totals.get(self.entries, i)
+    }
+
+    /// The live totals after entries `start..`, in order.
+    pub fn totals_from(&self, start: usize) -> Totals<'_> {
+        self.totals.walk_from(self.entries, start)
+    }
+
     /// The older allocation that the one made at `born` replaced in an optimizer step.
     pub fn replaced_by(&self, born: usize) -> Option<(u64, Live)> {
         self.replaces.get(&born).copied()

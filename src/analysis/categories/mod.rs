@@ -572,7 +572,7 @@ pub fn split_trace(
         })
         .collect();
     let grows_at = |i: usize| entry_category[i].is_some_and(|k| growing_category[k]);
-    let mut totals = c.lifetimes.totals.to_vec();
+    let mut totals: Vec<u64> = c.lifetimes.totals_from(0).collect();
     let mut growing = Vec::with_capacity(entries.len());
     let mut alive: FxHashMap<u64, u64> = FxHashMap::default();
     let mut sum = 0u64;

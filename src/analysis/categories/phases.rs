@@ -126,11 +126,15 @@ fn measure(
 ) -> Phase {
     let l = &c.lifetimes;
     let at_entry_bytes = match start.checked_sub(1) {
-        Some(i) => l.totals.get(i),
+        Some(i) => l.total_after(i),
         None => l.before_total,
     };
-    let peak = (start..end).max_by_key(|&i| (l.totals.get(i), std::cmp::Reverse(i)));
-    let peak_bytes = peak.map_or(at_entry_bytes, |i| l.totals.get(i));
+    // The first entry with the most bytes.
+    let peak = (start..end)
+        .zip(l.totals_from(start))
+        .max_by_key(|&(i, total)| (total, std::cmp::Reverse(i)));
+    let peak_bytes = peak.map_or(at_entry_bytes, |(_, total)| total);
+    let peak = peak.map(|(i, _)| i);
     Phase {
         name,
         source,
