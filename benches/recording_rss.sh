@@ -33,7 +33,7 @@ for what in analyze gate; do
     secs=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$out/time")
     ratio=$(awk -v kb="$kb" -v b="$bytes" 'BEGIN {printf "%.2f", kb * 1024 / b}')
     printf '%-8s %s: peak RSS %d MB = %sx the file (%d MB), wall %s\n' \
-        "$what" "$rec" $((kb / 1024)) "$ratio" $((bytes / 1000000)) "$secs"
+        "$what" "$rec" $((kb * 1024 / 1000000)) "$ratio" $((bytes / 1000000)) "$secs"
     worst=$(awk -v a="$worst" -v b="$ratio" 'BEGIN {print (b > a) ? b : a}')
 done
 if awk -v w="$worst" 'BEGIN {exit !(w > 1.5)}'; then

@@ -6,7 +6,7 @@
 use super::{DeviceAccount, Figures, MomentKind, TimeAxis};
 use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
 use crate::analysis::{top_sites, Site};
-use crate::model::{Replay, Snapshot, TraceEntry};
+use crate::model::{replay_device, Snapshot, TraceEntry};
 use crate::sim::block_sizes::BlockSizes;
 use serde::Serialize;
 
@@ -202,7 +202,7 @@ pub fn state_at(
     top: usize,
 ) -> StateAt {
     let entries = snapshot.timeline.device(device as usize);
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = replay_device(snapshot, device);
     let through = if at.is_dump() {
         entries.len().checked_sub(1)
     } else {

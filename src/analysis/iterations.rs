@@ -20,7 +20,7 @@
 //! traces whose sizes vary, are not recognised.
 
 use super::sites::site_of;
-use crate::model::{Action, Replay, Snapshot, StackId, TraceEntry};
+use crate::model::{replay_device, Action, Snapshot, StackId, TraceEntry};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Fewest iteration boundaries that count as a loop.
@@ -195,8 +195,7 @@ fn live_around_allocs(
     device: u32,
     allocs: &[(usize, Key)],
 ) -> (Vec<u64>, Vec<u64>) {
-    let entries = snapshot.timeline.device(device as usize);
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = replay_device(snapshot, device);
     allocs
         .iter()
         .map(|&(i, _)| {

@@ -5,8 +5,8 @@
 //! included, since the trace does not say how the allocator split its blocks.
 
 use crate::model::{
-    ranges_before, Action, Block, BlockState, PoolKind, RangeRules, Replay, Segment, Snapshot,
-    TraceEntry,
+    ranges_before, replay_device, Action, Block, BlockState, PoolKind, RangeRules, Segment,
+    Snapshot, TraceEntry,
 };
 use rustc_hash::FxHashSet;
 
@@ -52,7 +52,7 @@ fn ranges_at(snapshot: &Snapshot, device: u32, index: usize) -> Vec<Range> {
 /// The layout of `device` just after entry `index`, rebuilt as described above.
 pub fn layout_at(snapshot: &Snapshot, device: u32, index: usize) -> Vec<Segment> {
     let entries = snapshot.timeline.device(device as usize);
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = replay_device(snapshot, device);
     replay.run_through(index);
     let mut pending: FxHashSet<u64> = FxHashSet::default();
     for e in entries.iter().take(index + 1) {

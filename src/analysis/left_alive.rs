@@ -3,13 +3,12 @@
 //! test leaked (`memprof gate --metric left-alive`).
 
 use super::sites::{top_sites, Site};
-use crate::model::{LiveSet, Replay, Snapshot};
+use crate::model::{replay_device, LiveSet, Snapshot};
 
 /// Bytes (requested sizes) of a device's allocations made during the trace and alive at its
 /// end, and the `top` sites holding most of them.
 pub fn left_alive(snapshot: &Snapshot, device: u32, top: usize) -> (u64, Vec<Site>) {
-    let entries = snapshot.timeline.device(device as usize);
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = replay_device(snapshot, device);
     while replay.step().is_some() {}
     let made: LiveSet = replay
         .live()

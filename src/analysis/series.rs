@@ -4,7 +4,7 @@
 //! until the next point.
 
 use super::sites::site_of;
-use crate::model::{Action, Live, Replay, Snapshot, StackId};
+use crate::model::{replay_device, Action, Live, Snapshot, StackId};
 use rustc_hash::FxHashMap;
 
 /// What active memory is split by.
@@ -136,7 +136,7 @@ pub fn memory_series(
     };
     // The group of each live allocation, by address.
     let mut group: FxHashMap<u64, usize> = FxHashMap::default();
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = replay_device(snapshot, device);
     let mut by_group = vec![0u64; labels.len()];
     for (addr, live) in replay.live().iter() {
         let g = group_of(addr, live);

@@ -15,7 +15,7 @@
 use crate::analysis::iterations::{find_iterations, Iterations};
 use crate::analysis::oom::{OomSite, Remedy, RemedyKind};
 use crate::analysis::site_label_of;
-use crate::model::{Action, Bytes, Replay, Snapshot};
+use crate::model::{replay_device, Action, Bytes, Snapshot};
 use crate::sim::replay::{self, Prepared};
 use crate::sim::{AllocatorConfig, EarlyFree};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -87,7 +87,7 @@ fn kept_across_iterations(
     named: &[&str],
 ) -> FxHashMap<String, Kept> {
     let entries = snapshot.timeline.device(device as usize);
-    let mut state = Replay::new(entries, snapshot.device_segments(device));
+    let mut state = replay_device(snapshot, device);
     state.run_through(oom_index);
     let mut being_freed: FxHashSet<u64> = FxHashSet::default();
     for e in &entries[..oom_index.min(entries.len())] {

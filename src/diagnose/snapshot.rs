@@ -11,7 +11,7 @@ use crate::analysis::oom::{Cause, Diagnosis, OomFacts, OomSite};
 use crate::analysis::{layout_at, site_label_of, top_sites};
 use crate::diagnose::free_earlier::free_earlier;
 use crate::diagnose::remedies::{program_remedy, rank, replayed_settings, Recorded};
-use crate::model::{Action, BlockState, Replay, Snapshot};
+use crate::model::{replay_device, Action, BlockState, Snapshot};
 use crate::sim::replay::{CapacitySource, Prepared};
 
 /// How many live sites follow the failing request's.
@@ -37,7 +37,7 @@ pub fn diagnose_device(
     let entries = snapshot.timeline.device(device as usize);
     let index = entries.iter().rposition(|e| e.action == Action::Oom)?;
     let entry = entries[index];
-    let mut replay = Replay::new(entries, snapshot.device_segments(device));
+    let mut replay = replay_device(snapshot, device);
     replay.run_through(index);
     let simulated = prepared
         .recorded_run

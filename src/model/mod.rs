@@ -23,7 +23,7 @@ pub use snapshot::{
     AllocatorSettings, Annotation, FormatKeys, SettingValue, Snapshot, SnapshotFormat,
 };
 pub use stack::{Frame, StackTable};
-pub use starts::ReplayStarts;
+pub use starts::{replay_device, ReplayStarts};
 pub use state::{Live, LiveSet, Replay, ReplayIssue, ReplayStart};
 pub use timeline::{EntryExtra, Timeline};
 pub use units::{count, Bytes, ParseBytesError};

@@ -33,19 +33,31 @@ impl<'s> ReplayStarts<'s> {
     /// working it out.
     pub fn replay(&self, device: u32) -> Replay<'s> {
         let entries = self.snapshot.timeline.device(device as usize);
-        let segments = self.snapshot.device_segments(device);
-        let start = || {
-            if self.snapshot.timeline.starts_empty() {
-                ReplayStart::of_empty(entries, segments)
-            } else {
-                ReplayStart::of(entries, segments)
-            }
-        };
+        let start = || start_of(self.snapshot, device);
         match self.starts.get(device as usize) {
             Some(cell) => Replay::from_start(entries, cell.get_or_init(start)),
             // A device with segments but no trace.
             None => Replay::from_start(entries, &start()),
         }
+    }
+}
+
+/// A replay of `device`'s trace from the state before its first entry, worked out for this
+/// replay alone (`ReplayStarts` shares it between replays of one input).
+pub fn replay_device(snapshot: &Snapshot, device: u32) -> Replay<'_> {
+    let entries = snapshot.timeline.device(device as usize);
+    Replay::from_start(entries, &start_of(snapshot, device))
+}
+
+/// The state before the first entry of `device`'s trace, without looking for allocations made
+/// before the trace where the timeline says there were none.
+fn start_of(snapshot: &Snapshot, device: u32) -> ReplayStart {
+    let entries = snapshot.timeline.device(device as usize);
+    let segments = snapshot.device_segments(device);
+    if snapshot.timeline.starts_empty() {
+        ReplayStart::of_empty(entries, segments)
+    } else {
+        ReplayStart::of(entries, segments)
     }
 }
 

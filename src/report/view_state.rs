@@ -6,7 +6,7 @@
 use crate::account::Figures;
 use crate::analysis::categories::CategoryRules;
 use crate::analysis::{layout_at, layout_totals, site_of, top_sites, Site};
-use crate::model::{Replay, Segment, Snapshot};
+use crate::model::{replay_device, Segment, Snapshot};
 use crate::report::analyze_json::SCHEMA_VERSION;
 use crate::tui::view::summary::Summary;
 use serde::Serialize;
@@ -100,7 +100,7 @@ impl ViewStateReport {
             Some(i) => layout_at(snapshot, device, i),
             None => snapshot.device_segments(device).cloned().collect(),
         };
-        let mut replay = Replay::new(entries, snapshot.device_segments(device));
+        let mut replay = replay_device(snapshot, device);
         if let Some(i) = state.index {
             replay.run_through(i);
         }

@@ -15,7 +15,7 @@
 //! space, so events are named "requested" and "reserved" with the argument "bytes".
 
 use crate::account::{InputAccount, Moment, MomentKind};
-use crate::model::{Action, Replay, Snapshot, TraceEntry};
+use crate::model::{replay_device, Action, Snapshot, TraceEntry};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::io::{self, Write};
@@ -165,7 +165,7 @@ impl<W: Write> Events<'_, W> {
             }
         };
         let suffix = if has_times { "" } else { UNTIMED };
-        let mut replay = Replay::new(entries, snapshot.device_segments(device));
+        let mut replay = replay_device(snapshot, device);
         let mut requested = Counter::new(format!("{REQUESTED}{suffix}"), replay.live().total());
         let mut reserved = Counter::new(format!("{RESERVED}{suffix}"), replay.reserved());
         // The moments at an entry, by entry: each entry's are taken as the replay passes it.
