@@ -77,58 +77,6 @@ pub struct RecordingReader<R> {
     /// Events read so far.
     events: usize,
     ending: Option<Ending>,
-    /// Bytes read from `input` and not yet taken.
-    ahead: ReadAhead,
-}
-
-/// Bytes read ahead of the next record, so that records are decoded where they lie instead of
-/// being copied out of the input one by one. Holds a record and the longest definition.
-const READ_AHEAD: usize = 64 * 1024;
-
-/// The read-ahead buffer: `bytes[start..end]` are read and not yet taken.
-#[derive(Default)]
-struct ReadAhead {
-    bytes: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-impl ReadAhead {
-    /// The bytes read and not yet taken.
-    fn available(&self) -> &[u8] {
-        &self.bytes[self.start..self.end]
-    }
-
-    /// Reads until at least `n` bytes (at most [`READ_AHEAD`]) are available or the input
-    /// ends, and says how many are. It reads no more than one `read` call beyond what it
-    /// lacked, so that a live stream is never waited on for bytes not yet needed.
-    fn fill_to(&mut self, input: &mut impl Read, n: usize) -> std::io::Result<usize> {
-        if self.end - self.start >= n {
-            return Ok(self.end - self.start);
-        }
-        if self.bytes.is_empty() {
-            self.bytes = vec![0; READ_AHEAD];
-        }
-        if self.start + n > self.bytes.len() {
-            self.bytes.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        while self.end - self.start < n {
-            match input.read(&mut self.bytes[self.end..]) {
-                Ok(0) => break,
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(self.end - self.start)
-    }
-
-    /// Takes `n` available bytes.
-    fn take(&mut self, n: usize) {
-        self.start += n;
-    }
 }
 
 /// Reads into `buf` until it is full or the input ends; returns the bytes read.
@@ -184,7 +132,6 @@ impl<R: Read> RecordingReader<R> {
             index: 0,
             events: 0,
             ending: None,
-            ahead: ReadAhead::default(),
         })
     }
 
@@ -209,13 +156,14 @@ impl<R: Read> RecordingReader<R> {
         if self.ending.is_some() {
             return Ok(None);
         }
-        let have = self.ahead.fill_to(&mut self.input, RECORD_LEN)?;
-        let Some(raw) = self.ahead.available().first_chunk::<RECORD_LEN>() else {
+        let mut raw = [0u8; RECORD_LEN];
+        let n = fill(&mut self.input, &mut raw)?;
+        if n < RECORD_LEN {
             return self.end(Ending {
-                trailing_bytes: have,
+                trailing_bytes: n,
                 ..Ending::default()
             });
-        };
+        }
         let (index, offset) = (self.index, self.at);
         let fail = |error| {
             StreamError::Decode(DecodeError::Record {
@@ -224,7 +172,7 @@ impl<R: Read> RecordingReader<R> {
                 error,
             })
         };
-        let mut record = Record::decode(raw).map_err(fail)?;
+        let mut record = Record::decode(&raw).map_err(fail)?;
         if self.version < record.kind.since() {
             return Err(fail(RecordError::UnknownKind(record.kind as u16)));
         }
@@ -240,18 +188,22 @@ impl<R: Read> RecordingReader<R> {
             });
         }
         let len = payload_len(&record).map_err(fail)?;
-        let whole = RECORD_LEN + padded(len);
+        // Only definitions have a payload: an event needs no buffer.
+        let mut payload = Vec::new();
         if len > 0 {
-            let have = self.ahead.fill_to(&mut self.input, whole)?;
-            if have < whole {
+            payload = vec![0u8; padded(len)];
+            let got = fill(&mut self.input, &mut payload)?;
+            if got < payload.len() {
                 return self.end(Ending {
-                    trailing_bytes: have,
+                    trailing_bytes: RECORD_LEN + got,
                     ..Ending::default()
                 });
             }
+            payload.truncate(len);
         }
-        let payload = &self.ahead.available()[RECORD_LEN..RECORD_LEN + len];
-        let item = match record.kind {
+        self.at += RECORD_LEN + padded(len);
+        self.index += 1;
+        Ok(Some(match record.kind {
             Kind::Stack => Item::Stack {
                 id: record.aux as u32,
                 frames: payload.chunks_exact(8).map(|w| u64_at(w, 0)).collect(),
@@ -260,7 +212,7 @@ impl<R: Read> RecordingReader<R> {
                 start: record.ptr,
                 len: record.size,
                 file_offset: record.aux,
-                path: payload.to_vec(),
+                path: payload,
             }),
             _ => {
                 self.events += 1;
@@ -270,11 +222,7 @@ impl<R: Read> RecordingReader<R> {
                     record,
                 }
             }
-        };
-        self.ahead.take(whole);
-        self.at += whole;
-        self.index += 1;
-        Ok(Some(item))
+        }))
     }
 }
 
