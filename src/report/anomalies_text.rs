@@ -73,15 +73,32 @@ pub fn lines(a: &Anomalies, entries: usize, indent: &str) -> Vec<String> {
                 )
             })
             .collect();
-        out.push(format!(
-            "{indent}leak suspects: {} (requested) in {} made in the trace is alive at its end \
-             ({} optimizer {} seen): {}",
-            Bytes(l.bytes),
-            count(l.count as u64, "allocation", "allocations"),
+        let steps = format!(
+            "{} optimizer {} seen",
             l.steps,
-            if l.steps == 1 { "step" } else { "steps" },
-            sites.join("; ")
-        ));
+            if l.steps == 1 { "step" } else { "steps" }
+        );
+        // Sites that made live allocations in several iterations come first: when the first
+        // did not, none did, and what is alive is what single iterations made and the run kept
+        // (its weights, its optimizer's state), which only steps can tell from growth.
+        let growing = l.sites.first().is_some_and(|s| s.iterations > 1);
+        out.push(if l.steps > 0 && !growing {
+            format!(
+                "{indent}leak suspects: none: nothing alive at the trace's end was made in more \
+                 than one iteration ({steps}); kept from one iteration: {} (requested) in {}: {}",
+                Bytes(l.bytes),
+                count(l.count as u64, "allocation", "allocations"),
+                sites.join("; ")
+            )
+        } else {
+            format!(
+                "{indent}leak suspects: {} (requested) in {} made in the trace is alive at its \
+                 end ({steps}): {}",
+                Bytes(l.bytes),
+                count(l.count as u64, "allocation", "allocations"),
+                sites.join("; ")
+            )
+        });
     }
     if !a.lifetimes.is_empty() {
         let mut lower = None;
@@ -105,4 +122,77 @@ pub fn lines(a: &Anomalies, entries: usize, indent: &str) -> Vec<String> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::anomalies::LeakSuspects;
+
+    fn site(name: &str, first: u32, last: u32, iterations: u32) -> LeakSite {
+        LeakSite {
+            site: name.to_string(),
+            bytes: 1 << 20,
+            count: 2,
+            first_iteration: first,
+            last_iteration: last,
+            iterations,
+        }
+    }
+
+    /// The leak-suspect line of anomalies with these steps and sites (growing sites first, as
+    /// `account::anomalies` sorts them).
+    fn leak_line(steps: u32, sites: Vec<LeakSite>) -> String {
+        let a = Anomalies {
+            leak_suspects: LeakSuspects {
+                count: 2 * sites.len(),
+                bytes: (1 << 20) * sites.len() as u64,
+                steps,
+                sites,
+            },
+            ..Anomalies::default()
+        };
+        let lines = lines(&a, 10, "");
+        lines
+            .into_iter()
+            .find(|l| l.starts_with("leak suspects"))
+            .expect("a leak-suspect line")
+    }
+
+    #[test]
+    fn a_site_alive_from_several_iterations_is_a_suspect() {
+        let line = leak_line(
+            3,
+            vec![site("grow.py:5", 1, 3, 2), site("adam.py:74", 1, 1, 1)],
+        );
+        assert!(
+            line.starts_with(
+                "leak suspects: 2.00 MiB (requested) in 4 allocations made in the trace is alive \
+                 at its end (3 optimizer steps seen): 1.00 MiB at grow.py:5 (2 allocs, \
+                 iterations 1 to 3, 2 of them)"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn what_one_iteration_made_and_the_run_kept_is_no_suspect() {
+        let line = leak_line(1, vec![site("adam.py:74", 1, 1, 1)]);
+        assert_eq!(
+            line,
+            "leak suspects: none: nothing alive at the trace's end was made in more than one \
+             iteration (1 optimizer step seen); kept from one iteration: 1.00 MiB (requested) in \
+             2 allocations: 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
+        );
+    }
+
+    #[test]
+    fn without_a_step_growth_cannot_be_told_and_all_are_suspects() {
+        let line = leak_line(0, vec![site("serve.py:9", 1, 1, 1)]);
+        assert!(
+            line.starts_with("leak suspects: 1.00 MiB (requested) in 2 allocations made"),
+            "{line}"
+        );
+        assert!(line.contains("(0 optimizer steps seen)"), "{line}");
+    }
 }
