@@ -1,7 +1,7 @@
 //! A long list of u64 values that change little from one to the next (the times and totals
-//! of a recording's changes), in 4 bytes a value instead of 8: the values are kept in blocks, each an offset from the block's least value,
-//! and a block whose values lie more than 2^32 apart keeps them whole. Every value reads back
-//! exactly.
+//! of a recording's changes), in 4 bytes a value instead of 8: the values are kept in blocks,
+//! each an offset from the block's least value, and a block whose values lie more than 2^32
+//! apart keeps them whole. Every value reads back exactly.
 
 /// Entries per block.
 const BLOCK: usize = 4096;

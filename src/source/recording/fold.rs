@@ -376,6 +376,36 @@ mod tests {
         assert_eq!(end.timeline.device(0).len(), 4);
     }
 
+    /// The fold's traces start with nothing alive (it skips a free of memory it never saw
+    /// allocated), so a replay that does not look for older allocations replays as one that
+    /// does.
+    #[test]
+    fn a_recordings_replays_start_with_nothing_alive() {
+        let mut fold = DriverFold::new(0, None);
+        for r in [
+            rec(Kind::Alloc, 0x100, 10, 0, 0),
+            rec(Kind::Free, 0x200, 0, 0, 0),
+            rec(Kind::Alloc, 0x300, 5, 0, 0),
+            rec(Kind::Free, 0x100, 0, 0, 0),
+            rec(Kind::VmmCreate, 0, 32, 5, 0),
+            rec(Kind::VmmMap, 0x7000, 32, 5, -1),
+        ] {
+            fold.apply(&r);
+        }
+        let s = fold.into_snapshot(StackTable::default(), &FxHashMap::default());
+        assert!(s.timeline.starts_empty());
+        let mut shared = crate::model::replay_device(&s, 0);
+        let mut fresh = crate::model::Replay::new(s.timeline.device(0), s.device_segments(0));
+        assert_eq!(shared.live().total(), 0);
+        while let Some(i) = fresh.step() {
+            assert_eq!(shared.step(), Some(i));
+            assert_eq!(shared.live().total(), fresh.live().total(), "entry {i}");
+            assert_eq!(shared.reserved(), fresh.reserved(), "entry {i}");
+        }
+        assert_eq!(shared.step(), None);
+        assert_eq!(shared.live().total(), 37);
+    }
+
     #[test]
     fn appending_in_chunks_keeps_the_order() {
         let entry = |i: usize| TraceEntry::new(Action::Alloc, Some(i as u64), 1, StreamIndex(0));
