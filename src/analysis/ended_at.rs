@@ -2,7 +2,7 @@
 //! (in a training trace a third of the entries are allocations): a bitmap of which entries are
 //! allocations, with a count per 64 entries, turns an entry's index into its allocation's.
 
-use crate::model::{Action, TraceEntry};
+use crate::model::{Action, Live, TraceEntry};
 
 /// An allocation still alive at the end, or an entry index past u32 (a trace of four billion
 /// entries would not fit in memory anyway).
@@ -87,11 +87,24 @@ impl EndedAt {
             .zip(&self.ended)
             .map(|((j, e), &end)| (j, e, end))
     }
+
+    /// The allocations made by `entries[..=p]` (those of the trace this was made for) still
+    /// alive after entry `p`, by address.
+    pub fn alive_after_entry<'e>(
+        &'e self,
+        entries: &'e [TraceEntry],
+        p: usize,
+    ) -> impl Iterator<Item = (u64, Live)> + 'e {
+        let upto = &entries[..(p + 1).min(entries.len())];
+        (self.allocations(upto))
+            .filter(move |&(_, _, end)| alive_after(end, p))
+            .filter_map(|(j, e, _)| Some((e.addr()?, Live::from_alloc(e, j))))
+    }
 }
 
 /// Whether an allocation that ended at `end` (`NEVER`: did not) was alive after entry `p`.
 #[inline]
-pub fn alive_after(end: u32, p: usize) -> bool {
+fn alive_after(end: u32, p: usize) -> bool {
     end == NEVER || end as usize > p
 }
 

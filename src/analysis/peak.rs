@@ -1,6 +1,6 @@
 //! The peak of active memory over a trace and what was alive at it.
 
-use super::ended_at::{alive_after, EndedAt, NEVER};
+use super::ended_at::{EndedAt, NEVER};
 use crate::model::{Live, LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
 use rustc_hash::FxHashMap;
 
@@ -123,9 +123,7 @@ pub fn find_peak_followed<'a, F: FollowReplay<'a>>(
             let older = before.into_iter().filter(|(addr, _)| {
                 (endings.before_ended.get(addr)).is_none_or(|&end| end as usize > peak)
             });
-            let made = (endings.ended_at.allocations(&entries[..=peak]))
-                .filter(|&(_, _, end)| alive_after(end, peak))
-                .filter_map(|(j, e, _)| Some((e.addr()?, Live::from_alloc(e, j))));
+            let made = endings.ended_at.alive_after_entry(entries, peak);
             older.chain(made).collect()
         }
     };

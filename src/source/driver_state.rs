@@ -29,6 +29,10 @@
 //! - A record's device is the one the shim saw; a call that names none (or an impossible one) is
 //!   put on device 0 and counted.
 
+mod by_device;
+
+pub use by_device::ByDevice;
+
 use super::recording::MAX_DEVICES;
 use memprof_wire::{Kind, Mapping, Record, CUDA_SUCCESS};
 use rustc_hash::FxHashMap;
@@ -216,8 +220,7 @@ pub struct DriverState<T> {
     mappings: BTreeMap<u64, Mapped<T>>,
     managed: FxHashMap<u64, Held<T>>,
     host: FxHashMap<u64, Held<T>>,
-    /// By device (below `MAX_DEVICES`); `None` for one no record named.
-    devices: Vec<Option<DeviceHeld>>,
+    devices: ByDevice<DeviceHeld>,
     /// Device memory held on all devices, and its most.
     total: u64,
     peak: u64,
@@ -232,7 +235,7 @@ impl<T> Default for DriverState<T> {
             mappings: BTreeMap::new(),
             managed: FxHashMap::default(),
             host: FxHashMap::default(),
-            devices: Vec::new(),
+            devices: ByDevice::default(),
             total: 0,
             peak: 0,
             counts: Counts::default(),
@@ -249,8 +252,8 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
         if r.is_oom() {
             let device = self.device_of(r);
             self.counts.ooms += 1;
-            let free = (self.devices.get(device as usize))
-                .and_then(|d| d.as_ref()?.info)
+            let free = (self.devices.get(device))
+                .and_then(|d| d.info)
                 .map(|(free, _)| free);
             keeper.oom(r, device, free);
             return;
@@ -294,7 +297,7 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
             }
             Kind::MemGetInfo => {
                 let device = self.device_of(r);
-                self.device(device).info = Some((r.aux, r.size));
+                self.devices.named(device).info = Some((r.aux, r.size));
                 keeper.info(device, r.aux, r.size);
             }
             Kind::AddressReserve
@@ -385,7 +388,7 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
         if held.memory == Memory::Mapping {
             return;
         }
-        let d = self.device(held.device);
+        let d = self.devices.named(held.device);
         let figure = match held.memory {
             Memory::Device | Memory::Handle => &mut d.held,
             Memory::Managed => &mut d.managed,
@@ -427,20 +430,9 @@ impl<T: Copy + Debug + Eq> DriverState<T> {
         }
     }
 
-    /// The figures of `device`, made when a record first names it (devices are below
-    /// `MAX_DEVICES`: `device_of` sees to it).
-    fn device(&mut self, device: u32) -> &mut DeviceHeld {
-        let device = device as usize;
-        if device >= self.devices.len() {
-            self.devices.resize_with(device + 1, || None);
-        }
-        self.devices[device].get_or_insert_with(DeviceHeld::default)
-    }
-
     /// Each device's figures, by device (a device appears once a record named it).
     pub fn devices(&self) -> impl Iterator<Item = (u32, &DeviceHeld)> {
-        (self.devices.iter().enumerate())
-            .filter_map(|(device, d)| Some((device as u32, d.as_ref()?)))
+        self.devices.iter()
     }
 
     pub fn counts(&self) -> &Counts {

@@ -4,7 +4,7 @@
 //! trace falls into.
 
 use super::context::{Context, ContextCache};
-use crate::analysis::ended_at::{alive_after, EndedAt, NEVER};
+use crate::analysis::ended_at::{EndedAt, NEVER};
 use crate::analysis::live_totals::{LiveTotals, Totals};
 use crate::analysis::peak::{Endings, FollowReplay};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
@@ -414,10 +414,7 @@ impl<'a> Lifetimes<'a> {
             .iter()
             .filter(|b| b.2 == NEVER || b.2 as usize > p)
             .map(|&(a, l, _)| (a, l));
-        let made = (self.ended_at)
-            .allocations(&self.entries[..=p.min(self.entries.len().saturating_sub(1))])
-            .filter(|&(_, _, end)| alive_after(end, p))
-            .filter_map(|(j, e, _)| Some((e.addr()?, Live::from_alloc(e, j))));
+        let made = self.ended_at.alive_after_entry(self.entries, p);
         older.chain(made).collect()
     }
 }

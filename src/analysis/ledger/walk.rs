@@ -8,7 +8,7 @@ use super::{
     TorchShare,
 };
 use crate::analysis::packed::PackedU64s;
-use crate::source::driver_state::{DriverState, End, Held, Keeper, Memory};
+use crate::source::driver_state::{ByDevice, DriverState, End, Held, Keeper, Memory};
 use memprof_wire::{Item, Kind, Mapping, Record, RecordingReader, StreamError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -89,8 +89,7 @@ pub struct LedgerWalk {
     /// Frames of each stack id, until the first allocation using it resolves its library.
     frames: FxHashMap<u32, Vec<u64>>,
     library_of: FxHashMap<u32, Option<usize>>,
-    /// By device (below `recording::MAX_DEVICES`); `None` for one no record named.
-    devices: Vec<Option<Device>>,
+    devices: ByDevice<Device>,
     /// Whether an allocation or mapping fell in a snapshot segment.
     joined: bool,
 }
@@ -108,7 +107,10 @@ impl Keeper for LedgerWalk {
 
     fn record(&mut self, r: &Record) {
         if r.kind == Kind::NvmlSample {
-            self.device(device_of(r)).samples.push((r.ts_ns, r.size));
+            self.devices
+                .named(device_of(r))
+                .samples
+                .push((r.ts_ns, r.size));
         }
     }
 
@@ -190,7 +192,7 @@ impl LedgerWalk {
             name_index: FxHashMap::default(),
             frames: FxHashMap::default(),
             library_of: FxHashMap::default(),
-            devices: Vec::new(),
+            devices: ByDevice::default(),
             joined: false,
         }
     }
@@ -233,15 +235,6 @@ impl LedgerWalk {
         held
     }
 
-    #[inline]
-    fn device(&mut self, device: u32) -> &mut Device {
-        let device = device as usize;
-        if device >= self.devices.len() {
-            self.devices.resize_with(device + 1, || None);
-        }
-        self.devices[device].get_or_insert_with(Device::default)
-    }
-
     /// Adds (or with `add` false, takes away) what the driver state held or released.
     fn change(&mut self, ts_ns: u64, held: &Held<Owner>, add: bool) {
         match held.memory {
@@ -249,7 +242,7 @@ impl LedgerWalk {
                 self.count(ts_ns, held.device, held.size, held.tag, add);
             }
             Memory::Managed => {
-                let d = self.device(held.device);
+                let d = self.devices.named(held.device);
                 d.now.managed = if add {
                     d.now.managed.saturating_add(held.size)
                 } else {
@@ -269,7 +262,7 @@ impl LedgerWalk {
 
     /// Adds (or with `add` false, takes away) `size` bytes of `owner` to `device`'s tallies.
     fn count(&mut self, ts_ns: u64, device: u32, size: u64, owner: Owner, add: bool) {
-        let d = self.device(device);
+        let d = self.devices.named(device);
         let tally = d.now.owners.entry(owner).or_default();
         if add {
             tally.bytes = tally.bytes.saturating_add(size);
@@ -301,14 +294,14 @@ impl LedgerWalk {
 
     /// After a change of pinned host or managed memory: the peak's figures follow while it holds.
     fn follow_peak(&mut self, device: u32) {
-        let d = self.device(device);
+        let d = self.devices.named(device);
         if d.peak.is_some() && d.peak_end_ns.is_none() {
             d.peak = Some(d.now.clone());
         }
     }
 
     fn count_host(&mut self, device: u32, library: Option<usize>, size: u64, add: bool) {
-        let d = self.device(device);
+        let d = self.devices.named(device);
         let bytes = d.now.host.entry(library).or_default();
         *bytes = if add {
             bytes.saturating_add(size)
@@ -344,9 +337,7 @@ impl LedgerWalk {
         let with_torch = !self.torch.is_empty();
         let with_torch_host = !self.torch_host.is_empty();
         let mut out = Vec::new();
-        let devices = (self.devices.iter().enumerate())
-            .filter_map(|(device, d)| Some((device as u32, d.as_ref()?)));
-        for (device, d) in devices {
+        for (device, d) in self.devices.iter() {
             let end = &d.now;
             let peak = d.peak.as_ref().unwrap_or(end);
             let total_at = |ts: u64| -> u64 {
