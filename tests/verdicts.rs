@@ -326,7 +326,7 @@ fn figures_next_to_the_oom_are_of_the_oom_even_when_the_dump_differs() {
 
 /// Leak suspects are sites whose live allocations come from several iterations. AdamW's
 /// state, made in the only optimizer step a trace shows and kept (what the categories call
-/// optimizer state), is not one: the line says it was kept from one iteration.
+/// optimizer state), is not one: the line says each was made in one iteration.
 #[test]
 fn leak_suspects_are_sites_alive_from_several_iterations() {
     let cases = [
@@ -335,7 +335,7 @@ fn leak_suspects_are_sites_alive_from_several_iterations() {
             [
                 "at the dump   38.28 GiB allocated: optimizer_state 25.38 GiB",
                 "leak suspects: none: nothing alive at the trace's end was made in more than one \
-                 iteration (1 optimizer step seen); kept from one iteration: 25.43 GiB \
+                 iteration (1 optimizer step seen); each made in one iteration: 25.43 GiB \
                  (requested) in 585 allocations: 12.69 GiB at",
             ],
         ),

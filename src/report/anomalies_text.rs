@@ -17,9 +17,21 @@ fn duration(us: i64) -> String {
     }
 }
 
-fn iterations(s: &LeakSite) -> String {
+/// The iterations a site's live allocations came from; of a trace with `steps` optimizer
+/// steps, iteration `steps + 1` is what ran after the last of them (at an OOM dump, the
+/// iteration that failed).
+fn iterations(s: &LeakSite, steps: u32) -> String {
     if s.first_iteration == s.last_iteration {
-        format!("iteration {}", s.first_iteration)
+        let after_last_step = steps > 0 && s.first_iteration > steps;
+        format!(
+            "iteration {}{}",
+            s.first_iteration,
+            if after_last_step {
+                ", after the last step"
+            } else {
+                ""
+            }
+        )
     } else {
         format!(
             "iterations {} to {}, {} of them",
@@ -69,7 +81,7 @@ pub fn lines(a: &Anomalies, entries: usize, indent: &str) -> Vec<String> {
                     Bytes(s.bytes),
                     terminal_text(&s.site),
                     count(s.count as u64, "alloc", "allocs"),
-                    iterations(s)
+                    iterations(s, l.steps)
                 )
             })
             .collect();
@@ -79,13 +91,14 @@ pub fn lines(a: &Anomalies, entries: usize, indent: &str) -> Vec<String> {
             if l.steps == 1 { "step" } else { "steps" }
         );
         // Sites that made live allocations in several iterations come first: when the first
-        // did not, none did, and what is alive is what single iterations made and the run kept
-        // (its weights, its optimizer's state), which only steps can tell from growth.
+        // did not, none did, and what is alive is what single iterations made: what the run
+        // kept (its weights, its optimizer's state), or what the iteration after the last step
+        // holds; only steps can tell either from growth.
         let growing = l.sites.first().is_some_and(|s| s.iterations > 1);
         out.push(if l.steps > 0 && !growing {
             format!(
                 "{indent}leak suspects: none: nothing alive at the trace's end was made in more \
-                 than one iteration ({steps}); kept from one iteration: {} (requested) in {}: {}",
+                 than one iteration ({steps}); each made in one iteration: {} (requested) in {}: {}",
                 Bytes(l.bytes),
                 count(l.count as u64, "allocation", "allocations"),
                 sites.join("; ")
@@ -181,8 +194,25 @@ mod tests {
         assert_eq!(
             line,
             "leak suspects: none: nothing alive at the trace's end was made in more than one \
-             iteration (1 optimizer step seen); kept from one iteration: 1.00 MiB (requested) in \
-             2 allocations: 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
+             iteration (1 optimizer step seen); each made in one iteration: 1.00 MiB \
+             (requested) in 2 allocations: 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
+        );
+    }
+
+    /// At an OOM dump, what the failing iteration holds is in flight, not kept: the line says
+    /// it was made after the last step.
+    #[test]
+    fn what_the_iteration_after_the_last_step_made_is_named_so() {
+        let line = leak_line(
+            4,
+            vec![site("model.py:24", 5, 5, 1), site("adam.py:74", 1, 1, 1)],
+        );
+        assert!(
+            line.ends_with(
+                "1.00 MiB at model.py:24 (2 allocs, iteration 5, after the last step); \
+                 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
+            ),
+            "{line}"
         );
     }
 
