@@ -24,7 +24,7 @@ pub struct PackedU64s {
 
 impl PackedU64s {
     /// Adds the next value.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, value: u64) {
         if self.open.capacity() == 0 {
             self.open.reserve_exact(BLOCK);
@@ -37,6 +37,8 @@ impl PackedU64s {
     }
 
     /// Keeps the open block in its final form.
+    #[cold]
+    #[inline(never)]
     fn close(&mut self) {
         let Some(&first) = self.open.first() else {
             return;

@@ -132,6 +132,7 @@ impl PrefetchReader {
 }
 
 impl Read for PrefetchReader {
+    #[inline]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.chunk.len() {
             let next = match self.prefetch.chunks.recv() {

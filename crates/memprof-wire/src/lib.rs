@@ -351,6 +351,7 @@ pub enum Kind {
 
 impl Kind {
     /// The kind with this number.
+    #[inline]
     pub fn from_u16(value: u16) -> Option<Kind> {
         Some(match value {
             1 => Kind::Alloc,
@@ -481,7 +482,8 @@ impl Record {
         out
     }
 
-    /// Reads one record from exactly `RECORD_LEN` bytes.
+    /// Reads one record from exactly `RECORD_LEN` bytes (inlined into a reader's loop).
+    #[inline]
     pub fn decode(bytes: &[u8; RECORD_LEN]) -> Result<Record, RecordError> {
         let kind_number = u16::from_le_bytes([bytes[0], bytes[1]]);
         let kind = Kind::from_u16(kind_number).ok_or(RecordError::UnknownKind(kind_number))?;
@@ -720,12 +722,14 @@ pub fn decode_recording(bytes: &[u8]) -> Result<Recording, DecodeError> {
     Ok(out)
 }
 
+#[inline]
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
     let mut word = [0u8; 4];
     word.copy_from_slice(&bytes[at..at + 4]);
     u32::from_le_bytes(word)
 }
 
+#[inline]
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&bytes[at..at + 8]);

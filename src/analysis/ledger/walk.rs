@@ -41,11 +41,13 @@ pub enum Owner {
 /// host allocator, listed apart from the libraries.
 const TORCH_HOST: usize = usize::MAX;
 
-/// Bytes and count of one owner.
+/// Bytes and count of one owner, and its most bytes so far (read from the device's tallies
+/// now: a copy taken at the peak keeps the most bytes until then).
 #[derive(Clone, Copy, Debug, Default)]
 struct Tally {
     bytes: u64,
     count: u64,
+    most_bytes: u64,
 }
 
 /// One device's figures at one moment.
@@ -66,8 +68,7 @@ struct Device {
     /// When the total reached its peak, and when it first changed after that.
     peak_start_ns: u64,
     peak_end_ns: Option<u64>,
-    /// Each owner's and each host library's most bytes.
-    owner_peak: BTreeMap<Owner, u64>,
+    /// Each host library's most bytes (each owner's are in its tally).
     host_peak: BTreeMap<Option<usize>, u64>,
     /// The time and the total after every change of the total, for the NVML samples.
     change_times: PackedU64s,
@@ -273,9 +274,7 @@ impl LedgerWalk {
             tally.count = tally.count.saturating_sub(1);
             d.now.total = d.now.total.saturating_sub(size);
         }
-        let bytes = tally.bytes;
-        let peak = d.owner_peak.entry(owner).or_default();
-        *peak = (*peak).max(bytes);
+        tally.most_bytes = tally.most_bytes.max(tally.bytes);
         d.change_times.push(ts_ns);
         d.change_totals.push(d.now.total);
         let peak = d.peak.as_ref().map_or(0, |p| p.total);
@@ -401,7 +400,7 @@ impl LedgerWalk {
                 let Owner::Library(Some(i)) = owner else {
                     return None;
                 };
-                let peak = d.owner_peak.get(&owner).copied().unwrap_or(0);
+                let peak = d.now.owners.get(&owner).map_or(0, |t| t.most_bytes);
                 (peak > 0).then(|| LibraryBytes {
                     library: self.names[i].clone(),
                     bytes: tally.bytes,

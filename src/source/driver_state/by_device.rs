@@ -14,7 +14,7 @@ impl<T> Default for ByDevice<T> {
 
 impl<T: Default> ByDevice<T> {
     /// The figures of `device`, made when first asked for (`device` below `MAX_DEVICES`).
-    #[inline]
+    #[inline(always)]
     pub fn named(&mut self, device: u32) -> &mut T {
         let device = device as usize;
         if device >= self.0.len() {
