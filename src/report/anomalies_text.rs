@@ -22,16 +22,12 @@ fn duration(us: i64) -> String {
 /// iteration that failed).
 fn iterations(s: &LeakSite, steps: u32) -> String {
     if s.first_iteration == s.last_iteration {
-        let after_last_step = steps > 0 && s.first_iteration > steps;
-        format!(
-            "iteration {}{}",
-            s.first_iteration,
-            if after_last_step {
-                ", after the last step"
-            } else {
-                ""
-            }
-        )
+        let after = if steps > 0 && s.first_iteration > steps {
+            ", after the last step"
+        } else {
+            ""
+        };
+        format!("iteration {}{after}", s.first_iteration)
     } else {
         format!(
             "iterations {} to {}, {} of them",
