@@ -35,5 +35,8 @@ fuzz_target!(|data: &[u8]| {
     // come after the last one).
     let answers = output.windows(7).filter(|w| w == b"HTTP/1.").count();
     let newlines = data.iter().filter(|b| **b == b'\n').count();
-    assert!(answers <= newlines + 1, "{answers} answers to {newlines} lines");
+    assert!(
+        answers <= newlines + 1,
+        "{answers} answers to {newlines} lines"
+    );
 });

@@ -23,7 +23,12 @@ fuzz_target!(|data: &[u8]| {
             fold.apply(&record);
         }
     }
-    let _ = (tally.largest(5), tally.alive(), fold.held_bytes(), fold.warnings());
+    let _ = (
+        tally.largest(5),
+        tally.alive(),
+        fold.held_bytes(),
+        fold.warnings(),
+    );
     let snapshot = fold.into_snapshot(Default::default(), &Default::default());
     let _ = memprof::analysis::analyze_snapshot(&snapshot, 10, None);
 });

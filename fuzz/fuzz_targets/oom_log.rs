@@ -12,7 +12,7 @@ use memprof::source::oom_log::parse_log;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let messages = parse_log(&text);
-    let report = DiagnoseReport::new(diagnose_log(&messages), Vec::new(), None);
+    let report = DiagnoseReport::new(diagnose_log(&messages), Vec::new(), None, None);
     let _ = report.text("fuzz.log");
     let _ = serde_json::to_string(&report);
 });
