@@ -184,31 +184,28 @@ mod tests {
         );
     }
 
+    /// What single iterations made is no suspect; at an OOM dump, what the failing iteration
+    /// holds is in flight, not kept, and the line says it was made after the last step.
     #[test]
-    fn what_one_iteration_made_and_the_run_kept_is_no_suspect() {
-        let line = leak_line(1, vec![site("adam.py:74", 1, 1, 1)]);
+    fn what_single_iterations_made_is_no_suspect_and_says_if_after_the_last_step() {
+        let kept = leak_line(1, vec![site("adam.py:74", 1, 1, 1)]);
         assert_eq!(
-            line,
+            kept,
             "leak suspects: none: nothing alive at the trace's end was made in more than one \
              iteration (1 optimizer step seen); each made in one iteration: 1.00 MiB \
              (requested) in 2 allocations: 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
         );
-    }
-
-    /// At an OOM dump, what the failing iteration holds is in flight, not kept: the line says
-    /// it was made after the last step.
-    #[test]
-    fn what_the_iteration_after_the_last_step_made_is_named_so() {
-        let line = leak_line(
+        let in_flight = leak_line(
             4,
             vec![site("model.py:24", 5, 5, 1), site("adam.py:74", 1, 1, 1)],
         );
         assert!(
-            line.ends_with(
-                "1.00 MiB at model.py:24 (2 allocs, iteration 5, after the last step); \
-                 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
+            in_flight.ends_with(
+                "(4 optimizer steps seen); each made in one iteration: 2.00 MiB (requested) in 4 \
+                 allocations: 1.00 MiB at model.py:24 (2 allocs, iteration 5, after the last \
+                 step); 1.00 MiB at adam.py:74 (2 allocs, iteration 1)"
             ),
-            "{line}"
+            "{in_flight}"
         );
     }
 
