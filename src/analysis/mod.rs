@@ -17,7 +17,6 @@ mod left_alive;
 mod live_totals;
 pub mod live_tree;
 pub mod oom;
-mod packed;
 mod peak;
 pub mod pressure;
 pub mod same_devices;

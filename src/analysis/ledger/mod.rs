@@ -13,6 +13,7 @@
 //! (`analyze`, `gate`) or by a pass of its own (`ledger_of`). Its stacks are needed raw, by
 //! address.
 
+mod history;
 pub mod library;
 mod walk;
 

@@ -2,12 +2,12 @@
 //! says what is held): who holds each live allocation, handle and pinned host range, each
 //! device's tallies at its peak, and the NVML samples with the driver's total at their moment.
 
+use super::history::TotalHistory;
 use super::library::Libraries;
 use super::{
     DeviceLedger, HostBytes, LedgerView, LibraryBytes, PoolBytes, TorchHostShare, TorchSegment,
     TorchShare,
 };
-use crate::analysis::packed::PackedU64s;
 use crate::source::driver_state::{ByDevice, DriverState, End, Held, Keeper, Memory};
 use memprof_wire::{Item, Kind, Mapping, Record, RecordingReader, StreamError};
 use rustc_hash::FxHashMap;
@@ -71,8 +71,7 @@ struct Device {
     /// Each host library's most bytes (each owner's are in its tally).
     host_peak: BTreeMap<Option<usize>, u64>,
     /// The time and the total after every change of the total, for the NVML samples.
-    change_times: PackedU64s,
-    change_totals: PackedU64s,
+    history: TotalHistory,
     /// NVML samples: (time, bytes).
     samples: Vec<(u64, u64)>,
 }
@@ -275,8 +274,7 @@ impl LedgerWalk {
             d.now.total = d.now.total.saturating_sub(size);
         }
         tally.most_bytes = tally.most_bytes.max(tally.bytes);
-        d.change_times.push(ts_ns);
-        d.change_totals.push(d.now.total);
+        d.history.push(ts_ns, d.now.total);
         let peak = d.peak.as_ref().map_or(0, |p| p.total);
         if d.peak.is_none() || d.now.total > peak {
             d.peak = Some(d.now.clone());
@@ -339,12 +337,8 @@ impl LedgerWalk {
         for (device, d) in self.devices.iter() {
             let end = &d.now;
             let peak = d.peak.as_ref().unwrap_or(end);
-            let total_at = |ts: u64| -> u64 {
-                let i = d.change_times.partition_point(|t| t <= ts);
-                i.checked_sub(1).map_or(0, |i| d.change_totals.get(i))
-            };
             let context = |sample: Option<&(u64, u64)>| {
-                sample.map(|&(ts, used)| (used, used.saturating_sub(total_at(ts))))
+                sample.map(|&(ts, used)| (used, used.saturating_sub(d.history.total_at(ts))))
             };
             // At the peak: the last sample taken while the peak held (NVML lags the driver, so
             // the last one is the one that has caught up), else the one nearest to it.
