@@ -8,7 +8,7 @@ use crate::account::inputs;
 use crate::util::fixture;
 use memprof::account::at::state_at;
 use memprof::account::{self, DeviceReport, Figure, MomentKind, MomentQuery, TimeAxis};
-use memprof::analysis::categories::{CategoryBytes, CategoryRules};
+use memprof::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
 use memprof::diagnose::Origin;
 use memprof::model::Snapshot;
 use memprof::report::tree_at::tree_at;
@@ -39,6 +39,7 @@ fn check_device(
     let a = &d.account;
     let blocks = d.analysis.block_sizes();
     let rules = CategoryRules::default();
+    let mut classifier = Classifier::new(snapshot, device, &rules);
     for m in &a.moments {
         let query = match m.entry {
             Some(e) => MomentQuery::Entry(e),
@@ -48,7 +49,7 @@ fn check_device(
             .resolve(query, entries, axis)
             .expect("the account's moment");
         let here = format!("{name}: device {device}: {:?} at {:?}", m.kind, m.entry);
-        let state = state_at(snapshot, device, a, blocks, &at, &rules, 1);
+        let state = state_at(snapshot, device, a, blocks, &at, &mut classifier, 1);
         let tree = tree_at(snapshot, device, &at, blocks, 1, 0.0);
         // The account's figures there, with the requested bytes the trace gives at any entry.
         let figures = state.figures;

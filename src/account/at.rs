@@ -4,7 +4,7 @@
 //! renderer.
 
 use super::{DeviceAccount, Figures, MomentKind, TimeAxis};
-use crate::analysis::categories::{CategoryBytes, CategoryRules, Classifier};
+use crate::analysis::categories::{CategoryBytes, Classifier};
 use crate::analysis::{top_sites, Site};
 use crate::model::{replay_device, Snapshot, TraceEntry};
 use crate::sim::block_sizes::BlockSizes;
@@ -191,14 +191,15 @@ pub struct StateAt {
 }
 
 /// The state of `device` (whose account is `account`, and the blocks of whose allocator replay
-/// are `blocks`) at `at`, with `top` sites.
+/// are `blocks`) at `at`, with `top` sites; `classifier` sorts the device's allocations into
+/// categories (the account's, kept by `build_keeping_classifiers`, or a new one).
 pub fn state_at(
     snapshot: &Snapshot,
     device: u32,
     account: &DeviceAccount,
     blocks: Option<&BlockSizes>,
     at: &Resolved,
-    rules: &CategoryRules,
+    classifier: &mut Classifier<'_>,
     top: usize,
 ) -> StateAt {
     let entries = snapshot.timeline.device(device as usize);
@@ -216,17 +217,15 @@ pub fn state_at(
         Some(f) if at.entry.is_none() => f,
         _ => account.figures_with_trace(at.entry, replay.live().total(), replay.reserved()),
     };
-    let mut classifier = Classifier::new(snapshot, device, rules);
     let (categories, allocated_categories) = if at.is_dump() {
         let dump = classifier.at_dump(device);
         (dump.clone(), Some(dump))
     } else {
-        let requested = classifier.at_entries(&[at.entry]).pop().unwrap_or_default();
-        let allocated = figures.allocated_bytes.zip(blocks).and_then(|(a, b)| {
-            let live = classifier.classify(at.entry);
-            live.allocated(classifier.names(), b, a)
-        });
-        (requested, allocated)
+        let live = classifier.classify(at.entry);
+        let names = classifier.names();
+        let allocated =
+            (figures.allocated_bytes.zip(blocks)).and_then(|(a, b)| live.allocated(names, b, a));
+        (live.requested(names), allocated)
     };
     StateAt {
         figures,

@@ -6,7 +6,7 @@ use super::input::load_snapshot;
 use super::{AnalyzeArgs, Outcome};
 use crate::account::at::state_at;
 use crate::account::{self, MomentQuery};
-use crate::analysis::categories::CategoryRules;
+use crate::analysis::categories::{CategoryRules, Classifier};
 use crate::report::at_json::{AtReport, DeviceAt};
 use anyhow::{bail, Context};
 use std::io::Write;
@@ -25,7 +25,9 @@ pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
             bail!("{shown}: device {d} has no segments and no trace entries");
         }
     }
-    let input = account::build(
+    // The account's classifiers sort the allocations at the moment too (a device whose
+    // account is its twin's copy has none, and gets one of its own).
+    let (input, mut classifiers) = account::build_keeping_classifiers(
         snapshot,
         &account::Options {
             top: args.top,
@@ -37,7 +39,7 @@ pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
         },
     );
     let mut devices = Vec::new();
-    for d in &input.devices {
+    for (d, kept) in input.devices.iter().zip(classifiers.iter_mut()) {
         if !d.account.holds_memory() && args.device.is_none() {
             continue;
         }
@@ -48,8 +50,9 @@ pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
             .resolve(query, entries, input.axis)
             .map_err(|e| anyhow::anyhow!("{shown}: device {device}: --at {at}: {e}"))?;
         let blocks = d.analysis.block_sizes();
+        let classifier = kept.get_or_insert_with(|| Classifier::new(snapshot, device, &rules));
         let mut state = state_at(
-            snapshot, device, &d.account, blocks, &resolved, &rules, args.top,
+            snapshot, device, &d.account, blocks, &resolved, classifier, args.top,
         );
         if !args.full_stacks {
             state
