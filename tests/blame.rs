@@ -55,7 +55,7 @@ fn foreach_adamw(path: &std::path::Path) {
     let mut take = |a: &mut CachingAllocator, stack: Option<StackId>, wait: i64| {
         now += wait;
         for mut e in a.take_events() {
-            if e.action == Action::Alloc {
+            if e.action() == Action::Alloc {
                 e.stack = stack;
             }
             now += 10;
@@ -105,12 +105,12 @@ fn foreach_adamw(path: &std::path::Path) {
     // Stretch the stall: 5 ms between the first free_requested and its free_completed.
     let requested = all
         .iter()
-        .position(|e| e.action == Action::FreeRequested)
+        .position(|e| e.action() == Action::FreeRequested)
         .expect("a free");
     let completed = requested
         + all[requested..]
             .iter()
-            .position(|e| e.action == Action::FreeCompleted && e.addr() == all[requested].addr())
+            .position(|e| e.action() == Action::FreeCompleted && e.addr() == all[requested].addr())
             .expect("its completion");
     for e in &mut all[completed..] {
         let t = e.time_us().expect("timed");

@@ -204,7 +204,7 @@ pub(crate) fn oom_in_attention(path: &std::path::Path, capacity: u64) {
     let mut all = Vec::new();
     let layout = a.layout(0);
     for (i, mut e) in entries.into_iter().enumerate() {
-        if matches!(e.action, Action::Alloc | Action::Oom) {
+        if matches!(e.action(), Action::Alloc | Action::Oom) {
             e.stack = if i < parameters { to } else { attention };
         }
         all.push(e);
@@ -364,7 +364,7 @@ fn tensors_a_step_replaces_keep_the_category_of_the_ones_they_replace() {
     let mut entries = a.take_events();
     let mut allocs = 0;
     for e in &mut entries {
-        e.stack = match e.action {
+        e.stack = match e.action() {
             Action::Alloc => {
                 allocs += 1;
                 if allocs == 1 {
@@ -381,7 +381,7 @@ fn tensors_a_step_replaces_keep_the_category_of_the_ones_they_replace() {
     let mut layout = a.layout(0);
     let cached_at = cached
         .iter()
-        .filter(|e| e.action == Action::Alloc)
+        .filter(|e| e.action() == Action::Alloc)
         .filter_map(|e| e.addr())
         .find(|&addr| addr != old)
         .expect("the cache");

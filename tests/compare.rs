@@ -32,7 +32,7 @@ fn rank(extra: usize, stacks: &mut StackTable) -> (Vec<TraceEntry>, CachingAlloc
     }
     let mut entries = a.take_events();
     for e in &mut entries {
-        if e.action == Action::Alloc {
+        if e.action() == Action::Alloc {
             e.stack = if e.size == 40 * MIB { heavy } else { light };
         }
     }

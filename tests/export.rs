@@ -349,7 +349,7 @@ fn perfetto_counters_peak_where_analyze_says() {
         let calls = devices
             .iter()
             .flat_map(|&d| snapshot.timeline.device(d as usize))
-            .filter(|e| e.action == Action::Snapshot)
+            .filter(|e| e.action() == Action::Snapshot)
             .count();
         let analyzed = crate::util::memprof(&["analyze", "--json", &source.display().to_string()]);
         let analyzed: Value = serde_json::from_slice(&analyzed.stdout).expect("analyze JSON");
@@ -524,7 +524,7 @@ fn json_events_read_back_into_the_source() {
             for (i, (j, e)) in dev.entries.iter().zip(entries).enumerate() {
                 let at = format!("{name} device {} entry {i}", dev.device);
                 assert_eq!(j.index, i, "{at}");
-                assert_eq!(j.action, e.action.torch_name(), "{at}");
+                assert_eq!(j.action, e.action().torch_name(), "{at}");
                 assert_eq!(j.addr, e.addr(), "{at}");
                 assert_eq!(j.size, e.size, "{at}");
                 assert_eq!(j.stream, s.timeline.stream(e.stream), "{at}");

@@ -112,7 +112,7 @@ fn a_built_step_whose_optimizer_does_not_grow_gives_its_known_answer() {
     let mut entries = Vec::new();
     let mut take = |a: &mut CachingAllocator, stack| {
         for mut e in a.take_events() {
-            if e.action == Action::Alloc {
+            if e.action() == Action::Alloc {
                 e.stack = stack;
             }
             entries.push(e);

@@ -830,7 +830,7 @@ fn oom_on_device_one() -> Snapshot {
     snap.segments.extend(moved);
     let streams: Vec<u64> = snap.timeline.streams().to_vec();
     snap.timeline = memprof::model::Timeline::new(entries, vec![0..0, 0..n]);
-    snap.timeline.set_tables(streams, Vec::new());
+    snap.timeline.set_streams(streams);
     snap
 }
 

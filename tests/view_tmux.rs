@@ -272,7 +272,7 @@ fn long_demo(dir: &std::path::Path, times: usize) -> std::path::PathBuf {
     let entries: Vec<_> = (0..times).flat_map(|_| one.iter().copied()).collect();
     let n = entries.len();
     let mut timeline = Timeline::new(entries, std::iter::once(0..n).collect());
-    timeline.set_tables(demo.timeline.streams().to_vec(), Vec::new());
+    timeline.set_streams(demo.timeline.streams().to_vec());
     timeline.set_pools(demo.timeline.pools().to_vec());
     let long = Snapshot {
         timeline,

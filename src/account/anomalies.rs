@@ -105,7 +105,7 @@ pub fn trace_pass(entries: &[TraceEntry], timeline: &Timeline, stacks: &StackTab
     let mut buckets = vec![(0usize, 0u64); LIFETIME_BOUNDS_US.len() + 1];
     for (i, e) in entries.iter().enumerate() {
         let Some(addr) = e.addr() else { continue };
-        match e.action {
+        match e.action() {
             Action::Alloc => {
                 alive.insert(addr, i);
             }

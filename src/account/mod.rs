@@ -193,7 +193,7 @@ pub fn account_of(input: &DeviceInput<'_>, walked: anomalies::TracePass) -> Devi
     moments.extend(reserved_peak);
     // Each `oom` entry, with the allocator's figures at the one the replay reproduced.
     for (i, e) in input.entries.iter().enumerate() {
-        if e.action != Action::Oom {
+        if e.action() != Action::Oom {
             continue;
         }
         let state = states.at(i);
@@ -314,5 +314,5 @@ fn trace_moment(
 /// entries, if the trace ends with one.
 fn dump_time(entries: &[TraceEntry]) -> Option<i64> {
     let last = entries.last()?;
-    (last.action == Action::Snapshot).then(|| last.time_us())?
+    (last.action() == Action::Snapshot).then(|| last.time_us())?
 }

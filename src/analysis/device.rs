@@ -163,7 +163,7 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     });
     let mut counts = [0usize; Action::ALL.len()];
     for e in entries {
-        counts[e.action as usize] += 1;
+        counts[e.action() as usize] += 1;
     }
     let actions: BTreeMap<&'static str, usize> = Action::ALL
         .iter()
@@ -175,7 +175,7 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
         .iter()
         .enumerate()
         .rev()
-        .find(|(_, e)| e.action == Action::Oom)
+        .find(|(_, e)| e.action() == Action::Oom)
         .map(|(i, e)| OomEntry {
             entry_index: i,
             request_bytes: e.size,

@@ -28,7 +28,7 @@ impl EndedAt {
         for chunk in entries.chunks(64) {
             let mut word = 0u64;
             for (k, e) in chunk.iter().enumerate() {
-                word |= u64::from(e.action == Action::Alloc) << k;
+                word |= u64::from(e.action() == Action::Alloc) << k;
             }
             is_alloc.push(word);
             before.push(allocs);
@@ -83,7 +83,7 @@ impl EndedAt {
         entries: &'e [TraceEntry],
     ) -> impl Iterator<Item = (usize, &'e TraceEntry, u32)> + 'e {
         (entries.iter().enumerate())
-            .filter(|(_, e)| e.action == Action::Alloc)
+            .filter(|(_, e)| e.action() == Action::Alloc)
             .zip(&self.ended)
             .map(|((j, e), &end)| (j, e, end))
     }

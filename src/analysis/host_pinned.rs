@@ -30,7 +30,7 @@ pub struct HostPinnedReport {
 
 /// The most of one figure over the trace, and the time of the entry that first reached it.
 fn peak(host: &HostAllocator, at_dump: u64, delta: impl Fn(Action) -> i128) -> (u64, Option<i64>) {
-    let change = |e: &crate::model::TraceEntry| delta(e.action) * i128::from(e.size);
+    let change = |e: &crate::model::TraceEntry| delta(e.action()) * i128::from(e.size);
     let total: i128 = host.trace.iter().map(change).sum();
     let mut now = i128::from(at_dump) - total;
     let (mut most, mut when) = (now, None);

@@ -54,7 +54,7 @@ fn marked(snapshot: &Snapshot, device: u32, until: usize) -> Option<Iterations> 
     let all = snapshot.timeline.device(device as usize);
     let entries = &all[..until.min(all.len())];
     let snaps: Vec<usize> = (0..entries.len())
-        .filter(|&i| entries[i].action == Action::Snapshot)
+        .filter(|&i| entries[i].action() == Action::Snapshot)
         .collect();
     if snaps.len() >= MIN_ITERATIONS {
         return Some(Iterations {
@@ -115,7 +115,7 @@ fn keys(snapshot: &Snapshot, entries: &[TraceEntry]) -> Vec<(usize, Key)> {
     entries
         .iter()
         .enumerate()
-        .filter(|(_, e)| e.action == Action::Alloc)
+        .filter(|(_, e)| e.action() == Action::Alloc)
         .map(|(i, e)| (i, e.stack.map_or(Key::Size(e.size), |s| Key::Site(site(s)))))
         .collect()
 }
@@ -245,7 +245,7 @@ mod tests {
             .timeline
             .device(0)
             .iter()
-            .filter(|e| e.action != Action::Snapshot)
+            .filter(|e| e.action() != Action::Snapshot)
             .copied()
             .collect();
         let n = entries.len();
@@ -267,7 +267,7 @@ mod tests {
         let entries = s.timeline.device(0);
         let until = entries.len() - 300;
         let marks: Vec<usize> = (0..until)
-            .filter(|&i| entries[i].action == Action::Snapshot)
+            .filter(|&i| entries[i].action() == Action::Snapshot)
             .collect();
         assert_eq!(marks.len(), 9);
         let found = repeating(&s, 0, until).expect("the loop is found");

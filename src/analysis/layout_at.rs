@@ -57,7 +57,7 @@ pub fn layout_at(snapshot: &Snapshot, device: u32, index: usize) -> Vec<Segment>
     let mut pending: FxHashSet<u64> = FxHashSet::default();
     for e in entries.iter().take(index + 1) {
         let Some(addr) = e.addr() else { continue };
-        match e.action {
+        match e.action() {
             Action::FreeRequested => {
                 pending.insert(addr);
             }

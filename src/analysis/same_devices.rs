@@ -89,6 +89,9 @@ impl Device<'_> {
     fn alike(&self, other: &Device<'_>) -> bool {
         let (s, a, b) = (self.snapshot, self.device, other.device);
         s.timeline.device(a as usize) == s.timeline.device(b as usize)
+            && s.timeline
+                .device_extras(a as usize)
+                .eq(s.timeline.device_extras(b as usize))
             && s.device_segments(a).count() == s.device_segments(b).count()
             && s.device_segments(a)
                 .zip(s.device_segments(b))
@@ -213,5 +216,33 @@ mod tests {
         named.expect("device 2 is annotated").name = Some("other".into());
         let twins = SameDevices::find(&s, &s.devices());
         assert_eq!((twins.twin_of(1), twins.twin_of(2)), (None, None));
+    }
+
+    #[test]
+    fn devices_differing_only_in_entry_metadata_are_not_twins() {
+        use crate::model::{Action, EntryExtra, ExtraId, StreamIndex, Timeline, TraceEntry};
+        use std::num::NonZeroU32;
+        let mut s = twins_around_another();
+        s.segments.clear();
+        s.annotations.clear();
+        let entry = TraceEntry::new(Action::Alloc, Some(512), 512, StreamIndex(0));
+        s.timeline = Timeline::new(vec![entry.with_extra(true); 2], vec![0..1, 1..2]);
+        let metadata = |text: &str| EntryExtra {
+            user_metadata: Some(text.into()),
+            ..EntryExtra::default()
+        };
+        let id = |n| ExtraId(NonZeroU32::new(n).expect("not zero"));
+        let extras = vec![metadata("activations"), metadata("weights")];
+        s.timeline
+            .set_extras(extras.clone(), vec![(0, id(1)), (1, id(2))]);
+        assert_eq!(SameDevices::find(&s, &s.devices()).twin_of(1), None);
+        s.timeline.set_extras(extras, vec![(0, id(2)), (1, id(2))]);
+        assert_eq!(SameDevices::find(&s, &s.devices()).twin_of(1), Some(0));
+        assert_eq!(
+            s.timeline
+                .extra_at(1, 0)
+                .and_then(|x| x.user_metadata.as_deref()),
+            Some("weights")
+        );
     }
 }

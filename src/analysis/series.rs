@@ -165,7 +165,7 @@ pub fn memory_series(
             break;
         };
         let addr = entry.addr().unwrap_or(0);
-        let touches_live = matches!(entry.action, Action::Alloc | Action::FreeCompleted);
+        let touches_live = matches!(entry.action(), Action::Alloc | Action::FreeCompleted);
         if let Some(old) = touches_live
             .then(|| replay.live().get(addr).copied())
             .flatten()

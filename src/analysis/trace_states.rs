@@ -79,7 +79,7 @@ impl<'a> TraceStatesFollower<'a> {
 impl<'a> FollowReplay<'a> for TraceStatesFollower<'a> {
     #[inline]
     fn step(&mut self, i: usize, replay: &Replay<'a>) {
-        let action = self.entries[i].action;
+        let action = self.entries[i].action();
         let release = matches!(action, Action::SegmentFree | Action::SegmentUnmap);
         let noted = match action {
             Action::Oom => true,

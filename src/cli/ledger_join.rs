@@ -62,7 +62,7 @@ fn segments_named(read: &Path, shown: &Path) -> anyhow::Result<Torch> {
     let loaded = load_snapshot(read, false).with_context(|| shown.display().to_string())?;
     let host = loaded.parsed.host.as_ref().map_or_else(Vec::new, |h| {
         let made = (h.trace.iter())
-            .filter(|e| e.action == Action::SegmentAlloc)
+            .filter(|e| e.action() == Action::SegmentAlloc)
             .filter_map(|e| e.addr());
         h.segments.iter().map(|s| s.address).chain(made).collect()
     });
@@ -82,7 +82,7 @@ fn segments_named(read: &Path, shown: &Path) -> anyhow::Result<Torch> {
             continue;
         };
         for e in s.timeline.device(index) {
-            let made = matches!(e.action, Action::SegmentAlloc | Action::SegmentMap);
+            let made = matches!(e.action(), Action::SegmentAlloc | Action::SegmentMap);
             let Some(address) = e.addr().filter(|_| made) else {
                 continue;
             };

@@ -124,7 +124,7 @@ pub fn replay_devices(
             .timeline
             .device(device as usize)
             .iter()
-            .any(|e| e.action == Action::Oom)
+            .any(|e| e.action() == Action::Oom)
     };
     let blank = |device| DeviceReplay {
         device,
@@ -177,7 +177,7 @@ pub fn replay_devices(
         }
         let releases = trace.entries.iter().any(|e| {
             matches!(
-                e.action,
+                e.action(),
                 Action::Oom | Action::SegmentFree | Action::SegmentUnmap
             )
         });

@@ -92,7 +92,7 @@ fn kept_across_iterations(
     let mut being_freed: FxHashSet<u64> = FxHashSet::default();
     for e in &entries[..oom_index.min(entries.len())] {
         let Some(addr) = e.addr() else { continue };
-        match e.action {
+        match e.action() {
             Action::FreeRequested => {
                 being_freed.insert(addr);
             }

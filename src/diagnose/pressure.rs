@@ -28,16 +28,16 @@ fn bursts(entries: &[TraceEntry]) -> Vec<Burst> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < entries.len() {
-        if !is_release(entries[i].action) {
+        if !is_release(entries[i].action()) {
             i += 1;
             continue;
         }
         let start = i;
         let (mut bytes, mut segments) = (0u64, 0usize);
         while i < entries.len()
-            && (is_release(entries[i].action) || entries[i].action == Action::FreeCompleted)
+            && (is_release(entries[i].action()) || entries[i].action() == Action::FreeCompleted)
         {
-            if is_release(entries[i].action) {
+            if is_release(entries[i].action()) {
                 bytes = bytes.saturating_add(entries[i].size);
                 segments += 1;
             }
@@ -83,9 +83,13 @@ pub fn pressure(snapshot: &Snapshot, prepared: &Prepared, total: Option<u64>) ->
             continue;
         }
         // A retry: the request after the new segment it got.
-        let request = (b.end..entries.len())
-            .find(|&j| !matches!(entries[j].action, Action::SegmentAlloc | Action::SegmentMap));
-        let Some(j) = request.filter(|&j| entries[j].action == Action::Alloc) else {
+        let request = (b.end..entries.len()).find(|&j| {
+            !matches!(
+                entries[j].action(),
+                Action::SegmentAlloc | Action::SegmentMap
+            )
+        });
+        let Some(j) = request.filter(|&j| entries[j].action() == Action::Alloc) else {
             continue;
         };
         oom_retries += 1;
@@ -103,12 +107,12 @@ pub fn pressure(snapshot: &Snapshot, prepared: &Prepared, total: Option<u64>) ->
         }
     }
     sites.sort_by(|a, b| b.bursts.cmp(&a.bursts).then(a.site.cmp(&b.site)));
-    let oom_entry_index = entries.iter().rposition(|e| e.action == Action::Oom);
+    let oom_entry_index = entries.iter().rposition(|e| e.action() == Action::Oom);
     // A retry the OOM followed before any other request was served did not recover.
     let retry_before_oom = last_retry.zip(oom_entry_index).and_then(|(j, oom)| {
         let served = entries[j + 1..oom.max(j + 1)]
             .iter()
-            .any(|e| e.action == Action::Alloc);
+            .any(|e| e.action() == Action::Alloc);
         (j < oom && !served).then_some(j)
     });
     let peak = prepared.recorded_peak_reserved_bytes;

@@ -16,7 +16,7 @@ pub fn diagnose_recording_device(
     with_remedies: bool,
 ) -> Option<Diagnosis> {
     let entries = starts.snapshot().timeline.device(device as usize);
-    let index = entries.iter().rposition(|e| e.action == Action::Oom)?;
+    let index = entries.iter().rposition(|e| e.action() == Action::Oom)?;
     let entry = entries[index];
     let mut replay = starts.replay(device);
     replay.run_through(index);

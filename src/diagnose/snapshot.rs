@@ -35,7 +35,7 @@ pub fn diagnose_device(
 ) -> Option<Diagnosis> {
     let device = prepared.device;
     let entries = snapshot.timeline.device(device as usize);
-    let index = entries.iter().rposition(|e| e.action == Action::Oom)?;
+    let index = entries.iter().rposition(|e| e.action() == Action::Oom)?;
     let entry = entries[index];
     let mut replay = replay_device(snapshot, device);
     replay.run_through(index);

@@ -142,7 +142,11 @@ fn a_setting_in_force_is_never_offered() {
     );
     // With expandable segments on, the same program does not run out of memory at all.
     let s = fragmented("expandable_segments:True");
-    assert!(s.timeline.device(0).iter().all(|e| e.action != Action::Oom));
+    assert!(s
+        .timeline
+        .device(0)
+        .iter()
+        .all(|e| e.action() != Action::Oom));
 }
 
 #[test]

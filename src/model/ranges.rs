@@ -60,7 +60,7 @@ pub fn ranges_before(
         let Some(addr) = e.addr().filter(|&a| fits_address_space(a, e.size)) else {
             continue;
         };
-        match e.action {
+        match e.action() {
             Action::SegmentAlloc => {
                 if ranges.remove(&addr).is_none() {
                     issue(

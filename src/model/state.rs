@@ -178,7 +178,7 @@ impl ReplayStart {
         let final_reserved: i128 = segments.iter().map(|s| s.total_size as i128).sum();
         let net_growth: i128 = entries
             .iter()
-            .map(|e| match e.action {
+            .map(|e| match e.action() {
                 Action::SegmentAlloc | Action::SegmentMap => e.size as i128,
                 Action::SegmentFree | Action::SegmentUnmap => -(e.size as i128),
                 _ => 0,
@@ -235,7 +235,7 @@ impl<'a> Replay<'a> {
         self.next += 1;
         self.ended = None;
         let addr = entry.addr().unwrap_or(0);
-        match entry.action {
+        match entry.action() {
             Action::Alloc => {
                 self.ended = self
                     .live
@@ -264,7 +264,10 @@ impl<'a> Replay<'a> {
                 match self.reserved.checked_sub(entry.size) {
                     Some(r) => self.reserved = r,
                     None => {
-                        self.issue(index, format!("{} of more than is reserved", entry.action));
+                        self.issue(
+                            index,
+                            format!("{} of more than is reserved", entry.action()),
+                        );
                         self.reserved = 0;
                     }
                 }
@@ -319,7 +322,7 @@ fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live
     let mut allocated_in_window: FxHashSet<u64> = FxHashSet::default();
     for e in entries {
         let Some(addr) = e.addr() else { continue };
-        match e.action {
+        match e.action() {
             Action::Alloc => {
                 allocated_in_window.insert(addr);
             }

@@ -22,6 +22,9 @@ pub struct Timeline {
     devices: Vec<Range<usize>>,
     streams: Vec<u64>,
     extras: Vec<EntryExtra>,
+    /// The metadata of each entry that has some (`TraceEntry::has_extra`): its index in
+    /// `entries` and its id in `extras`, in index order.
+    extra_at: Vec<(u32, ExtraId)>,
     /// `pool_id` of each `PoolIndex`.
     pools: Vec<(i64, i64)>,
     /// The time of the first timed entry of any device, found once (`time_origin_us`).
@@ -42,6 +45,7 @@ impl Timeline {
             devices,
             streams: vec![0],
             extras: Vec::new(),
+            extra_at: Vec::new(),
             pools: Vec::new(),
             origin: OnceLock::new(),
             starts_empty: false,
@@ -105,9 +109,25 @@ impl Timeline {
         &self.streams
     }
 
-    /// The metadata of an entry that has some.
-    pub fn extra(&self, id: ExtraId) -> &EntryExtra {
-        &self.extras[id.0.get() as usize - 1]
+    /// The metadata of entry `index` of `device`'s trace, if it has some.
+    pub fn extra_at(&self, device: usize, index: usize) -> Option<&EntryExtra> {
+        let at = self.devices.get(device)?.start + index;
+        let at = u32::try_from(at).ok()?;
+        let i = self.extra_at.binary_search_by_key(&at, |&(i, _)| i).ok()?;
+        self.extras.get(self.extra_at[i].1 .0.get() as usize - 1)
+    }
+
+    /// The metadata ids of `device`'s entries that have some, with each entry's index in the
+    /// device's trace, in order.
+    pub fn device_extras(&self, device: usize) -> impl Iterator<Item = (usize, ExtraId)> + '_ {
+        let range = self.devices.get(device).cloned().unwrap_or(0..0);
+        let from = self
+            .extra_at
+            .partition_point(|&(i, _)| (i as usize) < range.start);
+        self.extra_at[from..]
+            .iter()
+            .take_while(move |&&(i, _)| (i as usize) < range.end)
+            .map(move |&(i, id)| (i as usize - range.start, id))
     }
 
     /// The `pool_id` of each `PoolIndex` entries hold (empty when no entry records one).
@@ -120,9 +140,25 @@ impl Timeline {
         self.pools = pools;
     }
 
-    /// Replaces the stream and extra tables (when entries were built elsewhere).
-    pub fn set_tables(&mut self, streams: Vec<u64>, extras: Vec<EntryExtra>) {
+    /// Replaces the stream table (when entries were built elsewhere).
+    pub fn set_streams(&mut self, streams: Vec<u64>) {
         self.streams = streams;
+    }
+
+    /// Replaces the metadata table and which entries it belongs to: `at` holds each entry's
+    /// index in the timeline's entries and its id in `extras`, in index order. Each of those
+    /// entries says it has metadata, and no other does.
+    pub fn set_extras(&mut self, extras: Vec<EntryExtra>, at: Vec<(u32, ExtraId)>) {
+        debug_assert!(at.windows(2).all(|w| w[0].0 < w[1].0));
+        debug_assert!(at
+            .iter()
+            .all(|&(i, id)| self.entries[i as usize].has_extra()
+                && id.0.get() as usize <= extras.len()));
+        debug_assert_eq!(
+            at.len(),
+            self.entries.iter().filter(|e| e.has_extra()).count()
+        );
         self.extras = extras;
+        self.extra_at = at;
     }
 }

@@ -55,7 +55,7 @@ pub fn measure(snapshot: &Snapshot) -> Result<Measured, CalibrateError> {
     let mut freed = vec![false; entries.len()];
     let mut closes = vec![None; entries.len()];
     for (i, e) in entries.iter().enumerate() {
-        match (e.action, e.addr()) {
+        match (e.action(), e.addr()) {
             (Action::Alloc, Some(a)) => {
                 open.insert(a, i);
             }
@@ -70,7 +70,7 @@ pub fn measure(snapshot: &Snapshot) -> Result<Measured, CalibrateError> {
     }
     let (mut live, mut most) = (0u64, 0u64);
     for (i, e) in entries.iter().enumerate() {
-        match e.action {
+        match e.action() {
             Action::Alloc if freed[i] => live += e.size,
             // The size the alloc added: a free entry naming another size (a damaged trace)
             // does not take more than that away.

@@ -129,7 +129,7 @@ impl ViewStateReport {
             action: state
                 .index
                 .and_then(|i| entries.get(i))
-                .map(|e| e.action.to_string()),
+                .map(|e| e.action().to_string()),
             time_offset_us: state.index.and_then(|i| axis.offset_of(entries, i)),
             figures,
             reserved_bytes: state.reserved,

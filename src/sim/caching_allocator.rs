@@ -228,8 +228,8 @@ impl CachingAllocator {
             }
         };
         let stream = StreamIndex(u16::try_from(index).unwrap_or(u16::MAX));
-        let mut entry = TraceEntry::new(action, Some(addr), size, stream);
-        entry.pool = pool.private.checked_sub(1).map(PoolIndex);
+        let entry = TraceEntry::new(action, Some(addr), size, stream)
+            .with_pool(pool.private.checked_sub(1).map(PoolIndex));
         self.events.push(entry);
     }
 
@@ -291,12 +291,12 @@ impl CachingAllocator {
                 .map(|c| c.saturating_sub(self.driver.reserved));
             let index = self.streams.iter().position(|&s| s == stream).unwrap_or(0);
             if self.recording {
-                let mut entry = TraceEntry::oom(
+                let entry = TraceEntry::oom(
                     req.size,
                     device_free,
                     StreamIndex(u16::try_from(index).unwrap_or(u16::MAX)),
-                );
-                entry.pool = req.pool.private.checked_sub(1).map(PoolIndex);
+                )
+                .with_pool(req.pool.private.checked_sub(1).map(PoolIndex));
                 self.events.push(entry);
             }
             return Err(OutOfMemory {

@@ -19,7 +19,10 @@ fn ok(a: &mut CachingAllocator, size: u64) -> u64 {
 
 /// (action, size) of the entries since the last call.
 fn actions(a: &mut CachingAllocator) -> Vec<(Action, u64)> {
-    a.take_events().iter().map(|e| (e.action, e.size)).collect()
+    a.take_events()
+        .iter()
+        .map(|e| (e.action(), e.size))
+        .collect()
 }
 
 fn checked(a: &CachingAllocator) {
@@ -181,7 +184,7 @@ fn oom_retry_order_frees_cached_then_all() {
     let err = a.malloc(50 * MIB, 0).expect_err("does not fit");
     assert_eq!(err.alloc_size, 50 * MIB);
     let events = a.take_events();
-    assert_eq!(events.last().map(|e| e.action), Some(Oom));
+    assert_eq!(events.last().map(|e| e.action()), Some(Oom));
     assert_eq!(events.last().and_then(|e| e.device_free()), Some(30 * MIB));
     assert_eq!(a.stats().num_ooms, 1);
     checked(&a);

@@ -48,12 +48,12 @@ pub(super) fn capacity_bracket(
     let mut uppers: Vec<(u64, UpperBound)> = Vec::new();
     let mut burst_from: Option<u64> = None;
     for (i, e) in entries.iter().enumerate() {
-        if is_burst(e.action) && empty_cache_releases.contains(&i) {
+        if is_burst(e.action()) && empty_cache_releases.contains(&i) {
             burst_from = None;
             reserved = reserved.saturating_sub(e.size);
             continue;
         }
-        match e.action {
+        match e.action() {
             Action::SegmentAlloc | Action::SegmentMap => {
                 if let Some(before) = burst_from.take() {
                     uppers.push((before.saturating_add(e.size), UpperBound::Retry));

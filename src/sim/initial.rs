@@ -54,7 +54,7 @@ pub fn state_before(
             message,
         })
     };
-    let pool_of = |e: &TraceEntry| match e.action {
+    let pool_of = |e: &TraceEntry| match e.action() {
         Action::SegmentFree if e.size == SMALL_BUFFER => PoolKind::Small,
         Action::SegmentUnmap if !e.size.is_multiple_of(config.large_segment_size) => {
             PoolKind::Small
@@ -73,12 +73,13 @@ pub fn state_before(
                 i,
                 format!(
                     "{} of {} bytes at 0x{addr:x} runs past the address space",
-                    e.action, e.size
+                    e.action(),
+                    e.size
                 ),
             );
             continue;
         }
-        match e.action {
+        match e.action() {
             Action::Alloc => {
                 if live.remove(&addr).is_none() {
                     issue(
@@ -243,7 +244,7 @@ fn slivers_found_later(
             break;
         }
         let Some(addr) = e.addr() else { continue };
-        match e.action {
+        match e.action() {
             Action::FreeRequested | Action::FreeCompleted => {
                 if let Some(end) = ends.remove(&addr) {
                     open.remove(&end);
@@ -277,7 +278,7 @@ fn pools_named_by_entries(
     pool_id_of: &dyn Fn(&TraceEntry) -> Option<(i64, i64)>,
 ) -> FxHashMap<u64, (i64, i64)> {
     let mut found = FxHashMap::default();
-    if entries.iter().all(|e| e.pool.is_none()) {
+    if entries.iter().all(|e| e.pool().is_none()) {
         return found;
     }
     for e in entries {

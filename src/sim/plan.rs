@@ -49,10 +49,10 @@ pub(super) fn plan_and_validate(
     while i < n {
         let e = &entries[i];
         let addr = e.addr().unwrap_or(0);
-        match e.action {
+        match e.action() {
             Action::Alloc | Action::Oom => {
                 let hint = match hint.take() {
-                    None if e.action == Action::Oom => oom_reserved
+                    None if e.action() == Action::Oom => oom_reserved
                         .get_or_insert_with(|| reserved_by_ooms(trace, &engine.model.config))
                         .get(&i)
                         .map(|&a| (a, None)),
@@ -63,7 +63,7 @@ pub(super) fn plan_and_validate(
                     size: e.size,
                     stream: trace.stream(e),
                     pool: request_pool(trace, &engine.model, e, private),
-                    recorded: (e.action == Action::Alloc).then_some(addr),
+                    recorded: (e.action() == Action::Alloc).then_some(addr),
                     hint,
                 };
                 step(op, engine, &mut ops);
@@ -91,7 +91,7 @@ pub(super) fn plan_and_validate(
             Action::FreeRequested => {
                 let paired = entries
                     .get(i + 1)
-                    .is_some_and(|n| n.action == Action::FreeCompleted && n.addr() == Some(addr))
+                    .is_some_and(|n| n.action() == Action::FreeCompleted && n.addr() == Some(addr))
                     && !completed_by_retry(engine, trace, i, private);
                 let (op, used) = if paired {
                     (Op::Free { entry: i, addr }, 2)
@@ -111,37 +111,38 @@ pub(super) fn plan_and_validate(
             }
             Action::FreeCompleted | Action::SegmentFree | Action::SegmentUnmap => {
                 let lone_end = (i..n)
-                    .find(|&j| entries[j].action != Action::FreeCompleted)
+                    .find(|&j| entries[j].action() != Action::FreeCompleted)
                     .unwrap_or(n);
                 // The releases, with the completions of a synchronization between them
                 // (release_available_cached_blocks releases before release_cached_blocks
                 // synchronizes).
                 let run_end = (lone_end..n)
                     .find(|&j| {
-                        !(is_burst(entries[j].action) || entries[j].action == Action::FreeCompleted)
+                        !(is_burst(entries[j].action())
+                            || entries[j].action() == Action::FreeCompleted)
                     })
                     .unwrap_or(n);
-                let burst_end = if (lone_end..run_end).any(|j| is_burst(entries[j].action)) {
+                let burst_end = if (lone_end..run_end).any(|j| is_burst(entries[j].action())) {
                     run_end
                 } else {
                     lone_end
                 };
                 let completions: Vec<(usize, u64)> = (i..burst_end)
-                    .filter(|&j| entries[j].action == Action::FreeCompleted)
+                    .filter(|&j| entries[j].action() == Action::FreeCompleted)
                     .map(|j| (j, entries[j].addr().unwrap_or(0)))
                     .collect();
                 let has_burst = burst_end != lone_end;
                 let request = (burst_end..n)
-                    .find(|&j| !is_growth(entries[j].action))
+                    .find(|&j| !is_growth(entries[j].action()))
                     .map(|j| (j, &entries[j]))
-                    .filter(|(_, r)| matches!(r.action, Action::Alloc | Action::Oom));
+                    .filter(|(_, r)| matches!(r.action(), Action::Alloc | Action::Oom));
                 // Rule 1: an OOM retry only if best fit fails before the burst and, with the
                 // capacity known, the device had no room without it. Then the model's own
                 // retry, run on a copy, must make exactly the recorded releases and growth;
                 // otherwise the burst was an empty_cache() call (and completions before an
                 // `oom` came first).
                 let retry = request.is_some_and(|(j, r)| {
-                    let candidate = r.action == Action::Oom
+                    let candidate = r.action() == Action::Oom
                         || (has_burst
                             && engine.model.would_release(
                                 r.size,
@@ -168,7 +169,7 @@ pub(super) fn plan_and_validate(
                 };
                 if let Some(s) = split {
                     empty_cache_bursts
-                        .extend((lone_end..s).filter(|&k| is_burst(entries[k].action)));
+                        .extend((lone_end..s).filter(|&k| is_burst(entries[k].action())));
                     step(Op::EmptyCache, engine, &mut ops);
                     compare(entries, group_start, s, engine.model.events(), validation);
                     i = s;
@@ -200,7 +201,7 @@ pub(super) fn plan_and_validate(
                     continue;
                 }
                 empty_cache_bursts
-                    .extend((lone_end..burst_end).filter(|&k| is_burst(entries[k].action)));
+                    .extend((lone_end..burst_end).filter(|&k| is_burst(entries[k].action())));
                 step(Op::EmptyCache, engine, &mut ops);
                 compare(
                     entries,
@@ -263,7 +264,7 @@ fn reserved_by_ooms(trace: &DeviceTrace<'_>, config: &AllocatorConfig) -> FxHash
     // The address of the next `segment_map` of each (stream, large pages, pool).
     let mut next_map: FxHashMap<(u64, bool, (i64, i64)), Option<u64>> = FxHashMap::default();
     for (i, e) in trace.entries.iter().enumerate().rev() {
-        match e.action {
+        match e.action() {
             Action::SegmentMap => {
                 let large = e.size.is_multiple_of(config.large_segment_size);
                 next_map.insert((trace.stream(e), large, trace.map_pool(e)), e.addr());
@@ -295,15 +296,15 @@ fn empty_cache_then_retry(
     copy.clear_events();
     copy.set_recording(true);
     copy.empty_cache();
-    let view = |e: &TraceEntry| (e.action, e.addr(), e.size);
+    let view = |e: &TraceEntry| (e.action(), e.addr(), e.size);
     let released: Vec<_> = copy
         .events()
         .iter()
-        .filter(|e| is_burst(e.action))
+        .filter(|e| is_burst(e.action()))
         .map(view)
         .collect();
     let recorded: Vec<usize> = (from..to)
-        .filter(|&k| is_burst(trace.entries[k].action))
+        .filter(|&k| is_burst(trace.entries[k].action()))
         .collect();
     let &s = recorded.get(released.len())?;
     let prefix = released
@@ -328,12 +329,12 @@ pub(super) fn completed_by_retry(
     let n = entries.len();
     let burst = i + 2;
     let burst_end = (burst..n)
-        .find(|&j| !(is_burst(entries[j].action) || entries[j].action == Action::FreeCompleted))
+        .find(|&j| !(is_burst(entries[j].action()) || entries[j].action() == Action::FreeCompleted))
         .unwrap_or(n);
-    let released = (burst..burst_end).any(|j| is_burst(entries[j].action));
+    let released = (burst..burst_end).any(|j| is_burst(entries[j].action()));
     let Some(request) = (burst_end..n)
-        .find(|&j| !is_growth(entries[j].action))
-        .filter(|&j| match entries[j].action {
+        .find(|&j| !is_growth(entries[j].action()))
+        .filter(|&j| match entries[j].action() {
             Action::Oom => true,
             Action::Alloc => released,
             _ => false,
@@ -371,19 +372,24 @@ pub(super) fn retry_reproduces(
     let mut copy = model.clone();
     copy.clear_events();
     copy.set_recording(true);
-    let hint = entries.iter().find(|e| is_growth(e.action)).and_then(|e| {
-        Some((
-            e.addr()?,
-            (e.action == Action::SegmentAlloc).then_some(e.size),
-        ))
-    });
+    let hint = entries
+        .iter()
+        .find(|e| is_growth(e.action()))
+        .and_then(|e| {
+            Some((
+                e.addr()?,
+                (e.action() == Action::SegmentAlloc).then_some(e.size),
+            ))
+        });
     copy.set_address_hint(hint);
     let pool = request_pool(trace, model, r, private);
     let _ = copy.malloc_in(r.size, trace.stream(r), pool);
     let decision = |e: &&TraceEntry| {
-        is_burst(e.action) || is_growth(e.action) || matches!(e.action, Action::Alloc | Action::Oom)
+        is_burst(e.action())
+            || is_growth(e.action())
+            || matches!(e.action(), Action::Alloc | Action::Oom)
     };
-    let view = |e: &TraceEntry| (e.action, e.addr(), e.size);
+    let view = |e: &TraceEntry| (e.action(), e.addr(), e.size);
     entries
         .iter()
         .filter(decision)

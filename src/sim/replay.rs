@@ -65,7 +65,7 @@ impl<'a> DeviceTrace<'a> {
 
     /// The `pool_id` the entry records, if any.
     pub(super) fn pool(&self, e: &TraceEntry) -> Option<(i64, i64)> {
-        e.pool
+        e.pool()
             .map(|p| self.pools.get(p.0 as usize).copied().unwrap_or((0, 0)))
     }
 
@@ -264,7 +264,7 @@ pub fn recorded_config(snapshot: &Snapshot) -> (AllocatorConfig, Option<String>)
         let mut entries =
             (0..snapshot.timeline.device_count()).flat_map(|d| snapshot.timeline.device(d).iter());
         config.expandable_segments = snapshot.segments.iter().any(|s| s.is_expandable)
-            || entries.any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap));
+            || entries.any(|e| matches!(e.action(), Action::SegmentMap | Action::SegmentUnmap));
     }
     (config, warning)
 }
@@ -290,7 +290,7 @@ pub fn prepare(
     let mapped_later: Vec<LaterMap> = trace
         .entries
         .iter()
-        .filter(|e| e.action == Action::SegmentMap)
+        .filter(|e| e.action() == Action::SegmentMap)
         .filter_map(|e| {
             Some(LaterMap {
                 stream: trace.stream(e),
@@ -353,7 +353,7 @@ pub fn prepare(
             );
         }
     }
-    let pools_unrecorded = trace.entries.iter().all(|e| e.pool.is_none());
+    let pools_unrecorded = trace.entries.iter().all(|e| e.pool().is_none());
     if pools_unrecorded && trace.segments.iter().any(|s| s.pool_id != (0, 0)) {
         if let Some(m) = validation.first_mismatch.as_mut() {
             m.reason.push_str(
@@ -369,7 +369,7 @@ pub fn prepare(
         replayed_requests: trace
             .entries
             .iter()
-            .filter(|e| matches!(e.action, Action::Alloc | Action::Oom))
+            .filter(|e| matches!(e.action(), Action::Alloc | Action::Oom))
             .count(),
         initial,
         mapped_later,

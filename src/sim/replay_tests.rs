@@ -371,7 +371,7 @@ fn rules_1_3_4_oom_retry_with_a_completion_inside_it() {
         // frees both cached segments and allocates.
         ok(a, 70 * MIB);
     });
-    let actions: Vec<Action> = rec.entries.iter().map(|e| e.action).collect();
+    let actions: Vec<Action> = rec.entries.iter().map(|e| e.action()).collect();
     let burst = actions
         .iter()
         .position(|&a| a == Action::SegmentFree)
@@ -411,7 +411,7 @@ fn rule_2_partial_release_then_full_release_with_max_split_size() {
     let frees: Vec<u64> = rec
         .entries
         .iter()
-        .filter(|e| e.action == Action::SegmentFree)
+        .filter(|e| e.action() == Action::SegmentFree)
         .map(|e| e.size)
         .collect();
     assert_eq!(frees, [40 * MIB, 30 * MIB, 2 * MIB]);
@@ -485,7 +485,7 @@ mod recorded_bases {
             let addr = self.a.malloc(size, stream).expect("fits");
             let reserved = self.a.events()[before..]
                 .iter()
-                .any(|e| e.action == Action::SegmentMap && e.addr() == Some(base));
+                .any(|e| e.action() == Action::SegmentMap && e.addr() == Some(base));
             if reserved {
                 self.next += 1;
             }
@@ -593,7 +593,7 @@ mod recorded_bases {
             streams = real.a.streams().to_vec();
         }
         let mut timeline = crate::model::Timeline::new(entries, ranges);
-        timeline.set_tables(streams, Vec::new());
+        timeline.set_streams(streams);
         let snapshot = Snapshot {
             format: crate::model::SnapshotFormat::Modern,
             segments,
@@ -637,15 +637,7 @@ mod private_pools {
     /// The trace without the entries' pool ids (what PyTorch up to 2.11 writes).
     fn without_pool_ids(rec: &Recorded) -> Recorded {
         Recorded {
-            entries: rec
-                .entries
-                .iter()
-                .map(|e| {
-                    let mut e = *e;
-                    e.pool = None;
-                    e
-                })
-                .collect(),
+            entries: rec.entries.iter().map(|e| e.with_pool(None)).collect(),
             streams: rec.streams.clone(),
             pools: Vec::new(),
             segments: rec.segments.clone(),
@@ -719,7 +711,7 @@ mod private_pools {
         let frees = rec
             .entries
             .iter()
-            .filter(|e| e.action == Action::SegmentFree)
+            .filter(|e| e.action() == Action::SegmentFree)
             .count();
         assert_eq!(frees, 1);
         assert_reproduced(

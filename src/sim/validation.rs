@@ -23,7 +23,7 @@ pub struct EntryView {
 impl EntryView {
     fn of(e: &TraceEntry) -> EntryView {
         EntryView {
-            action: e.action,
+            action: e.action(),
             addr: e.addr(),
             size: e.size,
         }
@@ -121,7 +121,7 @@ pub(super) fn compare(
 ) {
     let compared = |e: &TraceEntry| {
         !matches!(
-            e.action,
+            e.action(),
             Action::FreeRequested | Action::FreeCompleted | Action::Snapshot
         )
     };
@@ -130,7 +130,7 @@ pub(super) fn compare(
         return;
     }
     if let ([want], [have]) = (recorded, got) {
-        if want.action == Action::Alloc && have.action == Action::Alloc {
+        if want.action() == Action::Alloc && have.action() == Action::Alloc {
             validation.alloc.events += 1;
             if have.addr() == want.addr() && have.size == want.size {
                 validation.alloc.matches += 1;
@@ -148,12 +148,12 @@ pub(super) fn compare(
         Action::Oom,
     ];
     for action in COMPARED {
-        let mut model = got.iter().filter(|e| e.action == action);
+        let mut model = got.iter().filter(|e| e.action() == action);
         let mut last_index = from;
         for (index, want) in entries[from..to]
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.action == action)
+            .filter(|(_, e)| e.action() == action)
         {
             let index = from + index;
             last_index = index;

@@ -98,7 +98,7 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
     #[inline]
     fn step(&mut self, i: usize, replay: &Replay<'a>) {
         let e = &self.entries[i];
-        if e.action == Action::Alloc {
+        if e.action() == Action::Alloc {
             if let Some(id) = e.stack {
                 let c = self.contexts.get(self.stacks, id);
                 let next = c.phase().unwrap_or(self.current);
@@ -236,7 +236,7 @@ impl<'a> LifetimesBuilder<'a> {
             if phase != Context::Optimizer || !freed_runs.contains(&start) {
                 continue;
             }
-            for j in (start..end).filter(|&j| entries[j].action == Action::Alloc) {
+            for j in (start..end).filter(|&j| entries[j].action() == Action::Alloc) {
                 if !ended_at.alive_after(j, end - 1) {
                     continue;
                 }

@@ -127,6 +127,8 @@ pub struct Unrecorded {
 pub struct Classifier<'a> {
     stacks: &'a StackTable,
     snapshot: &'a Snapshot,
+    /// The device whose trace `lifetimes` follows.
+    device: u32,
     rules: CategoryRules,
     /// Category names: the built-in ones, then the user's that are new.
     names: Vec<String>,
@@ -172,6 +174,7 @@ impl<'a> Classifier<'a> {
         let mut c = Classifier {
             stacks: &snapshot.stacks,
             snapshot,
+            device,
             rules: rules.clone(),
             names,
             rule_index,
@@ -193,7 +196,7 @@ impl<'a> Classifier<'a> {
             return FxHashSet::default();
         }
         for (i, e) in self.lifetimes.entries.iter().enumerate() {
-            if e.action != crate::model::Action::Alloc {
+            if e.action() != crate::model::Action::Alloc {
                 continue;
             }
             let Some(addr) = e.addr() else { continue };
@@ -233,11 +236,13 @@ impl<'a> Classifier<'a> {
     /// the text itself when it names a category.
     fn by_metadata(&self, live: &Live) -> Option<usize> {
         let born = live.born()?;
-        let extra = self.lifetimes.entries[born].extra?;
+        if !self.lifetimes.entries[born].has_extra() {
+            return None;
+        }
         let text = self
             .snapshot
             .timeline
-            .extra(extra)
+            .extra_at(self.device as usize, born)?
             .user_metadata
             .as_deref()?;
         if let Some(r) = self.rules.matching([text]) {
@@ -567,7 +572,7 @@ pub fn split_trace(
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            matches!(e.action, Action::Alloc | Action::Oom)
+            matches!(e.action(), Action::Alloc | Action::Oom)
                 .then(|| c.category(e.addr().unwrap_or(0), &Live::from_alloc(e, i)))
         })
         .collect();
@@ -577,7 +582,7 @@ pub fn split_trace(
     let mut alive: FxHashMap<u64, u64> = FxHashMap::default();
     let mut sum = 0u64;
     for (i, e) in entries.iter().enumerate() {
-        match (e.action, e.addr()) {
+        match (e.action(), e.addr()) {
             (Action::Alloc, Some(addr)) if grows_at(i) => {
                 alive.insert(addr, e.size);
                 sum = sum.saturating_add(e.size);
@@ -589,7 +594,7 @@ pub fn split_trace(
             }
             _ => {}
         }
-        let failed = if e.action == Action::Oom {
+        let failed = if e.action() == Action::Oom {
             if let Some(t) = totals.get_mut(i) {
                 *t = t.saturating_add(e.size);
             }
@@ -603,7 +608,7 @@ pub fn split_trace(
         };
         growing.push(sum.saturating_add(failed));
     }
-    let oom = entries.iter().rposition(|e| e.action == Action::Oom);
+    let oom = entries.iter().rposition(|e| e.action() == Action::Oom);
     let fixed_peak = totals
         .iter()
         .zip(&growing)
@@ -616,7 +621,7 @@ pub fn split_trace(
         let k = c.category(addr, &live);
         bytes[k] = bytes[k].saturating_add(live.size);
     }
-    if let Some(i) = moment.filter(|&i| entries.get(i).is_some_and(|e| e.action == Action::Oom)) {
+    if let Some(i) = moment.filter(|&i| entries.get(i).is_some_and(|e| e.action() == Action::Oom)) {
         if let (Some(Some(k)), Some(e)) = (entry_category.get(i), entries.get(i)) {
             bytes[*k] = bytes[*k].saturating_add(e.size);
         }

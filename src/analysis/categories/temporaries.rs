@@ -42,12 +42,12 @@ impl Classifier<'_> {
         let named_otherwise = self.rule_index.contains(&OPTIMIZER_TEMPORARY);
         let mut run = 0;
         for (i, e) in entries.iter().enumerate() {
-            if e.action != Action::Alloc {
+            if e.action() != Action::Alloc {
                 continue;
             }
             let Some(addr) = e.addr() else { continue };
             if !named_otherwise
-                && e.extra.is_none()
+                && !e.has_extra()
                 && self.lifetimes.context(self.stacks, e.stack) != Context::Optimizer
             {
                 continue;
@@ -57,7 +57,7 @@ impl Classifier<'_> {
             // Without a pool, rule or metadata that could claim it first, what the built-in
             // rules say of an optimizer allocation: a temporary when freed within its run, else
             // what the allocation it replaced was (`builtin`'s reading, its lookups shared).
-            let temporary = if self.rules.is_empty() && e.extra.is_none() && self.pools.is_empty() {
+            let temporary = if self.rules.is_empty() && !e.has_extra() && self.pools.is_empty() {
                 if !self.lifetimes.outlived_run_from(&mut run, i, end) {
                     true
                 } else {

@@ -120,6 +120,7 @@ impl Serialize for Document<'_> {
                 device,
                 entries: EntriesOut {
                     timeline: &s.timeline,
+                    device: device as usize,
                     frames: &self.frames,
                     entries: s.timeline.device(device as usize),
                 },
@@ -150,6 +151,7 @@ struct DeviceOut<'a> {
 
 struct EntriesOut<'a> {
     timeline: &'a Timeline,
+    device: usize,
     frames: &'a FrameTable<'a>,
     entries: &'a [TraceEntry],
 }
@@ -157,10 +159,13 @@ struct EntriesOut<'a> {
 impl Serialize for EntriesOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.entries.iter().enumerate().map(|(index, e)| {
-            let extra = e.extra.map(|id| self.timeline.extra(id));
+            let extra = e
+                .has_extra()
+                .then(|| self.timeline.extra_at(self.device, index))
+                .flatten();
             EntryOut {
                 index,
-                action: e.action.torch_name(),
+                action: e.action().torch_name(),
                 addr: e.addr(),
                 size: e.size,
                 stream: self.timeline.stream(e.stream),

@@ -183,7 +183,7 @@ impl<W: Write> Events<'_, W> {
             requested.set(replay.live().total());
             reserved.set(replay.reserved());
             let entry = &entries[index];
-            if entry.action == Action::Snapshot {
+            if entry.action() == Action::Snapshot {
                 self.event(&json!({
                     "ph": "i", "s": "p", "name": "snapshot", "pid": pid, "tid": 0, "ts": ts,
                     "args": {"entry": index, "active_bytes": entry.size},

@@ -7,8 +7,8 @@
 
 use super::pickle::PickleWriter;
 use crate::model::{
-    Action, AllocatorSettings, Annotation, Block, BlockState, FormatKeys, Frame, PoolKind, Segment,
-    SettingValue, Snapshot, SnapshotFormat, StackId, TraceEntry,
+    Action, AllocatorSettings, Annotation, Block, BlockState, EntryExtra, FormatKeys, Frame,
+    PoolKind, Segment, SettingValue, Snapshot, SnapshotFormat, StackId, TraceEntry,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::io::{self, Write};
@@ -163,12 +163,17 @@ impl<'a, W: Write> Writer<'a, W> {
                 let context = |e: io::Error| {
                     io::Error::new(e.kind(), format!("device {device} entry {index}: {e}"))
                 };
+                let extra = entry
+                    .has_extra()
+                    .then(|| s.timeline.extra_at(device, index))
+                    .flatten();
                 if unrequested.contains(&index) {
                     self.pickle.item()?;
-                    self.entry(entry, Action::FreeRequested).map_err(context)?;
+                    self.entry(entry, Action::FreeRequested, extra)
+                        .map_err(context)?;
                 }
                 self.pickle.item()?;
-                self.entry(entry, entry.action).map_err(context)?;
+                self.entry(entry, entry.action(), extra).map_err(context)?;
             }
             self.pickle.end()?;
         }
@@ -176,9 +181,13 @@ impl<'a, W: Write> Writer<'a, W> {
     }
 
     /// One trace entry, written as `action` (its own, or the `free_requested` it lacked).
-    fn entry(&mut self, e: &TraceEntry, action: Action) -> io::Result<()> {
+    fn entry(
+        &mut self,
+        e: &TraceEntry,
+        action: Action,
+        extra: Option<&EntryExtra>,
+    ) -> io::Result<()> {
         let s = self.snapshot;
-        let extra = e.extra.map(|id| s.timeline.extra(id));
         let (context, metadata, forward) = match extra {
             Some(x) => (
                 x.compile_context.as_deref(),
@@ -191,15 +200,15 @@ impl<'a, W: Write> Writer<'a, W> {
         let context = context.or(self.keys.entry_compile_context.then_some("N/A"));
         let metadata = metadata.or(self.keys.entry_user_metadata.then_some(""));
         let pool = e
-            .pool
+            .pool()
             .and_then(|p| s.timeline.pools().get(p.0 as usize).copied());
-        let (place_key, place) = if e.action == Action::Oom {
+        let (place_key, place) = if e.action() == Action::Oom {
             ("device_free", e.device_free())
         } else {
             let addr = e.addr().ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("a '{}' entry without an address", e.action),
+                    format!("a '{}' entry without an address", e.action()),
                 )
             })?;
             ("addr", Some(addr))
@@ -381,7 +390,7 @@ fn unrequested_frees(entries: &[TraceEntry]) -> FxHashSet<usize> {
     let mut requested: FxHashSet<u64> = FxHashSet::default();
     let mut lacking = FxHashSet::default();
     for (index, e) in entries.iter().enumerate() {
-        match (e.action, e.addr()) {
+        match (e.action(), e.addr()) {
             (Action::FreeRequested, Some(addr)) => {
                 requested.insert(addr);
             }

@@ -290,7 +290,7 @@ impl<X: Keeper> DriverFold<X> {
             })
             .collect();
         segments.sort_by_key(|s| (s.device, s.address));
-        timeline.set_tables(streams, Vec::new());
+        timeline.set_streams(streams);
         let snapshot = Snapshot {
             format: SnapshotFormat::Recording,
             segments,

@@ -321,7 +321,7 @@ mod tests {
         s.timeline
             .device(device)
             .iter()
-            .map(|e| (e.action, e.addr(), e.size))
+            .map(|e| (e.action(), e.addr(), e.size))
             .collect()
     }
 

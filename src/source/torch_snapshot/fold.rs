@@ -367,6 +367,9 @@ impl TraceFolder {
             Some(Value::Int(t)) => Some(t),
             Some(v) => Some(doc.as_i64(v).ok_or("'time_us' is not an integer")?),
         };
+        if time.is_some_and(|t| !TraceEntry::TIME_RANGE.contains(&t)) {
+            return Err("'time_us' is more than a million years from 1970".into());
+        }
         // Read what can still fail first; intern only for a good entry.
         let (addr, device_free) = if action == Action::Oom {
             (None, uint(doc, get(Field::DeviceFree), "device_free")?)
@@ -409,8 +412,10 @@ impl TraceFolder {
             *row = row.without_frames_key();
         }
         row.stack = stack;
-        row.extra = extra;
-        row.pool = pool;
+        *row = row.with_pool(pool);
+        if let Some(extra) = extra {
+            *row = interner.parked.park(*row, extra)?;
+        }
         Ok(())
     }
 

@@ -328,7 +328,7 @@ mod tests {
             ]
         );
         let actions: Vec<(Action, Option<u64>, Option<i64>)> = (host.trace.iter())
-            .map(|e| (e.action, e.addr(), e.time_us()))
+            .map(|e| (e.action(), e.addr(), e.time_us()))
             .collect();
         assert_eq!(
             actions,

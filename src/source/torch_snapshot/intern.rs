@@ -3,6 +3,7 @@
 //! metadata.
 
 use super::budget::{Budget, ITEM};
+use super::parked::ParkedExtras;
 use crate::model::{EntryExtra, ExtraId, Frame, PoolIndex, StackId, StackTable, StreamIndex};
 use crate::source::pickle::{Document, NodeId, Value};
 use rustc_hash::FxHashMap;
@@ -26,6 +27,8 @@ pub struct Interner {
     /// `pool_id` pairs of trace entries, by `PoolIndex`.
     pub pools: Vec<(i64, i64)>,
     pool_ids: FxHashMap<(i64, i64), PoolIndex>,
+    /// The metadata ids that entries carry while the trace is folded.
+    pub parked: ParkedExtras,
     /// What the conversions out of the pickle have cost so far.
     pub budget: Budget,
 }
@@ -69,7 +72,9 @@ impl Interner {
             return Ok(index);
         }
         let next = u16::try_from(self.pools.len())
-            .map_err(|_| "more than 65536 distinct pool ids in one trace".to_string())?;
+            .ok()
+            .filter(|&n| n <= PoolIndex::MAX.0)
+            .ok_or("more than 65535 distinct pool ids in one trace")?;
         self.pools.push(pool);
         self.pool_ids.insert(pool, PoolIndex(next));
         Ok(PoolIndex(next))

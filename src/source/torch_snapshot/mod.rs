@@ -6,6 +6,7 @@ mod fold;
 mod host;
 mod intern;
 mod marks;
+mod parked;
 mod schema;
 
 use crate::model::{FormatKeys, HostAllocator, Snapshot};

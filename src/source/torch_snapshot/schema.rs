@@ -148,7 +148,8 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
         Some(list @ Value::Node(id)) if !device_list(list) => Some(id),
         _ => None,
     };
-    let (entries, runs, host_entries) = host::take_entries(entries, runs, host_list);
+    let (entries, runs, mut host_entries) = host::take_entries(entries, runs, host_list);
+    interner.parked.drop_from(&mut host_entries);
     let host = host::read(
         doc,
         &mut interner.budget,
@@ -194,12 +195,11 @@ pub fn build(doc: &Document, root: Value, folder: TraceFolder) -> Result<Built, 
                 }
                 device_lists.push(id);
             }
-            let (entries, ranges) = arrange(entries, &device_lists, &runs_of);
+            let (mut entries, ranges) = arrange(entries, &device_lists, &runs_of);
+            let extra_at = interner.parked.restore(&mut entries).map_err(ShapeError)?;
             let mut timeline = Timeline::new(entries, ranges);
-            timeline.set_tables(
-                std::mem::take(&mut interner.streams),
-                std::mem::take(&mut interner.extras),
-            );
+            timeline.set_streams(std::mem::take(&mut interner.streams));
+            timeline.set_extras(std::mem::take(&mut interner.extras), extra_at);
             timeline.set_pools(std::mem::take(&mut interner.pools));
             timeline
         }

@@ -109,7 +109,7 @@ impl<'a> Summary<'a> {
                 checkpoints.push(replay.clone());
             }
             if matches!(
-                e.action,
+                e.action(),
                 Action::SegmentAlloc
                     | Action::SegmentFree
                     | Action::SegmentMap
@@ -255,9 +255,9 @@ impl<'a> Summary<'a> {
             let range = Range {
                 start,
                 size: e.size,
-                expandable: matches!(e.action, Action::SegmentMap | Action::SegmentUnmap),
+                expandable: matches!(e.action(), Action::SegmentMap | Action::SegmentUnmap),
             };
-            match e.action {
+            match e.action() {
                 Action::SegmentAlloc => ranges.retain(|r| r.start != start),
                 Action::SegmentFree => ranges.push(range),
                 Action::SegmentUnmap => {

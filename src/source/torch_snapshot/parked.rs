@@ -1,0 +1,130 @@
+//! Trace-entry metadata parked in the entries while the trace is folded.
+//!
+//! A trace entry keeps no room for its rare metadata (`compile_context`, `user_metadata`,
+//! `forward_frames`): the timeline holds it beside the entries, by index. While the reader
+//! folds, rows are staged, copied for dicts the pickle names again, and rearranged into
+//! devices, so their final indices are not known. Until then an entry with metadata holds, in
+//! its stream and pool fields, the index of its (stream and pool, metadata) pair here: the id
+//! travels with every copy, and `restore` puts the fields back once the rows are in place.
+
+use crate::model::{ExtraId, TraceEntry};
+use rustc_hash::FxHashMap;
+
+/// The (stream and pool fields, metadata id) pairs parked in entries, by index.
+#[derive(Default)]
+pub struct ParkedExtras {
+    pairs: Vec<(u32, ExtraId)>,
+    index_of: FxHashMap<(u32, ExtraId), u32>,
+    /// The last pair parked and its index: entries with metadata come in runs of one pair.
+    last: Option<((u32, ExtraId), u32)>,
+}
+
+impl ParkedExtras {
+    /// `row` marked as having metadata `extra`, which it carries in its stream and pool fields.
+    #[inline]
+    pub fn park(&mut self, row: TraceEntry, extra: ExtraId) -> Result<TraceEntry, String> {
+        let pair = (row.lane(), extra);
+        let index = match self.last {
+            Some((last, index)) if last == pair => index,
+            _ => {
+                let index = match self.index_of.get(&pair) {
+                    Some(&index) => index,
+                    None => {
+                        let index = u32::try_from(self.pairs.len())
+                            .map_err(|_| "too many distinct trace-entry metadata values")?;
+                        self.pairs.push(pair);
+                        self.index_of.insert(pair, index);
+                        index
+                    }
+                };
+                self.last = Some((pair, index));
+                index
+            }
+        };
+        Ok(row.with_lane(index).with_extra(true))
+    }
+
+    /// Puts back the stream and pool fields of every entry that has metadata, and returns each
+    /// such entry's index and metadata id, in order.
+    pub fn restore(&self, entries: &mut [TraceEntry]) -> Result<Vec<(u32, ExtraId)>, String> {
+        if self.pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut at = Vec::new();
+        for (i, e) in entries.iter_mut().enumerate() {
+            if !e.has_extra() {
+                continue;
+            }
+            let (lane, id) = self.pairs[e.lane() as usize];
+            *e = e.with_lane(lane);
+            let i = u32::try_from(i).map_err(|_| "more than 2^32 trace entries with metadata")?;
+            at.push((i, id));
+        }
+        Ok(at)
+    }
+
+    /// Puts back the stream and pool fields of entries whose metadata nothing reads (the
+    /// host allocator's), and unmarks them.
+    pub fn drop_from(&self, entries: &mut [TraceEntry]) {
+        if self.pairs.is_empty() {
+            return;
+        }
+        for e in entries.iter_mut().filter(|e| e.has_extra()) {
+            *e = e
+                .with_lane(self.pairs[e.lane() as usize].0)
+                .with_extra(false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Action, PoolIndex, StreamIndex};
+    use std::num::NonZeroU32;
+
+    #[test]
+    fn parked_metadata_follows_copies_and_comes_back() {
+        let id = |n| ExtraId(NonZeroU32::new(n).expect("not zero"));
+        let row = |stream, pool| {
+            TraceEntry::new(Action::Alloc, Some(stream as u64), 8, StreamIndex(stream))
+                .with_pool(pool)
+        };
+        let mut parked = ParkedExtras::default();
+        let a = parked.park(row(1, None), id(1)).expect("parks");
+        let b = parked
+            .park(row(2, Some(PoolIndex(4))), id(1))
+            .expect("parks");
+        let c = parked.park(row(1, None), id(2)).expect("parks");
+        let mut entries = vec![row(5, None), b, a, c, b, row(6, Some(PoolIndex(0))), a];
+        let mut host = vec![c, row(3, None)];
+        let at = parked.restore(&mut entries).expect("parks");
+        assert_eq!(
+            at,
+            vec![(1, id(1)), (2, id(1)), (3, id(2)), (4, id(1)), (6, id(1))]
+        );
+        let want = [
+            row(5, None),
+            row(2, Some(PoolIndex(4))).with_extra(true),
+            row(1, None).with_extra(true),
+            row(1, None).with_extra(true),
+            row(2, Some(PoolIndex(4))).with_extra(true),
+            row(6, Some(PoolIndex(0))),
+            row(1, None).with_extra(true),
+        ];
+        assert_eq!(entries, want);
+        parked.drop_from(&mut host);
+        assert_eq!(host, vec![row(1, None), row(3, None)]);
+    }
+
+    #[test]
+    fn nothing_parked_leaves_entries_alone() {
+        let mut entries = vec![TraceEntry::new(Action::Alloc, Some(1), 1, StreamIndex(9))];
+        let before = entries.clone();
+        assert_eq!(
+            ParkedExtras::default().restore(&mut entries),
+            Ok(Vec::new())
+        );
+        assert_eq!(entries, before);
+    }
+}
