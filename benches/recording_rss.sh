@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peak memory (resident set) of `memprof analyze` and `memprof gate` reading a memprof
 # recording of SIZE_MB megabytes (default 500), against the file's size: reading must stay
-# within 1.5x. The recording is generated once by benches/gen_recording.py under
+# within 1.25x. The recording is generated once by benches/gen_recording.py under
 # target/bench-data/; the binary is the release build (or $MEMPROF_BIN).
 #
 # usage: benches/recording_rss.sh [SIZE_MB]
@@ -36,8 +36,8 @@ for what in analyze gate; do
         "$what" "$rec" $((kb * 1024 / 1000000)) "$ratio" $((bytes / 1000000)) "$secs"
     worst=$(awk -v a="$worst" -v b="$ratio" 'BEGIN {print (b > a) ? b : a}')
 done
-if awk -v w="$worst" 'BEGIN {exit !(w > 1.5)}'; then
-    echo "FAIL: peak RSS ${worst}x the recording's size, over 1.5x"
+if awk -v w="$worst" 'BEGIN {exit !(w > 1.25)}'; then
+    echo "FAIL: peak RSS ${worst}x the recording's size, over 1.25x"
     exit 1
 fi
 echo "ok: peak RSS at most ${worst}x the recording's size"
