@@ -620,3 +620,137 @@ fn bad_format_and_unreadable_input_exit_2_with_one_line() {
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Three device lists (the first list object twice) and a host list, whose entries carry
+/// metadata: a dict with a frames list and a flat one, each named again in the second list
+/// (memo references), and a host entry with metadata of its own.
+fn metadata_named_again() -> std::io::Result<Vec<u8>> {
+    use memprof::report::export::pickle::PickleWriter;
+    type Writer = PickleWriter<Vec<u8>>;
+    fn entry(
+        w: &mut Writer,
+        addr: i128,
+        metadata: Option<&str>,
+        frames: bool,
+    ) -> std::io::Result<u32> {
+        let id = w.begin_dict(5 + usize::from(metadata.is_some()) + usize::from(frames))?;
+        w.key("action")?;
+        w.str("alloc")?;
+        for (key, value) in [("addr", addr), ("size", 512), ("stream", 7)] {
+            w.key(key)?;
+            w.int(value)?;
+        }
+        w.key("time_us")?;
+        w.int(1_700_000_000_000_000 + addr)?;
+        if let Some(text) = metadata {
+            w.key("user_metadata")?;
+            w.str(text)?;
+        }
+        if frames {
+            w.key("frames")?;
+            w.begin_list(1)?;
+            w.item()?;
+            w.begin_dict(3)?;
+            w.key("filename")?;
+            w.str("train.py")?;
+            w.key("line")?;
+            w.int(7)?;
+            w.key("name")?;
+            w.str("step")?;
+            w.end()?;
+            w.end()?;
+        }
+        w.end()?;
+        Ok(id)
+    }
+    let mut w = PickleWriter::new(Vec::new())?;
+    w.begin_dict(3)?;
+    w.key("segments")?;
+    w.begin_list(0)?;
+    w.end()?;
+    w.key("device_traces")?;
+    w.begin_list(3)?;
+    w.item()?;
+    let first = w.begin_list(2)?;
+    w.item()?;
+    let framed = entry(&mut w, 1024, Some("weights"), true)?;
+    w.item()?;
+    let flat = entry(&mut w, 2048, Some("optimizer"), false)?;
+    w.end()?;
+    w.item()?;
+    w.begin_list(4)?;
+    w.item()?;
+    entry(&mut w, 4096, None, false)?;
+    w.item()?;
+    w.get(flat)?;
+    w.item()?;
+    w.get(framed)?;
+    w.item()?;
+    entry(&mut w, 8192, Some("activations"), false)?;
+    w.end()?;
+    w.item()?;
+    w.get(first)?;
+    w.end()?;
+    w.key("host_traces")?;
+    w.begin_list(1)?;
+    w.item()?;
+    entry(&mut w, 16384, Some("pinned"), false)?;
+    w.end()?;
+    w.end()?;
+    w.finish()
+}
+
+/// Each device's entries as (address, user metadata), as the model holds them.
+fn addresses_and_metadata(s: &Snapshot) -> Vec<Vec<(Option<u64>, Option<String>)>> {
+    (0..s.timeline.device_count())
+        .map(|d| {
+            s.timeline
+                .device(d)
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let extra = s.timeline.extra_at(d, i);
+                    assert_eq!(extra.is_some(), e.has_extra(), "device {d} entry {i}");
+                    (e.addr(), extra.and_then(|x| x.user_metadata.clone()))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn entry_metadata_follows_entries_named_again_and_survives_the_export() {
+    let dir = crate::util::Scratch::new("export_metadata_named_again");
+    let source = dir.join("named_again.pickle");
+    std::fs::write(&source, metadata_named_again().expect("written")).expect("written");
+    let parsed =
+        torch_snapshot::read(&std::fs::read(&source).expect("written")[..]).expect("reads");
+    let s = parsed.snapshot;
+    let text = |t: &str| Some(t.to_string());
+    let first = vec![
+        (Some(1024), text("weights")),
+        (Some(2048), text("optimizer")),
+    ];
+    let second = vec![
+        (Some(4096), None),
+        (Some(2048), text("optimizer")),
+        (Some(1024), text("weights")),
+        (Some(8192), text("activations")),
+    ];
+    let want = vec![first.clone(), second, first];
+    assert_eq!(addresses_and_metadata(&s), want);
+    for d in 0..3 {
+        assert!(s
+            .timeline
+            .device(d)
+            .iter()
+            .all(|e| e.stream.0 != 0 && e.pool().is_none()));
+    }
+    let host = parsed.host.as_ref().expect("a host trace");
+    assert_eq!(host.trace.len(), 1);
+    assert!(!host.trace[0].has_extra() && host.trace[0].stream.0 != 0);
+
+    let exported = dir.join("exported.pickle");
+    export(&source, "torch-snapshot", &exported);
+    assert_eq!(addresses_and_metadata(&load(&exported)), want);
+}
