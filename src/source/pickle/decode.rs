@@ -424,6 +424,10 @@ impl<R: Refill, F: Fold> Machine<'_, R, F> {
             let mut le = [if negative { 0xff } else { 0 }; 8];
             le[..n].copy_from_slice(bytes);
             Value::Int(i64::from_le_bytes(le))
+        } else if let Some(value) = fits_i64(bytes) {
+            // Python writes the fewest bytes; another writer may add bytes that only repeat
+            // the sign.
+            Value::Int(value)
         } else {
             let boxed: Box<[u8]> = bytes.into();
             self.doc.big_ints.push(boxed);
@@ -651,4 +655,13 @@ fn intern_into(doc: &mut Document, ids: &mut FxHashMap<Box<str>, StrId>, text: &
 enum Flow {
     Continue,
     Stop,
+}
+
+/// The value of a little-endian two's complement integer of more than 8 bytes, when it fits
+/// in an i64: every byte past the eighth repeats the sign.
+fn fits_i64(bytes: &[u8]) -> Option<i64> {
+    let (low, high) = bytes.split_at_checked(8)?;
+    let value = i64::from_le_bytes(low.try_into().ok()?);
+    let sign = if value < 0 { 0xff } else { 0 };
+    high.iter().all(|&b| b == sign).then_some(value)
 }

@@ -54,6 +54,24 @@ fn big_integers_keep_their_value() {
     let (doc, root) =
         decode_all(b"\x80\x02\x8a\t\x00\x00\x00\x00\x00\x00\x00\x00\xc0.").expect("decodes");
     assert_eq!(doc.as_u64(root), None);
+    // 2**60 and -2**60 in nine bytes, the ninth only repeating the sign (a writer other than
+    // Python's): integers like any other.
+    for (bytes, value) in [
+        (
+            &b"\x80\x02\x8a\t\x00\x00\x00\x00\x00\x00\x00\x10\x00."[..],
+            1i64 << 60,
+        ),
+        (
+            b"\x80\x02\x8a\t\x00\x00\x00\x00\x00\x00\x00\xf0\xff.",
+            -(1i64 << 60),
+        ),
+    ] {
+        let (doc, root) = decode_all(bytes).expect("decodes");
+        assert_eq!(
+            (doc.as_i64(root), doc.render(root)),
+            (Some(value), value.to_string())
+        );
+    }
 }
 
 #[test]
