@@ -156,18 +156,7 @@ fn shared_entries(refs: usize) -> std::io::Result<Vec<u8>> {
                 w.int(value)?;
             }
             if with_frames {
-                w.key("frames")?;
-                w.begin_list(1)?;
-                w.item()?;
-                w.begin_dict(3)?;
-                w.key("filename")?;
-                w.str("train.py")?;
-                w.key("line")?;
-                w.int(7)?;
-                w.key("name")?;
-                w.str("step")?;
-                w.end()?;
-                w.end()?;
+                crate::util::write_one_frame(&mut w)?;
             }
             w.end()?;
         }

@@ -647,18 +647,7 @@ fn metadata_named_again() -> std::io::Result<Vec<u8>> {
             w.str(text)?;
         }
         if frames {
-            w.key("frames")?;
-            w.begin_list(1)?;
-            w.item()?;
-            w.begin_dict(3)?;
-            w.key("filename")?;
-            w.str("train.py")?;
-            w.key("line")?;
-            w.int(7)?;
-            w.key("name")?;
-            w.str("step")?;
-            w.end()?;
-            w.end()?;
+            crate::util::write_one_frame(w)?;
         }
         w.end()?;
         Ok(id)

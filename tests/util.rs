@@ -315,3 +315,21 @@ pub fn screen(t: &ratatui::Terminal<ratatui::backend::TestBackend>) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Writes a trace entry's `frames` key and a list of one frame, `train.py:7` in `step`.
+pub fn write_one_frame(
+    w: &mut memprof::report::export::pickle::PickleWriter<Vec<u8>>,
+) -> std::io::Result<()> {
+    w.key("frames")?;
+    w.begin_list(1)?;
+    w.item()?;
+    w.begin_dict(3)?;
+    w.key("filename")?;
+    w.str("train.py")?;
+    w.key("line")?;
+    w.int(7)?;
+    w.key("name")?;
+    w.str("step")?;
+    w.end()?;
+    w.end()
+}
