@@ -15,6 +15,9 @@ pub struct EntryExtra {
     pub forward_frames: Vec<String>,
 }
 
+/// Entries a block of `Timeline::extra_blocks` covers.
+const EXTRA_BLOCK: u32 = 1024;
+
 /// All trace entries of all devices. Entries of one device are contiguous and chronological.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
@@ -25,6 +28,9 @@ pub struct Timeline {
     /// The metadata of each entry that has some (`TraceEntry::has_extra`): its index in
     /// `entries` and its id in `extras`, in index order.
     extra_at: Vec<(u32, ExtraId)>,
+    /// Where in `extra_at` the entries of each block of `EXTRA_BLOCK` entries start, so that a
+    /// lookup searches one block's part (a trace may have metadata on every entry).
+    extra_blocks: Vec<usize>,
     /// `pool_id` of each `PoolIndex`.
     pools: Vec<(i64, i64)>,
     /// The time of the first timed entry of any device, found once (`time_origin_us`).
@@ -46,6 +52,7 @@ impl Timeline {
             streams: vec![0],
             extras: Vec::new(),
             extra_at: Vec::new(),
+            extra_blocks: Vec::new(),
             pools: Vec::new(),
             origin: OnceLock::new(),
             starts_empty: false,
@@ -109,12 +116,24 @@ impl Timeline {
         &self.streams
     }
 
+    /// Whether any entry's metadata holds a `user_metadata` text.
+    pub fn has_user_metadata(&self) -> bool {
+        self.extras.iter().any(|x| x.user_metadata.is_some())
+    }
+
     /// The metadata of entry `index` of `device`'s trace, if it has some.
     pub fn extra_at(&self, device: usize, index: usize) -> Option<&EntryExtra> {
         let at = self.devices.get(device)?.start + index;
         let at = u32::try_from(at).ok()?;
-        let i = self.extra_at.binary_search_by_key(&at, |&(i, _)| i).ok()?;
-        self.extras.get(self.extra_at[i].1 .0.get() as usize - 1)
+        let block = (at / EXTRA_BLOCK) as usize;
+        let from = *self.extra_blocks.get(block)?;
+        let to = self
+            .extra_blocks
+            .get(block + 1)
+            .map_or(self.extra_at.len(), |&to| to);
+        let pairs = &self.extra_at[from..to];
+        let i = pairs.binary_search_by_key(&at, |&(i, _)| i).ok()?;
+        self.extras.get(pairs[i].1 .0.get() as usize - 1)
     }
 
     /// The metadata ids of `device`'s entries that have some, with each entry's index in the
@@ -158,6 +177,16 @@ impl Timeline {
             at.len(),
             self.entries.iter().filter(|e| e.has_extra()).count()
         );
+        let blocks = at.last().map_or(0, |&(i, _)| i / EXTRA_BLOCK + 1);
+        let mut next = 0;
+        self.extra_blocks = (0..blocks)
+            .map(|b| {
+                while next < at.len() && at[next].0 / EXTRA_BLOCK < b {
+                    next += 1;
+                }
+                next
+            })
+            .collect();
         self.extras = extras;
         self.extra_at = at;
     }

@@ -129,6 +129,8 @@ pub struct Classifier<'a> {
     snapshot: &'a Snapshot,
     /// The device whose trace `lifetimes` follows.
     device: u32,
+    /// Whether some entry of the input has a `user_metadata` text (few inputs do).
+    user_metadata: bool,
     rules: CategoryRules,
     /// Category names: the built-in ones, then the user's that are new.
     names: Vec<String>,
@@ -175,6 +177,7 @@ impl<'a> Classifier<'a> {
             stacks: &snapshot.stacks,
             snapshot,
             device,
+            user_metadata: snapshot.timeline.has_user_metadata(),
             rules: rules.clone(),
             names,
             rule_index,
@@ -236,7 +239,7 @@ impl<'a> Classifier<'a> {
     /// the text itself when it names a category.
     fn by_metadata(&self, live: &Live) -> Option<usize> {
         let born = live.born()?;
-        if !self.lifetimes.entries[born].has_extra() {
+        if !self.user_metadata || !self.lifetimes.entries[born].has_extra() {
             return None;
         }
         let text = self

@@ -14,31 +14,42 @@ use rustc_hash::FxHashMap;
 #[derive(Default)]
 pub struct ParkedExtras {
     pairs: Vec<(u32, ExtraId)>,
+    /// By metadata id: the stream and pool fields first parked with it, and that pair's
+    /// index (a trace has few streams, and metadata ids are small and dense, so this finds
+    /// nearly every pair without hashing).
+    first_with: Vec<Option<(u32, u32)>>,
+    /// The index of every other pair.
     index_of: FxHashMap<(u32, ExtraId), u32>,
-    /// The last pair parked and its index: entries with metadata come in runs of one pair.
-    last: Option<((u32, ExtraId), u32)>,
 }
 
 impl ParkedExtras {
     /// `row` marked as having metadata `extra`, which it carries in its stream and pool fields.
     #[inline]
     pub fn park(&mut self, row: TraceEntry, extra: ExtraId) -> Result<TraceEntry, String> {
-        let pair = (row.lane(), extra);
-        let index = match self.last {
-            Some((last, index)) if last == pair => index,
-            _ => {
-                let index = match self.index_of.get(&pair) {
+        let lane = row.lane();
+        let slot = extra.0.get() as usize - 1;
+        if slot >= self.first_with.len() {
+            self.first_with.resize(slot + 1, None);
+        }
+        let index = match self.first_with[slot] {
+            Some((first, index)) if first == lane => index,
+            first => {
+                let pair = (lane, extra);
+                match self.index_of.get(&pair) {
                     Some(&index) => index,
                     None => {
                         let index = u32::try_from(self.pairs.len())
                             .map_err(|_| "too many distinct trace-entry metadata values")?;
                         self.pairs.push(pair);
-                        self.index_of.insert(pair, index);
+                        match first {
+                            None => self.first_with[slot] = Some((lane, index)),
+                            Some(_) => {
+                                self.index_of.insert(pair, index);
+                            }
+                        }
                         index
                     }
-                };
-                self.last = Some((pair, index));
-                index
+                }
             }
         };
         Ok(row.with_lane(index).with_extra(true))
@@ -57,7 +68,7 @@ impl ParkedExtras {
             }
             let (lane, id) = self.pairs[e.lane() as usize];
             *e = e.with_lane(lane);
-            let i = u32::try_from(i).map_err(|_| "more than 2^32 trace entries with metadata")?;
+            let i = u32::try_from(i).map_err(|_| "more than 4,294,967,296 trace entries")?;
             at.push((i, id));
         }
         Ok(at)
