@@ -18,6 +18,7 @@ mod live_totals;
 pub mod live_tree;
 pub mod oom;
 mod peak;
+pub mod pool_owner;
 pub mod pressure;
 pub mod same_devices;
 mod series;

@@ -463,7 +463,7 @@ fn pool_ranges(
             .copied()
             .filter(|s| s.pool_id == id)
             .collect();
-        let owner = crate::account::pools::owner_of(&members, &snapshot.stacks);
+        let owner = crate::analysis::pool_owner::owner_of(&members, &snapshot.stacks);
         let name = pool_category(owner.as_deref());
         let index = match names.iter().position(|n| *n == name) {
             Some(i) => i,
