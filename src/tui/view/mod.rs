@@ -29,8 +29,9 @@ const TREE_MIN_SHARE: f64 = 0.01;
 /// One device of the file: its summary and what `analyze` says about it.
 pub struct DeviceView<'a> {
     pub summary: Summary<'a>,
-    /// Sorts the allocations alive at the cursor into categories.
-    pub classifier: Classifier<'a>,
+    /// Sorts the allocations alive at the cursor into categories: the account's, else built
+    /// when the device is first shown (a twin device's account is a copy, without one).
+    pub classifier: Option<Classifier<'a>>,
     /// Top sites at the peak, the OOM and its diagnosis.
     pub analysis: DeviceAnalysis,
     /// The device's account: the figures at its moments, which the cursor shows there.
@@ -77,17 +78,13 @@ impl<'a> ViewApp<'a> {
         built: Prebuilt<'a>,
         theme: Theme,
     ) -> Option<ViewApp<'a>> {
-        let rules = CategoryRules::default();
         let mut classifiers = built.classifiers.into_iter();
         let mut summaries = built.summaries.into_iter().peekable();
         let mut devices: Vec<DeviceView<'a>> = reports
             .into_iter()
             .map(|r| {
                 let device = r.analysis.device;
-                let classifier = classifiers
-                    .next()
-                    .flatten()
-                    .unwrap_or_else(|| Classifier::new(snapshot, device, &rules));
+                let classifier = classifiers.next().flatten();
                 let summary = summaries
                     .next_if(|s| s.device == device)
                     .unwrap_or_else(|| Summary::build(snapshot, device));
@@ -107,7 +104,7 @@ impl<'a> ViewApp<'a> {
         let mut state = fresh_state(devices.get(first)?, devices.len());
         state.device = first;
         let at_cursor = devices.get(first)?.summary.state_at(state.cursor);
-        let cursor_categories = categories_at(devices.get_mut(first)?, &at_cursor);
+        let cursor_categories = categories_at(snapshot, devices.get_mut(first)?, &at_cursor);
         Some(ViewApp {
             name,
             snapshot,
@@ -148,8 +145,11 @@ impl<'a> ViewApp<'a> {
     fn refresh_cursor(&mut self) {
         if self.at_cursor.index != Some(self.state.cursor) && !self.device().summary.is_empty() {
             self.at_cursor = self.device().summary.state_at(self.state.cursor);
-            self.cursor_categories =
-                categories_at(&mut self.devices[self.state.device], &self.at_cursor);
+            self.cursor_categories = categories_at(
+                self.snapshot,
+                &mut self.devices[self.state.device],
+                &self.at_cursor,
+            );
         }
         self.refresh_tree();
     }
@@ -208,17 +208,25 @@ impl<'a> ViewApp<'a> {
 
 /// The categories of the state at the cursor: after its entry, or the dump without a trace;
 /// in allocated bytes where the account knows them there, else in requested bytes.
-fn categories_at(device: &mut DeviceView, at: &CursorState) -> (Vec<CategoryBytes>, Figure) {
+fn categories_at<'a>(
+    snapshot: &'a Snapshot,
+    device: &mut DeviceView<'a>,
+    at: &CursorState,
+) -> (Vec<CategoryBytes>, Figure) {
+    let id = device.analysis.device;
+    let classifier = device
+        .classifier
+        .get_or_insert_with(|| Classifier::new(snapshot, id, &CategoryRules::default()));
     let Some(i) = at.index else {
-        let dump = device.classifier.at_dump(device.analysis.device);
+        let dump = classifier.at_dump(id);
         return (dump, Figure::AllocatedBytes);
     };
     let allocated = device
         .account
         .figures_at(Some(i))
         .and_then(|f| f.allocated_bytes);
-    let live = device.classifier.classify(Some(i));
-    let names = device.classifier.names();
+    let live = classifier.classify(Some(i));
+    let names = classifier.names();
     if let (Some(a), Some(blocks)) = (allocated, device.analysis.block_sizes()) {
         if let Some(list) = live.allocated(names, blocks, a) {
             return (list, Figure::AllocatedBytes);
@@ -268,7 +276,8 @@ impl Dashboard for ViewApp<'_> {
                 let fresh = fresh_state(&self.devices[next], self.devices.len());
                 self.state.switch_device(next, fresh);
                 self.at_cursor = self.devices[next].summary.state_at(self.state.cursor);
-                self.cursor_categories = categories_at(&mut self.devices[next], &self.at_cursor);
+                self.cursor_categories =
+                    categories_at(self.snapshot, &mut self.devices[next], &self.at_cursor);
                 self.cursor_tree = None;
             }
         }
@@ -289,5 +298,81 @@ impl Dashboard for ViewApp<'_> {
     fn on_resize(&mut self, width: u16, height: u16) {
         self.state.columns = chart::plot_columns(width);
         self.state.rows = height;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::{build_keeping_classifiers, Options};
+    use crate::diagnose::Origin;
+    use crate::model::Segment;
+
+    /// `demo_oom.pickle`'s device as devices 0 and 1: one trace, the same segments and
+    /// annotations (twins, whose account is one device's, copied).
+    fn twins() -> Snapshot {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/snapshots/demo_oom.pickle"
+        );
+        let bytes = std::fs::read(path).expect("the fixture");
+        let mut s = crate::source::torch_snapshot::read(&bytes[..])
+            .expect("reads")
+            .snapshot;
+        let n = s.timeline.device(0).len();
+        s.timeline = s.timeline.with_devices(vec![0..n, 0..n]);
+        let copies: Vec<Segment> = s
+            .segments
+            .iter()
+            .map(|seg| Segment {
+                device: 1,
+                ..seg.clone()
+            })
+            .collect();
+        s.segments.extend(copies);
+        let named: Vec<_> = s
+            .annotations
+            .iter()
+            .filter(|a| a.device == Some(0))
+            .map(|a| crate::model::Annotation {
+                device: Some(1),
+                ..a.clone()
+            })
+            .collect();
+        s.annotations.extend(named);
+        s
+    }
+
+    #[test]
+    fn a_twin_device_gets_its_classifier_when_first_shown_and_the_same_categories() {
+        let s = twins();
+        let rules = CategoryRules::default();
+        let options = Options {
+            top: 10,
+            only: None,
+            rules: &rules,
+            origin: Origin::TorchSnapshot,
+            capacity: None,
+            keep_replays: false,
+        };
+        let (account, classifiers) = build_keeping_classifiers(&s, &options);
+        let built = Prebuilt {
+            classifiers,
+            summaries: Vec::new(),
+        };
+        let mut app = ViewApp::new("twins".into(), &s, account.devices, built, Theme::plain())
+            .expect("two devices");
+        assert_eq!(app.devices.len(), 2);
+        assert!(app.devices[0].classifier.is_some(), "the account's");
+        assert!(
+            app.devices[1].classifier.is_none(),
+            "not built before it is shown"
+        );
+        let first = app.cursor_categories.clone();
+        assert!(!first.0.is_empty());
+        app.on_key(Key::Char('d'));
+        assert_eq!(app.state.device, 1);
+        assert!(app.devices[1].classifier.is_some());
+        assert_eq!(app.cursor_categories, first);
     }
 }
