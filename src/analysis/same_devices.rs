@@ -130,16 +130,24 @@ fn same_but_device(a: &Segment, b: &Segment) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::analysis::analyze_snapshot_with_categories;
     use crate::analysis::categories::CategoryRules;
     use crate::diagnose::{classify_ooms, Origin};
     use crate::source::torch_snapshot;
+    use std::ops::Range;
 
     /// `demo_oom.pickle`'s device (an OOM, segments, stacks) as devices 0 and 2, and the first
     /// half of its trace, without segments, as device 1.
     fn twins_around_another() -> Snapshot {
+        let mut s = demo_oom_on_devices(|n| vec![0..n, 0..n / 2, 0..n]);
+        copy_device_zero(&mut s, 2);
+        s
+    }
+
+    /// `demo_oom.pickle` with the device ranges `ranges` makes of its trace's length.
+    pub(crate) fn demo_oom_on_devices(ranges: impl FnOnce(usize) -> Vec<Range<usize>>) -> Snapshot {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/fixtures/snapshots/demo_oom.pickle"
@@ -148,12 +156,18 @@ mod tests {
         let mut s = torch_snapshot::read(&bytes[..]).expect("reads").snapshot;
         assert_eq!(s.devices(), vec![0]);
         let n = s.timeline.device(0).len();
-        s.timeline = s.timeline.with_devices(vec![0..n, 0..n / 2, 0..n]);
+        s.timeline = s.timeline.with_devices(ranges(n));
+        s
+    }
+
+    /// Gives `device` copies of device 0's segments and of the annotations that name it.
+    pub(crate) fn copy_device_zero(s: &mut Snapshot, device: u32) {
         let copies: Vec<Segment> = s
             .segments
             .iter()
+            .filter(|seg| seg.device == 0)
             .map(|seg| Segment {
-                device: 2,
+                device,
                 ..seg.clone()
             })
             .collect();
@@ -163,7 +177,7 @@ mod tests {
             .iter()
             .filter(|a| a.device == Some(0))
             .map(|a| Annotation {
-                device: Some(2),
+                device: Some(device),
                 ..a.clone()
             })
             .collect();
@@ -172,7 +186,6 @@ mod tests {
             "the fixture names its device in annotations"
         );
         s.annotations.extend(annotations);
-        s
     }
 
     #[test]

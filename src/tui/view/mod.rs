@@ -305,41 +305,14 @@ impl Dashboard for ViewApp<'_> {
 mod tests {
     use super::*;
     use crate::account::{build_keeping_classifiers, Options};
+    use crate::analysis::same_devices::tests::{copy_device_zero, demo_oom_on_devices};
     use crate::diagnose::Origin;
-    use crate::model::Segment;
 
     /// `demo_oom.pickle`'s device as devices 0 and 1: one trace, the same segments and
     /// annotations (twins, whose account is one device's, copied).
     fn twins() -> Snapshot {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/fixtures/snapshots/demo_oom.pickle"
-        );
-        let bytes = std::fs::read(path).expect("the fixture");
-        let mut s = crate::source::torch_snapshot::read(&bytes[..])
-            .expect("reads")
-            .snapshot;
-        let n = s.timeline.device(0).len();
-        s.timeline = s.timeline.with_devices(vec![0..n, 0..n]);
-        let copies: Vec<Segment> = s
-            .segments
-            .iter()
-            .map(|seg| Segment {
-                device: 1,
-                ..seg.clone()
-            })
-            .collect();
-        s.segments.extend(copies);
-        let named: Vec<_> = s
-            .annotations
-            .iter()
-            .filter(|a| a.device == Some(0))
-            .map(|a| crate::model::Annotation {
-                device: Some(1),
-                ..a.clone()
-            })
-            .collect();
-        s.annotations.extend(named);
+        let mut s = demo_oom_on_devices(|n| vec![0..n, 0..n]);
+        copy_device_zero(&mut s, 1);
         s
     }
 
