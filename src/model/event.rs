@@ -84,7 +84,7 @@ pub struct StreamIndex(pub u16);
 
 /// Index of an interned private-pool id in a `Timeline` (the `pool_id` pair newer PyTorch
 /// writes on trace entries).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolIndex(pub u16);
 
 impl PoolIndex {
@@ -214,7 +214,7 @@ impl TraceEntry {
     /// Sets the entry's pool index (`None` where the trace records none). Indices stop at
     /// `PoolIndex::MAX`: the readers refuse a trace with more pools.
     pub fn with_pool(mut self, pool: Option<PoolIndex>) -> TraceEntry {
-        debug_assert!(pool.is_none_or(|p| p <= PoolIndex::MAX));
+        debug_assert!(pool.is_none_or(|p| p.0 <= PoolIndex::MAX.0));
         self.pool = pool.map_or(0, |p| p.0.saturating_add(1));
         self
     }

@@ -121,9 +121,13 @@ impl Timeline {
         self.extras.iter().any(|x| x.user_metadata.is_some())
     }
 
-    /// The metadata of entry `index` of `device`'s trace, if it has some.
+    /// The metadata of entry `index` of `device`'s trace, if it has some (a search only for
+    /// an entry that says it has some).
     pub fn extra_at(&self, device: usize, index: usize) -> Option<&EntryExtra> {
         let at = self.devices.get(device)?.start + index;
+        if !self.entries.get(at)?.has_extra() {
+            return None;
+        }
         let at = u32::try_from(at).ok()?;
         let block = (at / EXTRA_BLOCK) as usize;
         let from = *self.extra_blocks.get(block)?;

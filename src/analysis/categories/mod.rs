@@ -239,7 +239,7 @@ impl<'a> Classifier<'a> {
     /// the text itself when it names a category.
     fn by_metadata(&self, live: &Live) -> Option<usize> {
         let born = live.born()?;
-        if !self.user_metadata || !self.lifetimes.entries[born].has_extra() {
+        if !self.user_metadata {
             return None;
         }
         let text = self

@@ -159,10 +159,7 @@ struct EntriesOut<'a> {
 impl Serialize for EntriesOut<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.entries.iter().enumerate().map(|(index, e)| {
-            let extra = e
-                .has_extra()
-                .then(|| self.timeline.extra_at(self.device, index))
-                .flatten();
+            let extra = self.timeline.extra_at(self.device, index);
             EntryOut {
                 index,
                 action: e.action().torch_name(),

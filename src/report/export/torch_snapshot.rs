@@ -163,10 +163,7 @@ impl<'a, W: Write> Writer<'a, W> {
                 let context = |e: io::Error| {
                     io::Error::new(e.kind(), format!("device {device} entry {index}: {e}"))
                 };
-                let extra = entry
-                    .has_extra()
-                    .then(|| s.timeline.extra_at(device, index))
-                    .flatten();
+                let extra = s.timeline.extra_at(device, index);
                 if unrequested.contains(&index) {
                     self.pickle.item()?;
                     self.entry(entry, Action::FreeRequested, extra)

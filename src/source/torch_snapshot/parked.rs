@@ -63,13 +63,11 @@ impl ParkedExtras {
         }
         let mut at = Vec::new();
         for (i, e) in entries.iter_mut().enumerate() {
-            if !e.has_extra() {
-                continue;
+            if e.has_extra() {
+                let id = self.unpark(e);
+                let i = u32::try_from(i).map_err(|_| "more than 4,294,967,296 trace entries")?;
+                at.push((i, id));
             }
-            let (lane, id) = self.pairs[e.lane() as usize];
-            *e = e.with_lane(lane);
-            let i = u32::try_from(i).map_err(|_| "more than 4,294,967,296 trace entries")?;
-            at.push((i, id));
         }
         Ok(at)
     }
@@ -81,10 +79,17 @@ impl ParkedExtras {
             return;
         }
         for e in entries.iter_mut().filter(|e| e.has_extra()) {
-            *e = e
-                .with_lane(self.pairs[e.lane() as usize].0)
-                .with_extra(false);
+            self.unpark(e);
+            *e = e.with_extra(false);
         }
+    }
+
+    /// Puts back the stream and pool fields of `e`, which has metadata parked, and returns
+    /// its metadata id.
+    fn unpark(&self, e: &mut TraceEntry) -> ExtraId {
+        let (lane, id) = self.pairs[e.lane() as usize];
+        *e = e.with_lane(lane);
+        id
     }
 }
 
