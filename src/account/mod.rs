@@ -192,18 +192,15 @@ pub fn account_of(input: &DeviceInput<'_>, walked: anomalies::TracePass) -> Devi
     });
     moments.extend(reserved_peak);
     // Each `oom` entry, with the allocator's figures at the one the replay reproduced.
-    for (i, e) in input.entries.iter().enumerate() {
-        if e.action() != Action::Oom {
-            continue;
-        }
-        let state = states.at(i);
+    for state in states.at_ooms(input.entries) {
+        let i = state.entry_index;
         let sim = replayed.and_then(|r| {
             r.oom
                 .filter(|s| s.entry_index == Some(i) && r.trusted_at(Some(i)))
         });
         let mut figures = sim.map(from_model).unwrap_or_default();
-        figures.requested_bytes = state.map(|s| s.requested_bytes);
-        figures.reserved_bytes = state.map(|s| s.reserved_bytes);
+        figures.requested_bytes = Some(state.requested_bytes);
+        figures.reserved_bytes = Some(state.reserved_bytes);
         moments.push(Moment {
             kind: MomentKind::Oom,
             entry: Some(i),

@@ -154,28 +154,25 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
     let segments: Vec<_> = snapshot.device_segments(device).collect();
     let mut totals = layout_totals(segments.iter().copied());
     let entries = snapshot.timeline.device(device as usize);
-    let (peak, (follower, states), endings) = find_peak_followed(replay, |replay| {
+    let (peak, (follower, (states, tally)), endings) = find_peak_followed(replay, |replay| {
         let bursts = snapshot.format != SnapshotFormat::Recording;
         (
             follow(replay),
-            TraceStatesFollower::new(entries, replay, bursts),
+            (
+                TraceStatesFollower::new(entries, replay, bursts),
+                ActionTally::default(),
+            ),
         )
     });
-    let mut counts = [0usize; Action::ALL.len()];
-    for e in entries {
-        counts[e.action() as usize] += 1;
-    }
     let actions: BTreeMap<&'static str, usize> = Action::ALL
         .iter()
-        .zip(counts)
+        .zip(tally.counts)
         .filter(|&(_, n)| n > 0)
         .map(|(a, n)| (a.torch_name(), n))
         .collect();
-    let oom = entries
-        .iter()
-        .enumerate()
-        .rev()
-        .find(|(_, e)| e.action() == Action::Oom)
+    let oom = tally
+        .last_oom
+        .map(|i| (i, &entries[i]))
         .map(|(i, e)| OomEntry {
             entry_index: i,
             request_bytes: e.size,
@@ -228,6 +225,28 @@ fn analyze_device_followed<'a, F: FollowReplay<'a>>(
         replayed: None,
     };
     (analysis, follower, endings)
+}
+
+/// How many entries of each action a trace has, and its last `oom` entry, counted as the
+/// analysis's replay passes each entry rather than in walks of their own (each walk over a
+/// long trace reads all its entries from memory again).
+#[derive(Default)]
+struct ActionTally {
+    counts: [usize; Action::ALL.len()],
+    last_oom: Option<usize>,
+}
+
+impl<'a> FollowReplay<'a> for ActionTally {
+    #[inline]
+    fn step(&mut self, i: usize, replay: &Replay<'a>) {
+        let action = replay.entries()[i].action();
+        self.counts[action as usize] += 1;
+        if action == Action::Oom {
+            self.last_oom = Some(i);
+        }
+    }
+
+    fn finish(&mut self, _: &Replay<'a>) {}
 }
 
 /// Analyzes every device that has a segment or a non-empty trace, or only `only` when given.

@@ -2,7 +2,8 @@
 //! (in a training trace a third of the entries are allocations): a bitmap of which entries are
 //! allocations, with a count per 64 entries, turns an entry's index into its allocation's.
 
-use crate::model::{Action, Live, TraceEntry};
+use crate::model::{Live, TraceEntry};
+use std::ops::Range;
 
 /// An allocation still alive at the end, or an entry index past u32 (a trace of four billion
 /// entries would not fit in memory anyway).
@@ -16,30 +17,39 @@ pub struct EndedAt {
     before: Vec<u32>,
     /// By allocation, in entry order: the entry that ended it, or `NEVER`.
     ended: Vec<u32>,
+    /// The entries noted so far.
+    entries: usize,
 }
 
 impl EndedAt {
-    /// Every allocation of `entries` alive.
-    pub fn new(entries: &[TraceEntry]) -> EndedAt {
-        let words = entries.len().div_ceil(64);
-        let mut is_alloc = Vec::with_capacity(words);
-        let mut before = Vec::with_capacity(words);
-        let mut allocs = 0u32;
-        for chunk in entries.chunks(64) {
-            let mut word = 0u64;
-            for (k, e) in chunk.iter().enumerate() {
-                word |= u64::from(e.action() == Action::Alloc) << k;
-            }
-            is_alloc.push(word);
-            before.push(allocs);
-            // Fewer than 2^32 allocations: more would not fit in memory as entries.
-            allocs = allocs.wrapping_add(word.count_ones());
-        }
+    /// Room for a trace of `n` entries, none noted yet: `push` notes each, in order, as a
+    /// replay applies it (so no walk of its own reads the trace again).
+    pub fn with_capacity(n: usize) -> EndedAt {
+        let words = n.div_ceil(64);
         EndedAt {
-            is_alloc,
-            before,
-            ended: vec![NEVER; allocs as usize],
+            is_alloc: Vec::with_capacity(words),
+            before: Vec::with_capacity(words),
+            ended: Vec::new(),
+            entries: 0,
         }
+    }
+
+    /// Notes the next entry: whether it is an `alloc` (alive until `set`).
+    #[inline]
+    pub fn push(&mut self, alloc: bool) {
+        let bit = self.entries % 64;
+        if bit == 0 {
+            self.is_alloc.push(0);
+            // Fewer than 2^32 allocations: more would not fit in memory as entries.
+            self.before.push(self.ended.len() as u32);
+        }
+        if alloc {
+            if let Some(word) = self.is_alloc.last_mut() {
+                *word |= 1 << bit;
+            }
+            self.ended.push(NEVER);
+        }
+        self.entries += 1;
     }
 
     /// The place among the allocations of entry `j`, if it is an `alloc`.
@@ -77,41 +87,109 @@ impl EndedAt {
 
     /// The `alloc` entries among the first `entries` (those of the trace this was made for),
     /// in order, each with its index and the entry that ended it (`NEVER`): for a walk over
-    /// them all, without looking each one up.
+    /// them all, without looking each one up. Found in the bitmap: no other entry is read.
     pub fn allocations<'e>(
         &'e self,
         entries: &'e [TraceEntry],
     ) -> impl Iterator<Item = (usize, &'e TraceEntry, u32)> + 'e {
-        (entries.iter().enumerate())
-            .filter(|(_, e)| e.action() == Action::Alloc)
-            .zip(&self.ended)
-            .map(|((j, e), &end)| (j, e, end))
+        self.alloc_ends(0..entries.len())
+            .map(|(j, end)| (j, &entries[j], end))
     }
 
     /// The allocations made by `entries[..=p]` (those of the trace this was made for) still
-    /// alive after entry `p`, by address.
+    /// alive after entry `p`, by address. Only their entries are read.
     pub fn alive_after_entry<'e>(
         &'e self,
         entries: &'e [TraceEntry],
         p: usize,
     ) -> impl Iterator<Item = (u64, Live)> + 'e {
-        let upto = &entries[..(p + 1).min(entries.len())];
-        (self.allocations(upto))
-            .filter(move |&(_, _, end)| alive_after(end, p))
-            .filter_map(|(j, e, _)| Some((e.addr()?, Live::from_alloc(e, j))))
+        self.alloc_ends(0..(p + 1).min(entries.len()))
+            .filter(move |&(_, end)| alive_after(end, p))
+            .filter_map(|(j, _)| {
+                let e = &entries[j];
+                Some((e.addr()?, Live::from_alloc(e, j)))
+            })
+    }
+
+    /// The first `alloc` entry at or after entry `from`, found in the bitmap: for a walk over
+    /// the allocations that must not hold this borrowed between them.
+    #[inline]
+    pub fn next_alloc(&self, from: usize) -> Option<usize> {
+        let (mut word, bit) = (from / 64, from % 64);
+        let mut bits = self.is_alloc.get(word)? & (u64::MAX << bit);
+        while bits == 0 {
+            word += 1;
+            bits = *self.is_alloc.get(word)?;
+        }
+        Some(word * 64 + bits.trailing_zeros() as usize)
+    }
+
+    /// Each `alloc` entry in `range` (of the trace this was made for), in order: its index
+    /// and the entry that ended it (`NEVER`). Found in the bitmap, without reading entries.
+    pub fn alloc_ends(&self, range: Range<usize>) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let (word, bit) = (range.start / 64, range.start % 64);
+        let (bits, place) = match self.is_alloc.get(word) {
+            Some(&w) => (
+                w & (u64::MAX << bit),
+                self.before[word] as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize,
+            ),
+            None => (0, self.ended.len()),
+        };
+        let allocs = AllocIndices {
+            words: &self.is_alloc,
+            word,
+            bits,
+            end: range.end,
+        };
+        allocs
+            .zip(&self.ended[place..])
+            .map(|(j, &ended)| (j, ended))
+    }
+}
+
+/// The indices of the `alloc` entries below `end`, in order, read from the bitmap of which
+/// entries are allocations (a walk over the entries themselves would read them all from
+/// memory, where the bitmap of a long trace fits in the cache).
+struct AllocIndices<'b> {
+    words: &'b [u64],
+    /// The word `bits` comes from.
+    word: usize,
+    /// The bits of that word not yet visited.
+    bits: u64,
+    end: usize,
+}
+
+impl Iterator for AllocIndices<'_> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.bits == 0 {
+            self.word += 1;
+            if self.word * 64 >= self.end {
+                return None;
+            }
+            self.bits = *self.words.get(self.word)?;
+        }
+        let j = self.word * 64 + self.bits.trailing_zeros() as usize;
+        if j >= self.end {
+            return None;
+        }
+        self.bits &= self.bits - 1;
+        Some(j)
     }
 }
 
 /// Whether an allocation that ended at `end` (`NEVER`: did not) was alive after entry `p`.
 #[inline]
-fn alive_after(end: u32, p: usize) -> bool {
+pub fn alive_after(end: u32, p: usize) -> bool {
     end == NEVER || end as usize > p
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::StreamIndex;
+    use crate::model::{Action, StreamIndex};
 
     #[test]
     fn each_allocation_keeps_its_own_end_across_words() {
@@ -127,7 +205,10 @@ mod tests {
             })
             .collect();
         let allocs: Vec<usize> = (0..300).filter(|j| j % 3 == 0 || j % 7 == 0).collect();
-        let mut ended = EndedAt::new(&entries);
+        let mut ended = EndedAt::with_capacity(entries.len());
+        for e in &entries {
+            ended.push(e.action() == Action::Alloc);
+        }
         assert_eq!(ended.ended.len(), allocs.len());
         for &j in &allocs {
             assert_eq!(ended.get(j), NEVER);
@@ -150,6 +231,19 @@ mod tests {
             assert_eq!(ended.get(j), want, "alloc at {j}");
             assert!(ended.alive_after(j, j + 4));
             assert_eq!(ended.alive_after(j, j + 5), j % 2 == 1);
+        }
+        // Any range, from any bit of any word, gives the allocations in it with their ends.
+        for start in [0, 1, 62, 63, 64, 65, 127, 128, 200, 299, 300] {
+            for end in [start, start + 1, start + 64, start + 100, 300] {
+                let from_bits: Vec<(usize, u32)> = ended.alloc_ends(start..end).collect();
+                let want: Vec<(usize, u32)> = (start..end.min(300))
+                    .filter(|j| allocs.contains(j))
+                    .map(|j| (j, ended.get(j)))
+                    .collect();
+                assert_eq!(from_bits, want, "{start}..{end}");
+            }
+            let next = (start..300).find(|j| allocs.contains(j));
+            assert_eq!(ended.next_alloc(start), next, "from {start}");
         }
     }
 }

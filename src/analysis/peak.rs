@@ -1,7 +1,7 @@
 //! The peak of active memory over a trace and what was alive at it.
 
 use super::ended_at::{EndedAt, NEVER};
-use crate::model::{Live, LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
+use crate::model::{Action, Live, LiveSet, Replay, ReplayIssue, Segment, TraceEntry};
 use rustc_hash::FxHashMap;
 
 /// The highest total of live requested bytes over a device's trace, and of reserved bytes.
@@ -58,17 +58,20 @@ pub struct Endings {
 }
 
 impl Endings {
-    /// Nothing of `entries` ended yet.
+    /// Room for `entries`, none of them noted yet.
     pub fn new(entries: &[TraceEntry]) -> Endings {
         Endings {
-            ended_at: EndedAt::new(entries),
+            ended_at: EndedAt::with_capacity(entries.len()),
             before_ended: FxHashMap::default(),
         }
     }
 
-    /// Notes what entry `i`, just applied by `replay`, ended.
+    /// Notes entry `i`, just applied by `replay` (every entry is noted, in order), and what
+    /// it ended.
     #[inline(always)]
     pub fn note(&mut self, i: usize, replay: &Replay<'_>) {
+        self.ended_at
+            .push(replay.entries()[i].action() == Action::Alloc);
         if let Some((addr, ended)) = replay.ended() {
             let at = u32::try_from(i).unwrap_or(NEVER);
             match ended.born() {

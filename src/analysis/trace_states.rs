@@ -34,6 +34,17 @@ impl TraceStates {
             .ok()?;
         Some(self.noted[i])
     }
+
+    /// The state just after each `oom` entry of `entries` (the trace these states were noted
+    /// over, which notes every one), in order: found among the few noted, without a walk of
+    /// the trace.
+    pub fn at_ooms<'s>(
+        &'s self,
+        entries: &'s [TraceEntry],
+    ) -> impl Iterator<Item = TraceState> + 's {
+        (self.noted.iter().copied())
+            .filter(|s| entries.get(s.entry_index).map(|e| e.action()) == Some(Action::Oom))
+    }
 }
 
 /// Notes states while a replay runs (a `FollowReplay` of `find_peak`).

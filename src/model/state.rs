@@ -152,11 +152,12 @@ impl ReplayStart {
         segments: impl IntoIterator<Item = &'s Segment>,
     ) -> ReplayStart {
         let segments: Vec<&Segment> = segments.into_iter().collect();
+        let (alive, net_growth) = walk_before(entries, &segments);
         let mut live = LiveSet::default();
-        for (addr, l) in alive_before(entries, &segments) {
+        for (addr, l) in alive {
             live.insert(addr, l);
         }
-        ReplayStart::with_live(live, entries, &segments)
+        ReplayStart::with_live(live, net_growth, &segments)
     }
 
     /// The state before the first of `entries` of a trace before which nothing was alive
@@ -167,23 +168,17 @@ impl ReplayStart {
     ) -> ReplayStart {
         let segments: Vec<&Segment> = segments.into_iter().collect();
         debug_assert!(
-            alive_before(entries, &segments).is_empty(),
+            walk_before(entries, &segments).0.is_empty(),
             "a trace said to start empty frees or holds memory it did not allocate"
         );
-        ReplayStart::with_live(LiveSet::default(), entries, &segments)
+        let net_growth = entries.iter().map(segment_growth).sum();
+        ReplayStart::with_live(LiveSet::default(), net_growth, &segments)
     }
 
-    /// The start with `live` alive before the trace, and the bytes reserved then.
-    fn with_live(live: LiveSet, entries: &[TraceEntry], segments: &[&Segment]) -> ReplayStart {
+    /// The start with `live` alive before the trace, whose segment entries added `net_growth`
+    /// bytes to what was reserved before it.
+    fn with_live(live: LiveSet, net_growth: i128, segments: &[&Segment]) -> ReplayStart {
         let final_reserved: i128 = segments.iter().map(|s| s.total_size as i128).sum();
-        let net_growth: i128 = entries
-            .iter()
-            .map(|e| match e.action() {
-                Action::SegmentAlloc | Action::SegmentMap => e.size as i128,
-                Action::SegmentFree | Action::SegmentUnmap => -(e.size as i128),
-                _ => 0,
-            })
-            .sum();
         ReplayStart {
             live,
             reserved: u64::try_from(final_reserved - net_growth).ok(),
@@ -316,11 +311,24 @@ impl<'a> Replay<'a> {
     }
 }
 
-/// The allocations alive before the first entry, by address.
-fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live)> {
+/// The bytes a segment entry adds to what is reserved (negative for a release).
+#[inline]
+fn segment_growth(e: &TraceEntry) -> i128 {
+    match e.action() {
+        Action::SegmentAlloc | Action::SegmentMap => e.size as i128,
+        Action::SegmentFree | Action::SegmentUnmap => -(e.size as i128),
+        _ => 0,
+    }
+}
+
+/// One walk of the trace for the state before it: the allocations alive before the first
+/// entry, by address, and the bytes the segment entries added to what was reserved.
+fn walk_before(entries: &[TraceEntry], segments: &[&Segment]) -> (Vec<(u64, Live)>, i128) {
     let mut alive: FxHashMap<u64, Live> = FxHashMap::default();
     let mut allocated_in_window: FxHashSet<u64> = FxHashSet::default();
+    let mut net_growth = 0i128;
     for e in entries {
+        net_growth += segment_growth(e);
         let Some(addr) = e.addr() else { continue };
         match e.action() {
             Action::Alloc => {
@@ -349,7 +357,7 @@ fn alive_before(entries: &[TraceEntry], segments: &[&Segment]) -> Vec<(u64, Live
     }
     let mut sorted: Vec<(u64, Live)> = alive.into_iter().collect();
     sorted.sort_unstable_by_key(|&(a, _)| a);
-    sorted
+    (sorted, net_growth)
 }
 
 #[cfg(test)]

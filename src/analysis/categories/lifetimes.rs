@@ -4,7 +4,7 @@
 //! trace falls into.
 
 use super::context::{Context, ContextCache};
-use crate::analysis::ended_at::{EndedAt, NEVER};
+use crate::analysis::ended_at::{alive_after, EndedAt, NEVER};
 use crate::analysis::live_totals::{LiveTotals, Totals};
 use crate::analysis::peak::{Endings, FollowReplay};
 use crate::model::{Action, Live, LiveSet, Replay, Segment, StackId, StackTable, TraceEntry};
@@ -142,6 +142,13 @@ impl<'a> FollowReplay<'a> for LifetimesBuilder<'a> {
 }
 
 impl<'a> Lifetimes<'a> {
+    /// The first `alloc` entry at or after entry `from` (a walk over the allocations that
+    /// reads no other entry).
+    #[inline]
+    pub fn next_alloc(&self, from: usize) -> Option<usize> {
+        self.ended_at.next_alloc(from)
+    }
+
     /// Replays the trace on its own (see `follow` to share a replay).
     pub fn new(entries: &'a [TraceEntry], segments: &[&Segment], stacks: &'a StackTable) -> Self {
         let mut replay = Replay::new(entries, segments.iter().copied());
@@ -236,8 +243,8 @@ impl<'a> LifetimesBuilder<'a> {
             if phase != Context::Optimizer || !freed_runs.contains(&start) {
                 continue;
             }
-            for j in (start..end).filter(|&j| entries[j].action() == Action::Alloc) {
-                if !ended_at.alive_after(j, end - 1) {
+            for (j, ended) in ended_at.alloc_ends(start..end) {
+                if !alive_after(ended, end - 1) {
                     continue;
                 }
                 let Some(older) = freed_in_step.get_mut(&(start, entries[j].size)) else {
@@ -388,7 +395,7 @@ impl<'a> Lifetimes<'a> {
             .filter(|(_, _, slots)| !slots.is_empty())
             .collect();
         let mut first = 0;
-        for (j, e, end) in self.ended_at.allocations(&self.entries[..last.min(n)]) {
+        for (j, end) in self.ended_at.alloc_ends(0..last.min(n)) {
             while after[first] <= j {
                 first += 1;
             }
@@ -398,6 +405,7 @@ impl<'a> Lifetimes<'a> {
             }
             let slots = first..first + after[first..].partition_point(|&p| p <= end);
             // At the address the replay keeps it under (0 for an entry without one).
+            let e = &self.entries[j];
             out.push((e.addr().unwrap_or(0), Live::from_alloc(e, j), slots));
         }
         out

@@ -198,10 +198,11 @@ impl<'a> Classifier<'a> {
         if self.lifetimes.steps_before(usize::MAX) == 0 {
             return FxHashSet::default();
         }
-        for (i, e) in self.lifetimes.entries.iter().enumerate() {
-            if e.action() != crate::model::Action::Alloc {
-                continue;
-            }
+        let entries = self.lifetimes.entries;
+        let mut next = self.lifetimes.next_alloc(0);
+        while let Some(i) = next {
+            next = self.lifetimes.next_alloc(i + 1);
+            let e = &entries[i];
             let Some(addr) = e.addr() else { continue };
             // Sizes repeat every iteration: a size already found is not looked at again.
             let known = match self.lifetimes.context(self.stacks, e.stack) {

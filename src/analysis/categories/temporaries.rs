@@ -4,7 +4,7 @@
 
 use super::context::Context;
 use super::{Classifier, StepTemporaries, Unrecorded, OPTIMIZER_TEMPORARY};
-use crate::model::{Action, Live, StackId};
+use crate::model::{Live, StackId};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -41,10 +41,10 @@ impl Classifier<'_> {
         // classified at all (most of a trace).
         let named_otherwise = self.rule_index.contains(&OPTIMIZER_TEMPORARY);
         let mut run = 0;
-        for (i, e) in entries.iter().enumerate() {
-            if e.action() != Action::Alloc {
-                continue;
-            }
+        let mut next = self.lifetimes.next_alloc(0);
+        while let Some(i) = next {
+            next = self.lifetimes.next_alloc(i + 1);
+            let e = &entries[i];
             let Some(addr) = e.addr() else { continue };
             if !named_otherwise
                 && !e.has_extra()
