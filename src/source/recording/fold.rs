@@ -36,6 +36,8 @@ struct Entries {
     prefaulters: Vec<Prefaulter>,
     streams: Vec<u64>,
     stream_index: FxHashMap<u64, StreamIndex>,
+    /// The highest recorded stack id an entry holds.
+    max_stack: u32,
 }
 
 impl Keeper for Entries {
@@ -124,6 +126,7 @@ impl Entries {
 
     fn push(&mut self, device: u32, entry: TraceEntry) {
         let entry = entry.with_time(self.time_us);
+        self.max_stack = self.max_stack.max(entry.stack.map_or(0, |s| s.0.get()));
         // Devices are below `recording::MAX_DEVICES`.
         let device = device as usize;
         if device >= self.entries.len() {
@@ -241,13 +244,19 @@ impl<X: Keeper> DriverFold<X> {
             .iter()
             .rposition(|l| !l.is_empty())
             .map_or(0, |d| d + 1);
+        // The shim numbers stacks 1, 2, ... and the table adds them in that order: unless an
+        // id was never defined or a stack has no frames, every id the entries hold is the
+        // table's already, and the entries are not walked to map them.
+        let same_ids = (1..=log.max_stack).all(|id| ids.get(&id).map(|s| s.0.get()) == Some(id));
         let mut entries: Vec<TraceEntry> = Vec::new();
         let mut ranges = Vec::with_capacity(devices);
         for mut list in lists.into_iter().take(devices) {
             let start = entries.len();
             if !list.is_empty() {
-                for e in &mut list {
-                    e.stack = mapped(e.stack);
+                if !same_ids {
+                    for e in &mut list {
+                        e.stack = mapped(e.stack);
+                    }
                 }
                 if entries.is_empty() {
                     entries = list;
@@ -404,6 +413,40 @@ mod tests {
         }
         assert_eq!(shared.step(), None);
         assert_eq!(shared.live().total(), 37);
+    }
+
+    #[test]
+    fn entries_take_the_tables_stack_ids() {
+        let stack = |id: u32| Some(StackId(NonZeroU32::new(id).unwrap()));
+        let fold = {
+            let mut fold = DriverFold::new(0, None);
+            for (ptr, id) in [(0x100, 1), (0x200, 2), (0x300, 0)] {
+                fold.apply(&Record {
+                    stack: id,
+                    ..rec(Kind::Alloc, ptr, 10, 0, 0)
+                });
+            }
+            fold
+        };
+        let stacks_of = |ids: &[(u32, u32)]| {
+            let ids = ids.iter().map(|&(from, to)| (from, stack(to).unwrap()));
+            let snapshot = (fold.clone()).into_snapshot(StackTable::default(), &ids.collect());
+            let held: Vec<_> = snapshot
+                .timeline
+                .device(0)
+                .iter()
+                .map(|e| e.stack)
+                .collect();
+            held
+        };
+        // Each id as the table has it: kept without a walk.
+        let kept = [stack(1), stack(1), stack(2), stack(2), None, None];
+        assert_eq!(stacks_of(&[(1, 1), (2, 2)]), kept);
+        // Stack 1 never defined, or 2 made the table's first: each entry is mapped.
+        let mapped = [None, None, stack(1), stack(1), None, None];
+        assert_eq!(stacks_of(&[(2, 1)]), mapped);
+        let swapped = [stack(2), stack(2), stack(1), stack(1), None, None];
+        assert_eq!(stacks_of(&[(1, 2), (2, 1)]), swapped);
     }
 
     #[test]
