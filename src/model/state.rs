@@ -362,6 +362,26 @@ fn walk_before(entries: &[TraceEntry], segments: &[&Segment]) -> (Vec<(u64, Live
     (sorted, net_growth)
 }
 
+/// How many entries ahead of the one applied a replay asks the processor to load.
+const PREFETCH_AHEAD: usize = 64;
+
+/// Asks the processor to start loading `entries[i]` (nothing past the end).
+#[inline(always)]
+fn prefetch(entries: &[TraceEntry], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(e) = entries.get(i) {
+        // SAFETY: a prefetch only hints the cache; it reads nothing the program sees, and the
+        // pointer is of a live element.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                (e as *const TraceEntry).cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (entries, i);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,24 +472,4 @@ mod tests {
         replay.step();
         assert_eq!(replay.reserved(), 0x2000);
     }
-}
-
-/// How many entries ahead of the one applied a replay asks the processor to load.
-const PREFETCH_AHEAD: usize = 64;
-
-/// Asks the processor to start loading `entries[i]` (nothing past the end).
-#[inline(always)]
-fn prefetch(entries: &[TraceEntry], i: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(e) = entries.get(i) {
-        // SAFETY: a prefetch only hints the cache; it reads nothing the program sees, and the
-        // pointer is of a live element.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                (e as *const TraceEntry).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (entries, i);
 }

@@ -417,7 +417,7 @@ mod tests {
 
     #[test]
     fn entries_take_the_tables_stack_ids() {
-        let stack = |id: u32| Some(StackId(NonZeroU32::new(id).unwrap()));
+        let stack = |id: u32| NonZeroU32::new(id).map(StackId);
         let fold = {
             let mut fold = DriverFold::new(0, None);
             for (ptr, id) in [(0x100, 1), (0x200, 2), (0x300, 0)] {
@@ -429,7 +429,9 @@ mod tests {
             fold
         };
         let stacks_of = |ids: &[(u32, u32)]| {
-            let ids = ids.iter().map(|&(from, to)| (from, stack(to).unwrap()));
+            let ids = ids
+                .iter()
+                .filter_map(|&(from, to)| Some((from, stack(to)?)));
             let snapshot = (fold.clone()).into_snapshot(StackTable::default(), &ids.collect());
             let held: Vec<_> = snapshot
                 .timeline
