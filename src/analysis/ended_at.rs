@@ -1,6 +1,8 @@
 //! When each `alloc` entry of a trace ended, four bytes per allocation rather than per entry
 //! (in a training trace a third of the entries are allocations): a bitmap of which entries are
-//! allocations, with a count per 64 entries, turns an entry's index into its allocation's.
+//! allocations, with a count per 64 entries, turns an entry's index into its allocation's. It
+//! is filled as the replay that finds the endings applies each entry, and walks over the
+//! allocations read the bitmap rather than the entries.
 
 use crate::model::{Live, TraceEntry};
 use std::ops::Range;
@@ -83,17 +85,6 @@ impl EndedAt {
     #[inline]
     pub fn alive_after(&self, j: usize, p: usize) -> bool {
         alive_after(self.get(j), p)
-    }
-
-    /// The `alloc` entries among the first `entries` (those of the trace this was made for),
-    /// in order, each with its index and the entry that ended it (`NEVER`): for a walk over
-    /// them all, without looking each one up. Found in the bitmap: no other entry is read.
-    pub fn allocations<'e>(
-        &'e self,
-        entries: &'e [TraceEntry],
-    ) -> impl Iterator<Item = (usize, &'e TraceEntry, u32)> + 'e {
-        self.alloc_ends(0..entries.len())
-            .map(|(j, end)| (j, &entries[j], end))
     }
 
     /// The allocations made by `entries[..=p]` (those of the trace this was made for) still
@@ -216,9 +207,7 @@ mod tests {
         for &j in allocs.iter().filter(|&&j| j % 2 == 0) {
             ended.set(j, j as u32 + 5);
         }
-        let walked: Vec<(usize, u32)> = (ended.allocations(&entries))
-            .map(|(j, _, end)| (j, end))
-            .collect();
+        let walked: Vec<(usize, u32)> = ended.alloc_ends(0..entries.len()).collect();
         let looked_up: Vec<(usize, u32)> = allocs.iter().map(|&j| (j, ended.get(j))).collect();
         assert_eq!(walked, looked_up);
         // Entries that are not allocations never end, and noting an end for one changes
