@@ -47,14 +47,8 @@ fn view(c: &mut Criterion) {
         return;
     };
     // The account, as `view` builds it.
-    let options = Options {
-        top: 10,
-        only: None,
-        rules: &CategoryRules::default(),
-        origin: Origin::TorchSnapshot,
-        capacity: None,
-        keep_replays: false,
-    };
+    let rules = CategoryRules::default();
+    let options = Options::new(10, &rules, Origin::TorchSnapshot);
     let (account, classifiers) = build_keeping_classifiers(&snapshot, &options);
     let app = ViewApp::new(
         "bench".into(),

@@ -106,14 +106,7 @@ fn read_with_account(path: &Path) -> (Snapshot, account::InputAccount) {
     let rules = CategoryRules::default();
     let input = account::build(
         &snapshot,
-        &account::Options {
-            top: 1,
-            only: None,
-            rules: &rules,
-            origin: Origin::TorchSnapshot,
-            capacity: None,
-            keep_replays: false,
-        },
+        &account::Options::new(1, &rules, Origin::TorchSnapshot),
     );
     (snapshot, input)
 }

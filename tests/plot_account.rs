@@ -21,14 +21,7 @@ const MIB: u64 = 1 << 20;
 pub fn account(snapshot: &Snapshot) -> InputAccount {
     memprof::account::build(
         snapshot,
-        &Options {
-            top: 5,
-            only: None,
-            rules: &CategoryRules::default(),
-            origin: Origin::TorchSnapshot,
-            capacity: None,
-            keep_replays: false,
-        },
+        &Options::new(5, &CategoryRules::default(), Origin::TorchSnapshot),
     )
 }
 

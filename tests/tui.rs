@@ -28,14 +28,7 @@ fn analyses(snapshot: &Snapshot) -> (Vec<DeviceReport>, Prebuilt<'_>) {
     let rules = CategoryRules::default();
     let (account, classifiers) = memprof::account::build_keeping_classifiers(
         snapshot,
-        &Options {
-            top: 10,
-            only: None,
-            rules: &rules,
-            origin: Origin::TorchSnapshot,
-            capacity: None,
-            keep_replays: false,
-        },
+        &Options::new(10, &rules, Origin::TorchSnapshot),
     );
     let built = Prebuilt {
         classifiers,

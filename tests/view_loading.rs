@@ -76,17 +76,8 @@ fn the_dump_read_before_the_trace_has_the_accounts_figures_at_the_dump() {
         assert_eq!(dump.segments.len(), snapshot.segments.len(), "{name}");
         // The figures the loading screen shows are those the account gives at the dump.
         let rules = CategoryRules::default();
-        let account = memprof::account::build(
-            &snapshot,
-            &Options {
-                top: 10,
-                only: None,
-                rules: &rules,
-                origin: Origin::TorchSnapshot,
-                capacity: None,
-                keep_replays: false,
-            },
-        );
+        let account =
+            memprof::account::build(&snapshot, &Options::new(10, &rules, Origin::TorchSnapshot));
         let rows = dump_rows(dump);
         for row in &rows {
             let device = account

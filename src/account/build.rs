@@ -29,6 +29,21 @@ pub struct Options<'a> {
     pub keep_replays: bool,
 }
 
+impl<'a> Options<'a> {
+    /// Every device, without a capacity given or replays kept: what every command but
+    /// `diagnose` builds (set the other fields with `..Options::new(..)`).
+    pub fn new(top: usize, rules: &'a CategoryRules, origin: Origin<'a>) -> Options<'a> {
+        Options {
+            top,
+            only: None,
+            rules,
+            origin,
+            capacity: None,
+            keep_replays: false,
+        }
+    }
+}
+
 /// One device: its analysis (the figures the JSON reference has always had) and its account.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceReport {

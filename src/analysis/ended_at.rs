@@ -106,35 +106,36 @@ impl EndedAt {
     /// the allocations that must not hold this borrowed between them.
     #[inline]
     pub fn next_alloc(&self, from: usize) -> Option<usize> {
-        let (mut word, bit) = (from / 64, from % 64);
-        let mut bits = self.is_alloc.get(word)? & (u64::MAX << bit);
-        while bits == 0 {
-            word += 1;
-            bits = *self.is_alloc.get(word)?;
-        }
-        Some(word * 64 + bits.trailing_zeros() as usize)
+        self.indices(from..usize::MAX).next()
     }
 
     /// Each `alloc` entry in `range` (of the trace this was made for), in order: its index
     /// and the entry that ended it (`NEVER`). Found in the bitmap, without reading entries.
     pub fn alloc_ends(&self, range: Range<usize>) -> impl Iterator<Item = (usize, u32)> + '_ {
         let (word, bit) = (range.start / 64, range.start % 64);
-        let (bits, place) = match self.is_alloc.get(word) {
-            Some(&w) => (
-                w & (u64::MAX << bit),
-                self.before[word] as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize,
-            ),
-            None => (0, self.ended.len()),
+        let place = match self.is_alloc.get(word) {
+            Some(&w) => {
+                self.before[word] as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize
+            }
+            None => self.ended.len(),
         };
-        let allocs = AllocIndices {
-            words: &self.is_alloc,
-            word,
-            bits,
-            end: range.end,
-        };
-        allocs
+        (self.indices(range))
             .zip(&self.ended[place..])
             .map(|(j, &ended)| (j, ended))
+    }
+
+    /// The indices of the `alloc` entries in `range`, from the bitmap.
+    fn indices(&self, range: Range<usize>) -> AllocIndices<'_> {
+        let (word, bit) = (range.start / 64, range.start % 64);
+        AllocIndices {
+            words: &self.is_alloc,
+            word,
+            bits: self
+                .is_alloc
+                .get(word)
+                .map_or(0, |&w| w & (u64::MAX << bit)),
+            end: range.end,
+        }
     }
 }
 

@@ -92,12 +92,8 @@ fn analyze_file(
     let account = crate::account::build(
         snapshot,
         &crate::account::Options {
-            top: args.top,
             only: args.device,
-            rules,
-            origin: origin(loaded.recording.as_ref()),
-            capacity: None,
-            keep_replays: false,
+            ..crate::account::Options::new(args.top, rules, origin(loaded.recording.as_ref()))
         },
     );
     if let (Some(format), Some(out)) = (plot_format, &args.plot) {

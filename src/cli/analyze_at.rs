@@ -30,12 +30,8 @@ pub fn run(args: &AnalyzeArgs, at: &str) -> anyhow::Result<Outcome> {
     let (input, mut classifiers) = account::build_keeping_classifiers(
         snapshot,
         &account::Options {
-            top: args.top,
             only: args.device,
-            rules: &rules,
-            origin: origin(loaded.recording.as_ref()),
-            capacity: None,
-            keep_replays: false,
+            ..account::Options::new(args.top, &rules, origin(loaded.recording.as_ref()))
         },
     );
     let mut devices = Vec::new();

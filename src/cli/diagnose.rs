@@ -185,12 +185,9 @@ pub(super) fn from_loaded(
     let mut account = crate::account::build(
         snapshot,
         &crate::account::Options {
-            top: 10,
-            only: None,
-            rules: &rules,
-            origin: crate::diagnose::Origin::TorchSnapshot,
             capacity: total,
             keep_replays: true,
+            ..crate::account::Options::new(10, &rules, crate::diagnose::Origin::TorchSnapshot)
         },
     );
     let mut diagnoses: Vec<Diagnosis> = Vec::new();

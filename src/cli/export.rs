@@ -55,14 +55,11 @@ impl Format {
                 let rules = CategoryRules::default();
                 let account = crate::account::build(
                     snapshot,
-                    &crate::account::Options {
-                        top: 10,
-                        only: None,
-                        rules: &rules,
-                        origin: super::analyze::origin(loaded.recording.as_ref()),
-                        capacity: None,
-                        keep_replays: false,
-                    },
+                    &crate::account::Options::new(
+                        10,
+                        &rules,
+                        super::analyze::origin(loaded.recording.as_ref()),
+                    ),
                 );
                 perfetto::write(snapshot, &account, &mut *out)?
             }

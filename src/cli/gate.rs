@@ -217,14 +217,11 @@ pub(super) fn measure(
     let rules = CategoryRules::default();
     let account = crate::account::build(
         snapshot,
-        &crate::account::Options {
-            top: SITES_KEPT,
-            only: None,
-            rules: &rules,
-            origin: super::analyze::origin(loaded.recording.as_ref()),
-            capacity: None,
-            keep_replays: false,
-        },
+        &crate::account::Options::new(
+            SITES_KEPT,
+            &rules,
+            super::analyze::origin(loaded.recording.as_ref()),
+        ),
     );
     let devices = account.devices;
     if devices.is_empty() {

@@ -91,12 +91,12 @@ pub fn run(args: &PlotArgs) -> anyhow::Result<Outcome> {
     let account = crate::account::build(
         snapshot,
         &crate::account::Options {
-            top: STACKED_SITES,
             only: args.device,
-            rules: &CategoryRules::default(),
-            origin: super::analyze::origin(loaded.recording.as_ref()),
-            capacity: None,
-            keep_replays: false,
+            ..crate::account::Options::new(
+                STACKED_SITES,
+                &CategoryRules::default(),
+                super::analyze::origin(loaded.recording.as_ref()),
+            )
         },
     );
     let report = pick_device(&account, &shown)?;

@@ -100,12 +100,8 @@ pub fn run(args: &TreeArgs) -> anyhow::Result<Outcome> {
     let input = account::build(
         snapshot,
         &account::Options {
-            top: 1,
             only: args.device,
-            rules: &rules,
-            origin: origin(loaded.recording.as_ref()),
-            capacity: None,
-            keep_replays: false,
+            ..account::Options::new(1, &rules, origin(loaded.recording.as_ref()))
         },
     );
     let mut devices = Vec::new();

@@ -106,14 +106,7 @@ fn load(
         });
         let (account, classifiers) = crate::account::build_keeping_classifiers(
             snapshot,
-            &crate::account::Options {
-                top: TOP_SITES,
-                only: None,
-                rules: &rules,
-                origin: origin(loaded.recording.as_ref()),
-                capacity: None,
-                keep_replays: false,
-            },
+            &crate::account::Options::new(TOP_SITES, &rules, origin(loaded.recording.as_ref())),
         );
         let summaries = summaries
             .join()

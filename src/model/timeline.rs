@@ -182,14 +182,8 @@ impl Timeline {
             self.entries.iter().filter(|e| e.has_extra()).count()
         );
         let blocks = at.last().map_or(0, |&(i, _)| i / EXTRA_BLOCK + 1);
-        let mut next = 0;
         self.extra_blocks = (0..blocks)
-            .map(|b| {
-                while next < at.len() && at[next].0 / EXTRA_BLOCK < b {
-                    next += 1;
-                }
-                next
-            })
+            .map(|b| at.partition_point(|&(i, _)| i / EXTRA_BLOCK < b))
             .collect();
         self.extras = extras;
         self.extra_at = at;

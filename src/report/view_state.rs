@@ -80,12 +80,8 @@ impl ViewStateReport {
         let account = crate::account::build(
             snapshot,
             &crate::account::Options {
-                top,
                 only: Some(device),
-                rules: &rules,
-                origin: crate::diagnose::Origin::TorchSnapshot,
-                capacity: None,
-                keep_replays: false,
+                ..crate::account::Options::new(top, &rules, crate::diagnose::Origin::TorchSnapshot)
             },
         );
         let axis = account.axis;

@@ -320,14 +320,7 @@ mod tests {
     fn a_twin_device_gets_its_classifier_when_first_shown_and_the_same_categories() {
         let s = twins();
         let rules = CategoryRules::default();
-        let options = Options {
-            top: 10,
-            only: None,
-            rules: &rules,
-            origin: Origin::TorchSnapshot,
-            capacity: None,
-            keep_replays: false,
-        };
+        let options = Options::new(10, &rules, Origin::TorchSnapshot);
         let (account, classifiers) = build_keeping_classifiers(&s, &options);
         let built = Prebuilt {
             classifiers,
