@@ -21,12 +21,15 @@ const EXTRA_BLOCK: u32 = 1024;
 /// All trace entries of all devices. Entries of one device are contiguous and chronological.
 #[derive(Clone, Debug, Default)]
 pub struct Timeline {
-    entries: Vec<TraceEntry>,
-    devices: Vec<Range<usize>>,
+    /// The entries, in one list (a snapshot's, `new`) or one per device (a recording's,
+    /// `of_devices`, so that its devices' entries are never copied into one).
+    lists: Vec<Vec<TraceEntry>>,
+    /// Each device's list and range in it.
+    devices: Vec<(usize, Range<usize>)>,
     streams: Vec<u64>,
     extras: Vec<EntryExtra>,
     /// The metadata of each entry that has some (`TraceEntry::has_extra`): its index in
-    /// `entries` and its id in `extras`, in index order.
+    /// the one list of entries and its id in `extras`, in index order.
     extra_at: Vec<(u32, ExtraId)>,
     /// Where in `extra_at` the entries of each block of `EXTRA_BLOCK` entries start, so that a
     /// lookup searches one block's part (a trace may have metadata on every entry).
@@ -41,13 +44,29 @@ pub struct Timeline {
 
 impl Timeline {
     /// Builds a timeline from entries and each device's range in them (index = device).
-    pub fn new(mut entries: Vec<TraceEntry>, devices: Vec<Range<usize>>) -> Timeline {
+    pub fn new(entries: Vec<TraceEntry>, devices: Vec<Range<usize>>) -> Timeline {
         debug_assert!(devices.iter().all(|r| r.end <= entries.len()));
+        let devices = devices.into_iter().map(|r| (0, r)).collect();
+        Timeline::of_lists(vec![entries], devices)
+    }
+
+    /// Builds a timeline from each device's entries (index = device), without metadata.
+    pub fn of_devices(lists: Vec<Vec<TraceEntry>>) -> Timeline {
+        debug_assert!(lists.iter().flatten().all(|e| !e.has_extra()));
+        let devices = (lists.iter().enumerate())
+            .map(|(i, l)| (i, 0..l.len()))
+            .collect();
+        Timeline::of_lists(lists, devices)
+    }
+
+    fn of_lists(mut lists: Vec<Vec<TraceEntry>>, devices: Vec<(usize, Range<usize>)>) -> Timeline {
         // The room past the last entry that the reader grew (and mapped ahead, up to 2 MiB)
         // goes back: the allocator shrinks it in place, without a copy.
-        entries.shrink_to_fit();
+        for list in &mut lists {
+            list.shrink_to_fit();
+        }
         Timeline {
-            entries,
+            lists,
             devices,
             streams: vec![0],
             extras: Vec::new(),
@@ -86,9 +105,10 @@ impl Timeline {
     /// The same entries and tables with other device ranges (ranges may share entries).
     #[cfg(test)]
     pub(crate) fn with_devices(self, devices: Vec<Range<usize>>) -> Timeline {
-        debug_assert!(devices.iter().all(|r| r.end <= self.entries.len()));
+        debug_assert!(self.lists.len() == 1);
+        debug_assert!(devices.iter().all(|r| r.end <= self.lists[0].len()));
         Timeline {
-            devices,
+            devices: devices.into_iter().map(|r| (0, r)).collect(),
             origin: OnceLock::new(),
             ..self
         }
@@ -103,7 +123,7 @@ impl Timeline {
     pub fn device(&self, device: usize) -> &[TraceEntry] {
         self.devices
             .get(device)
-            .map_or(&[], |r| &self.entries[r.clone()])
+            .map_or(&[], |(list, r)| &self.lists[*list][r.clone()])
     }
 
     /// The stream handle of an index.
@@ -124,10 +144,11 @@ impl Timeline {
     /// The metadata of entry `index` of `device`'s trace, if it has some (a search only for
     /// an entry that says it has some).
     pub fn extra_at(&self, device: usize, index: usize) -> Option<&EntryExtra> {
-        let at = self.devices.get(device)?.start + index;
-        if !self.entries.get(at)?.has_extra() {
+        if !self.device(device).get(index)?.has_extra() {
             return None;
         }
+        // Only a timeline of one list has metadata (`set_extras`).
+        let at = self.devices.get(device)?.1.start + index;
         let at = u32::try_from(at).ok()?;
         let block = (at / EXTRA_BLOCK) as usize;
         let from = *self.extra_blocks.get(block)?;
@@ -143,7 +164,7 @@ impl Timeline {
     /// The metadata ids of `device`'s entries that have some, with each entry's index in the
     /// device's trace, in order.
     pub fn device_extras(&self, device: usize) -> impl Iterator<Item = (usize, ExtraId)> + '_ {
-        let range = self.devices.get(device).cloned().unwrap_or(0..0);
+        let range = (self.devices.get(device)).map_or(0..0, |(_, r)| r.clone());
         let from = self
             .extra_at
             .partition_point(|&(i, _)| (i as usize) < range.start);
@@ -168,18 +189,23 @@ impl Timeline {
         self.streams = streams;
     }
 
-    /// Replaces the metadata table and which entries it belongs to: `at` holds each entry's
-    /// index in the timeline's entries and its id in `extras`, in index order. Each of those
-    /// entries says it has metadata, and no other does.
+    /// Replaces the metadata table and which entries it belongs to, in a timeline of one list
+    /// (`new`): `at` holds each entry's index in that list and its id in `extras`, in index
+    /// order. Each of those entries says it has metadata, and no other does.
     pub fn set_extras(&mut self, extras: Vec<EntryExtra>, at: Vec<(u32, ExtraId)>) {
+        debug_assert!(self.lists.len() == 1 || at.is_empty());
         debug_assert!(at.windows(2).all(|w| w[0].0 < w[1].0));
         debug_assert!(at
             .iter()
-            .all(|&(i, id)| self.entries[i as usize].has_extra()
+            .all(|&(i, id)| self.lists[0][i as usize].has_extra()
                 && id.0.get() as usize <= extras.len()));
         debug_assert_eq!(
             at.len(),
-            self.entries.iter().filter(|e| e.has_extra()).count()
+            self.lists
+                .iter()
+                .flatten()
+                .filter(|e| e.has_extra())
+                .count()
         );
         let blocks = at.last().map_or(0, |&(i, _)| i / EXTRA_BLOCK + 1);
         self.extra_blocks = (0..blocks)

@@ -234,8 +234,8 @@ impl<X: Keeper> DriverFold<X> {
 
     /// The model: every entry so far and the allocations and mappings held now, with the
     /// recording's call stacks: `ids` maps a record's stack id into `stacks` (an id it does not
-    /// map is no stack). The entries are moved, not copied, where they can be (one device's
-    /// are). And the other keeper.
+    /// map is no stack). Each device's entries are moved into the timeline, not copied. And the
+    /// other keeper.
     pub fn into_parts(self, stacks: StackTable, ids: &FxHashMap<u32, StackId>) -> (Snapshot, X) {
         let mapped = |s: Option<StackId>| s.and_then(|s| ids.get(&s.0.get()).copied());
         let (log, extra) = self.keepers;
@@ -248,25 +248,13 @@ impl<X: Keeper> DriverFold<X> {
         // id was never defined or a stack has no frames, every id the entries hold is the
         // table's already, and the entries are not walked to map them.
         let same_ids = (1..=log.max_stack).all(|id| ids.get(&id).map(|s| s.0.get()) == Some(id));
-        let mut entries: Vec<TraceEntry> = Vec::new();
-        let mut ranges = Vec::with_capacity(devices);
-        for mut list in lists.into_iter().take(devices) {
-            let start = entries.len();
-            if !list.is_empty() {
-                if !same_ids {
-                    for e in &mut list {
-                        e.stack = mapped(e.stack);
-                    }
-                }
-                if entries.is_empty() {
-                    entries = list;
-                } else {
-                    append_freeing(&mut entries, list);
-                }
+        let mut lists: Vec<Vec<TraceEntry>> = lists.into_iter().take(devices).collect();
+        if !same_ids {
+            for e in lists.iter_mut().flatten() {
+                e.stack = mapped(e.stack);
             }
-            ranges.push(start..entries.len());
         }
-        let mut timeline = Timeline::new(entries, ranges);
+        let mut timeline = Timeline::of_devices(lists);
         // The fold skips a free of memory it did not see allocated, and the segments below are
         // what it holds: nothing was alive before the trace.
         timeline.set_starts_empty();
@@ -310,32 +298,6 @@ impl<X: Keeper> DriverFold<X> {
         };
         (snapshot, extra)
     }
-}
-
-/// Entries moved at a time by [`append_freeing`].
-const APPEND_CHUNK: usize = 1 << 16;
-
-/// Appends `list` to `base`, giving `list`'s memory back as its entries move, so that a
-/// device's entries are not held twice (a recording's entries are most of what reading it
-/// holds). `list` is copied chunk by chunk from its end, each chunk straight to its place in
-/// `base`'s spare room, and cut off after it (each cut shrinks `list`): each entry is copied
-/// once, and `base`'s new memory is touched only as `list`'s is given back.
-fn append_freeing(base: &mut Vec<TraceEntry>, mut list: Vec<TraceEntry>) {
-    let start = base.len();
-    let total = list.len();
-    base.reserve_exact(total);
-    let room = &mut base.spare_capacity_mut()[..total];
-    while !list.is_empty() {
-        let from = list.len().saturating_sub(APPEND_CHUNK);
-        for (slot, entry) in room[from..list.len()].iter_mut().zip(&list[from..]) {
-            slot.write(*entry);
-        }
-        list.truncate(from);
-        list.shrink_to_fit();
-    }
-    // SAFETY: the loop wrote every one of the `total` slots after `start` (the chunks cover
-    // `0..total` of the spare room, from the end down), and `reserve_exact` made the room.
-    unsafe { base.set_len(start + total) };
 }
 
 #[cfg(test)]
@@ -451,14 +413,38 @@ mod tests {
         assert_eq!(stacks_of(&[(1, 2), (2, 1)]), swapped);
     }
 
+    /// Records of several devices, interleaved, give each device its own entries in record
+    /// order, with the table's stack ids.
     #[test]
-    fn appending_in_chunks_keeps_the_order() {
-        let entry = |i: usize| TraceEntry::new(Action::Alloc, Some(i as u64), 1, StreamIndex(0));
-        let n = 2 * APPEND_CHUNK + 5;
-        let mut base: Vec<TraceEntry> = (0..3).map(entry).collect();
-        append_freeing(&mut base, (3..n).map(entry).collect());
-        let addrs: Vec<u64> = base.iter().filter_map(|e| e.addr()).collect();
-        assert_eq!(addrs, (0..n as u64).collect::<Vec<_>>());
+    fn each_device_keeps_its_entries_in_order_with_mapped_stacks() {
+        let mut fold = DriverFold::new(0, None);
+        for i in 0..6u64 {
+            fold.apply(&Record {
+                stack: (i % 2 + 1) as u32,
+                ..rec(Kind::Alloc, 0x1000 * (i + 1), 10, 0, (i % 3) as i32)
+            });
+        }
+        let stack = |id: u32| NonZeroU32::new(id).map(StackId);
+        let ids: FxHashMap<u32, StackId> = [(1, 2), (2, 1)]
+            .into_iter()
+            .filter_map(|(from, to)| Some((from, stack(to)?)))
+            .collect();
+        let s = fold.into_snapshot(StackTable::default(), &ids);
+        let seen = |device: usize| -> Vec<(Action, Option<u64>, Option<StackId>)> {
+            (s.timeline.device(device).iter())
+                .map(|e| (e.action(), e.addr(), e.stack))
+                .collect()
+        };
+        let pair = |addr: u64, id: u32| {
+            [
+                (Action::SegmentAlloc, Some(addr), stack(id)),
+                (Action::Alloc, Some(addr), stack(id)),
+            ]
+        };
+        assert_eq!(seen(0), [pair(0x1000, 2), pair(0x4000, 1)].concat());
+        assert_eq!(seen(1), [pair(0x2000, 1), pair(0x5000, 2)].concat());
+        assert_eq!(seen(2), [pair(0x3000, 2), pair(0x6000, 1)].concat());
+        assert!(seen(3).is_empty());
     }
 
     /// A damaged live record naming device 2^31 - 1 is an unknown device, not a reason to build
